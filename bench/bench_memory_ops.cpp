@@ -1,0 +1,241 @@
+// Times the memory-bound ops on the GPU: achieved bandwidth against the device's measured
+// copy bandwidth, and the host cost of Op::run on a cache hit against a raw cuLaunchKernel.
+//
+//   bench_memory_ops [--json out.json] [--repeats N] [--quick]
+//
+// Timing: CUDA events around each launch, L2 flushed before each (so inputs come from HBM),
+// warm-up first, median of the repeats. Bytes are the fewest the op must move: each input read
+// once, each output written once.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ops/op_state.hpp"
+#include "runtime/device.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/runtime_impl.hpp"
+#include "util/host_dtype.hpp"
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+using runtime::DeviceBuffer;
+
+namespace {
+
+const runtime::DriverApi& cu() { return runtime::driver(); }
+
+struct Timer {
+    CUevent start = nullptr, stop = nullptr;
+    Timer() {
+        TILEOPS_CU_CHECK(cu().cuEventCreate(&start, CU_EVENT_DEFAULT));
+        TILEOPS_CU_CHECK(cu().cuEventCreate(&stop, CU_EVENT_DEFAULT));
+    }
+    ~Timer() {
+        cu().cuEventDestroy(start);
+        cu().cuEventDestroy(stop);
+    }
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// Median milliseconds of `fn`, with L2 flushed before each timed run.
+double time_ms(const std::function<void()>& fn, DeviceBuffer& flush, int repeats) {
+    Timer timer;
+    for (int i = 0; i < 3; ++i) fn();
+    std::vector<double> times;
+    for (int i = 0; i < repeats; ++i) {
+        TILEOPS_CU_CHECK(cu().cuMemsetD8Async(flush.get(), static_cast<unsigned char>(i), flush.size(), nullptr));
+        TILEOPS_CU_CHECK(cu().cuEventRecord(timer.start, nullptr));
+        fn();
+        TILEOPS_CU_CHECK(cu().cuEventRecord(timer.stop, nullptr));
+        TILEOPS_CU_CHECK(cu().cuEventSynchronize(timer.stop));
+        float ms = 0;
+        TILEOPS_CU_CHECK(cu().cuEventElapsedTime(&ms, timer.start, timer.stop));
+        times.push_back(ms);
+    }
+    return median(times);
+}
+
+DeviceBuffer random_buffer(size_t bytes, DType dtype) {
+    // Values in [-2, 2) as the dtype stores them; never zeros.
+    const size_t n = bytes / dtype_size(dtype);
+    std::vector<uint8_t> host(bytes);
+    uint64_t state = 0x9e3779b97f4a7c15ULL ^ bytes;
+    for (size_t i = 0; i < n; ++i) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        float f = static_cast<float>((state >> 40) & 0xffffff) / 16777216.0f * 4.0f - 2.0f;
+        util::encode_value(dtype, f, &host[i * dtype_size(dtype)]);
+    }
+    DeviceBuffer buffer(bytes);
+    buffer.upload(host.data(), bytes);
+    return buffer;
+}
+
+struct Case {
+    std::string op;
+    int64_t rows, cols;
+    DType dtype;
+};
+
+struct Result {
+    Case c;
+    double ms = 0, gbps = 0, fraction_of_copy = 0;
+    double bytes = 0;
+};
+
+double measure_copy_bandwidth(int repeats) {
+    const size_t bytes = size_t{1} << 30;
+    DeviceBuffer src(bytes), dst(bytes), flush(size_t{128} << 20);
+    src.fill_bytes(1);
+    double ms = time_ms([&] { TILEOPS_CU_CHECK(cu().cuMemcpyDtoDAsync(dst.get(), src.get(), bytes, nullptr)); }, flush,
+                        repeats);
+    return 2.0 * bytes / (ms * 1e-3) / 1e9;
+}
+
+Result run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int repeats) {
+    const size_t element = dtype_size(c.dtype);
+    const size_t matrix = static_cast<size_t>(c.rows * c.cols) * element;
+    const size_t row = static_cast<size_t>(c.cols) * element;
+    DeviceBuffer x = random_buffer(matrix, c.dtype), y(matrix);
+    Result result{c};
+    std::function<void()> fn;
+    std::unique_ptr<Op> keep;
+    DeviceBuffer w = random_buffer(row, c.dtype), b = random_buffer(row, c.dtype), r, sum, x2;
+    if (c.op == "rmsnorm") {
+        auto op = std::make_unique<RmsNorm>(RmsNormProblem{c.rows, c.cols, c.dtype});
+        fn = [&, p = op.get()] { p->run(rt, {x.data(), w.data()}, {y.data()}); };
+        result.bytes = 2.0 * matrix + row;
+        keep = std::move(op);
+    } else if (c.op == "rmsnorm_residual") {
+        r = random_buffer(matrix, c.dtype);
+        auto op = std::make_unique<RmsNorm>(RmsNormProblem{c.rows, c.cols, c.dtype, {}, 1e-6f, true});
+        fn = [&, p = op.get()] { p->run(rt, {x.data(), r.data(), w.data()}, {y.data(), r.data()}); };
+        result.bytes = 4.0 * matrix + row;
+        keep = std::move(op);
+    } else if (c.op == "layernorm") {
+        auto op = std::make_unique<LayerNorm>(LayerNormProblem{c.rows, c.cols, c.dtype});
+        fn = [&, p = op.get()] { p->run(rt, {x.data(), w.data(), b.data()}, {y.data()}); };
+        result.bytes = 2.0 * matrix + 2.0 * row;
+        keep = std::move(op);
+    } else if (c.op == "softmax" || c.op == "log_softmax") {
+        auto op = std::make_unique<Softmax>(SoftmaxProblem{c.rows, c.cols, c.dtype, {}, c.op == "log_softmax"});
+        fn = [&, p = op.get()] { p->run(rt, {x.data()}, {y.data()}); };
+        result.bytes = 2.0 * matrix;
+        keep = std::move(op);
+    } else {
+        ElementwiseOp kind = c.op == "gelu" ? ElementwiseOp::gelu
+                             : c.op == "gelu_tanh" ? ElementwiseOp::gelu_tanh
+                             : c.op == "silu" ? ElementwiseOp::silu
+                             : c.op == "silu_mul" ? ElementwiseOp::silu_mul
+                             : c.op == "add" ? ElementwiseOp::add
+                                             : ElementwiseOp::mul;
+        auto op = std::make_unique<Elementwise>(ElementwiseProblem{kind, c.rows, c.cols, c.dtype});
+        if (is_binary(kind)) {
+            x2 = random_buffer(matrix, c.dtype);
+            fn = [&, p = op.get()] { p->run(rt, {x.data(), x2.data()}, {y.data()}); };
+            result.bytes = 3.0 * matrix;
+        } else {
+            fn = [&, p = op.get()] { p->run(rt, {x.data()}, {y.data()}); };
+            result.bytes = 2.0 * matrix;
+        }
+        keep = std::move(op);
+    }
+    result.ms = time_ms(fn, flush, repeats);
+    result.gbps = result.bytes / (result.ms * 1e-3) / 1e9;
+    return result;
+}
+
+// Host microseconds per call of `fn`, averaged over many back-to-back calls on a tiny problem.
+double host_us_per_call(const std::function<void()>& fn, int calls) {
+    for (int i = 0; i < 100; ++i) fn();
+    TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
+    std::vector<double> rounds;
+    for (int round = 0; round < 7; ++round) {
+        auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) fn();
+        auto stop = std::chrono::steady_clock::now();
+        TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
+        rounds.push_back(std::chrono::duration<double, std::micro>(stop - start).count() / calls);
+    }
+    return median(rounds);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string json_path;
+    int repeats = 30;
+    bool quick = false;
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
+        else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
+        else if (arg == "--quick") quick = true;
+        else {
+            fmt::print(stderr, "usage: bench_memory_ops [--json out.json] [--repeats N] [--quick]\n");
+            return 2;
+        }
+    }
+    Runtime rt;
+    const DeviceInfo& device = rt.device();
+    const double copy_gbps = measure_copy_bandwidth(repeats);
+    fmt::print("device: {} ({}), {} SMs; device-to-device copy {:.0f} GB/s\n", device.name, device.arch(),
+               device.sm_count, copy_gbps);
+
+    const int64_t shapes[][2] = {{16384, 1024}, {16384, 4096}, {4096, 16384}, {1024, 65536}, {256, 262144}, {65536, 4096}};
+    std::vector<std::string> ops = {"rmsnorm", "rmsnorm_residual", "layernorm", "softmax", "log_softmax",
+                                    "gelu", "gelu_tanh", "silu", "silu_mul", "add", "mul"};
+    if (quick) ops = {"rmsnorm", "softmax", "silu_mul"};
+    DeviceBuffer flush(size_t{128} << 20);
+    nlohmann::json json;
+    json["device"] = device.name;
+    json["arch"] = device.arch();
+    json["copy_gbps"] = copy_gbps;
+    fmt::print("{:<18} {:>14} {:>5} {:>10} {:>9} {:>7}\n", "op", "shape", "dtype", "time us", "GB/s", "% copy");
+    for (const std::string& op : ops)
+        for (DType dtype : {DType::bf16, DType::fp32})
+            for (const auto& s : shapes) {
+                Result r = run_case(rt, {op, s[0], s[1], dtype}, flush, repeats);
+                r.fraction_of_copy = r.gbps / copy_gbps;
+                fmt::print("{:<18} {:>14} {:>5} {:>10.1f} {:>9.0f} {:>6.1f}%\n", op, fmt::format("{}x{}", s[0], s[1]),
+                           dtype_name(dtype), r.ms * 1e3, r.gbps, 100 * r.fraction_of_copy);
+                json["ops"].push_back({{"op", op}, {"rows", s[0]}, {"cols", s[1]}, {"dtype", dtype_name(dtype)},
+                                       {"median_us", r.ms * 1e3}, {"bytes", r.bytes}, {"gbps", r.gbps},
+                                       {"fraction_of_copy", r.fraction_of_copy}});
+            }
+
+    // Host cost of a cache hit: Op::run against cuLaunchKernel of the very same kernel.
+    DeviceBuffer a = random_buffer(64 * 2, DType::bf16), y(64 * 2);
+    Elementwise tiny({ElementwiseOp::silu, 1, 64, DType::bf16});
+    tiny.run(rt, {a.data()}, {y.data()});
+    const detail::ResolvedLaunch& launch = rt.impl().resolved_launch(tiny, 8);
+    const void* a_ptr = a.data();
+    void* y_ptr = y.data();
+    long long stride = 64, rows = 1, cols = 64;
+    const void* null_b = nullptr;
+    void* args[] = {&a_ptr, &stride, &null_b, &stride, &y_ptr, &stride, &rows, &cols};
+    const int calls = 20000;
+    double raw_us = host_us_per_call(
+        [&] {
+            TILEOPS_CU_CHECK(cu().cuLaunchKernel(launch.function, launch.grid[0], launch.grid[1], launch.grid[2],
+                                                 launch.block[0], launch.block[1], launch.block[2], 0, nullptr, args,
+                                                 nullptr));
+        },
+        calls);
+    double run_us = host_us_per_call([&] { tiny.run(rt, {a.data()}, {y.data()}); }, calls);
+    fmt::print("host cost per call: raw cuLaunchKernel {:.2f} us, Op::run {:.2f} us, overhead {:.2f} us\n", raw_us,
+               run_us, run_us - raw_us);
+    json["launch"] = {{"raw_cuLaunchKernel_us", raw_us}, {"op_run_us", run_us}, {"overhead_us", run_us - raw_us}};
+    if (!json_path.empty()) std::ofstream(json_path) << json.dump(2) << '\n';
+    return 0;
+}

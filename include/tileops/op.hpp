@@ -1,0 +1,58 @@
+// The base of every op: a validated problem plus the kernels it resolved, per runtime.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <string>
+
+#include "tileops/runtime.hpp"
+#include "tileops/tensor.hpp"
+
+namespace tileops {
+
+namespace detail {
+class OpModel;
+struct OpState;
+struct ResolvedLaunch;
+}  // namespace detail
+
+class Op {
+public:
+    virtual ~Op();
+    Op(Op&&) noexcept;
+    Op& operator=(Op&&) noexcept;
+    Op(const Op&) = delete;
+    Op& operator=(const Op&) = delete;
+
+    // Runs the op on `stream` (the legacy default stream when null). The first call on a runtime
+    // picks the config and compiles or loads the kernel; later calls are a lookup and a launch:
+    // no heap allocation, no lock, no logging, safe inside CUDA graph capture. Operand lists are
+    // documented by each op. Throws InvalidArgument for bad operands, before any launch.
+    void run(Runtime& runtime, Inputs inputs, Outputs outputs, CUstream stream = nullptr);
+
+    // The checks run() does on its operands (counts, null and misaligned pointers, views),
+    // without a GPU. Throws InvalidArgument naming the argument.
+    void check(Inputs inputs, Outputs outputs) const { (void)vector_width(inputs, outputs); }
+
+    // e.g. "rmsnorm 8192x4096 bf16".
+    std::string describe() const;
+
+    // For the autotuner and benchmarks. vector_width() checks the operands and returns the widest
+    // vector width their shape and alignment allow; launch_with() launches an explicitly
+    // resolved kernel on operands that passed vector_width().
+    virtual int vector_width(Inputs inputs, Outputs outputs) const = 0;
+    virtual void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
+                             CUstream stream) const = 0;
+
+    const detail::OpModel& model() const noexcept { return *model_; }
+    detail::OpState& state() const noexcept { return *state_; }
+
+protected:
+    explicit Op(std::shared_ptr<const detail::OpModel> model);
+
+    std::shared_ptr<const detail::OpModel> model_;
+    std::unique_ptr<detail::OpState> state_;
+};
+
+}  // namespace tileops

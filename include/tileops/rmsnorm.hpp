@@ -1,0 +1,37 @@
+// RMSNorm over the last dimension, with an optional fused residual add.
+#pragma once
+
+#include <optional>
+
+#include "tileops/op.hpp"
+
+namespace tileops {
+
+struct RmsNormProblem {
+    int64_t rows = 0;
+    int64_t cols = 0;
+    DType dtype = DType::bf16;          // x, residual, weight and the written sum
+    std::optional<DType> out_dtype;     // y; default: dtype
+    float eps = 1e-6f;
+    bool residual = false;              // h = x + residual is normalized and also written out
+    int64_t x_stride = 0;               // elements between rows; 0: cols
+    int64_t residual_stride = 0;        // for residual and the sum output; 0: cols
+    int64_t y_stride = 0;               // 0: cols
+};
+
+// y = h / sqrt(mean(h^2) + eps) * weight, h = x (+ residual), per row, fp32 accumulation.
+// Operands of run(): inputs: {x, weight} or, with residual, {x, residual, weight};
+// outputs: {y} or, with residual, {y, sum} (sum = x + residual; it may alias x or residual).
+class RmsNorm : public Op {
+public:
+    explicit RmsNorm(const RmsNormProblem& problem);
+    int vector_width(Inputs inputs, Outputs outputs) const override;
+    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
+                     CUstream stream) const override;
+    const RmsNormProblem& problem() const noexcept { return problem_; }
+
+private:
+    RmsNormProblem problem_;
+};
+
+}  // namespace tileops

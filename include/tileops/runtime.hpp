@@ -1,0 +1,63 @@
+// The runtime: one GPU, its kernel cache (memory, then disk) and the tuning databases.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tileops/device_info.hpp"
+
+namespace tileops {
+
+class Op;
+namespace detail {
+class RuntimeImpl;
+}
+
+struct RuntimeOptions {
+    int device = 0;
+    // Kernel cache directory; empty: TILEOPS_CACHE_DIR, else $XDG_CACHE_HOME/tileops_jit/kernels.
+    std::string cache_dir;
+    // Size bound of the disk cache in MB; 0: TILEOPS_CACHE_MAX_MB (0 there: unbounded), else 2048.
+    uint64_t cache_max_mb = 0;
+    // When false a kernel missing from the caches is an error (tileops::CacheMiss) instead of
+    // being compiled; deployments that must never compile on the request path set this, or the
+    // environment variable TILEOPS_NO_COMPILE=1.
+    bool allow_compile = true;
+    // Tuning databases searched before the shipped one; empty: TILEOPS_TUNING_DB (':'-separated).
+    std::vector<std::string> tuning_dbs;
+};
+
+struct RuntimeStats {
+    uint64_t kernels_compiled = 0;   // NVRTC compilations done by this runtime
+    uint64_t disk_cache_hits = 0;    // kernels loaded from the disk cache
+    uint64_t memory_cache_hits = 0;  // kernels found already loaded when an op first ran here
+};
+
+class Runtime {
+public:
+    Runtime();
+    explicit Runtime(const RuntimeOptions& options);
+    ~Runtime();
+    Runtime(const Runtime&) = delete;
+    Runtime& operator=(const Runtime&) = delete;
+
+    const DeviceInfo& device() const;
+    RuntimeStats stats() const;
+
+    // Which config `op` runs with on this runtime, where it came from (memory, a user database,
+    // the shipped database, the nearest tuned shape and its distance, or the heuristic) and why.
+    std::string explain(const Op& op);
+
+    // Blocks until every kernel `op` may launch is compiled and loaded (so the first run() does
+    // no compile work).
+    void prepare(const Op& op);
+
+    detail::RuntimeImpl& impl() noexcept { return *impl_; }
+
+private:
+    std::unique_ptr<detail::RuntimeImpl> impl_;
+};
+
+}  // namespace tileops

@@ -1,0 +1,12 @@
+// Everything a user of tileops-jit needs.
+#pragma once
+
+#include "tileops/device_info.hpp"
+#include "tileops/elementwise.hpp"
+#include "tileops/error.hpp"
+#include "tileops/layernorm.hpp"
+#include "tileops/op.hpp"
+#include "tileops/rmsnorm.hpp"
+#include "tileops/runtime.hpp"
+#include "tileops/softmax.hpp"
+#include "tileops/tensor.hpp"

@@ -1,0 +1,47 @@
+// The kernel templates the library compiles: embedded at build time, or read from
+// TILEOPS_TEMPLATE_DIR (for template development without rebuilding the library).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tileops::codegen {
+
+struct TemplateFile {
+    std::string path;  // relative to kernel_templates/, e.g. "rmsnorm.cuh", "common/types.cuh"
+    std::string content;
+};
+
+class TemplateRegistry {
+public:
+    // The process-wide registry (reads TILEOPS_TEMPLATE_DIR once).
+    static const TemplateRegistry& instance();
+
+    // Embedded templates.
+    TemplateRegistry();
+    // Templates read from a directory (every *.cuh below it); throws FileError when unreadable.
+    explicit TemplateRegistry(const std::string& directory);
+
+    const std::vector<TemplateFile>& files() const noexcept { return files_; }
+    const std::string& origin() const noexcept { return origin_; }
+    // Throws Error naming the file and where templates came from when it is missing.
+    const TemplateFile& file(const std::string& path) const;
+
+    // Content hash of a template and of every shared piece it may include (common/*): what a
+    // compiled kernel and a tuning entry depend on.
+    std::string template_hash(const std::string& path) const;
+
+    // The in-memory headers handed to NVRTC: every template file by its relative path.
+    std::vector<std::pair<std::string, std::string>> headers() const;
+
+private:
+    std::vector<TemplateFile> files_;
+    std::string origin_;
+};
+
+// The translation unit NVRTC compiles for a kernel of `template_path`: it includes the template;
+// the kernel itself is instantiated through its name expression.
+std::string render_translation_unit(const std::string& template_path);
+
+}  // namespace tileops::codegen

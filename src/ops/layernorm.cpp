@@ -1,0 +1,107 @@
+// LayerNorm: problem checks, tuning key and kernel choice (LayerNormModel), and LayerNorm::run.
+// Kernel: kernel_templates/layernorm.cuh.
+#include "tileops/layernorm.hpp"
+
+#include <fmt/format.h>
+
+#include "ops/op_state.hpp"
+#include "ops/row_config.hpp"
+#include "ops/validation.hpp"
+#include "tileops/error.hpp"
+#include "runtime/runtime_impl.hpp"
+
+namespace tileops {
+namespace detail {
+namespace {
+
+class LayerNormModel final : public RowOpModel {
+public:
+    explicit LayerNormModel(const LayerNormProblem& p)
+        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype, widest_dividing_vector(8, {p.cols, p.x_stride, p.y_stride})),
+          problem_(p) {}
+
+    std::string op_name() const override { return "layernorm"; }
+    std::string template_file() const override { return "layernorm.cuh"; }
+    std::string flags() const override { return ""; }
+    std::vector<OperandSpec> operands() const override {
+        return {{"x", problem_.dtype, rows_, cols_, problem_.x_stride, false},
+                {"weight", problem_.dtype, 0, cols_, cols_, false},
+                {"bias", problem_.dtype, 0, cols_, cols_, false},
+                {"y", *problem_.out_dtype, rows_, cols_, problem_.y_stride, true}};
+    }
+
+private:
+    std::string name_expression(const RowLaunch& l) const override {
+        return fmt::format("tileops::layernorm_kernel<{}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
+                           l.rows_per_block, l.vec, l.items, l.cluster);
+    }
+    LayerNormProblem problem_;
+};
+
+LayerNormProblem normalized(LayerNormProblem p) {
+    check_extent("LayerNorm", p.rows, p.cols);
+    if (!p.out_dtype) p.out_dtype = p.dtype;
+    p.x_stride = row_stride("LayerNorm", "x_stride", p.x_stride, p.cols);
+    p.y_stride = row_stride("LayerNorm", "y_stride", p.y_stride, p.cols);
+    if (!(p.eps >= 0.0f)) throw InvalidArgument(fmt::format("tileops::LayerNorm: eps must be >= 0, got {}", p.eps));
+    return p;
+}
+
+}  // namespace
+}  // namespace detail
+
+LayerNorm::LayerNorm(const LayerNormProblem& problem)
+    : Op(std::make_shared<detail::LayerNormModel>(detail::normalized(problem))), problem_(detail::normalized(problem)) {}
+
+namespace detail {
+namespace {
+
+struct LayerNormArgs {
+    const void* x = nullptr;
+    const void* weight = nullptr;
+    const void* bias = nullptr;
+    void* y = nullptr;
+    int vec = 1;
+};
+
+LayerNormArgs bind(const LayerNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
+    const DType out = *p.out_dtype;
+    check_count("LayerNorm", "inputs", inputs.size(), 3, "x, weight, bias");
+    check_count("LayerNorm", "outputs", outputs.size(), 1, "y");
+    const TensorArg& x = inputs.begin()[0];
+    const TensorArg& weight = inputs.begin()[1];
+    const TensorArg& bias = inputs.begin()[2];
+    const OutputArg& y = outputs.begin()[0];
+    check_operand("LayerNorm", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
+    check_operand("LayerNorm", "weight", weight.data(), weight.view(), p.dtype, 0, p.cols, 1);
+    check_operand("LayerNorm", "bias", bias.data(), bias.view(), p.dtype, 0, p.cols, 1);
+    check_operand("LayerNorm", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
+    LayerNormArgs args{x.data(), weight.data(), bias.data(), y.data(), shape_vec};
+    const size_t in_bytes = dtype_size(p.dtype);
+    args.vec = widest_aligned_vector(args.vec, args.x, in_bytes);
+    args.vec = widest_aligned_vector(args.vec, args.weight, in_bytes);
+    args.vec = widest_aligned_vector(args.vec, args.bias, in_bytes);
+    args.vec = widest_aligned_vector(args.vec, args.y, dtype_size(out));
+    return args;
+}
+
+}  // namespace
+}  // namespace detail
+
+int LayerNorm::vector_width(Inputs inputs, Outputs outputs) const {
+    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs).vec;
+}
+
+void LayerNorm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
+    const LayerNormProblem& p = problem_;
+    const void* x = inputs.begin()[0].data();
+    const void* weight = inputs.begin()[1].data();
+    const void* bias = inputs.begin()[2].data();
+    void* y = outputs.begin()[0].data();
+    long long x_stride = p.x_stride, y_stride = p.y_stride, rows = p.rows, cols = p.cols;
+    float eps = p.eps;
+    void* args[] = {&x, &x_stride, &weight, &bias, &y, &y_stride, &rows, &cols, &eps};
+    detail::launch(launch, args, stream, *this);
+}
+
+}  // namespace tileops

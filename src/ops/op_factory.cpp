@@ -1,0 +1,88 @@
+#include "ops/op_factory.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tileops/tileops.hpp"
+
+namespace tileops::detail {
+namespace {
+
+std::vector<std::string> split(const std::string& text, char separator) {
+    std::vector<std::string> parts;
+    std::stringstream stream(text);
+    std::string part;
+    while (std::getline(stream, part, separator))
+        if (!part.empty()) parts.push_back(part);
+    return parts;
+}
+
+struct DTypes {
+    DType in, out;
+};
+
+DTypes parse_dtypes(const std::string& text) {
+    auto arrow = text.find("->");
+    if (arrow == std::string::npos) {
+        DType d = parse_dtype(text);
+        return {d, d};
+    }
+    return {parse_dtype(text.substr(0, arrow)), parse_dtype(text.substr(arrow + 2))};
+}
+
+}  // namespace
+
+const std::vector<std::string>& known_ops() {
+    static const std::vector<std::string> ops = {"rmsnorm", "layernorm", "softmax", "log_softmax", "gelu",
+                                                 "gelu_tanh", "silu", "silu_mul", "add", "mul"};
+    return ops;
+}
+
+std::vector<long long> parse_shape(const std::string& text) {
+    std::vector<long long> shape;
+    for (const std::string& part : split(text, 'x')) {
+        size_t used = 0;
+        long long value = 0;
+        try {
+            value = std::stoll(part, &used);
+        } catch (...) {
+            used = 0;
+        }
+        if (used != part.size() || value < 1)
+            throw InvalidArgument(fmt::format("tileops: shape '{}' is not like 8192x4096 (positive integers)", text));
+        shape.push_back(value);
+    }
+    if (shape.empty()) throw InvalidArgument(fmt::format("tileops: shape '{}' is empty", text));
+    return shape;
+}
+
+std::unique_ptr<Op> make_op(const ProblemSpec& spec) {
+    if (std::find(known_ops().begin(), known_ops().end(), spec.op) == known_ops().end())
+        throw InvalidArgument(fmt::format("tileops: unknown op '{}' (known: {})", spec.op, fmt::join(known_ops(), ", ")));
+    if (spec.shape.size() != 2)
+        throw InvalidArgument(fmt::format("tileops: {} needs a shape rows x cols, got {} dimension(s)", spec.op,
+                                          spec.shape.size()));
+    const DTypes dtypes = parse_dtypes(spec.dtype);
+    const int64_t rows = spec.shape[0], cols = spec.shape[1];
+    bool residual = false, broadcast_b = false;
+    for (const std::string& flag : split(spec.flags, ',')) {
+        if (flag == "residual" && spec.op == "rmsnorm") residual = true;
+        else if (flag == "broadcast_b" && (spec.op == "add" || spec.op == "mul")) broadcast_b = true;
+        else throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to {}", flag, spec.op));
+    }
+    if (spec.op == "rmsnorm") return std::make_unique<RmsNorm>(RmsNormProblem{rows, cols, dtypes.in, dtypes.out, 1e-6f, residual});
+    if (spec.op == "layernorm") return std::make_unique<LayerNorm>(LayerNormProblem{rows, cols, dtypes.in, dtypes.out});
+    if (spec.op == "softmax" || spec.op == "log_softmax")
+        return std::make_unique<Softmax>(SoftmaxProblem{rows, cols, dtypes.in, dtypes.out, spec.op == "log_softmax"});
+    ElementwiseOp kind = ElementwiseOp::gelu;
+    for (int k = 0; k <= 5; ++k)
+        if (spec.op == elementwise_op_name(static_cast<ElementwiseOp>(k))) kind = static_cast<ElementwiseOp>(k);
+    ElementwiseProblem problem{kind, rows, cols, dtypes.in, dtypes.out};
+    problem.broadcast_b = broadcast_b;
+    return std::make_unique<Elementwise>(problem);
+}
+
+}  // namespace tileops::detail

@@ -1,0 +1,42 @@
+#include "ops/op_model.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tileops/error.hpp"
+
+namespace tileops::detail {
+
+std::string OpModel::describe() const {
+    std::string text = fmt::format("{} {} {}", op_name(), fmt::join(shape(), "x"), dtype_key());
+    if (!flags().empty()) text += " [" + flags() + "]";
+    return text;
+}
+
+TuningKey OpModel::tuning_key(const std::string& arch, const std::string& template_hash) const {
+    TuningKey key;
+    key.op = op_name();
+    key.shape = shape();
+    key.dtype = dtype_key();
+    key.flags = flags();
+    key.arch = arch;
+    key.template_hash = template_hash;
+    return key;
+}
+
+const char* device_type_name(DType dtype) noexcept {
+    switch (dtype) {
+        case DType::fp32: return "float";
+        case DType::fp16: return "__half";
+        case DType::bf16: return "__nv_bfloat16";
+    }
+    return "float";
+}
+
+long long config_value(const Config& config, const char* name, const std::string& op) {
+    auto it = config.find(name);
+    if (it == config.end()) throw InvalidArgument(fmt::format("tileops::{}: config has no '{}'", op, name));
+    return it->second;
+}
+
+}  // namespace tileops::detail

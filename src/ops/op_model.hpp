@@ -1,0 +1,71 @@
+// What the runtime, the autotuner and tileops-tune need to know about an op's problem: its tuning
+// key, heuristic config, search space, config checks and, for a config, which kernel to launch how.
+// Each op family implements one OpModel in its own file (rmsnorm.cpp, softmax.cpp, ...).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tileops/device_info.hpp"
+#include "tileops/tuning_db.hpp"
+
+namespace tileops::detail {
+
+// A kernel instantiation and its launch geometry for one problem.
+struct LaunchPlan {
+    std::string template_file;    // e.g. "rmsnorm.cuh"
+    std::string name_expression;  // e.g. "tileops::rmsnorm_kernel<float, float, 256, 1, 4, 4, 1, false>"
+    unsigned grid[3] = {1, 1, 1};
+    unsigned block[3] = {1, 1, 1};
+    unsigned cluster = 1;          // CTAs per cluster along x (sm_90+)
+    unsigned shared_bytes = 0;     // dynamic shared memory
+};
+
+// One operand of run(), in order: inputs first, then outputs.
+struct OperandSpec {
+    std::string name;
+    DType dtype;
+    long long rows;    // 0 for a vector of `cols` elements
+    long long cols;
+    long long stride;  // elements between rows
+    bool output;
+    // Bytes the op must move for this operand (read once or written once).
+    double bytes() const { return static_cast<double>(rows == 0 ? cols : rows * cols) * dtype_size(dtype); }
+};
+
+class OpModel {
+public:
+    virtual ~OpModel() = default;
+
+    virtual std::string op_name() const = 0;        // "rmsnorm"
+    virtual std::string template_file() const = 0;  // "rmsnorm.cuh"
+    virtual std::vector<long long> shape() const = 0;
+    virtual std::string dtype_key() const = 0;      // "bf16" or "bf16->fp32"
+    virtual std::string flags() const = 0;          // layout/options that change the kernel, "" if none
+
+    // A config good enough for a problem that was never tuned.
+    virtual Config heuristic(const DeviceInfo& device) const = 0;
+    // Every config worth timing on `device` (already pruned by invalid_reason).
+    virtual std::vector<Config> search_space(const DeviceInfo& device) const = 0;
+    // Why `config` cannot run this problem on `device`, or nullopt when it can.
+    virtual std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const = 0;
+    // Vector widths run() may launch with for `config`: the widest for aligned pointers, and
+    // narrower ones for misaligned pointers (so `warm` can compile all of them).
+    virtual std::vector<int> vector_widths(const Config& config) const = 0;
+    virtual LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const = 0;
+    // The operands of run() in order, for tools that allocate them (autotuner, benchmarks).
+    virtual std::vector<OperandSpec> operands() const = 0;
+
+    // "rmsnorm 8192x4096 bf16 [residual]".
+    std::string describe() const;
+    TuningKey tuning_key(const std::string& arch, const std::string& template_hash) const;
+};
+
+// The C++ type name of a dtype inside templates: "float", "__half", "__nv_bfloat16".
+const char* device_type_name(DType dtype) noexcept;
+
+// Reads a named tunable; throws InvalidArgument naming the op and the key when it is missing.
+long long config_value(const Config& config, const char* name, const std::string& op);
+
+}  // namespace tileops::detail

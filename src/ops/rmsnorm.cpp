@@ -1,0 +1,123 @@
+// RMSNorm: problem checks, tuning key and kernel choice (RmsNormModel), and RmsNorm::run.
+// Kernel: kernel_templates/rmsnorm.cuh.
+#include "tileops/rmsnorm.hpp"
+
+#include <fmt/format.h>
+
+#include "ops/op_state.hpp"
+#include "ops/row_config.hpp"
+#include "ops/validation.hpp"
+#include "tileops/error.hpp"
+#include "runtime/runtime_impl.hpp"
+
+namespace tileops {
+namespace detail {
+namespace {
+
+class RmsNormModel final : public RowOpModel {
+public:
+    explicit RmsNormModel(const RmsNormProblem& p)
+        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype, widest_dividing_vector(8, {p.cols, p.x_stride, p.y_stride, p.residual_stride})),
+          problem_(p), residual_(p.residual) {}
+
+    std::string op_name() const override { return "rmsnorm"; }
+    std::string template_file() const override { return "rmsnorm.cuh"; }
+    std::string flags() const override { return residual_ ? "residual" : ""; }
+    std::vector<OperandSpec> operands() const override {
+        std::vector<OperandSpec> list{{"x", problem_.dtype, rows_, cols_, problem_.x_stride, false}};
+        if (residual_) list.push_back({"residual", problem_.dtype, rows_, cols_, problem_.residual_stride, false});
+        list.push_back({"weight", problem_.dtype, 0, cols_, cols_, false});
+        list.push_back({"y", *problem_.out_dtype, rows_, cols_, problem_.y_stride, true});
+        if (residual_) list.push_back({"sum", problem_.dtype, rows_, cols_, problem_.residual_stride, true});
+        return list;
+    }
+
+private:
+    std::string name_expression(const RowLaunch& l) const override {
+        return fmt::format("tileops::rmsnorm_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
+                           l.rows_per_block, l.vec, l.items, l.cluster, residual_ ? "true" : "false");
+    }
+    RmsNormProblem problem_;
+    bool residual_;
+};
+
+RmsNormProblem normalized(RmsNormProblem p) {
+    check_extent("RmsNorm", p.rows, p.cols);
+    if (!p.out_dtype) p.out_dtype = p.dtype;
+    p.x_stride = row_stride("RmsNorm", "x_stride", p.x_stride, p.cols);
+    p.y_stride = row_stride("RmsNorm", "y_stride", p.y_stride, p.cols);
+    p.residual_stride = row_stride("RmsNorm", "residual_stride", p.residual_stride, p.cols);
+    if (!(p.eps >= 0.0f)) throw InvalidArgument(fmt::format("tileops::RmsNorm: eps must be >= 0, got {}", p.eps));
+    return p;
+}
+
+}  // namespace
+}  // namespace detail
+
+RmsNorm::RmsNorm(const RmsNormProblem& problem)
+    : Op(std::make_shared<detail::RmsNormModel>(detail::normalized(problem))), problem_(detail::normalized(problem)) {}
+
+namespace detail {
+namespace {
+
+struct RmsNormArgs {
+    const void* x = nullptr;
+    const void* residual = nullptr;
+    const void* weight = nullptr;
+    void* y = nullptr;
+    void* sum = nullptr;
+    int vec = 1;  // widest vector width the shape and every pointer allow
+};
+
+RmsNormArgs bind(const RmsNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
+    const DType out = *p.out_dtype;
+    const bool res = p.residual;
+    check_count("RmsNorm", "inputs", inputs.size(), res ? 3 : 2, res ? "x, residual, weight" : "x, weight");
+    check_count("RmsNorm", "outputs", outputs.size(), res ? 2 : 1, res ? "y, sum" : "y");
+    const TensorArg& x = inputs.begin()[0];
+    const TensorArg& weight = inputs.begin()[res ? 2 : 1];
+    const OutputArg& y = outputs.begin()[0];
+    check_operand("RmsNorm", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
+    check_operand("RmsNorm", "weight", weight.data(), weight.view(), p.dtype, 0, p.cols, 1);
+    check_operand("RmsNorm", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
+    RmsNormArgs args{x.data(), nullptr, weight.data(), y.data(), nullptr, shape_vec};
+    const size_t in_bytes = dtype_size(p.dtype);
+    if (res) {
+        const TensorArg& r = inputs.begin()[1];
+        const OutputArg& s = outputs.begin()[1];
+        check_operand("RmsNorm", "residual", r.data(), r.view(), p.dtype, p.rows, p.cols, p.residual_stride);
+        check_operand("RmsNorm", "sum", s.data(), s.view(), p.dtype, p.rows, p.cols, p.residual_stride);
+        args.residual = r.data();
+        args.sum = s.data();
+        args.vec = widest_aligned_vector(args.vec, args.residual, in_bytes);
+        args.vec = widest_aligned_vector(args.vec, args.sum, in_bytes);
+    }
+    args.vec = widest_aligned_vector(args.vec, args.x, in_bytes);
+    args.vec = widest_aligned_vector(args.vec, args.weight, in_bytes);
+    args.vec = widest_aligned_vector(args.vec, args.y, dtype_size(out));
+    return args;
+}
+
+}  // namespace
+}  // namespace detail
+
+int RmsNorm::vector_width(Inputs inputs, Outputs outputs) const {
+    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs).vec;
+}
+
+void RmsNorm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
+    const RmsNormProblem& p = problem_;
+    const bool res = p.residual;
+    const void* x = inputs.begin()[0].data();
+    const void* residual = res ? inputs.begin()[1].data() : nullptr;
+    const void* weight = inputs.begin()[res ? 2 : 1].data();
+    void* y = outputs.begin()[0].data();
+    void* sum = res ? outputs.begin()[1].data() : nullptr;
+    long long x_stride = p.x_stride, r_stride = p.residual_stride, y_stride = p.y_stride;
+    long long rows = p.rows, cols = p.cols;
+    float eps = p.eps;
+    void* args[] = {&x, &x_stride, &residual, &r_stride, &weight, &y, &y_stride, &sum, &r_stride, &rows, &cols, &eps};
+    detail::launch(launch, args, stream, *this);
+}
+
+}  // namespace tileops

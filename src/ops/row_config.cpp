@@ -1,0 +1,186 @@
+#include "ops/row_config.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "ops/op_model.hpp"
+
+namespace tileops::detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int next_pow2(int64_t n) {
+    int p = 1;
+    while (p < n && p < (1 << 30)) p <<= 1;
+    return p;
+}
+
+bool is_pow2(long long n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+RowConfig RowConfig::from(const Config& config, const std::string& op) {
+    RowConfig row;
+    row.threads_per_row = static_cast<int>(config_value(config, "threads_per_row", op));
+    row.rows_per_block = static_cast<int>(config_value(config, "rows_per_block", op));
+    row.vec = static_cast<int>(config_value(config, "vec", op));
+    row.items = static_cast<int>(config_value(config, "items", op));
+    row.cluster = static_cast<int>(config_value(config, "cluster", op));
+    return row;
+}
+
+Config RowConfig::to_config() const {
+    return {{"threads_per_row", threads_per_row}, {"rows_per_block", rows_per_block}, {"vec", vec},
+            {"items", items}, {"cluster", cluster}};
+}
+
+RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& device) {
+    RowConfig config;
+    config.vec = static_cast<int>(16 / element_bytes);
+    // About four 16-byte vectors in flight per thread: enough loads to cover memory latency.
+    const int target_items = 4;
+    config.threads_per_row = std::clamp(next_pow2(ceil_div(cols, int64_t{config.vec} * target_items)), 1, 1024);
+    // Small rows: several rows per block so blocks still have 128+ threads.
+    config.rows_per_block = std::max(1, 256 / config.threads_per_row);
+    config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
+    if (config.items * config.vec > kMaxHeldElements) {
+        const int per_cta = kMaxHeldElements / config.vec;
+        const int64_t ctas = ceil_div(cols, int64_t{config.threads_per_row} * config.vec * per_cta);
+        if (device.sm() >= 90 && ctas <= 8) {
+            config.cluster = next_pow2(ctas);
+            config.items = static_cast<int>(ceil_div(cols, int64_t{config.cluster} * config.threads_per_row * config.vec));
+        } else {
+            config.items = 0;  // streaming: the row is longer than a block (or cluster) can hold
+        }
+    }
+    return config;
+}
+
+std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, size_t element_bytes,
+                                              const DeviceInfo& device) {
+    if (!is_pow2(c.threads_per_row) || c.threads_per_row > 1024)
+        return fmt::format("threads_per_row = {} is not a power of two in [1, 1024]", c.threads_per_row);
+    if (c.rows_per_block < 1 || int64_t{c.threads_per_row} * c.rows_per_block > device.max_threads_per_block)
+        return fmt::format("threads_per_row x rows_per_block = {} x {} exceeds {} threads", c.threads_per_row,
+                           c.rows_per_block, device.max_threads_per_block);
+    if (!is_pow2(c.vec) || c.vec * element_bytes > 16)
+        return fmt::format("vec = {} is not a power of two of at most 16 bytes", c.vec);
+    if (c.items < 0 || int64_t{c.items} * c.vec > kMaxHeldElements)
+        return fmt::format("items x vec = {} x {} exceeds {} elements held per thread", c.items, c.vec, kMaxHeldElements);
+    if (c.cluster < 1 || c.cluster > 8 || !is_pow2(c.cluster)) return fmt::format("cluster = {} is not 1, 2, 4 or 8", c.cluster);
+    if (c.cluster > 1 && device.sm() < 90) return fmt::format("cluster = {} needs sm_90 or newer", c.cluster);
+    if (c.cluster > 1 && (c.rows_per_block != 1 || c.items == 0))
+        return "a cluster needs rows_per_block = 1 and items > 0";
+    if (c.items > 0 && int64_t{c.cluster} * c.threads_per_row * c.vec * c.items < cols)
+        return fmt::format("holds {} elements per row, fewer than cols = {}",
+                           int64_t{c.cluster} * c.threads_per_row * c.vec * c.items, cols);
+    return std::nullopt;
+}
+
+std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device) {
+    std::vector<Config> space;
+    std::set<Config> seen;
+    const int max_vec = static_cast<int>(16 / element_bytes);
+    for (int vec = max_vec; vec >= std::max(1, max_vec / 2); vec /= 2) {
+        for (int tpr = 1; tpr <= 1024; tpr *= 2) {
+            for (int cluster : {1, 2, 4, 8}) {
+                if (cluster > 1 && device.sm() < 90) continue;
+                const int64_t needed = ceil_div(cols, int64_t{cluster} * tpr * vec);
+                if (needed * vec > kMaxHeldElements) continue;
+                if (cluster > 1 && needed < 2) continue;  // a cluster only pays for long rows
+                for (int rpb : {1, 2, 4, 8, 16, 32}) {
+                    if (tpr * rpb > 1024 || tpr * rpb < 32) continue;
+                    if (cluster > 1 && rpb != 1) continue;
+                    if (rpb > 1 && rpb > rows) continue;
+                    RowConfig c{tpr, rpb, vec, static_cast<int>(needed), cluster};
+                    if (row_invalid_reason(c, cols, element_bytes, device)) continue;
+                    if (seen.insert(c.to_config()).second) space.push_back(c.to_config());
+                }
+            }
+        }
+    }
+    // Streaming configs, for rows too long for registers and as a fallback.
+    for (int tpr : {256, 512, 1024}) {
+        RowConfig c{tpr, 1, max_vec, 0, 1};
+        if (!row_invalid_reason(c, cols, element_bytes, device) && seen.insert(c.to_config()).second)
+            space.push_back(c.to_config());
+    }
+    return space;
+}
+
+RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols) {
+    RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, 0, 0};
+    if (c.items > 0) {
+        launch.items = static_cast<int>(ceil_div(cols, int64_t{c.cluster} * c.threads_per_row * vec));
+        if (launch.items * vec > kMaxHeldElements || launch.items > 32) {
+            // A narrower vector than the config's would need too many registers: stream instead.
+            launch.items = 0;
+            launch.cluster = 1;
+        }
+    }
+    if (launch.cluster > 1) {
+        launch.rows_per_block = 1;
+        launch.grid = static_cast<unsigned>(rows * launch.cluster);
+    } else {
+        launch.grid = static_cast<unsigned>(ceil_div(rows, launch.rows_per_block));
+    }
+    launch.block = static_cast<unsigned>(launch.threads_per_row * launch.rows_per_block);
+    return launch;
+}
+
+std::vector<int> row_vector_widths(const RowConfig& config, int shape_vec) {
+    std::vector<int> widths;
+    for (int vec = std::min(config.vec, shape_vec); vec >= 1; vec /= 2) widths.push_back(vec);
+    return widths;
+}
+
+}  // namespace tileops::detail
+
+namespace tileops::detail {
+
+std::string RowOpModel::dtype_key() const {
+    if (dtype_ == out_dtype_) return dtype_name(dtype_);
+    return fmt::format("{}->{}", dtype_name(dtype_), dtype_name(out_dtype_));
+}
+
+Config RowOpModel::heuristic(const DeviceInfo& device) const {
+    return row_heuristic(cols_, std::max(dtype_size(dtype_), dtype_size(out_dtype_)), device).to_config();
+}
+
+std::vector<Config> RowOpModel::search_space(const DeviceInfo& device) const {
+    return row_search_space(rows_, cols_, std::max(dtype_size(dtype_), dtype_size(out_dtype_)), device);
+}
+
+std::optional<std::string> RowOpModel::invalid_reason(const Config& config, const DeviceInfo& device) const {
+    RowConfig row;
+    try {
+        row = RowConfig::from(config, op_name());
+    } catch (const std::exception& e) {
+        return std::string(e.what());
+    }
+    return row_invalid_reason(row, cols_, std::max(dtype_size(dtype_), dtype_size(out_dtype_)), device);
+}
+
+std::vector<int> RowOpModel::vector_widths(const Config& config) const {
+    return row_vector_widths(RowConfig::from(config, op_name()), shape_vec_);
+}
+
+LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) const {
+    RowLaunch launch = row_launch(RowConfig::from(config, op_name()), vec, rows_, cols_);
+    LaunchPlan plan;
+    plan.template_file = template_file();
+    plan.name_expression = name_expression(launch);
+    plan.grid[0] = launch.grid;
+    plan.block[0] = launch.block;
+    plan.cluster = static_cast<unsigned>(launch.cluster);
+    return plan;
+}
+
+std::string RowOpModel::type_arguments() const {
+    return fmt::format("{}, {}", device_type_name(dtype_), device_type_name(out_dtype_));
+}
+
+}  // namespace tileops::detail

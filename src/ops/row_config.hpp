@@ -1,0 +1,78 @@
+// The config space shared by the row-wise ops (RMSNorm, LayerNorm, Softmax): a row is reduced by
+// a group of threads (a sub-warp, a warp, a block, or a cluster of blocks on sm_90) that holds it
+// in registers between reading and writing, so the row is read from memory once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/op_model.hpp"
+#include "tileops/device_info.hpp"
+#include "tileops/tuning_db.hpp"
+
+namespace tileops::detail {
+
+struct RowConfig {
+    int threads_per_row = 256;  // power of two, 1..1024
+    int rows_per_block = 1;     // threads_per_row * rows_per_block <= 1024
+    int vec = 8;                // widest vector width (elements); narrowed at run time for odd shapes
+    int items = 4;              // vectors each thread holds; 0: streaming (re-reads the row, any length)
+    int cluster = 1;            // CTAs per row (sm_90+, rows_per_block == 1)
+
+    static RowConfig from(const Config& config, const std::string& op);
+    Config to_config() const;
+};
+
+// The geometry of a launch for a concrete vector width: the config's capacity is kept by growing
+// `items` when `vec` is narrower; rows too long for registers fall back to streaming.
+struct RowLaunch {
+    int threads_per_row, rows_per_block, vec, items, cluster;
+    unsigned grid, block;
+};
+
+// Registers a thread may spend holding its part of the row (elements held in fp32).
+inline constexpr int kMaxHeldElements = 64;
+
+RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& device);
+std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device);
+std::optional<std::string> row_invalid_reason(const RowConfig& config, int64_t cols, size_t element_bytes,
+                                              const DeviceInfo& device);
+RowLaunch row_launch(const RowConfig& config, int vec, int64_t rows, int64_t cols);
+// Vector widths a row op may launch with: the config's, narrowed by what divides cols and strides.
+std::vector<int> row_vector_widths(const RowConfig& config, int shape_vec);
+
+}  // namespace tileops::detail
+
+namespace tileops::detail {
+
+// OpModel for a row-wise op: everything but the kernel's name expression is shared.
+class RowOpModel : public OpModel {
+public:
+    RowOpModel(int64_t rows, int64_t cols, DType dtype, DType out_dtype, int shape_vec)
+        : rows_(rows), cols_(cols), dtype_(dtype), out_dtype_(out_dtype), shape_vec_(shape_vec) {}
+
+    std::vector<long long> shape() const override { return {rows_, cols_}; }
+    std::string dtype_key() const override;
+    Config heuristic(const DeviceInfo& device) const override;
+    std::vector<Config> search_space(const DeviceInfo& device) const override;
+    std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override;
+    std::vector<int> vector_widths(const Config& config) const override;
+    LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const override;
+
+    // The widest vector width the shape and strides allow (pointers may narrow it further).
+    int shape_vec() const noexcept { return shape_vec_; }
+
+protected:
+    // e.g. "tileops::rmsnorm_kernel<__nv_bfloat16, __nv_bfloat16, 256, 1, 8, 4, 1, false>"
+    virtual std::string name_expression(const RowLaunch& launch) const = 0;
+    // "T, TOut" as template arguments.
+    std::string type_arguments() const;
+
+    int64_t rows_, cols_;
+    DType dtype_, out_dtype_;
+    int shape_vec_;
+};
+
+}  // namespace tileops::detail

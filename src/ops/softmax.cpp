@@ -1,0 +1,93 @@
+// Softmax and log-softmax: problem checks, tuning key and kernel choice (SoftmaxModel), and
+// Softmax::run. Kernel: kernel_templates/softmax.cuh.
+#include "tileops/softmax.hpp"
+
+#include <fmt/format.h>
+
+#include "ops/op_state.hpp"
+#include "ops/row_config.hpp"
+#include "ops/validation.hpp"
+#include "tileops/error.hpp"
+#include "runtime/runtime_impl.hpp"
+
+namespace tileops {
+namespace detail {
+namespace {
+
+class SoftmaxModel final : public RowOpModel {
+public:
+    explicit SoftmaxModel(const SoftmaxProblem& p)
+        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype, widest_dividing_vector(8, {p.cols, p.x_stride, p.y_stride})),
+          problem_(p), log_(p.log) {}
+
+    std::string op_name() const override { return log_ ? "log_softmax" : "softmax"; }
+    std::string template_file() const override { return "softmax.cuh"; }
+    std::string flags() const override { return ""; }
+    std::vector<OperandSpec> operands() const override {
+        return {{"x", problem_.dtype, rows_, cols_, problem_.x_stride, false},
+                {"y", *problem_.out_dtype, rows_, cols_, problem_.y_stride, true}};
+    }
+
+private:
+    std::string name_expression(const RowLaunch& l) const override {
+        return fmt::format("tileops::softmax_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
+                           l.rows_per_block, l.vec, l.items, l.cluster, log_ ? "true" : "false");
+    }
+    SoftmaxProblem problem_;
+    bool log_;
+};
+
+SoftmaxProblem normalized(SoftmaxProblem p) {
+    check_extent("Softmax", p.rows, p.cols);
+    if (!p.out_dtype) p.out_dtype = p.dtype;
+    p.x_stride = row_stride("Softmax", "x_stride", p.x_stride, p.cols);
+    p.y_stride = row_stride("Softmax", "y_stride", p.y_stride, p.cols);
+    return p;
+}
+
+}  // namespace
+}  // namespace detail
+
+Softmax::Softmax(const SoftmaxProblem& problem)
+    : Op(std::make_shared<detail::SoftmaxModel>(detail::normalized(problem))), problem_(detail::normalized(problem)) {}
+
+namespace detail {
+namespace {
+
+struct SoftmaxArgs {
+    const void* x = nullptr;
+    void* y = nullptr;
+    int vec = 1;
+};
+
+SoftmaxArgs bind(const SoftmaxProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
+    const DType out = *p.out_dtype;
+    check_count("Softmax", "inputs", inputs.size(), 1, "x");
+    check_count("Softmax", "outputs", outputs.size(), 1, "y");
+    const TensorArg& x = inputs.begin()[0];
+    const OutputArg& y = outputs.begin()[0];
+    check_operand("Softmax", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
+    check_operand("Softmax", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
+    SoftmaxArgs args{x.data(), y.data(), shape_vec};
+    args.vec = widest_aligned_vector(args.vec, args.x, dtype_size(p.dtype));
+    args.vec = widest_aligned_vector(args.vec, args.y, dtype_size(out));
+    return args;
+}
+
+}  // namespace
+}  // namespace detail
+
+int Softmax::vector_width(Inputs inputs, Outputs outputs) const {
+    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs).vec;
+}
+
+void Softmax::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
+    const SoftmaxProblem& p = problem_;
+    const void* x = inputs.begin()[0].data();
+    void* y = outputs.begin()[0].data();
+    long long x_stride = p.x_stride, y_stride = p.y_stride, rows = p.rows, cols = p.cols;
+    void* args[] = {&x, &x_stride, &y, &y_stride, &rows, &cols};
+    detail::launch(launch, args, stream, *this);
+}
+
+}  // namespace tileops

@@ -1,0 +1,65 @@
+#include "ops/validation.hpp"
+
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "tileops/error.hpp"
+
+namespace tileops::detail {
+
+void check_extent(const char* op, int64_t rows, int64_t cols) {
+    if (rows < 1) throw InvalidArgument(fmt::format("tileops::{}: rows must be >= 1, got {}", op, rows));
+    if (cols < 1) throw InvalidArgument(fmt::format("tileops::{}: cols must be >= 1, got {}", op, cols));
+    if (rows > std::numeric_limits<int64_t>::max() / cols)
+        throw InvalidArgument(fmt::format("tileops::{}: rows x cols = {} x {} overflows", op, rows, cols));
+    if (cols > (int64_t{1} << 40))
+        throw InvalidArgument(fmt::format("tileops::{}: cols = {} is larger than supported (2^40)", op, cols));
+}
+
+int64_t row_stride(const char* op, const char* argument, int64_t stride, int64_t cols) {
+    if (stride == 0) return cols;
+    if (stride < cols)
+        throw InvalidArgument(fmt::format("tileops::{}: {} = {} is smaller than a row (cols = {}); rows may not overlap",
+                                          op, argument, stride, cols));
+    return stride;
+}
+
+void check_count(const char* op, const char* which, size_t given, size_t expected, const char* names) {
+    if (given != expected)
+        throw InvalidArgument(fmt::format("tileops::{}: expected {} {} ({}), got {}", op, expected, which, names, given));
+}
+
+void check_operand(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                   int64_t rows, int64_t cols, int64_t stride) {
+    if (data == nullptr) throw InvalidArgument(fmt::format("tileops::{}: argument '{}' is a null pointer", op, argument));
+    const size_t element = dtype_size(dtype);
+    if (reinterpret_cast<uintptr_t>(data) % element != 0)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' ({}) is not aligned to its element size ({} bytes)",
+                                          op, argument, data, element));
+    if (view == nullptr) return;
+    if (view->dtype != dtype)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has dtype {}, expected {}", op, argument,
+                                          dtype_name(view->dtype), dtype_name(dtype)));
+    if (rows == 0) {
+        if (view->rank != 1 || view->shape[0] != cols || (cols > 1 && view->strides[0] != 1))
+            throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must be a contiguous vector of {} elements",
+                                              op, argument, cols));
+        return;
+    }
+    if (view->rank != 2 || view->shape[0] != rows || view->shape[1] != cols)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have shape [{}, {}] (rank 2), got rank {} [{}, {}]",
+                                          op, argument, rows, cols, view->rank, view->shape[0], view->shape[1]));
+    if (view->strides[1] != 1 || (rows > 1 && view->strides[0] != stride))
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}, 1] as in the problem, got [{}, {}]",
+                                          op, argument, stride, view->strides[0], view->strides[1]));
+}
+
+int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts) {
+    int vec = max_vec;
+    for (int64_t count : counts)
+        while (vec > 1 && count % vec != 0) vec >>= 1;
+    return vec;
+}
+
+}  // namespace tileops::detail

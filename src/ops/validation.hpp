@@ -1,0 +1,38 @@
+// Argument checks shared by the ops. Every failure is an InvalidArgument whose message names the
+// op, the argument and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "tileops/tensor.hpp"
+
+namespace tileops::detail {
+
+// rows >= 1, cols >= 1, and rows * cols representable.
+void check_extent(const char* op, int64_t rows, int64_t cols);
+
+// The row stride to use: `stride`, or `cols` when it is 0. Rejects strides shorter than a row.
+int64_t row_stride(const char* op, const char* argument, int64_t stride, int64_t cols);
+
+// Throws when the argument list does not have `expected` entries; `names` lists them for the message.
+void check_count(const char* op, const char* which, size_t given, size_t expected, const char* names);
+
+// A device operand of `rows` x `cols` with `stride`: non-null, aligned to its element size and,
+// when given as a TensorView, of the expected dtype, shape and strides (rows == 0: a 1-D vector).
+void check_operand(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                   int64_t rows, int64_t cols, int64_t stride);
+
+// The widest vector width <= `max_vec` (a power of two) that divides every value in `counts`.
+int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts);
+
+// The widest vector width <= `max_vec` for which `address` is aligned to vec * `element_bytes`.
+inline int widest_aligned_vector(int max_vec, const void* address, size_t element_bytes) noexcept {
+    auto bits = reinterpret_cast<uintptr_t>(address);
+    int vec = max_vec;
+    while (vec > 1 && (bits & (static_cast<uintptr_t>(vec) * element_bytes - 1)) != 0) vec >>= 1;
+    return vec;
+}
+
+}  // namespace tileops::detail

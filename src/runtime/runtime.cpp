@@ -1,0 +1,176 @@
+#include "tileops/runtime.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "codegen/template_registry.hpp"
+#include "runtime/compiler.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/log.hpp"
+#include "runtime/runtime_impl.hpp"
+#include "tileops/error.hpp"
+#include "tileops/op.hpp"
+#include "util/file_util.hpp"
+
+namespace tileops {
+namespace detail {
+namespace {
+
+std::atomic<uint64_t> next_runtime_id{1};
+
+std::filesystem::path cache_directory(const RuntimeOptions& options) {
+    if (!options.cache_dir.empty()) return options.cache_dir;
+    return runtime::DiskCache::default_directory();
+}
+
+uint64_t cache_max_bytes(const RuntimeOptions& options) {
+    // 0: TILEOPS_CACHE_MAX_MB, else the cache's default bound.
+    return options.cache_max_mb != 0 ? options.cache_max_mb << 20 : runtime::DiskCache::default_max_bytes();
+}
+
+bool compile_allowed(const RuntimeOptions& options) {
+    if (!options.allow_compile) return false;
+    auto value = util::env("TILEOPS_NO_COMPILE");
+    return !(value && *value != "0");
+}
+
+tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const DeviceInfo& device) {
+    tuning::ResolverOptions resolver;
+    resolver.arch = device.arch();
+    resolver.nvrtc_version = runtime::nvrtc_version();
+    resolver.user_dbs = options.tuning_dbs;
+    return resolver;
+}
+
+}  // namespace
+
+RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
+    : id_(next_runtime_id.fetch_add(1)),
+      device_(runtime::query_device(options.device)),
+      context_(options.device),
+      builder_(cache_directory(options), cache_max_bytes(options), compile_allowed(options)),
+      resolver_(resolver_options(options, device_)) {
+    runtime::check_arch_supported(device_.arch());
+    spdlog::debug("tileops: runtime on device {} ({}, {}, {} SMs), kernel cache {}", device_.ordinal, device_.name,
+                  device_.arch(), device_.sm_count, builder_.cache().directory().string());
+}
+
+RuntimeStats RuntimeImpl::stats() const {
+    RuntimeStats stats;
+    stats.kernels_compiled = builder_.compiled_count();
+    stats.disk_cache_hits = builder_.disk_hit_count();
+    stats.memory_cache_hits = memory_hits_.load();
+    return stats;
+}
+
+const LoadedKernel& RuntimeImpl::kernel(const LaunchPlan& plan) {
+    const std::string key = plan.template_file + '|' + plan.name_expression;
+    {
+        std::lock_guard lock(kernels_mutex_);
+        auto it = kernels_.find(key);
+        if (it != kernels_.end()) {
+            memory_hits_.fetch_add(1);
+            return *it->second;
+        }
+    }
+    const LoadedKernel* loaded = loading_.get_or_compute(key, [&]() -> const LoadedKernel* {
+        {
+            // Another thread may have finished loading it since we looked.
+            std::lock_guard lock(kernels_mutex_);
+            if (auto it = kernels_.find(key); it != kernels_.end()) return it->second.get();
+        }
+        runtime::KernelBinary binary = builder_.get(plan.template_file, plan.name_expression, device_.arch());
+        make_current();
+        auto kernel = std::make_unique<LoadedKernel>();
+        kernel->module = runtime::Module(binary.cubin);
+        kernel->function = kernel->module.function(binary.lowered_name);
+        std::lock_guard lock(kernels_mutex_);
+        auto [it, inserted] = kernels_.emplace(key, std::move(kernel));
+        return it->second.get();
+    });
+    return *loaded;
+}
+
+const tuning::ConfigChoice& RuntimeImpl::choice_locked(const Op& op) {
+    OpState& state = op.state();
+    if (state.config_runtime_id != id_) {
+        const OpModel& model = op.model();
+        const auto& registry = codegen::TemplateRegistry::instance();
+        TuningKey key = model.tuning_key(device_.arch(), registry.template_hash(model.template_file()));
+        state.choice = resolver_.choose(
+            key, [&] { return model.heuristic(device_); },
+            [&](const TuningEntry& entry) { return model.invalid_reason(entry.config, device_); });
+        state.config_runtime_id = id_;
+    }
+    return state.choice;
+}
+
+const tuning::ConfigChoice& RuntimeImpl::choice(const Op& op) {
+    std::lock_guard lock(op.state().mutex);
+    return choice_locked(op);
+}
+
+ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& config, int vec) {
+    if (auto reason = model.invalid_reason(config, device_))
+        throw InvalidArgument(fmt::format("tileops::{}: config invalid on {}: {}", model.op_name(), device_.arch(), *reason));
+    // Every config names its widest vector width "vec"; pointers may ask for a wider one than the
+    // config allows, never the reverse.
+    if (auto it = config.find("vec"); it != config.end() && vec > it->second) vec = static_cast<int>(it->second);
+    LaunchPlan plan = model.plan(config, vec, device_);
+    const LoadedKernel& loaded = kernel(plan);
+    ResolvedLaunch launch;
+    launch.function = loaded.function;
+    for (int i = 0; i < 3; ++i) {
+        launch.grid[i] = plan.grid[i];
+        launch.block[i] = plan.block[i];
+    }
+    launch.cluster = plan.cluster;
+    launch.shared_bytes = plan.shared_bytes;
+    if (plan.shared_bytes > 48 * 1024)
+        TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(
+            launch.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(plan.shared_bytes)));
+    return launch;
+}
+
+const ResolvedLaunch& RuntimeImpl::resolve(const Op& op, int vec) {
+    OpState& state = op.state();
+    std::lock_guard lock(state.mutex);
+    KernelSlot& slot = state.slots[vector_slot(vec)];
+    if (slot.runtime_id.load(std::memory_order_acquire) == id_) return slot.launch;
+    const tuning::ConfigChoice& chosen = choice_locked(op);
+    slot.launch = resolve_config(op.model(), chosen.config, vec);
+    slot.runtime_id.store(id_, std::memory_order_release);
+    return slot.launch;
+}
+
+}  // namespace detail
+
+Runtime::Runtime() : Runtime(RuntimeOptions{}) {}
+
+Runtime::Runtime(const RuntimeOptions& options) {
+    runtime::configure_logging();
+    impl_ = std::make_unique<detail::RuntimeImpl>(options);
+}
+
+Runtime::~Runtime() = default;
+
+const DeviceInfo& Runtime::device() const { return impl_->device(); }
+
+RuntimeStats Runtime::stats() const { return impl_->stats(); }
+
+std::string Runtime::explain(const Op& op) {
+    const tuning::ConfigChoice& choice = impl_->choice(op);
+    std::string config;
+    for (const auto& [name, value] : choice.config) config += fmt::format("{}{}={}", config.empty() ? "" : " ", name, value);
+    return fmt::format("{} on {} ({}): config {{{}}} from {}{}{}", op.describe(), impl_->device().name,
+                       impl_->device().arch(), config, tuning::to_string(choice.source),
+                       choice.origin.empty() ? "" : " " + choice.origin,
+                       choice.explanation.empty() ? "" : "; " + choice.explanation);
+}
+
+void Runtime::prepare(const Op& op) {
+    const tuning::ConfigChoice& choice = impl_->choice(op);
+    for (int vec : op.model().vector_widths(choice.config)) impl_->resolved_launch(op, vec);
+}
+
+}  // namespace tileops

@@ -1,0 +1,69 @@
+// The implementation behind tileops::Runtime.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "ops/op_model.hpp"
+#include "ops/op_state.hpp"
+#include "runtime/device.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/in_flight.hpp"
+#include "runtime/kernel_builder.hpp"
+#include "tileops/runtime.hpp"
+#include "tuning/config_choice.hpp"
+
+namespace tileops::detail {
+
+// A kernel loaded into this runtime's context.
+struct LoadedKernel {
+    runtime::Module module;
+    CUfunction function = nullptr;
+};
+
+class RuntimeImpl {
+public:
+    explicit RuntimeImpl(const RuntimeOptions& options);
+
+    uint64_t id() const noexcept { return id_; }
+    const DeviceInfo& device() const noexcept { return device_; }
+    runtime::KernelBuilder& builder() noexcept { return builder_; }
+    tuning::ConfigResolver& resolver() noexcept { return resolver_; }
+    RuntimeStats stats() const;
+
+    void make_current() const { context_.make_current(); }
+
+    // The hot path: the launch resolved for (op, vec) on this runtime, or the slow path.
+    const ResolvedLaunch& resolved_launch(const Op& op, int vec) {
+        KernelSlot& slot = op.state().slots[vector_slot(vec)];
+        if (slot.runtime_id.load(std::memory_order_acquire) == id_) return slot.launch;
+        return resolve(op, vec);
+    }
+
+    // The config `op` runs with here (chosen once per op and runtime).
+    const tuning::ConfigChoice& choice(const Op& op);
+    // Loads (compiling if needed) the kernel of `plan` into this context; shared by all ops.
+    const LoadedKernel& kernel(const LaunchPlan& plan);
+    // Resolves a config's launch for `model` without an Op (autotuner).
+    ResolvedLaunch resolve_config(const OpModel& model, const Config& config, int vec);
+
+private:
+    const ResolvedLaunch& resolve(const Op& op, int vec);
+    const tuning::ConfigChoice& choice_locked(const Op& op);
+
+    uint64_t id_;
+    DeviceInfo device_;
+    runtime::PrimaryContext context_;
+    runtime::KernelBuilder builder_;
+    tuning::ConfigResolver resolver_;
+
+    std::mutex kernels_mutex_;  // guards kernels_ (find/insert only; never held while compiling)
+    std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> kernels_;
+    runtime::InFlight<std::string, const LoadedKernel*> loading_;
+    std::atomic<uint64_t> memory_hits_{0};
+};
+
+}  // namespace tileops::detail

@@ -1,0 +1,65 @@
+#include "tuning/operand_buffers.hpp"
+
+#include <cstring>
+#include <random>
+
+#include "util/host_dtype.hpp"
+
+namespace tileops::tuning {
+namespace {
+
+size_t extent_bytes(const detail::OperandSpec& spec) {
+    const long long rows = spec.rows == 0 ? 1 : spec.rows;
+    return static_cast<size_t>((rows - 1) * spec.stride + spec.cols) * dtype_size(spec.dtype);
+}
+
+std::vector<uint8_t> random_bytes(DType dtype, size_t bytes, std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+    std::vector<uint8_t> host(bytes);
+    const size_t n = bytes / dtype_size(dtype);
+    for (size_t i = 0; i < n; ++i) util::encode_value(dtype, dist(rng), &host[i * dtype_size(dtype)]);
+    return host;
+}
+
+}  // namespace
+
+OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed) : specs_(model.operands()) {
+    std::mt19937_64 rng(seed);
+    buffers_.reserve(specs_.size());
+    for (const auto& spec : specs_) {
+        const size_t bytes = extent_bytes(spec);
+        buffers_.emplace_back(bytes);
+        bytes_moved_ += spec.bytes();
+        if (spec.output) {
+            buffers_.back().fill_bytes(0xff);
+            outputs_.emplace_back(buffers_.back().data());
+        } else {
+            std::vector<uint8_t> host = random_bytes(spec.dtype, bytes, rng);
+            buffers_.back().upload(host.data(), bytes);
+            inputs_.emplace_back(buffers_.back().data());
+        }
+    }
+}
+
+void OperandBuffers::poison_outputs() {
+    for (size_t i = 0; i < specs_.size(); ++i)
+        if (specs_[i].output) buffers_[i].fill_bytes(0xff);
+}
+
+std::vector<float> OperandBuffers::download_outputs() const {
+    std::vector<float> values;
+    for (size_t i = 0; i < specs_.size(); ++i) {
+        if (!specs_[i].output) continue;
+        const auto& spec = specs_[i];
+        std::vector<uint8_t> host(buffers_[i].size());
+        buffers_[i].download(host.data(), host.size());
+        const size_t element = dtype_size(spec.dtype);
+        const long long rows = spec.rows == 0 ? 1 : spec.rows;
+        for (long long r = 0; r < rows; ++r)
+            for (long long c = 0; c < spec.cols; ++c)
+                values.push_back(util::decode_value(spec.dtype, &host[static_cast<size_t>(r * spec.stride + c) * element]));
+    }
+    return values;
+}
+
+}  // namespace tileops::tuning

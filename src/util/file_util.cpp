@@ -1,0 +1,141 @@
+#include "util/file_util.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "tileops/error.hpp"
+
+namespace tileops::util {
+namespace fs = std::filesystem;
+
+std::optional<std::string> read_file(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::ostringstream buffer;
+    buffer << in.rdbuf();
+    if (in.bad()) return std::nullopt;
+    return std::move(buffer).str();
+}
+
+namespace {
+
+void fsync_directory(const fs::path& dir) {
+    int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;  // best effort: some filesystems refuse to open directories
+    ::fsync(fd);
+    ::close(fd);
+}
+
+void write_all(int fd, std::string_view data, const fs::path& tmp) {
+    const char* p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+        ssize_t n = ::write(fd, p, left);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            throw FileError(fmt::format("cannot write {}: {}", tmp.string(), std::strerror(errno)));
+        }
+        p += n;
+        left -= static_cast<size_t>(n);
+    }
+}
+
+}  // namespace
+
+void write_file_atomic(const fs::path& path, std::string_view data) {
+    fs::path dir = path.parent_path();
+    if (dir.empty()) dir = ".";
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) throw FileError(fmt::format("cannot create directory {}: {}", dir.string(), ec.message()));
+
+    static std::atomic<unsigned> counter{0};
+    fs::path tmp = dir / fmt::format(".{}.tmp.{}.{}", path.filename().string(), ::getpid(), counter++);
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) throw FileError(fmt::format("cannot create {}: {}", tmp.string(), std::strerror(errno)));
+    try {
+        write_all(fd, data, tmp);
+        if (::fsync(fd) != 0)
+            throw FileError(fmt::format("cannot fsync {}: {}", tmp.string(), std::strerror(errno)));
+    } catch (...) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw;
+    }
+    ::close(fd);
+    if (::rename(tmp.c_str(), path.c_str()) != 0) {
+        int err = errno;
+        ::unlink(tmp.c_str());
+        throw FileError(fmt::format("cannot rename {} to {}: {}", tmp.string(), path.string(), std::strerror(err)));
+    }
+    fsync_directory(dir);
+}
+
+namespace {
+
+int open_lock_file(const fs::path& path) {
+    std::error_code ec;
+    if (!path.parent_path().empty()) fs::create_directories(path.parent_path(), ec);
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) throw FileError(fmt::format("cannot open lock file {}: {}", path.string(), std::strerror(errno)));
+    return fd;
+}
+
+int flock_op(FileLock::Mode mode) { return mode == FileLock::Mode::shared ? LOCK_SH : LOCK_EX; }
+
+}  // namespace
+
+FileLock::FileLock(const fs::path& path, Mode mode) : fd_(open_lock_file(path)) {
+    while (::flock(fd_, flock_op(mode)) != 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd_);
+        fd_ = -1;
+        throw FileError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(err)));
+    }
+}
+
+FileLock FileLock::try_lock(const fs::path& path, Mode mode) {
+    FileLock lock;
+    int fd = open_lock_file(path);
+    if (::flock(fd, flock_op(mode) | LOCK_NB) == 0) {
+        lock.fd_ = fd;
+    } else {
+        ::close(fd);
+    }
+    return lock;
+}
+
+FileLock::FileLock(FileLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+
+FileLock& FileLock::operator=(FileLock&& other) noexcept {
+    if (this != &other) {
+        if (fd_ >= 0) ::close(fd_);
+        fd_ = other.fd_;
+        other.fd_ = -1;
+    }
+    return *this;
+}
+
+FileLock::~FileLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+}
+
+std::optional<std::string> env(const char* name) {
+    const char* value = std::getenv(name);
+    if (value == nullptr || *value == '\0') return std::nullopt;
+    return std::string(value);
+}
+
+}  // namespace tileops::util

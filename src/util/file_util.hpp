@@ -1,0 +1,47 @@
+// Small filesystem helpers shared by the kernel cache and the tuning database: whole-file reads,
+// atomic writes (temporary file in the same directory, fsync, rename) and advisory file locks.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tileops::util {
+
+// Reads a whole file. Returns nullopt when it does not exist or cannot be read.
+std::optional<std::string> read_file(const std::filesystem::path& path);
+
+// Writes `data` to `path` so that readers see either the old file or the whole new one, never a
+// partial file: writes a uniquely named temporary file in the same directory, fsyncs it, renames
+// it over `path`, then fsyncs the directory. Creates the directory if needed. Throws FileError.
+void write_file_atomic(const std::filesystem::path& path, std::string_view data);
+
+// An advisory lock (flock) on a lock file, held for the object's lifetime. Locks are per open
+// file description, so they also exclude other threads of this process that open their own lock.
+class FileLock {
+public:
+    enum class Mode { shared, exclusive };
+
+    // Blocks until the lock is taken. Creates the lock file (and its directory) if needed.
+    FileLock(const std::filesystem::path& path, Mode mode);
+    // Takes the lock only if it is free now; check owns().
+    static FileLock try_lock(const std::filesystem::path& path, Mode mode);
+
+    FileLock(FileLock&& other) noexcept;
+    FileLock& operator=(FileLock&& other) noexcept;
+    FileLock(const FileLock&) = delete;
+    FileLock& operator=(const FileLock&) = delete;
+    ~FileLock();
+
+    bool owns() const noexcept { return fd_ >= 0; }
+
+private:
+    FileLock() = default;
+    int fd_ = -1;
+};
+
+// Reads an environment variable; nullopt when unset or empty.
+std::optional<std::string> env(const char* name);
+
+}  // namespace tileops::util

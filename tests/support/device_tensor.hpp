@@ -1,0 +1,34 @@
+// A device buffer holding a [rows, cols] matrix with a row stride, filled from and read back into
+// doubles through the dtype's host encoding. Gaps between rows are poisoned so a test can check
+// that a kernel wrote exactly its rows and nothing else.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/device.hpp"
+#include "support/test_support.hpp"
+
+namespace tileops::test {
+
+class DeviceMatrix {
+public:
+    // Poisoned (all bits set: NaN in every float dtype) everywhere.
+    DeviceMatrix(DType dtype, int64_t rows, int64_t cols, int64_t stride = 0, size_t byte_offset = 0);
+
+    void upload(const std::vector<double>& values);  // rows*cols values, row-major
+    std::vector<double> download() const;            // rows*cols values
+    // True when every element between rows (stride > cols) is still the poison pattern.
+    bool gaps_untouched() const;
+
+    void* data() const { return static_cast<char*>(buffer_.data()) + offset_; }
+    int64_t stride() const { return stride_; }
+
+private:
+    DType dtype_;
+    int64_t rows_, cols_, stride_;
+    size_t offset_;
+    runtime::DeviceBuffer buffer_;
+};
+
+}  // namespace tileops::test

@@ -1,0 +1,110 @@
+#include "support/test_support.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "runtime/device.hpp"
+#include "util/host_dtype.hpp"
+
+namespace tileops::test {
+namespace fs = std::filesystem;
+
+bool have_gpu() { return runtime::device_count() > 0; }
+
+TempDir::TempDir() {
+    static std::atomic<int> counter{0};
+    std::random_device entropy;
+    path_ = fs::temp_directory_path() /
+            ("tileops-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+             std::to_string(entropy()));
+    fs::create_directories(path_);
+}
+
+TempDir::~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+}
+
+ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_old_ = old != nullptr;
+    if (had_old_) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+}
+
+ScopedEnv::~ScopedEnv() {
+    if (had_old_)
+        ::setenv(name_.c_str(), old_.c_str(), 1);
+    else
+        ::unsetenv(name_.c_str());
+}
+
+std::vector<uint8_t> encode(DType dtype, const std::vector<double>& values) {
+    const size_t element = dtype_size(dtype);
+    std::vector<uint8_t> bytes(values.size() * element);
+    for (size_t i = 0; i < values.size(); ++i) util::encode_value(dtype, static_cast<float>(values[i]), &bytes[i * element]);
+    return bytes;
+}
+
+std::vector<double> decode(DType dtype, const std::vector<uint8_t>& bytes) {
+    const size_t element = dtype_size(dtype);
+    std::vector<double> values(bytes.size() / element);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = util::decode_value(dtype, &bytes[i * element]);
+    return values;
+}
+
+std::vector<double> round_to(DType dtype, const std::vector<double>& values) { return decode(dtype, encode(dtype, values)); }
+
+std::vector<double> random_values(size_t count, uint64_t seed, double lo, double hi) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<double> dist(lo, hi);
+    std::vector<double> values(count);
+    for (double& v : values) v = dist(rng);
+    return values;
+}
+
+double relative_error(const std::vector<double>& out, const std::vector<double>& ref) {
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+        if (!std::isfinite(out[i]) && !(std::isinf(out[i]) && out[i] == ref[i])) return INFINITY;
+        if (std::isinf(ref[i])) continue;
+        diff += (out[i] - ref[i]) * (out[i] - ref[i]);
+        norm += ref[i] * ref[i];
+    }
+    return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+double tolerance(DType dtype) {
+    switch (dtype) {
+        case DType::fp32: return 1e-5;
+        case DType::fp16: return 1e-3;
+        case DType::bf16: return 1.6e-2;
+    }
+    return 0;
+}
+
+int run_self(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+        for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+        std::vector<char*> argv;
+        std::string self = "/proc/self/exe";
+        argv.push_back(self.data());
+        std::vector<std::string> copies = args;
+        for (std::string& a : copies) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        ::execv("/proc/self/exe", argv.data());
+        ::_exit(127);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace tileops::test

@@ -1,0 +1,69 @@
+// Helpers shared by the tests: GPU detection, temporary directories, host-side dtype conversion,
+// random inputs and error measures.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "tileops/tensor.hpp"
+
+namespace tileops::test {
+
+// True when a CUDA driver and device are present.
+bool have_gpu();
+
+// GPU tests call this first: SKIP (not pass) where no device is found.
+#define TILEOPS_REQUIRE_GPU() \
+    if (!::tileops::test::have_gpu()) SKIP("no CUDA device")
+
+// A fresh directory removed (with its contents) on destruction.
+class TempDir {
+public:
+    TempDir();
+    ~TempDir();
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+    const std::filesystem::path& path() const { return path_; }
+
+private:
+    std::filesystem::path path_;
+};
+
+// Sets an environment variable for the lifetime of the object, restoring the old value.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const std::string& value);
+    ~ScopedEnv();
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    std::string name_;
+    std::string old_;
+    bool had_old_;
+};
+
+// Host encodings of device dtypes (round to nearest even).
+std::vector<uint8_t> encode(DType dtype, const std::vector<double>& values);
+std::vector<double> decode(DType dtype, const std::vector<uint8_t>& bytes);
+// Values as the dtype stores them (what the kernel actually reads).
+std::vector<double> round_to(DType dtype, const std::vector<double>& values);
+
+// Uniform values in [lo, hi), never all zeros; deterministic for a seed.
+std::vector<double> random_values(size_t count, uint64_t seed, double lo = -2.0, double hi = 2.0);
+
+// ||out - ref|| / ||ref|| over the entries where `mask` (if given) is true; +inf on any NaN.
+double relative_error(const std::vector<double>& out, const std::vector<double>& ref);
+
+// The project's tolerances: fp32 1e-5, fp16 1e-3, bf16 1.6e-2 (relative, norm-wise).
+double tolerance(DType dtype);
+
+// Runs this test program again in a child process with `args` (e.g. a hidden test's name) and
+// the extra environment; returns its exit status.
+int run_self(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env);
+
+}  // namespace tileops::test

@@ -1,0 +1,43 @@
+// Every kernel the ops can launch with their default (heuristic) configs, at every vector width
+// run() may pick, compiles with NVRTC for sm_80 and sm_90a. Needs no GPU.
+#include <map>
+#include <set>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "codegen/template_registry.hpp"
+#include "ops/op_model.hpp"
+#include "runtime/compiler.hpp"
+#include "support/problems.hpp"
+
+using namespace tileops;
+
+TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[compile]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    // template file -> every name expression the ops produce (one NVRTC program per file).
+    std::map<std::string, std::set<std::string>> kernels;
+    for (const auto& op : test::representative_ops()) {
+        const detail::OpModel& model = op->model();
+        Config config = model.heuristic(device);
+        INFO(model.describe());
+        REQUIRE_FALSE(model.invalid_reason(config, device).has_value());
+        for (int vec : model.vector_widths(config))
+            kernels[model.template_file()].insert(model.plan(config, vec, device).name_expression);
+    }
+    const auto& registry = codegen::TemplateRegistry::instance();
+    for (const auto& [file, names] : kernels) {
+        runtime::CompileRequest request;
+        request.source = codegen::render_translation_unit(file);
+        request.source_name = file;
+        request.headers = registry.headers();
+        request.name_expressions.assign(names.begin(), names.end());
+        request.arch = arch;
+        INFO(file << " for " << arch << ": " << names.size() << " kernels");
+        runtime::CompileResult result;
+        REQUIRE_NOTHROW(result = runtime::compile(request));
+        CHECK(result.cubin.size() > 0);
+        CHECK(result.lowered_names.size() == names.size());
+    }
+}

@@ -1,0 +1,45 @@
+// The embedded templates, the override directory and the template content hash.
+#include <fstream>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "codegen/template_registry.hpp"
+#include "support/test_support.hpp"
+#include "tileops/error.hpp"
+
+using namespace tileops;
+
+TEST_CASE("every op template and the shared headers are embedded", "[templates]") {
+    codegen::TemplateRegistry registry;
+    for (const char* path : {"rmsnorm.cuh", "layernorm.cuh", "softmax.cuh", "elementwise.cuh"}) {
+        INFO(path);
+        CHECK(registry.file(path).content.find("__global__") != std::string::npos);
+    }
+    bool has_common = false;
+    for (const auto& f : registry.files()) has_common |= f.path.rfind("common/", 0) == 0;
+    CHECK(has_common);
+    CHECK_THROWS_AS(registry.file("no_such.cuh"), Error);
+}
+
+TEST_CASE("a template directory overrides the embedded templates and changes the hash", "[templates]") {
+    test::TempDir dir;
+    codegen::TemplateRegistry embedded;
+    std::filesystem::create_directories(dir.path() / "common");
+    for (const auto& f : embedded.files()) {
+        std::filesystem::create_directories((dir.path() / f.path).parent_path());
+        std::ofstream(dir.path() / f.path) << f.content;
+    }
+    codegen::TemplateRegistry copy(dir.path().string());
+    CHECK(copy.template_hash("softmax.cuh") == embedded.template_hash("softmax.cuh"));
+
+    std::ofstream(dir.path() / "common" / "types.cuh", std::ios::app) << "\n// edited\n";
+    codegen::TemplateRegistry edited(dir.path().string());
+    // A shared header is part of every op's hash; an op's own file only of its own.
+    CHECK(edited.template_hash("softmax.cuh") != embedded.template_hash("softmax.cuh"));
+    std::ofstream(dir.path() / "rmsnorm.cuh", std::ios::app) << "\n// edited\n";
+    codegen::TemplateRegistry edited2(dir.path().string());
+    CHECK(edited2.template_hash("rmsnorm.cuh") != edited.template_hash("rmsnorm.cuh"));
+    CHECK(edited2.template_hash("softmax.cuh") == edited.template_hash("softmax.cuh"));
+
+    CHECK_THROWS_AS(codegen::TemplateRegistry((dir.path() / "missing").string()), FileError);
+}

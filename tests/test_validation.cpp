@@ -1,0 +1,83 @@
+// Every op rejects bad problems and bad arguments before any launch, with a message naming the op,
+// the argument and what was expected. check() runs run()'s argument checks without a GPU.
+#include <cmath>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+// Fake device addresses: check() never dereferences them.
+void* const kX = reinterpret_cast<void*>(0x10000);
+void* const kW = reinterpret_cast<void*>(0x20000);
+void* const kY = reinterpret_cast<void*>(0x30000);
+void* const kB = reinterpret_cast<void*>(0x40000);
+}  // namespace
+
+TEST_CASE("problems with bad extents, strides or eps are refused", "[validation]") {
+    CHECK_THROWS_WITH(RmsNorm({0, 16, DType::bf16}), ContainsSubstring("RmsNorm") && ContainsSubstring("rows must be >= 1"));
+    CHECK_THROWS_WITH(LayerNorm({4, -3, DType::bf16}), ContainsSubstring("LayerNorm") && ContainsSubstring("cols must be >= 1"));
+    CHECK_THROWS_WITH(Softmax({4, 16, DType::fp32, {}, false, 8}), ContainsSubstring("x_stride = 8 is smaller than a row"));
+    CHECK_THROWS_WITH(RmsNorm({4, 16, DType::bf16, {}, -1.0f}), ContainsSubstring("eps must be >= 0"));
+    CHECK_THROWS_WITH(RmsNorm({4, 16, DType::bf16, {}, std::nanf("")}), ContainsSubstring("eps"));
+    CHECK_THROWS_WITH(RmsNorm({int64_t{1} << 40, int64_t{1} << 40, DType::bf16}), ContainsSubstring("overflows"));
+    ElementwiseProblem unary_broadcast{ElementwiseOp::silu, 4, 16, DType::bf16};
+    unary_broadcast.broadcast_b = true;
+    CHECK_THROWS_WITH(Elementwise(unary_broadcast), ContainsSubstring("broadcast_b needs a binary op"));
+    CHECK_THROWS_WITH(Elementwise({static_cast<ElementwiseOp>(42), 4, 16, DType::bf16}), ContainsSubstring("unknown op"));
+    CHECK_THROWS_AS(RmsNorm({0, 16, DType::bf16}), InvalidArgument);
+}
+
+TEST_CASE("argument counts, null and misaligned pointers are refused by name", "[validation]") {
+    RmsNorm norm({8, 64, DType::bf16});
+    CHECK_NOTHROW(norm.check({kX, kW}, {kY}));
+    CHECK_THROWS_WITH(norm.check({kX}, {kY}), ContainsSubstring("expected 2 inputs (x, weight), got 1"));
+    CHECK_THROWS_WITH(norm.check({kX, kW}, {kY, kB}), ContainsSubstring("expected 1 outputs (y), got 2"));
+    CHECK_THROWS_WITH(norm.check({nullptr, kW}, {kY}), ContainsSubstring("argument 'x' is a null pointer"));
+    CHECK_THROWS_WITH(norm.check({kX, nullptr}, {kY}), ContainsSubstring("argument 'weight' is a null pointer"));
+    void* odd = reinterpret_cast<char*>(kY) + 1;
+    CHECK_THROWS_WITH(norm.check({kX, kW}, {odd}), ContainsSubstring("argument 'y'") && ContainsSubstring("not aligned"));
+
+    RmsNorm fused({8, 64, DType::bf16, {}, 1e-6f, true});
+    CHECK_NOTHROW(fused.check({kX, kB, kW}, {kY, kB}));
+    CHECK_THROWS_WITH(fused.check({kX, kW}, {kY}), ContainsSubstring("x, residual, weight"));
+    CHECK_THROWS_WITH(fused.check({kX, nullptr, kW}, {kY, kB}), ContainsSubstring("'residual' is a null pointer"));
+
+    Elementwise add({ElementwiseOp::add, 8, 64, DType::fp32});
+    CHECK_THROWS_WITH(add.check({kX}, {kY}), ContainsSubstring("expected 2 inputs (a, b)"));
+    CHECK_THROWS_WITH(add.check({kX, nullptr}, {kY}), ContainsSubstring("'b' is a null pointer"));
+    LayerNorm ln({8, 64, DType::fp16});
+    CHECK_THROWS_WITH(ln.check({kX, kW, nullptr}, {kY}), ContainsSubstring("'bias' is a null pointer"));
+    Softmax sm({8, 64, DType::fp16});
+    CHECK_THROWS_WITH(sm.check({kX}, {nullptr}), ContainsSubstring("'y' is a null pointer"));
+}
+
+TEST_CASE("tensor views must agree with the problem", "[validation]") {
+    RmsNorm norm({8, 64, DType::bf16});
+    TensorView x = TensorView::contiguous(kX, DType::bf16, {8, 64});
+    TensorView w = TensorView::contiguous(kW, DType::bf16, {64});
+    TensorView y = TensorView::contiguous(kY, DType::bf16, {8, 64});
+    CHECK_NOTHROW(norm.check({x, w}, {y}));
+    CHECK_THROWS_WITH(norm.check({TensorView::contiguous(kX, DType::fp16, {8, 64}), w}, {y}),
+                      ContainsSubstring("'x' has dtype fp16, expected bf16"));
+    CHECK_THROWS_WITH(norm.check({TensorView::contiguous(kX, DType::bf16, {8, 32}), w}, {y}),
+                      ContainsSubstring("'x' must have shape [8, 64]"));
+    CHECK_THROWS_WITH(norm.check({x, TensorView::contiguous(kW, DType::bf16, {32})}, {y}),
+                      ContainsSubstring("'weight' must be a contiguous vector of 64 elements"));
+    CHECK_THROWS_WITH(norm.check({x, w}, {TensorView::rows(kY, DType::bf16, 8, 64, 128)}),
+                      ContainsSubstring("'y' must have strides [64, 1]"));
+    // A view whose row stride matches the problem's is accepted.
+    Softmax padded({8, 64, DType::bf16, {}, false, 128, 128});
+    CHECK_NOTHROW(padded.check({TensorView::rows(kX, DType::bf16, 8, 64, 128)}, {TensorView::rows(kY, DType::bf16, 8, 64, 128)}));
+}
+
+TEST_CASE("dtype names parse and print", "[validation]") {
+    CHECK(parse_dtype("bf16") == DType::bf16);
+    CHECK(parse_dtype("float16") == DType::fp16);
+    CHECK(std::string(dtype_name(DType::fp32)) == "fp32");
+    CHECK_THROWS_WITH(parse_dtype("int8"), ContainsSubstring("unknown dtype 'int8'"));
+}

@@ -1,0 +1,139 @@
+// tileops-tune warm: compiles every kernel a tuning database or a workload needs into the kernel
+// cache, for an arch, with no GPU: a fleet image can ship with a full cache.
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ops/op_factory.hpp"
+#include "ops/op_model.hpp"
+#include "runtime/compiler.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/kernel_builder.hpp"
+#include "tileops/tuning_db.hpp"
+#include "tileops_tune/command_runner.hpp"
+#include "tileops_tune/commands.hpp"
+#include "tileops_tune/output.hpp"
+#include "tileops_tune/problems.hpp"
+#include "tileops_tune/resolver_setup.hpp"
+
+namespace tileops::cli {
+namespace {
+
+struct Kernel {
+    std::string template_file, name_expression;
+    bool operator<(const Kernel& o) const {
+        return std::tie(template_file, name_expression) < std::tie(o.template_file, o.name_expression);
+    }
+};
+
+// Every kernel `op` may launch with `config`: one per vector width run() may pick.
+void add_kernels(const detail::OpModel& model, const Config& config, const DeviceInfo& device, std::set<Kernel>& out) {
+    for (int vec : model.vector_widths(config)) {
+        detail::LaunchPlan plan = model.plan(config, vec, device);
+        out.insert({plan.template_file, plan.name_expression});
+    }
+}
+
+}  // namespace
+
+int cmd_warm(int argc, char** argv) {
+    return run_command(
+        "warm", "Compile the kernels of a database's entries and/or a workload's problems into the kernel cache.", argc,
+        argv,
+        [](cxxopts::Options& options) {
+            add_problem_options(options);
+            options.add_options()("arch", "target arch, e.g. sm_90a, sm_80 (default: this GPU's)",
+                                  cxxopts::value<std::string>())(
+                "db", "tuning database(s) whose entries for the arch to compile", cxxopts::value<std::vector<std::string>>())(
+                "cache-dir", "kernel cache directory (default: TILEOPS_CACHE_DIR or the user cache)",
+                cxxopts::value<std::string>())("j,jobs", "parallel compilations (default: all cores)",
+                                               cxxopts::value<unsigned>()->default_value("0"));
+        },
+        [](const cxxopts::ParseResult& args) {
+            const std::string arch = target_arch(args);
+            runtime::check_arch_supported(arch);
+            const DeviceInfo device = DeviceInfo::for_arch(arch);
+            std::vector<std::string> dbs;
+            if (args.count("db")) dbs = args["db"].as<std::vector<std::string>>();
+            std::vector<detail::ProblemSpec> problems = problems_from(args);
+            if (dbs.empty() && problems.empty())
+                throw InvalidArgument("give --db and/or --workload / --op to say what to compile");
+
+            // Kernels of every database entry for this arch, with the entry's own config.
+            std::set<Kernel> kernels;
+            size_t entries = 0;
+            for (const std::string& path : dbs) {
+                TuningDb db = TuningDb::load(path);
+                for (const TuningEntry& entry : db.entries()) {
+                    if (entry.key.arch != arch) continue;
+                    auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
+                    if (op->model().invalid_reason(entry.config, device)) continue;
+                    add_kernels(op->model(), entry.config, device, kernels);
+                    ++entries;
+                }
+            }
+            // Kernels of every workload problem, with the config the runtime would choose.
+            tuning::ConfigResolver resolver = make_resolver(arch, dbs);
+            for (const auto& spec : problems) {
+                auto op = detail::make_op(spec);
+                const detail::OpModel& model = op->model();
+                tuning::ConfigChoice choice = choose_config(resolver, model, device);
+                add_kernels(model, choice.config, device, kernels);
+            }
+
+            std::filesystem::path cache_dir =
+                args.count("cache-dir") ? std::filesystem::path(args["cache-dir"].as<std::string>())
+                                        : runtime::DiskCache::default_directory();
+            runtime::KernelBuilder builder(cache_dir, runtime::DiskCache::default_max_bytes(), true);
+            std::vector<Kernel> list(kernels.begin(), kernels.end());
+            std::atomic<size_t> next{0}, done{0}, compiled{0};
+            std::vector<std::string> failures(list.size());
+            Progress progress(stderr_is_terminal() && !args.count("json"));
+            std::mutex progress_mutex;
+            auto worker = [&] {
+                for (size_t i = next++; i < list.size(); i = next++) {
+                    try {
+                        if (builder.get(list[i].template_file, list[i].name_expression, arch).compiled) ++compiled;
+                    } catch (const std::exception& e) {
+                        failures[i] = e.what();
+                    }
+                    std::lock_guard lock(progress_mutex);
+                    progress.update(list[i].name_expression, double(++done) / list.size());
+                }
+            };
+            unsigned jobs = args["jobs"].as<unsigned>();
+            if (jobs == 0) jobs = std::max(1u, std::thread::hardware_concurrency());
+            std::vector<std::thread> pool;
+            for (unsigned t = 0; t < std::min<size_t>(jobs, list.size()); ++t) pool.emplace_back(worker);
+            for (auto& t : pool) t.join();
+            progress.done();
+
+            size_t failed = 0;
+            nlohmann::json failed_json = nlohmann::json::array();
+            for (size_t i = 0; i < list.size(); ++i)
+                if (!failures[i].empty()) {
+                    ++failed;
+                    failed_json.push_back({{"kernel", list[i].name_expression}, {"error", failures[i]}});
+                }
+            if (args.count("json")) {
+                nlohmann::json out = {{"arch", arch},           {"cache_dir", cache_dir.string()},
+                                      {"kernels", list.size()}, {"compiled", compiled.load()},
+                                      {"already_cached", list.size() - compiled - failed},
+                                      {"db_entries", entries},  {"problems", problems.size()},
+                                      {"failed", failed_json}};
+                fmt::print("{}\n", out.dump(2));
+            } else {
+                fmt::print("{} kernels for {} ({} database entries, {} workload problems): {} compiled, {} already "
+                           "cached, {} failed; cache {}\n",
+                           list.size(), arch, entries, problems.size(), compiled.load(), list.size() - compiled - failed,
+                           failed, cache_dir.string());
+                for (const auto& f : failed_json) fmt::print(stderr, "failed: {}\n", f["error"].get<std::string>());
+            }
+            return failed == 0 ? 0 : 1;
+        });
+}
+
+}  // namespace tileops::cli

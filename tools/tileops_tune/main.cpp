@@ -1,0 +1,53 @@
+// tileops-tune: tune problems ahead of time, pre-warm kernel caches, and inspect, merge and verify
+// tuning databases. `tileops-tune <command> --help` describes each command.
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "runtime/log.hpp"
+#include "tileops_tune/commands.hpp"
+
+namespace {
+
+struct Command {
+    const char* name;
+    int (*run)(int, char**);
+    const char* summary;
+};
+
+const Command kCommands[] = {
+    {"tune", tileops::cli::cmd_tune, "autotune problems on this GPU and write them into a database"},
+    {"warm", tileops::cli::cmd_warm, "compile every kernel a database or workload needs into the kernel cache (no GPU needed)"},
+    {"list", tileops::cli::cmd_list, "list a database's entries as a table or JSON"},
+    {"show", tileops::cli::cmd_show, "show a database's entries in full (metadata, runners-up, provenance)"},
+    {"merge", tileops::cli::cmd_merge, "merge databases, keeping the faster entry per key"},
+    {"verify", tileops::cli::cmd_verify, "re-time a database's entries on this GPU and report drift"},
+    {"explain", tileops::cli::cmd_explain, "which config a problem would get, and why"},
+};
+
+void usage(std::FILE* out) {
+    fmt::print(out, "usage: tileops-tune <command> [options]\n\ncommands:\n");
+    for (const Command& c : kCommands) fmt::print(out, "  {:<8} {}\n", c.name, c.summary);
+    fmt::print(out, "\n`tileops-tune <command> --help` for a command's options. Logging: TILEOPS_LOG_LEVEL=debug.\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    tileops::runtime::configure_logging();
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const std::string name = argv[1];
+    if (name == "--help" || name == "-h" || name == "help") {
+        usage(stdout);
+        return 0;
+    }
+    for (const Command& c : kCommands)
+        if (name == c.name) return c.run(argc - 1, argv + 1);
+    fmt::print(stderr, "tileops-tune: unknown command '{}'\n\n", name);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,72 @@
+#include "tileops_tune/problems.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "tileops/error.hpp"
+#include "util/file_util.hpp"
+
+namespace tileops::cli {
+
+void add_problem_options(cxxopts::Options& options) {
+    options.add_options("problem")
+        ("op", "operation: " + fmt::format("{}", fmt::join(detail::known_ops(), ", ")), cxxopts::value<std::string>())
+        ("shape", "problem shape, e.g. 8192x4096 (rows x cols)", cxxopts::value<std::string>())
+        ("dtype", "fp32, fp16, bf16, or in->out such as bf16->fp32", cxxopts::value<std::string>()->default_value("bf16"))
+        ("flags", "op options: residual (rmsnorm), broadcast_b (add, mul)", cxxopts::value<std::string>()->default_value(""))
+        ("workload", "JSON workload file with a list of problems", cxxopts::value<std::string>());
+}
+
+std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
+    auto text = util::read_file(path);
+    if (!text) throw FileError(fmt::format("tileops-tune: cannot read workload file {}", path));
+    nlohmann::json json;
+    try {
+        json = nlohmann::json::parse(*text);
+    } catch (const nlohmann::json::parse_error& e) {
+        throw FileError(fmt::format("tileops-tune: {} is not valid JSON: {}", path, e.what()));
+    }
+    const nlohmann::json& list = json.is_object() ? json.value("problems", nlohmann::json()) : json;
+    if (!list.is_array()) throw FileError(fmt::format("tileops-tune: {}: expected a list \"problems\"", path));
+    std::vector<detail::ProblemSpec> problems;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const auto& item = list[i];
+        auto field = [&](const char* name) -> const nlohmann::json& {
+            if (!item.is_object() || !item.contains(name))
+                throw FileError(fmt::format("tileops-tune: {}: problems[{}] has no \"{}\"", path, i, name));
+            return item[name];
+        };
+        detail::ProblemSpec spec;
+        try {
+            spec.op = field("op").get<std::string>();
+            spec.shape = field("shape").get<std::vector<long long>>();
+            spec.dtype = field("dtype").get<std::string>();
+            spec.flags = item.value("flags", std::string());
+        } catch (const nlohmann::json::exception& e) {
+            throw FileError(fmt::format("tileops-tune: {}: problems[{}]: {}", path, i, e.what()));
+        }
+        problems.push_back(std::move(spec));
+    }
+    return problems;
+}
+
+std::vector<detail::ProblemSpec> problems_from(const cxxopts::ParseResult& args) {
+    std::vector<detail::ProblemSpec> problems;
+    if (args.count("workload")) problems = load_workload(args["workload"].as<std::string>());
+    if (args.count("op")) {
+        if (!args.count("shape")) throw InvalidArgument("tileops-tune: --op needs --shape (e.g. --shape 8192x4096)");
+        problems.push_back({args["op"].as<std::string>(), detail::parse_shape(args["shape"].as<std::string>()),
+                            args["dtype"].as<std::string>(), args["flags"].as<std::string>()});
+    }
+    for (const auto& spec : problems) detail::make_op(spec);  // validate every problem up front
+    return problems;
+}
+
+std::string describe(const detail::ProblemSpec& spec) {
+    std::string text = fmt::format("{} {} {}", spec.op, fmt::join(spec.shape, "x"), spec.dtype);
+    if (!spec.flags.empty()) text += " [" + spec.flags + "]";
+    return text;
+}
+
+}  // namespace tileops::cli
