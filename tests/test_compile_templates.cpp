@@ -26,14 +26,9 @@ TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[c
         for (int vec : model.vector_widths(config))
             kernels[model.template_file()].insert(model.plan(config, vec, device).name_expression);
     }
-    const auto& registry = codegen::TemplateRegistry::instance();
     for (const auto& [file, names] : kernels) {
-        runtime::CompileRequest request;
-        request.source = codegen::render_translation_unit(file);
-        request.source_name = file;
-        request.headers = registry.headers();
-        request.name_expressions.assign(names.begin(), names.end());
-        request.arch = arch;
+        runtime::CompileRequest request =
+            codegen::compile_request(file, std::vector<std::string>(names.begin(), names.end()), arch);
         INFO(file << " for " << arch << ": " << names.size() << " kernels");
         runtime::CompileResult result;
         REQUIRE_NOTHROW(result = runtime::compile(request));

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/compiler.hpp"
+
 namespace tileops::codegen {
 
 struct TemplateFile {
@@ -43,5 +45,9 @@ private:
 // The translation unit NVRTC compiles for a kernel of `template_path`: it includes the template;
 // the kernel itself is instantiated through its name expression.
 std::string render_translation_unit(const std::string& template_path);
+
+// A compile request for kernels of one template (all instantiated in one NVRTC program).
+runtime::CompileRequest compile_request(const std::string& template_path, std::vector<std::string> name_expressions,
+                                        const std::string& arch);
 
 }  // namespace tileops::codegen

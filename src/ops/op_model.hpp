@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tileops/device_info.hpp"
+#include "tileops/tensor.hpp"
 #include "tileops/tuning_db.hpp"
 
 namespace tileops::detail {

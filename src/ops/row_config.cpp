@@ -37,23 +37,37 @@ Config RowConfig::to_config() const {
             {"items", items}, {"cluster", cluster}};
 }
 
+namespace {
+
+// Vectors a thread may hold at `vec` elements of `element_bytes` in a block of `block_threads`.
+int max_items(int vec, size_t element_bytes, int block_threads) {
+    return held_bytes_limit(block_threads) / static_cast<int>(vec * element_bytes);
+}
+
+}  // namespace
+
 RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& device) {
     RowConfig config;
     config.vec = static_cast<int>(16 / element_bytes);
     // About four 16-byte vectors in flight per thread: enough loads to cover memory latency.
     const int target_items = 4;
     config.threads_per_row = std::clamp(next_pow2(ceil_div(cols, int64_t{config.vec} * target_items)), 1, 1024);
-    // Small rows: several rows per block so blocks still have 128+ threads.
+    // Small rows: several rows per block so blocks still have 256 threads.
     config.rows_per_block = std::max(1, 256 / config.threads_per_row);
     config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
-    if (config.items * config.vec > kMaxHeldElements) {
-        const int per_cta = kMaxHeldElements / config.vec;
-        const int64_t ctas = ceil_div(cols, int64_t{config.threads_per_row} * config.vec * per_cta);
-        if (device.sm() >= 90 && ctas <= 8) {
+    if (config.items > max_items(config.vec, element_bytes, config.threads_per_row * config.rows_per_block)) {
+        // Longer than a 1024-thread block holds: 512 threads holding 128 bytes each per CTA, and
+        // the row split over a cluster of CTAs (sm_90), else streamed.
+        config.threads_per_row = 512;
+        config.rows_per_block = 1;
+        const int per_cta = max_items(config.vec, element_bytes, 512);
+        const int64_t ctas = ceil_div(cols, int64_t{512} * config.vec * per_cta);
+        if (device.sm() >= 90 && ctas <= kMaxCluster) {
             config.cluster = next_pow2(ctas);
-            config.items = static_cast<int>(ceil_div(cols, int64_t{config.cluster} * config.threads_per_row * config.vec));
+            config.items = static_cast<int>(ceil_div(cols, int64_t{config.cluster} * 512 * config.vec));
         } else {
-            config.items = 0;  // streaming: the row is longer than a block (or cluster) can hold
+            config.threads_per_row = 1024;
+            config.items = 0;  // streaming
         }
     }
     return config;
@@ -68,9 +82,12 @@ std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, 
                            c.rows_per_block, device.max_threads_per_block);
     if (!is_pow2(c.vec) || c.vec * element_bytes > 16)
         return fmt::format("vec = {} is not a power of two of at most 16 bytes", c.vec);
-    if (c.items < 0 || int64_t{c.items} * c.vec > kMaxHeldElements)
-        return fmt::format("items x vec = {} x {} exceeds {} elements held per thread", c.items, c.vec, kMaxHeldElements);
-    if (c.cluster < 1 || c.cluster > 8 || !is_pow2(c.cluster)) return fmt::format("cluster = {} is not 1, 2, 4 or 8", c.cluster);
+    if (c.items < 0 || c.items > max_items(c.vec, element_bytes, c.threads_per_row * c.rows_per_block))
+        return fmt::format("items x vec = {} x {} holds more than {} bytes per thread at {} threads (it would spill)",
+                           c.items, c.vec, held_bytes_limit(c.threads_per_row * c.rows_per_block),
+                           c.threads_per_row * c.rows_per_block);
+    if (c.cluster < 1 || c.cluster > kMaxCluster || !is_pow2(c.cluster))
+        return fmt::format("cluster = {} is not a power of two up to {}", c.cluster, kMaxCluster);
     if (c.cluster > 1 && device.sm() < 90) return fmt::format("cluster = {} needs sm_90 or newer", c.cluster);
     if (c.cluster > 1 && (c.rows_per_block != 1 || c.items == 0))
         return "a cluster needs rows_per_block = 1 and items > 0";
@@ -86,10 +103,10 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
     const int max_vec = static_cast<int>(16 / element_bytes);
     for (int vec = max_vec; vec >= std::max(1, max_vec / 2); vec /= 2) {
         for (int tpr = 1; tpr <= 1024; tpr *= 2) {
-            for (int cluster : {1, 2, 4, 8}) {
+            for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2) {
                 if (cluster > 1 && device.sm() < 90) continue;
                 const int64_t needed = ceil_div(cols, int64_t{cluster} * tpr * vec);
-                if (needed * vec > kMaxHeldElements) continue;
+                if (needed > max_items(vec, element_bytes, tpr)) continue;
                 if (cluster > 1 && needed < 2) continue;  // a cluster only pays for long rows
                 for (int rpb : {1, 2, 4, 8, 16, 32}) {
                     if (tpr * rpb > 1024 || tpr * rpb < 32) continue;
@@ -115,7 +132,9 @@ RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols) {
     RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, 0, 0};
     if (c.items > 0) {
         launch.items = static_cast<int>(ceil_div(cols, int64_t{c.cluster} * c.threads_per_row * vec));
-        if (launch.items * vec > kMaxHeldElements || launch.items > 32) {
+        // A narrower vector needs more items for the same bytes held; past 32 items the unrolled
+        // loop gets long: stream instead.
+        if (launch.items * vec > c.items * c.vec || launch.items > 32) {
             // A narrower vector than the config's would need too many registers: stream instead.
             launch.items = 0;
             launch.cluster = 1;

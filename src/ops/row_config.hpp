@@ -19,7 +19,7 @@ struct RowConfig {
     int rows_per_block = 1;     // threads_per_row * rows_per_block <= 1024
     int vec = 8;                // widest vector width (elements); narrowed at run time for odd shapes
     int items = 4;              // vectors each thread holds; 0: streaming (re-reads the row, any length)
-    int cluster = 1;            // CTAs per row (sm_90+, rows_per_block == 1)
+    int cluster = 1;            // CTAs per row (sm_90+, rows_per_block == 1, up to kMaxCluster)
 
     static RowConfig from(const Config& config, const std::string& op);
     Config to_config() const;
@@ -32,8 +32,11 @@ struct RowLaunch {
     unsigned grid, block;
 };
 
-// Registers a thread may spend holding its part of the row (elements held in fp32).
-inline constexpr int kMaxHeldElements = 64;
+// Bytes of its row a thread may hold in registers (in the storage type) without spilling: the
+// register file allows 64 registers a thread at 1024 threads, 128 at 512 or fewer.
+inline constexpr int held_bytes_limit(int block_threads) { return block_threads > 512 ? 64 : 128; }
+// Largest cluster a row may be split over (16 needs the non-portable cluster size opt-in, sm_90).
+inline constexpr int kMaxCluster = 16;
 
 RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& device);
 std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device);

@@ -64,14 +64,7 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
                                         "disabled (TILEOPS_NO_COMPILE or RuntimeOptions::allow_compile); "
                                         "fill the cache with `tileops-tune warm`",
                                         name_expression, arch, cache_.directory().string()));
-        const auto& registry = codegen::TemplateRegistry::instance();
-        CompileRequest request;
-        request.source = codegen::render_translation_unit(template_file);
-        request.source_name = template_file.substr(0, template_file.rfind('.')) + ".cu";
-        request.headers = registry.headers();
-        request.name_expressions = {name_expression};
-        request.arch = arch;
-        CompileResult result = compile(request);
+        CompileResult result = compile(codegen::compile_request(template_file, {name_expression}, arch));
         spdlog::debug("tileops: compiled {} for {} in {:.0f} ms", name_expression, arch, result.milliseconds);
         if (!result.log.empty()) spdlog::debug("tileops: NVRTC log for {}:\n{}", name_expression, result.log);
         return encode_payload(result.lowered_names.at(name_expression), result.cubin);

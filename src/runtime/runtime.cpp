@@ -126,6 +126,9 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     }
     launch.cluster = plan.cluster;
     launch.shared_bytes = plan.shared_bytes;
+    if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in
+        TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(launch.function,
+                                                              CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
     if (plan.shared_bytes > 48 * 1024)
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(
             launch.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(plan.shared_bytes)));

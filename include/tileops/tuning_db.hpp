@@ -1,0 +1,128 @@
+// The tuning database: JSON files of tuned configs keyed by op, shape, dtype, flags, arch and the
+// content hash of the kernel template they were tuned with. See README.md for the format.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace tileops {
+
+// A kernel config: named integer tunables, e.g. {"threads_per_row": 256, "vec": 8, "items": 4}.
+using Config = std::map<std::string, long long>;
+
+struct TuningKey {
+    std::string op;                // "rmsnorm"
+    std::vector<long long> shape;  // {8192, 4096}
+    std::string dtype;             // "bf16" or "bf16->fp32"
+    std::string flags;             // "" or e.g. "residual"
+    std::string arch;              // "sm_90a" (sm_90a != sm_90)
+    std::string template_hash;     // content hash of the template (with its shared headers)
+
+    // "rmsnorm 8192x4096 bf16 [residual] sm_90a"
+    std::string to_string() const;
+    friend bool operator==(const TuningKey& a, const TuningKey& b);
+    friend bool operator<(const TuningKey& a, const TuningKey& b);
+};
+
+struct RunnerUp {
+    Config config;
+    double median_us = 0;
+};
+
+struct TuningEntry {
+    TuningKey key;
+    Config config;
+    double median_us = 0;       // the winner's median time
+    double spread_us = 0;       // interquartile range of its timings
+    double throughput = 0;      // in throughput_unit
+    std::string throughput_unit = "GB/s";
+    std::vector<RunnerUp> runners_up;
+    int candidates_tried = 0;
+    int candidates_failed = 0;
+    double stability = 0;       // fraction of interleaved re-timing rounds the winner was fastest
+    std::string nvrtc_version;  // the NVRTC the entry was tuned with
+    std::string tuned_at;       // ISO 8601 UTC
+    std::string device;         // GPU name
+};
+
+struct TuningDbMeta {
+    int format_version = 1;
+    std::string library_version;
+    std::string gpu_name;
+    std::string arch;
+    std::string driver;
+    std::string nvrtc_version;
+    std::string created_at;
+    std::vector<std::string> sources;  // the files merged into this one
+};
+
+// An entry that was not loaded, and why.
+struct RejectedEntry {
+    std::string source;  // file name
+    size_t index = 0;    // position in "entries"
+    std::string reason;
+};
+
+// Returns why an entry must not be used (config invalid for the op or device, ...), or nullopt.
+using EntryValidator = std::function<std::optional<std::string>(const TuningEntry&)>;
+
+class TuningDb {
+public:
+    static constexpr int kFormatVersion = 1;
+
+    TuningDb() = default;
+
+    // Throws FileError naming the file (and line/column or field) for a file that cannot be read
+    // or is not a tuning database at all; an entry that is malformed or that `validator` rejects
+    // is skipped with a warning and listed in rejected(), and the rest loads.
+    static TuningDb load(const std::filesystem::path& path, const EntryValidator& validator = {});
+    static TuningDb parse(std::string_view json_text, const std::string& source_name,
+                          const EntryValidator& validator = {});
+    // Pretty JSON in a stable order (entries sorted by key), so diffs are readable.
+    std::string to_json() const;
+
+    // Merges this database into the file at `path` (created if missing) under an exclusive lock,
+    // keeping the faster entry per key, and writes it atomically: concurrent savers lose nothing.
+    // Refuses (FileError) to overwrite a file it cannot parse.
+    void save(const std::filesystem::path& path) const;
+
+    // Keeps the faster of `entry` and an existing entry with the same key.
+    void upsert(TuningEntry entry);
+    const TuningEntry* find(const TuningKey& key) const;
+    // The entry of the same op, dtype, flags, arch, template hash and rank whose shape is nearest
+    // to key.shape, as Euclidean distance between the log2 of the dimensions; nullopt when none
+    // is within max_distance.
+    std::optional<std::pair<const TuningEntry*, double>> nearest(const TuningKey& key, double max_distance) const;
+
+    // The faster entry per key; commutative (ties are broken on the entries' content) and
+    // idempotent. Throws InvalidArgument when both name different archs in their metadata.
+    static TuningDb merge(const TuningDb& a, const TuningDb& b);
+
+    const std::vector<TuningEntry>& entries() const noexcept { return entries_; }  // sorted by key
+    const TuningDbMeta& meta() const noexcept { return meta_; }
+    TuningDbMeta& meta() noexcept { return meta_; }
+    const std::vector<RejectedEntry>& rejected() const noexcept { return rejected_; }
+
+    friend bool operator==(const TuningDb& a, const TuningDb& b);
+
+private:
+    TuningDbMeta meta_;
+    std::vector<TuningEntry> entries_;
+    std::vector<RejectedEntry> rejected_;
+};
+
+bool operator==(const TuningEntry& a, const TuningEntry& b);
+bool operator==(const RunnerUp& a, const RunnerUp& b);
+bool operator==(const TuningDbMeta& a, const TuningDbMeta& b);
+
+// True when `a` should be kept over `b` for the same key: faster, or on a tie the smaller in a
+// fixed order of their content.
+bool better_entry(const TuningEntry& a, const TuningEntry& b);
+
+}  // namespace tileops

@@ -1,0 +1,73 @@
+// Elementwise and activation ops over [rows, cols] with row strides:
+//
+//   OP 0 gelu       y = a * Phi(a) = 0.5 a (1 + erf(a / sqrt 2))
+//   OP 1 gelu_tanh  y = 0.5 a (1 + tanh(sqrt(2 / pi) (a + 0.044715 a^3)))
+//   OP 2 silu       y = a * sigmoid(a)
+//   OP 3 silu_mul   y = silu(a) * b           (the SwiGLU gate)
+//   OP 4 add        y = a + b
+//   OP 5 mul        y = a * b
+//
+// b with b_stride == 0 is one row broadcast to every row. Each block covers THREADS * VEC * UNROLL
+// consecutive elements of a row (blockIdx.x) for the rows blockIdx.y, blockIdx.y + gridDim.y, ...
+// All UNROLL loads are issued before any arithmetic so that they are in flight together.
+#pragma once
+
+#include "common/types.cuh"
+
+namespace tileops {
+
+template <int OP>
+__device__ __forceinline__ float elementwise_apply(float a, float b) {
+    if constexpr (OP == 0) {
+        return 0.5f * a * (1.0f + erff(a * 0.70710678118654752f));
+    } else if constexpr (OP == 1) {
+        const float inner = 0.7978845608028654f * (a + 0.044715f * a * a * a);
+        return 0.5f * a * (1.0f + tanhf(inner));
+    } else if constexpr (OP == 2) {
+        return a / (1.0f + expf(-a));
+    } else if constexpr (OP == 3) {
+        return a / (1.0f + expf(-a)) * b;
+    } else if constexpr (OP == 4) {
+        return a + b;
+    } else {
+        return a * b;
+    }
+}
+
+template <typename T, typename TOut, int OP, int VEC, int UNROLL, int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    elementwise_kernel(const T* a, long long a_stride, const T* b, long long b_stride, TOut* y, long long y_stride,
+                       long long rows, long long cols) {
+    static_assert(OP >= 0 && OP <= 5, "OP must be 0..5");
+    static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0, "VEC must be a power of two");
+    static_assert(UNROLL >= 1, "UNROLL must be >= 1");
+    constexpr bool kBinary = OP >= 3;
+    const long long block_first = static_cast<long long>(blockIdx.x) * THREADS * VEC * UNROLL;
+    for (long long row = blockIdx.y; row < rows; row += gridDim.y) {
+        const T* a_row = a + row * a_stride;
+        const T* b_row = kBinary ? b + row * b_stride : nullptr;
+        TOut* y_row = y + row * y_stride;
+        Vec<T, VEC> va[UNROLL], vb[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const long long col = block_first + (static_cast<long long>(u) * THREADS + threadIdx.x) * VEC;
+            if (col < cols) {
+                va[u] = load_raw<T, VEC>(a_row + col);
+                if constexpr (kBinary) vb[u] = load_raw<T, VEC>(b_row + col);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const long long col = block_first + (static_cast<long long>(u) * THREADS + threadIdx.x) * VEC;
+            if (col >= cols) continue;
+            float fa[VEC], fb[VEC], out[VEC];
+            unpack(va[u], fa);
+            if constexpr (kBinary) unpack(vb[u], fb);
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) out[k] = elementwise_apply<OP>(fa[k], kBinary ? fb[k] : 0.0f);
+            store_vec<TOut, VEC>(y_row + col, out);
+        }
+    }
+}
+
+}  // namespace tileops

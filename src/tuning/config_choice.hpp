@@ -1,0 +1,77 @@
+// Which config an op runs with: the lookup order of the runtime and tileops-tune explain.
+//
+//   1. in-process memory (configs the autotuner or the program registered),
+//   2. user databases (RuntimeOptions::tuning_dbs or TILEOPS_TUNING_DB; earlier files win),
+//   3. the shipped database for this arch (tuning_db/*.json whose metadata arch matches),
+//   4. the nearest tuned shape of the same op/dtype/flags/arch (log2-space distance, at most
+//      TILEOPS_TUNING_MAX_DISTANCE, default 1.0: e.g. one dimension off by a factor of two),
+//   5. the op's heuristic.
+// Entries tuned with another template (content hash) or another NVRTC are stale: never used,
+// reported once. Entries the op rejects (invalid config for this device) are skipped with a warning.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tileops/tuning_db.hpp"
+
+namespace tileops::tuning {
+
+enum class ConfigSource { memory, user_db, shipped_db, nearest, heuristic };
+std::string to_string(ConfigSource source);
+
+struct ConfigChoice {
+    Config config;
+    ConfigSource source = ConfigSource::heuristic;
+    std::string origin;       // the database file, or empty
+    double distance = 0;      // for `nearest`: the log2-space distance to the tuned shape
+    std::string explanation;  // one line for logs and explain()
+};
+
+struct ResolverOptions {
+    std::string arch;
+    std::string nvrtc_version;
+    std::vector<std::string> user_dbs;  // empty: TILEOPS_TUNING_DB
+    std::vector<std::string> shipped_dirs;  // empty: the installed and the source tree's tuning_db/
+    double max_distance = -1;           // < 0: TILEOPS_TUNING_MAX_DISTANCE, else 1.0
+};
+
+class ConfigResolver {
+public:
+    explicit ConfigResolver(ResolverOptions options);
+
+    // Registers a tuned entry in memory (first in the lookup order).
+    void remember(const TuningEntry& entry);
+
+    // Thread-safe. `valid` returns why an entry's config cannot run this problem here.
+    ConfigChoice choose(const TuningKey& key, const std::function<Config()>& heuristic, const EntryValidator& valid);
+
+    // Stale entries seen so far ("file: key: why"), each once.
+    std::vector<std::string> stale_entries() const;
+    const ResolverOptions& options() const noexcept { return options_; }
+
+private:
+    struct LoadedDb {
+        std::string path;
+        TuningDb db;
+    };
+    void load_once();
+    // The usable exact match in `db`, reporting stale or rejected look-alikes once.
+    const TuningEntry* exact(const LoadedDb& db, const TuningKey& key, const EntryValidator& valid);
+    bool usable(const LoadedDb& db, const TuningEntry& entry, const TuningKey& key, const EntryValidator& valid);
+
+    ResolverOptions options_;
+    mutable std::mutex mutex_;
+    bool loaded_ = false;
+    std::map<TuningKey, TuningEntry> memory_;
+    std::vector<LoadedDb> user_;
+    std::vector<LoadedDb> shipped_;
+    std::set<std::string> reported_;
+    std::vector<std::string> stale_;
+};
+
+}  // namespace tileops::tuning

@@ -1,0 +1,363 @@
+#include "tileops/tuning_db.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "tileops/error.hpp"
+#include "util/file_util.hpp"
+
+namespace tileops {
+namespace {
+
+using nlohmann::json;
+
+constexpr size_t kMaxRank = 8;
+constexpr long long kMaxDim = 1LL << 40;
+constexpr size_t kMaxString = 4096;
+constexpr size_t kMaxRunnersUp = 64;
+
+auto key_tuple(const TuningKey& k) { return std::tie(k.op, k.shape, k.dtype, k.flags, k.arch, k.template_hash); }
+
+// An entry that cannot be read: names the field, e.g. "entries[3].config.vec: expected integer, got string".
+struct EntryError {
+    std::string message;
+};
+
+const char* type_name(const json& value) { return value.type_name(); }
+
+const json& member(const json& object, const char* name, const std::string& path) {
+    auto it = object.find(name);
+    if (it == object.end()) throw EntryError{fmt::format("{}.{}: missing", path, name)};
+    return *it;
+}
+
+std::string get_string(const json& object, const char* name, const std::string& path, bool required = true) {
+    auto it = object.find(name);
+    if (it == object.end()) {
+        if (required) throw EntryError{fmt::format("{}.{}: missing", path, name)};
+        return {};
+    }
+    if (!it->is_string()) throw EntryError{fmt::format("{}.{}: expected string, got {}", path, name, type_name(*it))};
+    std::string value = it->get<std::string>();
+    if (value.size() > kMaxString) throw EntryError{fmt::format("{}.{}: longer than {} characters", path, name, kMaxString)};
+    return value;
+}
+
+long long get_integer(const json& value, const std::string& path, long long lo, long long hi) {
+    if (!value.is_number_integer())
+        throw EntryError{fmt::format("{}: expected integer, got {}", path, type_name(value))};
+    // Unsigned values above the signed range are refused rather than wrapped.
+    if (value.is_number_unsigned() && value.get<unsigned long long>() > static_cast<unsigned long long>(hi))
+        throw EntryError{fmt::format("{}: {} is out of range [{}, {}]", path, value.dump(), lo, hi)};
+    long long v = value.get<long long>();
+    if (v < lo || v > hi) throw EntryError{fmt::format("{}: {} is out of range [{}, {}]", path, v, lo, hi)};
+    return v;
+}
+
+double get_number(const json& object, const char* name, const std::string& path, bool required = true) {
+    auto it = object.find(name);
+    if (it == object.end()) {
+        if (required) throw EntryError{fmt::format("{}.{}: missing", path, name)};
+        return 0;
+    }
+    if (!it->is_number()) throw EntryError{fmt::format("{}.{}: expected number, got {}", path, name, type_name(*it))};
+    double v = it->get<double>();
+    if (!std::isfinite(v) || v < 0) throw EntryError{fmt::format("{}.{}: {} is not a finite number >= 0", path, name, v)};
+    return v;
+}
+
+Config parse_config(const json& value, const std::string& path) {
+    if (!value.is_object()) throw EntryError{fmt::format("{}: expected object, got {}", path, type_name(value))};
+    Config config;
+    for (auto it = value.begin(); it != value.end(); ++it) {
+        if (it.key().size() > 64) throw EntryError{fmt::format("{}: a tunable name is longer than 64 characters", path)};
+        config[it.key()] = get_integer(it.value(), path + "." + it.key(), -(1LL << 31), 1LL << 31);
+    }
+    if (config.empty()) throw EntryError{fmt::format("{}: empty config", path)};
+    return config;
+}
+
+TuningEntry parse_entry(const json& item, const std::string& path) {
+    if (!item.is_object()) throw EntryError{fmt::format("{}: expected object, got {}", path, type_name(item))};
+    TuningEntry e;
+    e.key.op = get_string(item, "op", path);
+    const json& shape = member(item, "shape", path);
+    if (!shape.is_array() || shape.empty() || shape.size() > kMaxRank)
+        throw EntryError{fmt::format("{}.shape: expected a list of 1 to {} dimensions", path, kMaxRank)};
+    for (size_t d = 0; d < shape.size(); ++d)
+        e.key.shape.push_back(get_integer(shape[d], fmt::format("{}.shape[{}]", path, d), 1, kMaxDim));
+    e.key.dtype = get_string(item, "dtype", path);
+    e.key.flags = get_string(item, "flags", path, false);
+    e.key.arch = get_string(item, "arch", path);
+    e.key.template_hash = get_string(item, "template_hash", path);
+    e.config = parse_config(member(item, "config", path), path + ".config");
+    e.median_us = get_number(item, "median_us", path);
+    e.spread_us = get_number(item, "spread_us", path, false);
+    e.throughput = get_number(item, "throughput", path, false);
+    if (item.contains("throughput_unit")) e.throughput_unit = get_string(item, "throughput_unit", path);
+    if (auto it = item.find("runners_up"); it != item.end()) {
+        if (!it->is_array() || it->size() > kMaxRunnersUp)
+            throw EntryError{fmt::format("{}.runners_up: expected a list of at most {}", path, kMaxRunnersUp)};
+        for (size_t r = 0; r < it->size(); ++r) {
+            const std::string rpath = fmt::format("{}.runners_up[{}]", path, r);
+            const json& runner = (*it)[r];
+            if (!runner.is_object()) throw EntryError{fmt::format("{}: expected object", rpath)};
+            e.runners_up.push_back({parse_config(member(runner, "config", rpath), rpath + ".config"),
+                                    get_number(runner, "median_us", rpath)});
+        }
+    }
+    if (auto it = item.find("candidates_tried"); it != item.end())
+        e.candidates_tried = static_cast<int>(get_integer(*it, path + ".candidates_tried", 0, 1 << 30));
+    if (auto it = item.find("candidates_failed"); it != item.end())
+        e.candidates_failed = static_cast<int>(get_integer(*it, path + ".candidates_failed", 0, 1 << 30));
+    e.stability = get_number(item, "stability", path, false);
+    e.nvrtc_version = get_string(item, "nvrtc_version", path);
+    e.tuned_at = get_string(item, "tuned_at", path, false);
+    e.device = get_string(item, "device", path, false);
+    return e;
+}
+
+json config_json(const Config& config) {
+    json object = json::object();
+    for (const auto& [name, value] : config) object[name] = value;
+    return object;
+}
+
+json entry_json(const TuningEntry& e) {
+    json runners = json::array();
+    for (const auto& r : e.runners_up) runners.push_back({{"config", config_json(r.config)}, {"median_us", r.median_us}});
+    return {{"op", e.key.op},
+            {"shape", e.key.shape},
+            {"dtype", e.key.dtype},
+            {"flags", e.key.flags},
+            {"arch", e.key.arch},
+            {"template_hash", e.key.template_hash},
+            {"config", config_json(e.config)},
+            {"median_us", e.median_us},
+            {"spread_us", e.spread_us},
+            {"throughput", e.throughput},
+            {"throughput_unit", e.throughput_unit},
+            {"runners_up", runners},
+            {"candidates_tried", e.candidates_tried},
+            {"candidates_failed", e.candidates_failed},
+            {"stability", e.stability},
+            {"nvrtc_version", e.nvrtc_version},
+            {"tuned_at", e.tuned_at},
+            {"device", e.device}};
+}
+
+// 1-based line and column of a byte offset.
+std::pair<size_t, size_t> line_column(std::string_view text, size_t byte) {
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < std::min(byte, text.size()); ++i) {
+        if (text[i] == '\n') {
+            ++line;
+            column = 1;
+        } else {
+            ++column;
+        }
+    }
+    return {line, column};
+}
+
+TuningDbMeta parse_meta(const json& root, const std::string& source) {
+    TuningDbMeta meta;
+    auto version = root.find("format_version");
+    if (version == root.end() || !version->is_number_integer())
+        throw FileError(fmt::format("{}: not a tileops tuning database (no integer \"format_version\")", source));
+    if (version->get<long long>() != TuningDb::kFormatVersion)
+        throw FileError(fmt::format("{}: format_version {} is not supported (this library reads {})", source,
+                                    version->dump(), TuningDb::kFormatVersion));
+    auto it = root.find("metadata");
+    if (it == root.end()) return meta;
+    if (!it->is_object()) throw FileError(fmt::format("{}: metadata: expected object, got {}", source, type_name(*it)));
+    try {
+        meta.library_version = get_string(*it, "library_version", "metadata", false);
+        meta.gpu_name = get_string(*it, "gpu_name", "metadata", false);
+        meta.arch = get_string(*it, "arch", "metadata", false);
+        meta.driver = get_string(*it, "driver", "metadata", false);
+        meta.nvrtc_version = get_string(*it, "nvrtc_version", "metadata", false);
+        meta.created_at = get_string(*it, "created_at", "metadata", false);
+        if (auto sources = it->find("sources"); sources != it->end()) {
+            if (!sources->is_array()) throw EntryError{"metadata.sources: expected a list of strings"};
+            for (const auto& s : *sources) {
+                if (!s.is_string()) throw EntryError{"metadata.sources: expected a list of strings"};
+                meta.sources.push_back(s.get<std::string>());
+            }
+        }
+    } catch (const EntryError& e) {
+        throw FileError(fmt::format("{}: {}", source, e.message));
+    }
+    return meta;
+}
+
+// Joins two metadata values: equal stays, else the sorted distinct values (commutative).
+std::string join_values(const std::string& a, const std::string& b) {
+    if (a == b || b.empty()) return a;
+    if (a.empty()) return b;
+    return a < b ? a + ", " + b : b + ", " + a;
+}
+
+}  // namespace
+
+std::string TuningKey::to_string() const {
+    std::string text = fmt::format("{} {} {}", op, fmt::join(shape, "x"), dtype);
+    if (!flags.empty()) text += " [" + flags + "]";
+    return text + " " + arch;
+}
+
+bool operator==(const TuningKey& a, const TuningKey& b) { return key_tuple(a) == key_tuple(b); }
+bool operator<(const TuningKey& a, const TuningKey& b) { return key_tuple(a) < key_tuple(b); }
+bool operator==(const RunnerUp& a, const RunnerUp& b) { return a.config == b.config && a.median_us == b.median_us; }
+
+bool operator==(const TuningEntry& a, const TuningEntry& b) { return entry_json(a) == entry_json(b); }
+
+bool operator==(const TuningDbMeta& a, const TuningDbMeta& b) {
+    return std::tie(a.format_version, a.library_version, a.gpu_name, a.arch, a.driver, a.nvrtc_version, a.created_at,
+                    a.sources) == std::tie(b.format_version, b.library_version, b.gpu_name, b.arch, b.driver,
+                                           b.nvrtc_version, b.created_at, b.sources);
+}
+
+bool operator==(const TuningDb& a, const TuningDb& b) { return a.meta_ == b.meta_ && a.entries_ == b.entries_; }
+
+bool better_entry(const TuningEntry& a, const TuningEntry& b) {
+    if (a.median_us != b.median_us) return a.median_us < b.median_us;
+    return entry_json(a).dump() < entry_json(b).dump();
+}
+
+TuningDb TuningDb::parse(std::string_view text, const std::string& source, const EntryValidator& validator) {
+    json root;
+    try {
+        root = json::parse(text.begin(), text.end());
+    } catch (const json::parse_error& e) {
+        auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
+        throw FileError(fmt::format("{}:{}:{}: invalid JSON: {}", source, line, column, e.what()));
+    }
+    if (!root.is_object()) throw FileError(fmt::format("{}: expected a JSON object at the top, got {}", source, type_name(root)));
+    TuningDb db;
+    db.meta_ = parse_meta(root, source);
+    auto entries = root.find("entries");
+    if (entries == root.end()) return db;
+    if (!entries->is_array()) throw FileError(fmt::format("{}: entries: expected a list, got {}", source, type_name(*entries)));
+    for (size_t i = 0; i < entries->size(); ++i) {
+        const std::string path = fmt::format("entries[{}]", i);
+        std::string reason;
+        try {
+            TuningEntry entry = parse_entry((*entries)[i], path);
+            if (validator) {
+                if (auto why = validator(entry)) reason = fmt::format("{} ({}): {}", path, entry.key.to_string(), *why);
+            }
+            if (reason.empty()) {
+                db.upsert(std::move(entry));
+                continue;
+            }
+        } catch (const EntryError& e) {
+            reason = e.message;
+        }
+        spdlog::warn("tileops: tuning database {}: skipping {}", source, reason);
+        db.rejected_.push_back({source, i, reason});
+    }
+    return db;
+}
+
+TuningDb TuningDb::load(const std::filesystem::path& path, const EntryValidator& validator) {
+    auto text = util::read_file(path);
+    if (!text) throw FileError(fmt::format("tileops: cannot read tuning database {}", path.string()));
+    return parse(*text, path.string(), validator);
+}
+
+std::string TuningDb::to_json() const {
+    json entries = json::array();
+    for (const TuningEntry& e : entries_) entries.push_back(entry_json(e));
+    json root = {{"format_version", kFormatVersion},
+                 {"metadata",
+                  {{"library_version", meta_.library_version},
+                   {"gpu_name", meta_.gpu_name},
+                   {"arch", meta_.arch},
+                   {"driver", meta_.driver},
+                   {"nvrtc_version", meta_.nvrtc_version},
+                   {"created_at", meta_.created_at},
+                   {"sources", meta_.sources}}},
+                 {"entries", entries}};
+    return root.dump(2) + "\n";
+}
+
+void TuningDb::upsert(TuningEntry entry) {
+    auto it = std::lower_bound(entries_.begin(), entries_.end(), entry.key,
+                               [](const TuningEntry& e, const TuningKey& k) { return e.key < k; });
+    if (it != entries_.end() && it->key == entry.key) {
+        if (better_entry(entry, *it)) *it = std::move(entry);
+        return;
+    }
+    entries_.insert(it, std::move(entry));
+}
+
+const TuningEntry* TuningDb::find(const TuningKey& key) const {
+    auto it = std::lower_bound(entries_.begin(), entries_.end(), key,
+                               [](const TuningEntry& e, const TuningKey& k) { return e.key < k; });
+    return it != entries_.end() && it->key == key ? &*it : nullptr;
+}
+
+std::optional<std::pair<const TuningEntry*, double>> TuningDb::nearest(const TuningKey& key, double max_distance) const {
+    const TuningEntry* best = nullptr;
+    double best_distance = INFINITY;
+    for (const TuningEntry& e : entries_) {
+        if (e.key.op != key.op || e.key.dtype != key.dtype || e.key.flags != key.flags || e.key.arch != key.arch ||
+            e.key.template_hash != key.template_hash || e.key.shape.size() != key.shape.size())
+            continue;
+        double sum = 0;
+        for (size_t d = 0; d < key.shape.size(); ++d) {
+            const double diff = std::log2(static_cast<double>(e.key.shape[d])) - std::log2(static_cast<double>(key.shape[d]));
+            sum += diff * diff;
+        }
+        const double distance = std::sqrt(sum);
+        if (distance < best_distance || (distance == best_distance && best && e.key < best->key)) {
+            best = &e;
+            best_distance = distance;
+        }
+    }
+    if (best == nullptr || best_distance > max_distance) return std::nullopt;
+    return std::pair{best, best_distance};
+}
+
+TuningDb TuningDb::merge(const TuningDb& a, const TuningDb& b) {
+    if (!a.meta_.arch.empty() && !b.meta_.arch.empty() && a.meta_.arch != b.meta_.arch)
+        throw InvalidArgument(fmt::format("tileops: cannot merge tuning databases of different archs ({} and {})",
+                                          a.meta_.arch, b.meta_.arch));
+    TuningDb merged;
+    TuningDbMeta& m = merged.meta_;
+    m.library_version = join_values(a.meta_.library_version, b.meta_.library_version);
+    m.gpu_name = join_values(a.meta_.gpu_name, b.meta_.gpu_name);
+    m.arch = join_values(a.meta_.arch, b.meta_.arch);
+    m.driver = join_values(a.meta_.driver, b.meta_.driver);
+    m.nvrtc_version = join_values(a.meta_.nvrtc_version, b.meta_.nvrtc_version);
+    m.created_at = std::max(a.meta_.created_at, b.meta_.created_at);
+    std::set<std::string> sources(a.meta_.sources.begin(), a.meta_.sources.end());
+    sources.insert(b.meta_.sources.begin(), b.meta_.sources.end());
+    m.sources.assign(sources.begin(), sources.end());
+    merged.entries_ = a.entries_;
+    for (const TuningEntry& e : b.entries_) merged.upsert(e);
+    return merged;
+}
+
+void TuningDb::save(const std::filesystem::path& path) const {
+    util::FileLock lock(std::filesystem::path(path.string() + ".lock"), util::FileLock::Mode::exclusive);
+    TuningDb on_disk;
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) {
+        auto text = util::read_file(path);
+        if (!text) throw FileError(fmt::format("tileops: cannot read {} to merge into it", path.string()));
+        on_disk = parse(*text, path.string());
+    }
+    // Entries of other archs may share a file only when neither names an arch in its metadata.
+    TuningDb merged = merge(on_disk, *this);
+    util::write_file_atomic(path, merged.to_json());
+}
+
+}  // namespace tileops
