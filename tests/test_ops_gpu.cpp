@@ -42,6 +42,7 @@ void expect_close(const std::vector<double>& out, const std::vector<double>& ref
 
 TEST_CASE("RmsNorm matches a double-precision reference", "[gpu][rmsnorm]") {
     TILEOPS_REQUIRE_GPU();
+    shared_runtime();  // makes the device's context current for the allocations below
     const DType dtype = GENERATE(DType::fp32, DType::fp16, DType::bf16);
     const bool residual = GENERATE(false, true);
     const int64_t pad = GENERATE(0, 8);
@@ -84,6 +85,7 @@ TEST_CASE("RmsNorm matches a double-precision reference", "[gpu][rmsnorm]") {
 
 TEST_CASE("RmsNorm with the residual sum written in place", "[gpu][rmsnorm]") {
     TILEOPS_REQUIRE_GPU();
+    shared_runtime();  // makes the device's context current for the allocations below
     const DType dtype = DType::bf16;
     const int64_t rows = 17, cols = 4096;
     RmsNorm op({rows, cols, dtype, {}, 1e-6f, true});
@@ -102,6 +104,7 @@ TEST_CASE("RmsNorm with the residual sum written in place", "[gpu][rmsnorm]") {
 
 TEST_CASE("RmsNorm writes fp32 output from bf16 input", "[gpu][rmsnorm]") {
     TILEOPS_REQUIRE_GPU();
+    shared_runtime();  // makes the device's context current for the allocations below
     const int64_t rows = 9, cols = 1000;
     RmsNorm op({rows, cols, DType::bf16, DType::fp32, 1e-6f});
     auto x = test::round_to(DType::bf16, test::random_values(rows * cols, 21));
@@ -122,6 +125,7 @@ TEST_CASE("RmsNorm writes fp32 output from bf16 input", "[gpu][rmsnorm]") {
 
 TEST_CASE("LayerNorm matches a double-precision reference", "[gpu][layernorm]") {
     TILEOPS_REQUIRE_GPU();
+    shared_runtime();  // makes the device's context current for the allocations below
     const DType dtype = GENERATE(DType::fp32, DType::fp16, DType::bf16);
     const int64_t pad = GENERATE(0, 8);
     for (Shape s : kShapes) {
@@ -154,6 +158,7 @@ TEST_CASE("LayerNorm matches a double-precision reference", "[gpu][layernorm]") 
 
 TEST_CASE("Softmax and log-softmax match a double-precision reference", "[gpu][softmax]") {
     TILEOPS_REQUIRE_GPU();
+    shared_runtime();  // makes the device's context current for the allocations below
     const DType dtype = GENERATE(DType::fp32, DType::fp16, DType::bf16);
     const bool log = GENERATE(false, true);
     const int64_t pad = GENERATE(0, 8);
@@ -199,6 +204,7 @@ double reference_elementwise(ElementwiseOp op, double a, double b) {
 
 TEST_CASE("Elementwise ops match a double-precision reference", "[gpu][elementwise]") {
     TILEOPS_REQUIRE_GPU();
+    shared_runtime();  // makes the device's context current for the allocations below
     const ElementwiseOp kind = GENERATE(ElementwiseOp::gelu, ElementwiseOp::gelu_tanh, ElementwiseOp::silu,
                                         ElementwiseOp::silu_mul, ElementwiseOp::add, ElementwiseOp::mul);
     const DType dtype = GENERATE(DType::fp32, DType::fp16, DType::bf16);
@@ -231,6 +237,7 @@ TEST_CASE("Elementwise ops match a double-precision reference", "[gpu][elementwi
 
 TEST_CASE("Misaligned pointers take a narrower vector path and stay correct", "[gpu][elementwise]") {
     TILEOPS_REQUIRE_GPU();
+    shared_runtime();  // makes the device's context current for the allocations below
     const DType dtype = DType::bf16;
     const int64_t rows = 4, cols = 4096;
     // One element past a 16-byte boundary: only 2-byte accesses are possible.

@@ -72,7 +72,7 @@ TEST_CASE("no-compile mode turns a cache miss into CacheMiss", "[gpu][runtime]")
     RuntimeOptions options;
     options.cache_dir = dir.path().string();
     options.allow_compile = false;
-    Runtime runtime(options);
+    Runtime runtime(options);  // makes the context current
     Softmax op({4, 96, DType::fp16});
     test::DeviceMatrix x(DType::fp16, 4, 96), y(DType::fp16, 4, 96);
     CHECK_THROWS_AS(op.run(runtime, {x.data()}, {y.data()}), CacheMiss);

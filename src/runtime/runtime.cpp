@@ -51,6 +51,9 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
       builder_(cache_directory(options), cache_max_bytes(options), compile_allowed(options)),
       resolver_(resolver_options(options, device_)) {
     runtime::check_arch_supported(device_.arch());
+    // Like the CUDA runtime, a new runtime makes its device's primary context current on the
+    // constructing thread; run() makes it current on any other thread that uses it.
+    make_current();
     spdlog::debug("tileops: runtime on device {} ({}, {}, {} SMs), kernel cache {}", device_.ordinal, device_.name,
                   device_.arch(), device_.sm_count, builder_.cache().directory().string());
 }
