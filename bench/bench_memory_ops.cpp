@@ -7,6 +7,7 @@
 // warm-up first, median of the repeats. Bytes are the fewest the op must move: each input read
 // once, each output written once.
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -172,7 +173,19 @@ double host_us_per_call(const std::function<void()>& fn, int calls) {
 
 }  // namespace
 
+int run(int argc, char** argv);
+
 int main(int argc, char** argv) {
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured
+    try {
+        return run(argc, argv);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_memory_ops: %s\n", e.what());
+        return 1;
+    }
+}
+
+int run(int argc, char** argv) {
     std::string json_path;
     int repeats = 30;
     bool quick = false;
@@ -218,6 +231,7 @@ int main(int argc, char** argv) {
     DeviceBuffer a = random_buffer(64 * 2, DType::bf16), y(64 * 2);
     Elementwise tiny({ElementwiseOp::silu, 1, 64, DType::bf16});
     tiny.run(rt, {a.data()}, {y.data()});
+    TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
     const detail::ResolvedLaunch& launch = rt.impl().resolved_launch(tiny, 8);
     const void* a_ptr = a.data();
     void* y_ptr = y.data();

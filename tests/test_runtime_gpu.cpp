@@ -101,7 +101,7 @@ TEST_CASE("a cache hit allocates nothing on the heap and works under graph captu
     TILEOPS_CU_CHECK(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
     op.run(runtime, {a.data(), b.data()}, {y.data()}, stream);
     TILEOPS_CU_CHECK(cu.cuStreamEndCapture(stream, &graph));
-    TILEOPS_CU_CHECK(cu.cuGraphInstantiate(&exec, graph, 0));
+    TILEOPS_CU_CHECK(cu.cuGraphInstantiateWithFlags(&exec, graph, 0));
     TILEOPS_CU_CHECK(cu.cuGraphLaunch(exec, stream));
     TILEOPS_CU_CHECK(cu.cuStreamSynchronize(stream));
     auto out = y.download();

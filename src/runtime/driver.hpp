@@ -53,7 +53,7 @@ namespace tileops::runtime {
     X(cuEventElapsedTime)           \
     X(cuStreamBeginCapture)         \
     X(cuStreamEndCapture)           \
-    X(cuGraphInstantiate)           \
+    X(cuGraphInstantiateWithFlags)         \
     X(cuGraphLaunch)                \
     X(cuGraphDestroy)               \
     X(cuGraphExecDestroy)
