@@ -189,13 +189,15 @@ int run(int argc, char** argv) {
     std::string json_path;
     int repeats = 30;
     bool quick = false;
+    bool launch_only = false;  // only the host cost of a launch
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
         else if (arg == "--quick") quick = true;
+        else if (arg == "--launch-only") launch_only = true;
         else {
-            fmt::print(stderr, "usage: bench_memory_ops [--json out.json] [--repeats N] [--quick]\n");
+            fmt::print(stderr, "usage: bench_memory_ops [--json out.json] [--repeats N] [--quick] [--launch-only]\n");
             return 2;
         }
     }
@@ -209,6 +211,7 @@ int run(int argc, char** argv) {
     std::vector<std::string> ops = {"rmsnorm", "rmsnorm_residual", "layernorm", "softmax", "log_softmax",
                                     "gelu", "gelu_tanh", "silu", "silu_mul", "add", "mul"};
     if (quick) ops = {"rmsnorm", "softmax", "silu_mul"};
+    if (launch_only) ops.clear();
     DeviceBuffer flush(size_t{128} << 20);
     nlohmann::json json;
     json["device"] = device.name;
@@ -219,6 +222,7 @@ int run(int argc, char** argv) {
         for (DType dtype : {DType::bf16, DType::fp32})
             for (const auto& s : shapes) {
                 Result r = run_case(rt, {op, s[0], s[1], dtype}, flush, repeats);
+                TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
                 r.fraction_of_copy = r.gbps / copy_gbps;
                 fmt::print("{:<18} {:>14} {:>5} {:>10.1f} {:>9.0f} {:>6.1f}%\n", op, fmt::format("{}x{}", s[0], s[1]),
                            dtype_name(dtype), r.ms * 1e3, r.gbps, 100 * r.fraction_of_copy);

@@ -32,11 +32,11 @@ LoadedDriver load_driver() {
         return loaded;
     }
     DriverApi& api = loaded.api;
-#define TILEOPS_RESOLVE(name)                                                                   \
+#define TILEOPS_RESOLVE(name, version)                                                                 \
     {                                                                                           \
         void* fn = nullptr;                                                                     \
         CUdriverProcAddressQueryResult found{};                                                 \
-        if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS || \
+        if (get_proc(#name, &fn, version, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS || \
             fn == nullptr) {                                                                    \
             loaded.failure = fmt::format("the CUDA driver lacks {} (driver too old for CUDA {}.{})", #name, \
                                          CUDA_VERSION / 1000, (CUDA_VERSION % 1000) / 10);      \

@@ -12,55 +12,58 @@
 
 namespace tileops::runtime {
 
+// Each entry names the API version whose signature the header declares: cuGetProcAddress hands
+// out the newest version at or below it, and a newer one may take other arguments (at 13000
+// cuCtxSynchronize takes a context).
 #define TILEOPS_DRIVER_FUNCTIONS(X) \
-    X(cuInit)                       \
-    X(cuDriverGetVersion)           \
-    X(cuGetErrorName)               \
-    X(cuGetErrorString)             \
-    X(cuDeviceGetCount)             \
-    X(cuDeviceGet)                  \
-    X(cuDeviceGetName)              \
-    X(cuDeviceGetAttribute)         \
-    X(cuDeviceTotalMem)             \
-    X(cuDevicePrimaryCtxRetain)     \
-    X(cuDevicePrimaryCtxRelease)    \
-    X(cuCtxSetCurrent)              \
-    X(cuCtxGetCurrent)              \
-    X(cuCtxSynchronize)             \
-    X(cuModuleLoadData)             \
-    X(cuModuleUnload)               \
-    X(cuModuleGetFunction)          \
-    X(cuFuncSetAttribute)           \
-    X(cuFuncGetAttribute)           \
-    X(cuLaunchKernel)               \
-    X(cuLaunchKernelEx)             \
-    X(cuMemAlloc)                   \
-    X(cuMemFree)                    \
-    X(cuMemcpyHtoD)                 \
-    X(cuMemcpyDtoH)                 \
-    X(cuMemcpyDtoDAsync)            \
-    X(cuMemsetD8)                   \
-    X(cuMemsetD8Async)              \
-    X(cuMemGetAddressRange)         \
-    X(cuPointerGetAttribute)        \
-    X(cuStreamCreate)               \
-    X(cuStreamDestroy)              \
-    X(cuStreamSynchronize)          \
-    X(cuEventCreate)                \
-    X(cuEventDestroy)               \
-    X(cuEventRecord)                \
-    X(cuEventSynchronize)           \
-    X(cuEventElapsedTime)           \
-    X(cuStreamBeginCapture)         \
-    X(cuStreamEndCapture)           \
-    X(cuGraphInstantiateWithFlags)         \
-    X(cuGraphLaunch)                \
-    X(cuGraphDestroy)               \
-    X(cuGraphExecDestroy)
+    X(cuInit, CUDA_VERSION)                       \
+    X(cuDriverGetVersion, CUDA_VERSION)           \
+    X(cuGetErrorName, CUDA_VERSION)               \
+    X(cuGetErrorString, CUDA_VERSION)             \
+    X(cuDeviceGetCount, CUDA_VERSION)             \
+    X(cuDeviceGet, CUDA_VERSION)                  \
+    X(cuDeviceGetName, CUDA_VERSION)              \
+    X(cuDeviceGetAttribute, CUDA_VERSION)         \
+    X(cuDeviceTotalMem, CUDA_VERSION)             \
+    X(cuDevicePrimaryCtxRetain, CUDA_VERSION)     \
+    X(cuDevicePrimaryCtxRelease, CUDA_VERSION)    \
+    X(cuCtxSetCurrent, CUDA_VERSION)              \
+    X(cuCtxGetCurrent, CUDA_VERSION)              \
+    X(cuCtxSynchronize, 2000)             \
+    X(cuModuleLoadData, CUDA_VERSION)             \
+    X(cuModuleUnload, CUDA_VERSION)               \
+    X(cuModuleGetFunction, CUDA_VERSION)          \
+    X(cuFuncSetAttribute, CUDA_VERSION)           \
+    X(cuFuncGetAttribute, CUDA_VERSION)           \
+    X(cuLaunchKernel, CUDA_VERSION)               \
+    X(cuLaunchKernelEx, CUDA_VERSION)             \
+    X(cuMemAlloc, CUDA_VERSION)                   \
+    X(cuMemFree, CUDA_VERSION)                    \
+    X(cuMemcpyHtoD, CUDA_VERSION)                 \
+    X(cuMemcpyDtoH, CUDA_VERSION)                 \
+    X(cuMemcpyDtoDAsync, CUDA_VERSION)            \
+    X(cuMemsetD8, CUDA_VERSION)                   \
+    X(cuMemsetD8Async, CUDA_VERSION)              \
+    X(cuMemGetAddressRange, CUDA_VERSION)         \
+    X(cuPointerGetAttribute, CUDA_VERSION)        \
+    X(cuStreamCreate, CUDA_VERSION)               \
+    X(cuStreamDestroy, CUDA_VERSION)              \
+    X(cuStreamSynchronize, CUDA_VERSION)          \
+    X(cuEventCreate, CUDA_VERSION)                \
+    X(cuEventDestroy, CUDA_VERSION)               \
+    X(cuEventRecord, CUDA_VERSION)                \
+    X(cuEventSynchronize, CUDA_VERSION)           \
+    X(cuEventElapsedTime, CUDA_VERSION)           \
+    X(cuStreamBeginCapture, CUDA_VERSION)         \
+    X(cuStreamEndCapture, CUDA_VERSION)           \
+    X(cuGraphInstantiateWithFlags, CUDA_VERSION)         \
+    X(cuGraphLaunch, CUDA_VERSION)                \
+    X(cuGraphDestroy, CUDA_VERSION)               \
+    X(cuGraphExecDestroy, CUDA_VERSION)
 
 // Function pointers of the driver API. Obtain with driver(); members are named like the API.
 struct DriverApi {
-#define TILEOPS_DECLARE_POINTER(name) decltype(&::name) name = nullptr;
+#define TILEOPS_DECLARE_POINTER(name, version) decltype(&::name) name = nullptr;
     TILEOPS_DRIVER_FUNCTIONS(TILEOPS_DECLARE_POINTER)
 #undef TILEOPS_DECLARE_POINTER
 };
