@@ -3,13 +3,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "codegen/template_registry.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/log.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "tileops/error.hpp"
 #include "tileops/op.hpp"
+#include "tuning/op_config.hpp"
 #include "util/file_util.hpp"
 
 namespace tileops {
@@ -97,12 +97,7 @@ const LoadedKernel& RuntimeImpl::kernel(const LaunchPlan& plan) {
 const tuning::ConfigChoice& RuntimeImpl::choice_locked(const Op& op) {
     OpState& state = op.state();
     if (state.config_runtime_id != id_) {
-        const OpModel& model = op.model();
-        const auto& registry = codegen::TemplateRegistry::instance();
-        TuningKey key = model.tuning_key(device_.arch(), registry.template_hash(model.template_file()));
-        state.choice = resolver_.choose(
-            key, [&] { return model.heuristic(device_); },
-            [&](const TuningEntry& entry) { return model.invalid_reason(entry.config, device_); });
+        state.choice = tuning::choose_config(resolver_, op.model(), device_);
         state.config_runtime_id = id_;
     }
     return state.choice;

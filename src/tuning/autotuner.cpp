@@ -13,12 +13,13 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "codegen/template_registry.hpp"
 #include "ops/op_model.hpp"
 #include "ops/op_state.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "tileops/error.hpp"
+#include "runtime/compiler.hpp"
+#include "tuning/op_config.hpp"
 #include "tuning/operand_buffers.hpp"
 #include "tuning/timing.hpp"
 
@@ -203,7 +204,8 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
     report("done", 1.0);
 
     TuningEntry& entry = result.entry;
-    entry.key = model.tuning_key(device.arch(), codegen::TemplateRegistry::instance().template_hash(model.template_file()));
+    entry.key = tuning_key_for(model, device);
+    entry.nvrtc_version = runtime::nvrtc_version();
     entry.config = candidates[winner];
     entry.median_us = retimed[winner].median_us;
     entry.spread_us = retimed[winner].spread_us();

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ops/op_factory.hpp"
+#include "tileops/error.hpp"
 #include "ops/op_model.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/disk_cache.hpp"
@@ -18,6 +19,7 @@
 #include "tileops_tune/output.hpp"
 #include "tileops_tune/problems.hpp"
 #include "tileops_tune/resolver_setup.hpp"
+#include "tuning/op_config.hpp"
 
 namespace tileops::cli {
 namespace {
@@ -80,7 +82,7 @@ int cmd_warm(int argc, char** argv) {
             for (const auto& spec : problems) {
                 auto op = detail::make_op(spec);
                 const detail::OpModel& model = op->model();
-                tuning::ConfigChoice choice = choose_config(resolver, model, device);
+                tuning::ConfigChoice choice = tuning::choose_config(resolver, model, device);
                 add_kernels(model, choice.config, device, kernels);
             }
 

@@ -1,13 +1,14 @@
-// How tileops-tune finds the arch it works for and the config a problem gets, the same way the
-// runtime does (memory, user databases, shipped database, nearest tuned shape, heuristic).
+// What several tileops-tune commands share: the arch they work for, a config resolver set up like
+// the runtime's, and database filters.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include <cxxopts.hpp>
+#include <nlohmann/json.hpp>
 
-#include "ops/op_model.hpp"
+#include "tileops/tuning_db.hpp"
 #include "tuning/config_choice.hpp"
 
 namespace tileops::cli {
@@ -15,11 +16,16 @@ namespace tileops::cli {
 // --arch, else the arch of GPU 0; throws InvalidArgument when neither is available.
 std::string target_arch(const cxxopts::ParseResult& args);
 
-// A resolver for `arch` that searches `user_dbs` (then TILEOPS_TUNING_DB and the shipped ones).
+// A resolver for `arch` that searches `user_dbs` first (then the shipped databases).
 tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<std::string>& user_dbs);
 
-// The config the runtime would choose for `model` on `device`.
-tuning::ConfigChoice choose_config(tuning::ConfigResolver& resolver, const detail::OpModel& model,
-                                   const DeviceInfo& device);
+// Adds --op, --arch and --dtype filters (for list, show, verify).
+void add_filter_options(cxxopts::Options& options);
+bool matches_filters(const TuningEntry& entry, const cxxopts::ParseResult& args);
+
+std::string config_text(const Config& config);
+nlohmann::json config_json(const Config& config);
+// The entry as JSON, as the database stores it.
+nlohmann::json entry_json(const TuningEntry& entry);
 
 }  // namespace tileops::cli

@@ -1,0 +1,55 @@
+// tileops-tune explain: which config a problem would get on an arch, and why (the runtime's own
+// lookup: memory, user databases, shipped database, nearest tuned shape, heuristic).
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ops/op_factory.hpp"
+#include "tileops/error.hpp"
+#include "tileops_tune/command_runner.hpp"
+#include "tileops_tune/commands.hpp"
+#include "tileops_tune/problems.hpp"
+#include "tileops_tune/resolver_setup.hpp"
+#include "tuning/op_config.hpp"
+
+namespace tileops::cli {
+
+int cmd_explain(int argc, char** argv) {
+    return run_command(
+        "explain", "Which config a problem would get on an arch, and why.", argc, argv,
+        [](cxxopts::Options& options) {
+            add_problem_options(options);
+            options.add_options()("arch", "arch to explain for (default: this GPU's)", cxxopts::value<std::string>())(
+                "db", "user tuning database(s) searched first", cxxopts::value<std::vector<std::string>>());
+        },
+        [](const cxxopts::ParseResult& args) {
+            std::vector<detail::ProblemSpec> problems = problems_from(args);
+            if (problems.empty()) throw InvalidArgument("give a problem with --op/--shape or --workload");
+            const std::string arch = target_arch(args);
+            const DeviceInfo device = DeviceInfo::for_arch(arch);
+            std::vector<std::string> dbs;
+            if (args.count("db")) dbs = args["db"].as<std::vector<std::string>>();
+            tuning::ConfigResolver resolver = make_resolver(arch, dbs);
+            nlohmann::json out = nlohmann::json::array();
+            for (const auto& spec : problems) {
+                auto op = detail::make_op(spec);
+                tuning::ConfigChoice choice = tuning::choose_config(resolver, op->model(), device);
+                out.push_back({{"problem", describe(spec)},
+                               {"arch", arch},
+                               {"config", config_json(choice.config)},
+                               {"source", tuning::to_string(choice.source)},
+                               {"origin", choice.origin},
+                               {"distance", choice.distance},
+                               {"explanation", choice.explanation}});
+                if (!args.count("json"))
+                    fmt::print("{} on {}: {{{}}} from {}{}: {}\n", describe(spec), arch, config_text(choice.config),
+                               tuning::to_string(choice.source), choice.origin.empty() ? "" : " " + choice.origin,
+                               choice.explanation);
+            }
+            for (const std::string& stale : resolver.stale_entries())
+                if (!args.count("json")) fmt::print(stderr, "ignored: {}\n", stale);
+            if (args.count("json")) fmt::print("{}\n", out.dump(2));
+            return 0;
+        });
+}
+
+}  // namespace tileops::cli

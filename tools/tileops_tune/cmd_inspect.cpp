@@ -1,0 +1,121 @@
+// tileops-tune list / show: what a database holds, as a table or JSON.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "tileops/error.hpp"
+#include "tileops/tuning_db.hpp"
+#include "util/file_util.hpp"
+#include "tileops_tune/command_runner.hpp"
+#include "tileops_tune/commands.hpp"
+#include "tileops_tune/output.hpp"
+#include "tileops_tune/resolver_setup.hpp"
+
+namespace tileops::cli {
+namespace {
+
+void add_db_argument(cxxopts::Options& options) {
+    options.add_options()("db", "the database file", cxxopts::value<std::string>());
+    options.parse_positional({"db"});
+    options.positional_help("DB.json");
+}
+
+TuningDb load_db(const cxxopts::ParseResult& args) {
+    if (!args.count("db")) throw InvalidArgument("give the database file");
+    return TuningDb::load(args["db"].as<std::string>());
+}
+
+}  // namespace
+
+int cmd_list(int argc, char** argv) {
+    return run_command(
+        "list", "List a tuning database's entries.", argc, argv,
+        [](cxxopts::Options& options) {
+            add_db_argument(options);
+            add_filter_options(options);
+        },
+        [](const cxxopts::ParseResult& args) {
+            TuningDb db = load_db(args);
+            std::vector<std::vector<std::string>> rows;
+            nlohmann::json list = nlohmann::json::array();
+            for (const TuningEntry& e : db.entries()) {
+                if (!matches_filters(e, args)) continue;
+                list.push_back(entry_json(e));
+                rows.push_back({e.key.op, fmt::format("{}", fmt::join(e.key.shape, "x")), e.key.dtype, e.key.flags,
+                                e.key.arch, config_text(e.config), fmt::format("{:.2f}", e.median_us),
+                                fmt::format("{:.0f} {}", e.throughput, e.throughput_unit), e.device, e.tuned_at});
+            }
+            if (args.count("json"))
+                fmt::print("{}\n", list.dump(2));
+            else
+                print_table({"op", "shape", "dtype", "flags", "arch", "config", "us", "throughput", "device", "tuned at"}, rows);
+            return 0;
+        });
+}
+
+int cmd_show(int argc, char** argv) {
+    return run_command(
+        "show", "Show a tuning database in full: metadata, entries with runners-up and provenance.", argc, argv,
+        [](cxxopts::Options& options) {
+            add_db_argument(options);
+            add_filter_options(options);
+        },
+        [](const cxxopts::ParseResult& args) {
+            TuningDb db = load_db(args);
+            const TuningDbMeta& m = db.meta();
+            nlohmann::json entries = nlohmann::json::array();
+            for (const TuningEntry& e : db.entries())
+                if (matches_filters(e, args)) entries.push_back(entry_json(e));
+            if (args.count("json")) {
+                nlohmann::json out = nlohmann::json::parse(db.to_json());
+                out["entries"] = entries;
+                fmt::print("{}\n", out.dump(2));
+                return 0;
+            }
+            fmt::print("database {}\n  format {}, library {}, GPU {}, arch {}, driver {}, NVRTC {}, created {}\n  sources: {}\n",
+                       args["db"].as<std::string>(), m.format_version, m.library_version, m.gpu_name, m.arch, m.driver,
+                       m.nvrtc_version, m.created_at, fmt::join(m.sources, "; "));
+            for (const TuningEntry& e : db.entries()) {
+                if (!matches_filters(e, args)) continue;
+                fmt::print("\n{}\n  config        {}\n  median        {:.2f} us (spread {:.2f} us), {:.0f} {}\n"
+                           "  candidates    {} tried, {} failed; stability {:.0f}%\n  tuned         {} on {} (NVRTC {})\n"
+                           "  template      {}\n",
+                           e.key.to_string(), config_text(e.config), e.median_us, e.spread_us, e.throughput,
+                           e.throughput_unit, e.candidates_tried, e.candidates_failed, 100 * e.stability, e.tuned_at,
+                           e.device, e.nvrtc_version, e.key.template_hash);
+                for (const RunnerUp& r : e.runners_up)
+                    fmt::print("  runner-up     {:.2f} us  {}\n", r.median_us, config_text(r.config));
+            }
+            return 0;
+        });
+}
+
+int cmd_merge(int argc, char** argv) {
+    return run_command(
+        "merge", "Merge tuning databases into one, keeping the faster entry per key (never across archs).", argc, argv,
+        [](cxxopts::Options& options) {
+            options.add_options()("o,output", "the merged database to write", cxxopts::value<std::string>())(
+                "inputs", "databases to merge", cxxopts::value<std::vector<std::string>>());
+            options.parse_positional({"inputs"});
+            options.positional_help("A.json B.json ...");
+        },
+        [](const cxxopts::ParseResult& args) {
+            if (!args.count("output")) throw InvalidArgument("give the output file with -o");
+            if (!args.count("inputs")) throw InvalidArgument("give the databases to merge");
+            TuningDb merged;
+            for (const std::string& path : args["inputs"].as<std::vector<std::string>>()) {
+                TuningDb db = TuningDb::load(path);
+                if (db.meta().sources.empty()) db.meta().sources = {path};
+                merged = TuningDb::merge(merged, db);
+            }
+            const std::string output = args["output"].as<std::string>();
+            util::write_file_atomic(output, merged.to_json());
+            if (args.count("json"))
+                fmt::print("{}\n", nlohmann::json({{"output", output}, {"entries", merged.entries().size()}}).dump(2));
+            else
+                fmt::print("{} entries written to {}\n", merged.entries().size(), output);
+            return 0;
+        });
+}
+
+}  // namespace tileops::cli

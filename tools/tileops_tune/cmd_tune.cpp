@@ -1,0 +1,121 @@
+// tileops-tune tune: autotunes problems on this GPU and merges the winners into a database.
+#include <ctime>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "runtime/compiler.hpp"
+#include "tileops/tileops.hpp"
+#include "tileops/tuning_db.hpp"
+#include "tileops_tune/command_runner.hpp"
+#include "tileops_tune/commands.hpp"
+#include "tileops_tune/output.hpp"
+#include "tileops_tune/problems.hpp"
+#include "tileops_tune/resolver_setup.hpp"
+#include "tuning/autotuner.hpp"
+
+namespace tileops::cli {
+namespace {
+
+std::string utc_now() {
+    std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char text[32];
+    std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return text;
+}
+
+}  // namespace
+
+int cmd_tune(int argc, char** argv) {
+    return run_command(
+        "tune", "Autotune problems on this GPU and write the results into a tuning database.", argc, argv,
+        [](cxxopts::Options& options) {
+            add_problem_options(options);
+            options.add_options()("o,db", "database to merge the results into (created if missing)",
+                                  cxxopts::value<std::string>())(
+                "budget", "seconds per problem", cxxopts::value<double>()->default_value("60"))(
+                "max-candidates", "at most this many configs per problem (0: all)",
+                cxxopts::value<int>()->default_value("0"))("random", "sample the search space randomly instead of exhaustively")(
+                "seed", "random seed", cxxopts::value<uint64_t>()->default_value("1"))(
+                "repeats", "timed runs per candidate", cxxopts::value<int>()->default_value("20"))(
+                "device", "GPU ordinal", cxxopts::value<int>()->default_value("0"));
+        },
+        [](const cxxopts::ParseResult& args) {
+            std::vector<detail::ProblemSpec> problems = problems_from(args);
+            if (problems.empty()) throw InvalidArgument("nothing to tune: give --op/--shape or --workload");
+            if (!args.count("db")) throw InvalidArgument("give the database to write with --db");
+            const std::string db_path = args["db"].as<std::string>();
+            RuntimeOptions runtime_options;
+            runtime_options.device = args["device"].as<int>();
+            Runtime runtime(runtime_options);
+            const DeviceInfo& device = runtime.device();
+
+            tuning::TuneOptions tune;
+            tune.budget_seconds = args["budget"].as<double>();
+            tune.max_candidates = args["max-candidates"].as<int>();
+            tune.exhaustive = !args.count("random");
+            tune.seed = args["seed"].as<uint64_t>();
+            tune.repeats = args["repeats"].as<int>();
+            Progress progress(stderr_is_terminal() && !args.count("json"));
+
+            TuningDb db;
+            TuningDbMeta& meta = db.meta();
+            meta.library_version = TILEOPS_VERSION;
+            meta.gpu_name = device.name;
+            meta.arch = device.arch();
+            meta.driver = fmt::format("{}.{}", device.driver_version / 1000, (device.driver_version % 1000) / 10);
+            meta.nvrtc_version = runtime::nvrtc_version();
+            meta.created_at = utc_now();
+            meta.sources = {fmt::format("tileops-tune on {}", device.name)};
+
+            nlohmann::json results = nlohmann::json::array();
+            std::vector<std::vector<std::string>> rows;
+            int failures = 0;
+            for (size_t p = 0; p < problems.size(); ++p) {
+                const std::string name = describe(problems[p]);
+                tune.progress = [&](const std::string& what, double fraction) {
+                    progress.update(fmt::format("[{}/{}] {}: {}", p + 1, problems.size(), name, what),
+                                    (p + fraction) / problems.size());
+                };
+                try {
+                    auto op = detail::make_op(problems[p]);
+                    tuning::TuneResult result = tuning::autotune(runtime, *op, tune);
+                    db.upsert(result.entry);
+                    nlohmann::json failed = nlohmann::json::array();
+                    for (const auto& c : result.candidates)
+                        if (!c.ok) failed.push_back({{"config", config_json(c.config)}, {"why", c.failure}});
+                    results.push_back({{"problem", name},
+                                       {"entry", entry_json(result.entry)},
+                                       {"heuristic_median_us", result.heuristic_median_us},
+                                       {"heuristic_kept", result.heuristic_kept},
+                                       {"failed", failed}});
+                    rows.push_back({name, config_text(result.entry.config), fmt::format("{:.2f}", result.entry.median_us),
+                                    fmt::format("{:.2f}", result.heuristic_median_us),
+                                    fmt::format("{:.0f} {}", result.entry.throughput, result.entry.throughput_unit),
+                                    fmt::format("{}/{}", result.entry.candidates_failed, result.entry.candidates_tried),
+                                    result.heuristic_kept ? "heuristic kept" : ""});
+                } catch (const std::exception& e) {
+                    ++failures;
+                    results.push_back({{"problem", name}, {"error", e.what()}});
+                    rows.push_back({name, std::string("FAILED: ") + e.what(), "", "", "", "", ""});
+                }
+            }
+            progress.done();
+            db.save(db_path);
+            if (args.count("json")) {
+                fmt::print("{}\n", nlohmann::json({{"db", db_path}, {"results", results}}).dump(2));
+            } else {
+                print_table({"problem", "config", "us", "heuristic us", "throughput", "failed/tried", "note"}, rows);
+                fmt::print("{} problem(s) tuned into {}; {} failed\n", problems.size() - failures, db_path, failures);
+                for (const auto& r : results)
+                    for (const auto& f : r.value("failed", nlohmann::json::array()))
+                        fmt::print(stderr, "{}: candidate {} skipped: {}\n", r["problem"].get<std::string>(),
+                                   f["config"].dump(), f["why"].get<std::string>());
+            }
+            return failures == 0 ? 0 : 1;
+        });
+}
+
+}  // namespace tileops::cli

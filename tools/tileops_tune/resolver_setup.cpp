@@ -1,0 +1,57 @@
+#include "tileops_tune/resolver_setup.hpp"
+
+#include <fmt/format.h>
+
+#include "runtime/compiler.hpp"
+#include "runtime/device.hpp"
+#include "tileops/error.hpp"
+
+namespace tileops::cli {
+
+std::string target_arch(const cxxopts::ParseResult& args) {
+    if (args.count("arch")) return args["arch"].as<std::string>();
+    if (runtime::device_count() > 0) return runtime::query_device(0).arch();
+    throw InvalidArgument("no GPU found: give --arch (e.g. --arch sm_90a)");
+}
+
+tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<std::string>& user_dbs) {
+    tuning::ResolverOptions options;
+    options.arch = arch;
+    options.nvrtc_version = runtime::nvrtc_version();
+    options.user_dbs = user_dbs;
+    return tuning::ConfigResolver(options);
+}
+
+void add_filter_options(cxxopts::Options& options) {
+    options.add_options("filter")("filter-op", "only entries of this op", cxxopts::value<std::string>())(
+        "filter-arch", "only entries of this arch", cxxopts::value<std::string>())(
+        "filter-dtype", "only entries of this dtype", cxxopts::value<std::string>());
+}
+
+bool matches_filters(const TuningEntry& entry, const cxxopts::ParseResult& args) {
+    if (args.count("filter-op") && entry.key.op != args["filter-op"].as<std::string>()) return false;
+    if (args.count("filter-arch") && entry.key.arch != args["filter-arch"].as<std::string>()) return false;
+    if (args.count("filter-dtype") && entry.key.dtype != args["filter-dtype"].as<std::string>()) return false;
+    return true;
+}
+
+std::string config_text(const Config& config) {
+    std::string text;
+    for (const auto& [name, value] : config) text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, value);
+    return text;
+}
+
+nlohmann::json config_json(const Config& config) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& [name, value] : config) object[name] = value;
+    return object;
+}
+
+nlohmann::json entry_json(const TuningEntry& e) {
+    // The database's own serialization, so the CLI never drifts from the file format.
+    TuningDb one;
+    one.upsert(e);
+    return nlohmann::json::parse(one.to_json())["entries"][0];
+}
+
+}  // namespace tileops::cli
