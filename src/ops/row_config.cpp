@@ -56,19 +56,22 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& de
     config.rows_per_block = std::max(1, 256 / config.threads_per_row);
     config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
     if (config.items > max_items(config.vec, element_bytes, config.threads_per_row * config.rows_per_block)) {
-        // Longer than a 1024-thread block holds: 512 threads holding 128 bytes each per CTA, and
-        // the row split over a cluster of CTAs (sm_90), else streamed.
+        // Longer than a block holds: split the row over a cluster of 512-thread CTAs (sm_90).
+        // Holding 64 bytes a thread leaves room for two CTAs an SM, so one loads while the other
+        // reduces and writes; 128 bytes (one CTA an SM) only when 64 would need too many CTAs.
         config.threads_per_row = 512;
         config.rows_per_block = 1;
-        const int per_cta = max_items(config.vec, element_bytes, 512);
-        const int64_t ctas = ceil_div(cols, int64_t{512} * config.vec * per_cta);
-        if (device.sm() >= 90 && ctas <= kMaxCluster) {
-            config.cluster = next_pow2(ctas);
-            config.items = static_cast<int>(ceil_div(cols, int64_t{config.cluster} * 512 * config.vec));
-        } else {
-            config.threads_per_row = 1024;
-            config.items = 0;  // streaming
+        config.items = 0;  // streaming, unless a cluster fits below
+        for (int held : {64, 128}) {
+            const int per_thread = held / static_cast<int>(config.vec * element_bytes);
+            const int64_t ctas = ceil_div(cols, int64_t{512} * config.vec * per_thread);
+            if (device.sm() >= 90 && ctas <= kMaxCluster) {
+                config.cluster = next_pow2(ctas);
+                config.items = static_cast<int>(ceil_div(cols, int64_t{config.cluster} * 512 * config.vec));
+                break;
+            }
         }
+        if (config.items == 0) config.threads_per_row = 1024;
     }
     return config;
 }

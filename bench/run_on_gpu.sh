@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: configure and build (release), then the steps named as arguments,
+# writing logs and JSON under $OUT (default ./gpu-out). Steps:
+#   tests   the [gpu] tests
+#   bench   bench_memory_ops (all ops and shapes)
+#   quick   bench_memory_ops --quick
+#   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
+#   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export TILEOPS_CACHE_DIR=${TILEOPS_CACHE_DIR:-/tmp/tileops-cache}
+cmake -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 &&
+  cmake --build build-gpu -j"$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$OUT/gpu.csv"
+status=0
+for step in "$@"; do
+  case $step in
+    tests)
+      timeout 420 ./build-gpu/tests/tileops_tests "[gpu]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gpu_tests.log"
+      grep -E 'failed|SIG' "$OUT/gpu_tests.log" | head -20; tail -2 "$OUT/gpu_tests.log" ;;
+    bench) timeout 400 ./build-gpu/bench/bench_memory_ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
+      tail -n +1 "$OUT/bench.log" | awk '{print}' | tail -140 ;;
+    quick) timeout 200 ./build-gpu/bench/bench_memory_ops --quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
+    torch) PYTHONUNBUFFERED=1 timeout 560 python3 bench/torch_peers.py --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 || status=1
+      tail -5 "$OUT/torch.log" ;;
+    tune)
+      for shape in 16384x1024 1024x65536 256x262144; do
+        for op in rmsnorm softmax; do
+          for dtype in bf16 fp32; do
+            ./build-gpu/tools/tileops-tune tune --op $op --shape $shape --dtype $dtype --db "$OUT/tuned.json" \
+              --budget 15 --repeats 10 2>>"$OUT/tune_err.log" | tail -2
+          done
+        done
+      done ;;
+    *) echo "unknown step $step"; status=2 ;;
+  esac
+done
+exit $status
