@@ -26,14 +26,9 @@ for step in "$@"; do
     torch) PYTHONUNBUFFERED=1 timeout 560 python3 bench/torch_peers.py --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 || status=1
       tail -5 "$OUT/torch.log" ;;
     tune)
-      for shape in 16384x1024 1024x65536 256x262144; do
-        for op in rmsnorm softmax; do
-          for dtype in bf16 fp32; do
-            ./build-gpu/tools/tileops-tune tune --op $op --shape $shape --dtype $dtype --db "$OUT/tuned.json" \
-              --budget 15 --repeats 10 2>>"$OUT/tune_err.log" | tail -2
-          done
-        done
-      done ;;
+      ./build-gpu/tools/tileops-tune tune --workload bench/tune_memory_ops.json --db "$OUT/tuned.json" \
+        --budget 12 --repeats 10 > "$OUT/tune.log" 2> "$OUT/tune_err.log" || status=1
+      tail -35 "$OUT/tune.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

@@ -2,8 +2,8 @@
 //
 //   OP 0 gelu       y = a * Phi(a) = 0.5 a (1 + erf(a / sqrt 2)), computed as 0.5 a erfc(-a / sqrt 2)
 //   OP 1 gelu_tanh  y = 0.5 a (1 + tanh(u)), u = sqrt(2 / pi) (a + 0.044715 a^3), computed as
-//                   a / (1 + exp(-2u))
-// (both forms avoid the cancellation in 1 + erf / 1 + tanh for negative a)
+//                   a sigmoid(2u)
+// (both forms avoid the cancellation in 1 + erf / 1 + tanh for negative a; see common/math.cuh)
 //   OP 2 silu       y = a * sigmoid(a)
 //   OP 3 silu_mul   y = silu(a) * b           (the SwiGLU gate)
 //   OP 4 add        y = a + b
@@ -14,6 +14,7 @@
 // All UNROLL loads are issued before any arithmetic so that they are in flight together.
 #pragma once
 
+#include "common/math.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -21,14 +22,14 @@ namespace tileops {
 template <int OP>
 __device__ __forceinline__ float elementwise_apply(float a, float b) {
     if constexpr (OP == 0) {
-        return 0.5f * a * erfcf(-a * 0.70710678118654752f);
+        return 0.5f * a * erfc_approx(-a * 0.70710678118654752f);
     } else if constexpr (OP == 1) {
         const float u = 0.7978845608028654f * (a + 0.044715f * a * a * a);
-        return a / (1.0f + expf(-2.0f * u));
+        return a * sigmoid(2.0f * u);
     } else if constexpr (OP == 2) {
-        return a / (1.0f + expf(-a));
+        return a * sigmoid(a);
     } else if constexpr (OP == 3) {
-        return a / (1.0f + expf(-a)) * b;
+        return a * sigmoid(a) * b;
     } else if constexpr (OP == 4) {
         return a + b;
     } else {

@@ -56,18 +56,22 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& de
     config.rows_per_block = std::max(1, 256 / config.threads_per_row);
     config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
     if (config.items > max_items(config.vec, element_bytes, config.threads_per_row * config.rows_per_block)) {
-        // Longer than a block holds: split the row over a cluster of 512-thread CTAs (sm_90).
-        // Holding 64 bytes a thread leaves room for two CTAs an SM, so one loads while the other
-        // reduces and writes; 128 bytes (one CTA an SM) only when 64 would need too many CTAs.
-        config.threads_per_row = 512;
+        // Longer than a block holds: split the row over a cluster of CTAs (sm_90). Measured on
+        // H100 (bench/README.md): 256-thread CTAs beat 512, and holding 64 bytes a thread (more CTAs
+        // resident, one loading while another reduces) beats 128, as long as the cluster stays
+        // within 8 CTAs; 16-CTA clusters come next; longer rows stream.
         config.rows_per_block = 1;
         config.items = 0;  // streaming, unless a cluster fits below
-        for (int held : {64, 128}) {
-            const int per_thread = held / static_cast<int>(config.vec * element_bytes);
-            const int64_t ctas = ceil_div(cols, int64_t{512} * config.vec * per_thread);
-            if (device.sm() >= 90 && ctas <= kMaxCluster) {
+        const struct {
+            int threads, held, max_cluster;
+        } choices[] = {{256, 64, 8}, {256, 128, 8}, {256, 64, 16}, {256, 128, 16}, {512, 128, 16}};
+        for (const auto& choice : choices) {
+            const int per_thread = choice.held / static_cast<int>(config.vec * element_bytes);
+            const int64_t ctas = ceil_div(cols, int64_t{choice.threads} * config.vec * per_thread);
+            if (device.sm() >= 90 && ctas <= choice.max_cluster) {
+                config.threads_per_row = choice.threads;
                 config.cluster = next_pow2(ctas);
-                config.items = static_cast<int>(ceil_div(cols, int64_t{config.cluster} * 512 * config.vec));
+                config.items = static_cast<int>(ceil_div(cols, int64_t{config.cluster} * choice.threads * config.vec));
                 break;
             }
         }
