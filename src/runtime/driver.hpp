@@ -35,6 +35,7 @@ namespace tileops::runtime {
     X(cuModuleGetFunction, CUDA_VERSION)          \
     X(cuFuncSetAttribute, CUDA_VERSION)           \
     X(cuFuncGetAttribute, CUDA_VERSION)           \
+    X(cuOccupancyMaxActiveBlocksPerMultiprocessor, CUDA_VERSION)           \
     X(cuLaunchKernel, CUDA_VERSION)               \
     X(cuLaunchKernelEx, CUDA_VERSION)             \
     X(cuMemAlloc, CUDA_VERSION)                   \

@@ -111,7 +111,7 @@ int cmd_tune(int argc, char** argv) {
                 fmt::print("{} problem(s) tuned into {}; {} failed\n", problems.size() - failures, db_path, failures);
                 for (const auto& r : results)
                     for (const auto& f : r.value("failed", nlohmann::json::array()))
-                        fmt::print(stderr, "{}: candidate {} skipped: {}\n", r["problem"].get<std::string>(),
+                        fmt::print(stderr, "{}: candidate {} not used: {}\n", r["problem"].get<std::string>(),
                                    f["config"].dump(), f["why"].get<std::string>());
             }
             return failures == 0 ? 0 : 1;
