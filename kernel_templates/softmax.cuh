@@ -2,12 +2,13 @@
 //
 //   y = exp(x - max) / sum(exp(x - max))       log-softmax: y = x - max - log(sum(exp(x - max)))
 //
-// Each thread keeps an online (max, sum of exponentials) over its elements, in log2 units (exp2
-// with log2(e) folded in), and the row's statistics come from one reduction of those pairs.
-// -inf inputs give 0 (or -inf for log-softmax); a row that is entirely -inf gives NaN, as torch
-// does. Register mode (ITEMS > 0) holds the row and reads it once; streaming mode (ITEMS == 0)
-// reads it twice. Template parameters as in rmsnorm.cuh.
+// exp is computed as exp2 with log2(e) folded into the scale. -inf inputs give 0 (or -inf for
+// log-softmax); a row that is entirely -inf gives NaN, as torch does. Register mode holds the row
+// and reads it once; streaming mode (ITEMS == 0) keeps an online (max, sum) per thread in one read
+// and writes in a second. Template parameters as in rmsnorm.cuh.
 #pragma once
+
+#include <cuda/std/limits>
 
 #include "common/reduce.cuh"
 #include "common/row_layout.cuh"
@@ -21,58 +22,81 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
     constexpr float kLog2e = 1.4426950408889634f;
     constexpr float kLn2 = 0.6931471805599453f;
-    __shared__ RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK, MaxSum> scratch;
-    for (long long group = Layout::first_group(); group < Layout::groups(rows); group += Layout::group_step()) {
-        const Layout at(group);
-        const bool active = at.row < rows;
-        const T* x_row = x + at.row * x_stride;
-        TOut* y_row = y + at.row * y_stride;
+    const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
+    __shared__ RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK> scratch;
+    const Layout at;
+    const bool active = at.row < rows;
+    const T* x_row = x + at.row * x_stride;
+    TOut* y_row = y + at.row * y_stride;
 
-        auto add_vector = [](MaxSum stats, const Vec<T, VEC>& raw) {
-            float v[VEC];
-            unpack(raw, v);
+    // Writes the VEC outputs at `col` from the inputs, the row max (pre-scaled by log2 e) and
+    // log2 of the row's sum of exponentials.
+    auto store_y = [&](long long col, const Vec<T, VEC>& raw, float max_scaled, float log2_sum) {
+        float v[VEC];
+        unpack(raw, v);
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) stats = MaxSumOp::add(stats, v[k] * kLog2e);
-            return stats;
-        };
-        // Writes the VEC outputs at `col` from the row's statistics.
-        auto store_y = [&](long long col, const Vec<T, VEC>& raw, const MaxSum& row) {
-            const float offset = row.max + __log2f(row.sum);
-            float v[VEC];
-            unpack(raw, v);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                const float log2_p = v[k] * kLog2e - offset;  // log2 of the probability
-                v[k] = LOG ? log2_p * kLn2 : exp2f(log2_p);
-            }
-            store_vec<TOut, VEC>(y_row + col, v);
-        };
+        for (int k = 0; k < VEC; ++k) {
+            const float shifted = v[k] * kLog2e - max_scaled - log2_sum;  // log2 of the probability
+            v[k] = LOG ? shifted * kLn2 : exp2f(shifted);
+        }
+        store_vec<TOut, VEC>(y_row + col, v);
+    };
 
-        MaxSum stats = MaxSumOp::identity();
-        if constexpr (ITEMS > 0) {
-            Vec<T, VEC> held[ITEMS];
+    if constexpr (ITEMS > 0) {
+        Vec<T, VEC> held[ITEMS];
+        float max = neg_inf;
 #pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
-                const long long col = at.column(i);
-                if (active && col < cols) held[i] = load_raw<T, VEC>(x_row + col);
+        for (int i = 0; i < ITEMS; ++i) {
+            const long long col = at.column(i);
+            if (active && col < cols) {
+                held[i] = load_raw<T, VEC>(x_row + col);
+                float v[VEC];
+                unpack(held[i], v);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) max = fmaxf(max, v[k]);
             }
+        }
+        const float max_scaled = row_reduce<MaxOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(max, scratch) * kLog2e;
+        float sum = 0.0f;
 #pragma unroll
-            for (int i = 0; i < ITEMS; ++i)
-                if (active && at.column(i) < cols) stats = add_vector(stats, held[i]);
-            const MaxSum row = row_reduce<MaxSumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(stats, scratch);
+        for (int i = 0; i < ITEMS; ++i) {
+            if (!(active && at.column(i) < cols)) continue;
+            float v[VEC];
+            unpack(held[i], v);
 #pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
-                const long long col = at.column(i);
-                if (active && col < cols) store_y(col, held[i], row);
+            for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
+        }
+        const float log2_sum = __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum, scratch));
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const long long col = at.column(i);
+            if (active && col < cols) store_y(col, held[i], max_scaled, log2_sum);
+        }
+    } else {
+        // Online statistics: `sum` is relative to this thread's running max.
+        float max = neg_inf, sum = 0.0f;
+        if (active) {
+            for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC) {
+                float v[VEC];
+                load_vec<T, VEC>(x_row + col, v);
+#pragma unroll
+                for (int k = 0; k < VEC; ++k) {
+                    if (v[k] == neg_inf) continue;  // contributes nothing; would make inf - inf
+                    if (v[k] > max) {
+                        sum = sum * exp2f((max - v[k]) * kLog2e) + 1.0f;
+                        max = v[k];
+                    } else {
+                        sum += exp2f((v[k] - max) * kLog2e);
+                    }
+                }
             }
-        } else {
-            if (active)
-                for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
-                    stats = add_vector(stats, load_raw<T, VEC>(x_row + col));
-            const MaxSum row = row_reduce<MaxSumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(stats, scratch);
-            if (active)
-                for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
-                    store_y(col, load_raw<T, VEC>(x_row + col), row);
+        }
+        const float row_max = row_reduce<MaxOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(max, scratch);
+        const float rescaled = max == neg_inf ? 0.0f : sum * exp2f((max - row_max) * kLog2e);
+        const float log2_sum = __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(rescaled, scratch));
+        if (active) {
+            for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
+                store_y(col, load_raw<T, VEC>(x_row + col), row_max * kLog2e, log2_sum);
         }
     }
 }

@@ -27,22 +27,13 @@ struct RowLayout {
     int lane;          // index of the thread within its row group
     long long first;   // first column of this CTA's chunk
 
-    // Blocks (clusters) loop over groups of ROWS_PER_BLOCK rows (one row with a cluster): the host
-    // may launch fewer blocks than groups (as many as fit on the GPU at once), so that no SM idles
-    // in a last partial wave.
-    static __device__ __forceinline__ long long groups(long long rows) {
-        return CLUSTER > 1 ? rows : (rows + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK;
-    }
-    static __device__ __forceinline__ long long first_group() { return blockIdx.x / CLUSTER; }
-    static __device__ __forceinline__ long long group_step() { return gridDim.x / CLUSTER; }
-
-    __device__ __forceinline__ explicit RowLayout(long long group) {
+    __device__ __forceinline__ RowLayout() {
         lane = threadIdx.x % THREADS_PER_ROW;
         if constexpr (CLUSTER > 1) {
-            row = group;
+            row = blockIdx.x / CLUSTER;
             first = static_cast<long long>(blockIdx.x % CLUSTER) * kChunk;
         } else {
-            row = group * ROWS_PER_BLOCK + threadIdx.x / THREADS_PER_ROW;
+            row = static_cast<long long>(blockIdx.x) * ROWS_PER_BLOCK + threadIdx.x / THREADS_PER_ROW;
             first = 0;
         }
     }

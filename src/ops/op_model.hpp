@@ -21,9 +21,6 @@ struct LaunchPlan {
     unsigned block[3] = {1, 1, 1};
     unsigned cluster = 1;          // CTAs per cluster along x (sm_90+)
     unsigned shared_bytes = 0;     // dynamic shared memory
-    // The kernel loops over its work, so grid[0] may be capped at the blocks that fit on the GPU
-    // at once (the runtime does, from the kernel's occupancy): no partial last wave.
-    bool persistent = false;
 };
 
 // One operand of run(), in order: inputs first, then outputs.

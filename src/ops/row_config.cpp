@@ -202,7 +202,6 @@ LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) co
     plan.grid[0] = launch.grid;
     plan.block[0] = launch.block;
     plan.cluster = static_cast<unsigned>(launch.cluster);
-    plan.persistent = launch.cluster == 1;
     return plan;
 }
 

@@ -1,7 +1,5 @@
 #include "tileops/runtime.hpp"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -126,13 +124,6 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     }
     launch.cluster = plan.cluster;
     launch.shared_bytes = plan.shared_bytes;
-    if (plan.persistent) {
-        int per_sm = 0;
-        TILEOPS_CU_CHECK(runtime::driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, launch.function, static_cast<int>(plan.block[0] * plan.block[1] * plan.block[2]), plan.shared_bytes));
-        const unsigned resident = static_cast<unsigned>(std::max(per_sm, 1) * device_.sm_count);
-        launch.grid[0] = std::min(launch.grid[0], resident);
-    }
     if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(launch.function,
                                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
