@@ -23,7 +23,7 @@ for step in "$@"; do
     bench) timeout 400 ./build-gpu/bench/bench_memory_ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
       tail -n +1 "$OUT/bench.log" | awk '{print}' | tail -140 ;;
     quick) timeout 200 ./build-gpu/bench/bench_memory_ops --quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
-    torch) PYTHONUNBUFFERED=1 timeout 560 python3 bench/torch_peers.py --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 || status=1
+    torch) PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-560} python3 bench/torch_peers.py --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 || status=1
       tail -5 "$OUT/torch.log" ;;
     tune)
       ./build-gpu/tools/tileops-tune tune --workload bench/tune_memory_ops.json --db "$OUT/tuned.json" \

@@ -89,9 +89,10 @@ def main():
                 print(f"{name:<18} {rows}x{cols:<8} {dname:<5} eager {row['eager_us']:9.1f} us"
                       + (f"  compile {row['compile_us']:9.1f} us" if "compile_us" in row else ""), flush=True)
                 del inputs
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ops": results}, f, indent=2)
+        if args.json:  # after every op, so a run cut short keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "ops": results}, f,
+                          indent=2)
 
 
 if __name__ == "__main__":
