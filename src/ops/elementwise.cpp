@@ -171,14 +171,8 @@ Elementwise::Elementwise(const ElementwiseProblem& problem)
 namespace detail {
 namespace {
 
-struct ElementwiseArgs {
-    const void* a = nullptr;
-    const void* b = nullptr;
-    void* y = nullptr;
-    int vec = 1;
-};
-
-ElementwiseArgs bind(const ElementwiseProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
+// Checks run()'s operands; returns the widest vector width the shape and every pointer allow.
+int bind(const ElementwiseProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
     const DType out = *p.out_dtype;
     const bool binary = is_binary(p.op);
     check_count("Elementwise", "inputs", inputs.size(), binary ? 2 : 1, binary ? "a, b" : "a");
@@ -187,26 +181,24 @@ ElementwiseArgs bind(const ElementwiseProblem& p, int shape_vec, Inputs inputs, 
     const OutputArg& y = outputs.begin()[0];
     check_operand("Elementwise", "a", a.data(), a.view(), p.dtype, p.rows, p.cols, p.a_stride);
     check_operand("Elementwise", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
-    ElementwiseArgs args{a.data(), nullptr, y.data(), shape_vec};
+    int vec = shape_vec;
     if (binary) {
         const TensorArg& b = inputs.begin()[1];
         if (p.broadcast_b)
             check_operand("Elementwise", "b", b.data(), b.view(), p.dtype, 0, p.cols, 1);
         else
             check_operand("Elementwise", "b", b.data(), b.view(), p.dtype, p.rows, p.cols, p.b_stride);
-        args.b = b.data();
-        args.vec = widest_aligned_vector(args.vec, args.b, dtype_size(p.dtype));
+        vec = widest_aligned_vector(vec, b.data(), dtype_size(p.dtype));
     }
-    args.vec = widest_aligned_vector(args.vec, args.a, dtype_size(p.dtype));
-    args.vec = widest_aligned_vector(args.vec, args.y, dtype_size(out));
-    return args;
+    vec = widest_aligned_vector(vec, a.data(), dtype_size(p.dtype));
+    return widest_aligned_vector(vec, y.data(), dtype_size(out));
 }
 
 }  // namespace
 }  // namespace detail
 
 int Elementwise::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(problem_, static_cast<const detail::ElementwiseModel&>(model()).shape_vec(), inputs, outputs).vec;
+    return detail::bind(problem_, static_cast<const detail::ElementwiseModel&>(model()).shape_vec(), inputs, outputs);
 }
 
 void Elementwise::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

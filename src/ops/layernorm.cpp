@@ -56,15 +56,8 @@ LayerNorm::LayerNorm(const LayerNormProblem& problem)
 namespace detail {
 namespace {
 
-struct LayerNormArgs {
-    const void* x = nullptr;
-    const void* weight = nullptr;
-    const void* bias = nullptr;
-    void* y = nullptr;
-    int vec = 1;
-};
-
-LayerNormArgs bind(const LayerNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
+// Checks run()'s operands; returns the widest vector width the shape and every pointer allow.
+int bind(const LayerNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
     const DType out = *p.out_dtype;
     check_count("LayerNorm", "inputs", inputs.size(), 3, "x, weight, bias");
     check_count("LayerNorm", "outputs", outputs.size(), 1, "y");
@@ -76,20 +69,18 @@ LayerNormArgs bind(const LayerNormProblem& p, int shape_vec, Inputs inputs, Outp
     check_operand("LayerNorm", "weight", weight.data(), weight.view(), p.dtype, 0, p.cols, 1);
     check_operand("LayerNorm", "bias", bias.data(), bias.view(), p.dtype, 0, p.cols, 1);
     check_operand("LayerNorm", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
-    LayerNormArgs args{x.data(), weight.data(), bias.data(), y.data(), shape_vec};
     const size_t in_bytes = dtype_size(p.dtype);
-    args.vec = widest_aligned_vector(args.vec, args.x, in_bytes);
-    args.vec = widest_aligned_vector(args.vec, args.weight, in_bytes);
-    args.vec = widest_aligned_vector(args.vec, args.bias, in_bytes);
-    args.vec = widest_aligned_vector(args.vec, args.y, dtype_size(out));
-    return args;
+    int vec = widest_aligned_vector(shape_vec, x.data(), in_bytes);
+    vec = widest_aligned_vector(vec, weight.data(), in_bytes);
+    vec = widest_aligned_vector(vec, bias.data(), in_bytes);
+    return widest_aligned_vector(vec, y.data(), dtype_size(out));
 }
 
 }  // namespace
 }  // namespace detail
 
 int LayerNorm::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs).vec;
+    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs);
 }
 
 void LayerNorm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

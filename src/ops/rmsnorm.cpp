@@ -60,16 +60,8 @@ RmsNorm::RmsNorm(const RmsNormProblem& problem)
 namespace detail {
 namespace {
 
-struct RmsNormArgs {
-    const void* x = nullptr;
-    const void* residual = nullptr;
-    const void* weight = nullptr;
-    void* y = nullptr;
-    void* sum = nullptr;
-    int vec = 1;  // widest vector width the shape and every pointer allow
-};
-
-RmsNormArgs bind(const RmsNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
+// Checks run()'s operands; returns the widest vector width the shape and every pointer allow.
+int bind(const RmsNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
     const DType out = *p.out_dtype;
     const bool res = p.residual;
     check_count("RmsNorm", "inputs", inputs.size(), res ? 3 : 2, res ? "x, residual, weight" : "x, weight");
@@ -80,29 +72,26 @@ RmsNormArgs bind(const RmsNormProblem& p, int shape_vec, Inputs inputs, Outputs 
     check_operand("RmsNorm", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
     check_operand("RmsNorm", "weight", weight.data(), weight.view(), p.dtype, 0, p.cols, 1);
     check_operand("RmsNorm", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
-    RmsNormArgs args{x.data(), nullptr, weight.data(), y.data(), nullptr, shape_vec};
     const size_t in_bytes = dtype_size(p.dtype);
+    int vec = shape_vec;
     if (res) {
         const TensorArg& r = inputs.begin()[1];
         const OutputArg& s = outputs.begin()[1];
         check_operand("RmsNorm", "residual", r.data(), r.view(), p.dtype, p.rows, p.cols, p.residual_stride);
         check_operand("RmsNorm", "sum", s.data(), s.view(), p.dtype, p.rows, p.cols, p.residual_stride);
-        args.residual = r.data();
-        args.sum = s.data();
-        args.vec = widest_aligned_vector(args.vec, args.residual, in_bytes);
-        args.vec = widest_aligned_vector(args.vec, args.sum, in_bytes);
+        vec = widest_aligned_vector(vec, r.data(), in_bytes);
+        vec = widest_aligned_vector(vec, s.data(), in_bytes);
     }
-    args.vec = widest_aligned_vector(args.vec, args.x, in_bytes);
-    args.vec = widest_aligned_vector(args.vec, args.weight, in_bytes);
-    args.vec = widest_aligned_vector(args.vec, args.y, dtype_size(out));
-    return args;
+    vec = widest_aligned_vector(vec, x.data(), in_bytes);
+    vec = widest_aligned_vector(vec, weight.data(), in_bytes);
+    return widest_aligned_vector(vec, y.data(), dtype_size(out));
 }
 
 }  // namespace
 }  // namespace detail
 
 int RmsNorm::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs).vec;
+    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs);
 }
 
 void RmsNorm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

@@ -54,13 +54,8 @@ Softmax::Softmax(const SoftmaxProblem& problem)
 namespace detail {
 namespace {
 
-struct SoftmaxArgs {
-    const void* x = nullptr;
-    void* y = nullptr;
-    int vec = 1;
-};
-
-SoftmaxArgs bind(const SoftmaxProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
+// Checks run()'s operands; returns the widest vector width the shape and every pointer allow.
+int bind(const SoftmaxProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
     const DType out = *p.out_dtype;
     check_count("Softmax", "inputs", inputs.size(), 1, "x");
     check_count("Softmax", "outputs", outputs.size(), 1, "y");
@@ -68,17 +63,15 @@ SoftmaxArgs bind(const SoftmaxProblem& p, int shape_vec, Inputs inputs, Outputs 
     const OutputArg& y = outputs.begin()[0];
     check_operand("Softmax", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
     check_operand("Softmax", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
-    SoftmaxArgs args{x.data(), y.data(), shape_vec};
-    args.vec = widest_aligned_vector(args.vec, args.x, dtype_size(p.dtype));
-    args.vec = widest_aligned_vector(args.vec, args.y, dtype_size(out));
-    return args;
+    return widest_aligned_vector(widest_aligned_vector(shape_vec, x.data(), dtype_size(p.dtype)), y.data(),
+                                 dtype_size(out));
 }
 
 }  // namespace
 }  // namespace detail
 
 int Softmax::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs).vec;
+    return detail::bind(problem_, static_cast<const detail::RowOpModel&>(model()).shape_vec(), inputs, outputs);
 }
 
 void Softmax::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

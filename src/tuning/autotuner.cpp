@@ -4,7 +4,6 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <ctime>
 #include <map>
 #include <mutex>
 #include <random>
@@ -22,20 +21,13 @@
 #include "tuning/op_config.hpp"
 #include "tuning/operand_buffers.hpp"
 #include "tuning/timing.hpp"
+#include "util/clock.hpp"
 
 namespace tileops::tuning {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string utc_now() {
-    std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    char text[32];
-    std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return text;
-}
 
 // Norm-wise relative difference; +inf when any element is not finite (unwritten or broken).
 double relative_difference(const std::vector<float>& out, const std::vector<float>& ref) {
@@ -217,7 +209,7 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
     entry.candidates_failed = static_cast<int>(
         std::count_if(result.candidates.begin(), result.candidates.end(), [](const auto& c) { return !c.ok; }));
     entry.stability = static_cast<double>(round_wins[winner]) / std::max(1, options.retime_rounds);
-    entry.tuned_at = utc_now();
+    entry.tuned_at = util::utc_timestamp();
     entry.device = device.name;
     spdlog::debug("tileops: tuned {}: {:.2f} us ({} candidates, {} failed), heuristic {:.2f} us{}", model.describe(),
                   entry.median_us, entry.candidates_tried, entry.candidates_failed, result.heuristic_median_us,

@@ -1,5 +1,4 @@
 // tileops-tune tune: autotunes problems on this GPU and merges the winners into a database.
-#include <ctime>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -13,20 +12,9 @@
 #include "tileops_tune/problems.hpp"
 #include "tileops_tune/resolver_setup.hpp"
 #include "tuning/autotuner.hpp"
+#include "util/clock.hpp"
 
 namespace tileops::cli {
-namespace {
-
-std::string utc_now() {
-    std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    char text[32];
-    std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return text;
-}
-
-}  // namespace
 
 int cmd_tune(int argc, char** argv) {
     return run_command(
@@ -67,7 +55,7 @@ int cmd_tune(int argc, char** argv) {
             meta.arch = device.arch();
             meta.driver = fmt::format("{}.{}", device.driver_version / 1000, (device.driver_version % 1000) / 10);
             meta.nvrtc_version = runtime::nvrtc_version();
-            meta.created_at = utc_now();
+            meta.created_at = util::utc_timestamp();
             meta.sources = {fmt::format("tileops-tune on {}", device.name)};
 
             nlohmann::json results = nlohmann::json::array();
