@@ -12,5 +12,6 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
   ./build-release/tests/tileops_tests "[gpu]"
   ./build-release/bench/bench_memory_ops --json build-release/bench_memory_ops.json
 else
-  ./build-release/tools/tileops-tune warm --arch "${ARCH:-sm_90a}" --workload tools/workloads/llama3-8b.json
+  ./build-release/tools/tileops-tune warm --arch "${ARCH:-sm_90a}" --workload tools/workloads/llama3-8b.json \
+    --db tuning_db/h100-sxm.json
 fi
