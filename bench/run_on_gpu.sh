@@ -6,6 +6,7 @@
 #   quick   bench_memory_ops --quick
 #   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
 #   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json
+#   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -29,6 +30,15 @@ for step in "$@"; do
       ./build-gpu/tools/tileops-tune tune --workload bench/tune_memory_ops.json --db "$OUT/tuned.json" \
         --budget 12 --repeats 10 > "$OUT/tune.log" 2> "$OUT/tune_err.log" || status=1
       tail -35 "$OUT/tune.log" ;;
+    cli)
+      T=./build-gpu/tools/tileops-tune
+      $T tune --op rmsnorm --shape 3000x5000 --dtype bf16 --db "$OUT/cli.json" --budget 8 --repeats 5 > "$OUT/cli.log" 2>&1 || status=1
+      $T tune --workload tools/workloads/llama3-8b.json --max-candidates 4 --budget 4 --repeats 3 --db "$OUT/cli.json" \
+        >> "$OUT/cli.log" 2>&1 || status=1
+      $T verify tuning_db/h100-sxm.json --max-drift 0.15 >> "$OUT/cli.log" 2>&1 || status=1
+      $T explain --op rmsnorm --shape 3000x5000 --dtype bf16 --db "$OUT/cli.json" >> "$OUT/cli.log" 2>&1 || status=1
+      $T list "$OUT/cli.json" | head -5 >> "$OUT/cli.log"
+      tail -60 "$OUT/cli.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done
