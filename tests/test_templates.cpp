@@ -34,8 +34,14 @@ TEST_CASE("a template directory overrides the embedded templates and changes the
 
     std::ofstream(dir.path() / "common" / "types.cuh", std::ios::app) << "\n// edited\n";
     codegen::TemplateRegistry edited(dir.path().string());
-    // A shared header is part of every op's hash; an op's own file only of its own.
+    // A shared header is part of the hash of every op that includes it; an op's own file only of its own.
     CHECK(edited.template_hash("softmax.cuh") != embedded.template_hash("softmax.cuh"));
+    CHECK(edited.template_hash("elementwise.cuh") != embedded.template_hash("elementwise.cuh"));
+    // common/math.cuh is included by the elementwise template only.
+    std::ofstream(dir.path() / "common" / "math.cuh", std::ios::app) << "\n// edited\n";
+    codegen::TemplateRegistry edited_math(dir.path().string());
+    CHECK(edited_math.template_hash("elementwise.cuh") != edited.template_hash("elementwise.cuh"));
+    CHECK(edited_math.template_hash("softmax.cuh") == edited.template_hash("softmax.cuh"));
     std::ofstream(dir.path() / "rmsnorm.cuh", std::ios::app) << "\n// edited\n";
     codegen::TemplateRegistry edited2(dir.path().string());
     CHECK(edited2.template_hash("rmsnorm.cuh") != edited.template_hash("rmsnorm.cuh"));

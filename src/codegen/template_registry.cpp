@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -49,11 +50,44 @@ const TemplateFile& TemplateRegistry::file(const std::string& path) const {
     throw Error(fmt::format("tileops: kernel template '{}' not found in {}", path, origin_));
 }
 
+namespace {
+
+// The files named by `#include "..."` lines of `content` (not <...>: those are CUDA's headers).
+std::vector<std::string> quoted_includes(const std::string& content) {
+    std::vector<std::string> names;
+    size_t pos = 0;
+    while ((pos = content.find("#include", pos)) != std::string::npos) {
+        pos += 8;
+        size_t open = content.find_first_not_of(" \t", pos);
+        if (open == std::string::npos || content[open] != '"') continue;
+        size_t close = content.find('"', open + 1);
+        if (close == std::string::npos) break;
+        names.push_back(content.substr(open + 1, close - open - 1));
+        pos = close;
+    }
+    return names;
+}
+
+}  // namespace
+
 std::string TemplateRegistry::template_hash(const std::string& path) const {
+    // The template and every template file it includes, directly or not: a change to a shared
+    // header that a kernel does not include leaves its hash (and its tuned entries) alone.
+    std::set<std::string> included;
+    std::vector<std::string> pending = quoted_includes(file(path).content);
+    while (!pending.empty()) {
+        std::string name = pending.back();
+        pending.pop_back();
+        if (!included.insert(name).second) continue;
+        for (const TemplateFile& f : files_)
+            if (f.path == name)
+                for (std::string& next : quoted_includes(f.content)) pending.push_back(std::move(next));
+    }
     util::Sha256 hash;
     hash.field(path).field(file(path).content);
-    for (const TemplateFile& f : files_)
-        if (f.path.rfind("common/", 0) == 0) hash.field(f.path).field(f.content);
+    for (const std::string& name : included)  // sorted
+        for (const TemplateFile& f : files_)
+            if (f.path == name) hash.field(f.path).field(f.content);
     return hash.hex_digest();
 }
 

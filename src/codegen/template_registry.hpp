@@ -30,7 +30,7 @@ public:
     // Throws Error naming the file and where templates came from when it is missing.
     const TemplateFile& file(const std::string& path) const;
 
-    // Content hash of a template and of every shared piece it may include (common/*): what a
+    // Content hash of a template and of every template file it includes (transitively): what a
     // compiled kernel and a tuning entry depend on.
     std::string template_hash(const std::string& path) const;
 
