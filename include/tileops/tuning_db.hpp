@@ -2,6 +2,7 @@
 // content hash of the kernel template they were tuned with. See README.md for the format.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -24,10 +25,11 @@ struct TuningKey {
     std::string arch;              // "sm_90a" (sm_90a != sm_90)
     std::string template_hash;     // content hash of the template (with its shared headers)
 
-    // "rmsnorm 8192x4096 bf16 [residual] sm_90a"
+    // "rmsnorm 8192x4096 bf16 [residual] sm_90a" (the template hash is left out: it is long and
+    // the same for every entry of an op).
     std::string to_string() const;
     friend bool operator==(const TuningKey& a, const TuningKey& b);
-    friend bool operator<(const TuningKey& a, const TuningKey& b);
+    friend bool operator<(const TuningKey& a, const TuningKey& b);  // field by field, in declaration order
 };
 
 struct RunnerUp {
@@ -46,7 +48,7 @@ struct TuningEntry {
     int candidates_tried = 0;
     int candidates_failed = 0;
     double stability = 0;       // fraction of interleaved re-timing rounds the winner was fastest
-    std::string nvrtc_version;  // the NVRTC the entry was tuned with
+    std::string nvrtc_version;  // the NVRTC the entry was tuned with; empty: the file's metadata says
     std::string tuned_at;       // ISO 8601 UTC
     std::string device;         // GPU name
 };
@@ -59,7 +61,7 @@ struct TuningDbMeta {
     std::string driver;
     std::string nvrtc_version;
     std::string created_at;
-    std::vector<std::string> sources;  // the files merged into this one
+    std::vector<std::string> sources;  // the files merged into this one (parse and merge keep it sorted, unique)
 };
 
 // An entry that was not loaded, and why.
@@ -70,7 +72,16 @@ struct RejectedEntry {
 };
 
 // Returns why an entry must not be used (config invalid for the op or device, ...), or nullopt.
+// A validator that throws rejects the entry with the exception's message as the reason.
 using EntryValidator = std::function<std::optional<std::string>(const TuningEntry&)>;
+
+// Selects entries; an empty field matches everything.
+struct TuningFilter {
+    std::string op;
+    std::string arch;
+    std::string dtype;
+    bool matches(const TuningEntry& entry) const;
+};
 
 class TuningDb {
 public:
@@ -79,8 +90,11 @@ public:
     TuningDb() = default;
 
     // Throws FileError naming the file (and line/column or field) for a file that cannot be read
-    // or is not a tuning database at all; an entry that is malformed or that `validator` rejects
-    // is skipped with a warning and listed in rejected(), and the rest loads.
+    // or is not a tuning database at all: not JSON, top level not an object, format_version
+    // missing or not this library's, "metadata" or "entries" of the wrong type. An entry that is
+    // malformed (wrong type, missing field, out of range: e.g. "entries[3].config.vec: expected
+    // integer, got string") or that `validator` rejects is skipped with a spdlog warning naming
+    // the file and the entry, and listed in rejected(); the rest loads.
     static TuningDb load(const std::filesystem::path& path, const EntryValidator& validator = {});
     static TuningDb parse(std::string_view json_text, const std::string& source_name,
                           const EntryValidator& validator = {});
@@ -89,29 +103,49 @@ public:
 
     // Merges this database into the file at `path` (created if missing) under an exclusive lock,
     // keeping the faster entry per key, and writes it atomically: concurrent savers lose nothing.
-    // Refuses (FileError) to overwrite a file it cannot parse.
+    // Refuses (FileError) to overwrite a file it cannot parse, and (InvalidArgument) to mix in a
+    // database whose metadata names another arch; entries of the file that are malformed are
+    // dropped from it, with a warning.
     void save(const std::filesystem::path& path) const;
 
-    // Keeps the faster of `entry` and an existing entry with the same key.
+    // Keeps the faster of `entry` and an existing entry with the same key. Throws
+    // InvalidArgument for an entry the file format could not hold (what parse would reject: empty
+    // op, rank 0 or > 8, a dimension < 1, a time that is NaN, infinite or negative, ...).
     void upsert(TuningEntry entry);
     const TuningEntry* find(const TuningKey& key) const;
     // The entry of the same op, dtype, flags, arch, template hash and rank whose shape is nearest
-    // to key.shape, as Euclidean distance between the log2 of the dimensions; nullopt when none
-    // is within max_distance.
+    // to key.shape; nullopt when none is within max_distance (inclusive). The distance is the
+    // Euclidean distance between the log2 of the dimensions:
+    //     sqrt(sum_d (log2(entry.shape[d]) - log2(key.shape[d]))^2)
+    // so 1.0 is one dimension off by a factor of two. Equal distances go to the smaller key.
+    // A key with a dimension < 1 has no nearest entry.
     std::optional<std::pair<const TuningEntry*, double>> nearest(const TuningKey& key, double max_distance) const;
+    // The same, skipping entries `accept` refuses (called nearest first, until one is accepted).
+    std::optional<std::pair<const TuningEntry*, double>> nearest(
+        const TuningKey& key, double max_distance, const std::function<bool(const TuningEntry&)>& accept) const;
+    // log2-space distance between two shapes of the same rank (+inf when the ranks differ or a
+    // dimension is < 1).
+    static double shape_distance(const std::vector<long long>& a, const std::vector<long long>& b);
 
     // The faster entry per key; commutative (ties are broken on the entries' content) and
-    // idempotent. Throws InvalidArgument when both name different archs in their metadata.
+    // idempotent. Every entry keeps its own device, tuned_at and nvrtc_version. The merged
+    // metadata lists the union of both sources (sorted); other metadata fields are kept when equal
+    // and joined ("a, b", sorted) when not; created_at is the later one. Throws InvalidArgument
+    // naming both archs (and sources) when both name different archs in their metadata.
     static TuningDb merge(const TuningDb& a, const TuningDb& b);
 
     const std::vector<TuningEntry>& entries() const noexcept { return entries_; }  // sorted by key
+    std::vector<const TuningEntry*> select(const TuningFilter& filter) const;
     const TuningDbMeta& meta() const noexcept { return meta_; }
     TuningDbMeta& meta() noexcept { return meta_; }
     const std::vector<RejectedEntry>& rejected() const noexcept { return rejected_; }
 
+    // Same metadata and entries (rejected() is not compared).
     friend bool operator==(const TuningDb& a, const TuningDb& b);
 
 private:
+    void insert_checked(TuningEntry entry);  // upsert for an entry already known to be valid
+
     TuningDbMeta meta_;
     std::vector<TuningEntry> entries_;
     std::vector<RejectedEntry> rejected_;
@@ -126,3 +160,8 @@ bool operator==(const TuningDbMeta& a, const TuningDbMeta& b);
 bool better_entry(const TuningEntry& a, const TuningEntry& b);
 
 }  // namespace tileops
+
+template <>
+struct std::hash<tileops::TuningKey> {
+    std::size_t operator()(const tileops::TuningKey& key) const noexcept;
+};

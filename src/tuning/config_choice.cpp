@@ -1,5 +1,6 @@
 #include "tuning/config_choice.hpp"
 
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -40,14 +41,23 @@ ConfigResolver::ConfigResolver(ResolverOptions options) : options_(std::move(opt
         options_.shipped_dirs.emplace_back(TILEOPS_SOURCE_DB_DIR);
 #endif
     }
+    if (std::isnan(options_.max_distance))
+        throw InvalidArgument("tileops: ResolverOptions::max_distance is NaN");
     if (options_.max_distance < 0) {
         options_.max_distance = 1.0;
         if (auto value = util::env("TILEOPS_TUNING_MAX_DISTANCE")) {
+            // The whole value must be a number >= 0 ("inf" allowed: any distance).
+            double parsed = -1;
+            size_t used = 0;
             try {
-                options_.max_distance = std::stod(*value);
+                parsed = std::stod(*value, &used);
             } catch (...) {
-                throw InvalidArgument(fmt::format("tileops: TILEOPS_TUNING_MAX_DISTANCE='{}' is not a number", *value));
+                used = 0;
             }
+            if (used != value->size() || std::isnan(parsed) || parsed < 0)
+                throw InvalidArgument(
+                    fmt::format("tileops: TILEOPS_TUNING_MAX_DISTANCE='{}' is not a number >= 0", *value));
+            options_.max_distance = parsed;
         }
     }
 }
@@ -59,8 +69,11 @@ void ConfigResolver::remember(const TuningEntry& entry) {
 
 void ConfigResolver::load_once() {
     if (loaded_) return;
-    // User databases were asked for by name: a missing or broken one is an error.
-    for (const std::string& path : options_.user_dbs) user_.push_back({path, TuningDb::load(path)});
+    // User databases were asked for by name: a missing or broken one is an error (thrown from
+    // choose(); nothing is kept, so the next call tries again).
+    std::vector<LoadedDb> user;
+    for (const std::string& path : options_.user_dbs) user.push_back({path, TuningDb::load(path)});
+    std::vector<LoadedDb> shipped;
     // Shipped databases: every file of this arch; a broken one is skipped with a warning.
     std::set<fs::path> seen;
     for (const std::string& dir : options_.shipped_dirs) {
@@ -71,30 +84,51 @@ void ConfigResolver::load_once() {
             if (!seen.insert(file.path().filename()).second) continue;  // installed copy wins over the source tree
             try {
                 TuningDb db = TuningDb::load(file.path());
-                if (db.meta().arch == options_.arch) shipped_.push_back({file.path().string(), std::move(db)});
+                if (db.meta().arch == options_.arch) shipped.push_back({file.path().string(), std::move(db)});
             } catch (const std::exception& e) {
                 spdlog::warn("tileops: skipping shipped tuning database: {}", e.what());
             }
         }
     }
+    user_ = std::move(user);
+    shipped_ = std::move(shipped);
     loaded_ = true;
+}
+
+void ConfigResolver::report(const std::string& origin, const TuningEntry& entry, const std::string& why) {
+    std::string line = fmt::format("{}: {}: {}", origin, entry.key.to_string(), why);
+    if (reported_.insert(line).second) {
+        spdlog::warn("tileops: ignoring tuning entry {}", line);
+        stale_.push_back(std::move(line));
+    }
+}
+
+std::optional<std::string> ConfigResolver::invalid_reason(const TuningEntry& entry, const EntryValidator& valid) {
+    if (!valid) return std::nullopt;
+    try {
+        if (auto reason = valid(entry)) return "invalid here: " + *reason;
+    } catch (const std::exception& e) {
+        return fmt::format("invalid here: validator failed: {}", e.what());
+    }
+    return std::nullopt;
 }
 
 bool ConfigResolver::usable(const LoadedDb& db, const TuningEntry& entry, const TuningKey& key,
                             const EntryValidator& valid) {
-    std::string why;
+    // Stale: tuned with another template, another NVRTC (the entry's own version, else its
+    // file's), or in a file made for another arch. Never used, whatever the validator says.
+    const std::string& tuned_nvrtc = entry.nvrtc_version.empty() ? db.db.meta().nvrtc_version : entry.nvrtc_version;
+    std::optional<std::string> why;
     if (entry.key.template_hash != key.template_hash)
-        why = "tuned with another version of the kernel template";
-    else if (!options_.nvrtc_version.empty() && entry.nvrtc_version != options_.nvrtc_version)
-        why = fmt::format("tuned with NVRTC {}, this is {}", entry.nvrtc_version, options_.nvrtc_version);
-    else if (valid)
-        if (auto reason = valid(entry)) why = "invalid here: " + *reason;
-    if (why.empty()) return true;
-    std::string report = fmt::format("{}: {}: {}", db.path, entry.key.to_string(), why);
-    if (reported_.insert(report).second) {
-        spdlog::warn("tileops: ignoring tuning entry {}", report);
-        stale_.push_back(report);
-    }
+        why = "stale: tuned with another version of the kernel template";
+    else if (!options_.nvrtc_version.empty() && !tuned_nvrtc.empty() && tuned_nvrtc != options_.nvrtc_version)
+        why = fmt::format("stale: tuned with NVRTC {}, this is {}", tuned_nvrtc, options_.nvrtc_version);
+    else if (!db.db.meta().arch.empty() && db.db.meta().arch != key.arch)
+        why = fmt::format("stale: the database is for {}, not {}", db.db.meta().arch, key.arch);
+    else
+        why = invalid_reason(entry, valid);
+    if (!why) return true;
+    report(db.path, entry, *why);
     return false;
 }
 
@@ -110,33 +144,52 @@ const TuningEntry* ConfigResolver::exact(const LoadedDb& db, const TuningKey& ke
 
 ConfigChoice ConfigResolver::choose(const TuningKey& key, const std::function<Config()>& heuristic,
                                     const EntryValidator& valid) {
-    std::lock_guard lock(mutex_);
-    load_once();
-    ConfigChoice choice;
-    auto done = [&](ConfigSource source, const Config& config, const std::string& origin, std::string explanation) {
+    std::optional<ConfigChoice> choice = lookup(key, valid);
+    if (!choice) {
+        // The heuristic runs outside the lock: it is the op's code.
+        choice.emplace();
+        choice->source = ConfigSource::heuristic;
+        if (heuristic) choice->config = heuristic();
+        choice->explanation = "no tuned entry for this shape or a near one";
+    }
+    spdlog::debug("tileops: {}: config from {}{}{}; {}", key.to_string(), to_string(choice->source),
+                  choice->origin.empty() ? "" : " ", choice->origin, choice->explanation);
+    return std::move(*choice);
+}
+
+std::optional<ConfigChoice> ConfigResolver::lookup(const TuningKey& key, const EntryValidator& valid) {
+    auto done = [](ConfigSource source, const Config& config, const std::string& origin, std::string explanation) {
+        ConfigChoice choice;
         choice.source = source;
         choice.config = config;
         choice.origin = origin;
         choice.explanation = std::move(explanation);
-        spdlog::debug("tileops: {}: config from {} {} {}", key.to_string(), to_string(source), origin, choice.explanation);
         return choice;
     };
-    if (auto it = memory_.find(key); it != memory_.end() && !(valid && valid(it->second)))
-        return done(ConfigSource::memory, it->second.config, "", "registered in this process");
+    std::lock_guard lock(mutex_);
+    load_once();
+    if (auto it = memory_.find(key); it != memory_.end()) {
+        if (auto why = invalid_reason(it->second, valid))
+            report("memory", it->second, *why);
+        else
+            return done(ConfigSource::memory, it->second.config, "", "registered in this process");
+    }
     for (const LoadedDb& db : user_)
         if (const TuningEntry* e = exact(db, key, valid))
             return done(ConfigSource::user_db, e->config, db.path, fmt::format("tuned on {} at {}", e->device, e->tuned_at));
     for (const LoadedDb& db : shipped_)
         if (const TuningEntry* e = exact(db, key, valid))
             return done(ConfigSource::shipped_db, e->config, db.path, fmt::format("tuned on {} at {}", e->device, e->tuned_at));
-    // The nearest tuned shape over user then shipped databases; ties keep the earlier database.
+    // The nearest usable tuned shape over user then shipped databases (each database's nearest
+    // entry that is neither stale nor invalid); ties keep the earlier database.
     const TuningEntry* best = nullptr;
     const LoadedDb* best_db = nullptr;
     double best_distance = 0;
     for (const auto* list : {&user_, &shipped_})
         for (const LoadedDb& db : *list) {
-            auto near = db.db.nearest(key, options_.max_distance);
-            if (!near || !usable(db, *near->first, key, valid)) continue;
+            auto near = db.db.nearest(key, options_.max_distance,
+                                      [&](const TuningEntry& e) { return usable(db, e, key, valid); });
+            if (!near) continue;
             if (best == nullptr || near->second < best_distance) {
                 best = near->first;
                 best_db = &db;
@@ -144,12 +197,13 @@ ConfigChoice ConfigResolver::choose(const TuningKey& key, const std::function<Co
             }
         }
     if (best != nullptr) {
+        ConfigChoice choice = done(ConfigSource::nearest, best->config, best_db->path,
+                                   fmt::format("from {} at log2 distance {:.2f} (max {:.2f})", best->key.to_string(),
+                                               best_distance, options_.max_distance));
         choice.distance = best_distance;
-        return done(ConfigSource::nearest, best->config, best_db->path,
-                    fmt::format("from {} at log2 distance {:.2f} (max {:.2f})", best->key.to_string(), best_distance,
-                                options_.max_distance));
+        return choice;
     }
-    return done(ConfigSource::heuristic, heuristic(), "", "no tuned entry for this shape or a near one");
+    return std::nullopt;
 }
 
 std::vector<std::string> ConfigResolver::stale_entries() const {

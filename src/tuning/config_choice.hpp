@@ -6,13 +6,16 @@
 //   4. the nearest tuned shape of the same op/dtype/flags/arch (log2-space distance, at most
 //      TILEOPS_TUNING_MAX_DISTANCE, default 1.0: e.g. one dimension off by a factor of two),
 //   5. the op's heuristic.
-// Entries tuned with another template (content hash) or another NVRTC are stale: never used,
-// reported once. Entries the op rejects (invalid config for this device) are skipped with a warning.
+// Entries tuned with another template (content hash), another NVRTC (the entry's nvrtc_version,
+// else its file's metadata) or found in a user database whose metadata names another arch are
+// stale: never used, reported once (spdlog warn, once per file and entry) and listed by
+// stale_entries(). Entries the op rejects (invalid config for this device) are skipped the same way.
 #pragma once
 
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,7 +30,7 @@ std::string to_string(ConfigSource source);
 struct ConfigChoice {
     Config config;
     ConfigSource source = ConfigSource::heuristic;
-    std::string origin;       // the database file, or empty
+    std::string origin;       // the database file; empty for memory and heuristic (the source says which)
     double distance = 0;      // for `nearest`: the log2-space distance to the tuned shape
     std::string explanation;  // one line for logs and explain()
 };
@@ -37,20 +40,27 @@ struct ResolverOptions {
     std::string nvrtc_version;
     std::vector<std::string> user_dbs;  // empty: TILEOPS_TUNING_DB
     std::vector<std::string> shipped_dirs;  // empty: the installed and the source tree's tuning_db/
-    double max_distance = -1;           // < 0: TILEOPS_TUNING_MAX_DISTANCE, else 1.0
+    double max_distance = -1;           // < 0: TILEOPS_TUNING_MAX_DISTANCE, else 1.0 (log2 units)
 };
 
 class ConfigResolver {
 public:
+    // Reads TILEOPS_TUNING_DB / TILEOPS_TUNING_MAX_DISTANCE where the options leave them open
+    // (InvalidArgument for a distance that is not a number >= 0). Databases load on first use.
     explicit ConfigResolver(ResolverOptions options);
 
     // Registers a tuned entry in memory (first in the lookup order).
     void remember(const TuningEntry& entry);
 
-    // Thread-safe. `valid` returns why an entry's config cannot run this problem here.
+    // The first of: memory (exact key), user databases (exact, earlier file first), shipped
+    // databases (exact), the nearest usable tuned shape (user then shipped; see
+    // TuningDb::nearest), the heuristic. Thread-safe; the heuristic is called without the lock.
+    // `valid` returns why an entry's config cannot run this problem here; it is called with the
+    // resolver's lock held, so it must not call back into the resolver. Throws FileError when
+    // a user database cannot be read or is not a tuning database.
     ConfigChoice choose(const TuningKey& key, const std::function<Config()>& heuristic, const EntryValidator& valid);
 
-    // Stale entries seen so far ("file: key: why"), each once.
+    // Entries not used so far ("file: key: why", stale or invalid), each once.
     std::vector<std::string> stale_entries() const;
     const ResolverOptions& options() const noexcept { return options_; }
 
@@ -60,6 +70,9 @@ private:
         TuningDb db;
     };
     void load_once();
+    std::optional<ConfigChoice> lookup(const TuningKey& key, const EntryValidator& valid);
+    static std::optional<std::string> invalid_reason(const TuningEntry& entry, const EntryValidator& valid);
+    void report(const std::string& origin, const TuningEntry& entry, const std::string& why);
     // The usable exact match in `db`, reporting stale or rejected look-alikes once.
     const TuningEntry* exact(const LoadedDb& db, const TuningKey& key, const EntryValidator& valid);
     bool usable(const LoadedDb& db, const TuningEntry& entry, const TuningKey& key, const EntryValidator& valid);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -29,7 +31,12 @@ struct EntryError {
     std::string message;
 };
 
-const char* type_name(const json& value) { return value.type_name(); }
+// What a JSON value is, in the words of an error message: integers and floats are told apart.
+const char* type_name(const json& value) {
+    if (value.is_number_integer()) return "integer";
+    if (value.is_number_float()) return "float";
+    return value.type_name();
+}
 
 const json& member(const json& object, const char* name, const std::string& path) {
     auto it = object.find(name);
@@ -87,9 +94,11 @@ TuningEntry parse_entry(const json& item, const std::string& path) {
     if (!item.is_object()) throw EntryError{fmt::format("{}: expected object, got {}", path, type_name(item))};
     TuningEntry e;
     e.key.op = get_string(item, "op", path);
+    if (e.key.op.empty()) throw EntryError{fmt::format("{}.op: empty", path)};
     const json& shape = member(item, "shape", path);
-    if (!shape.is_array() || shape.empty() || shape.size() > kMaxRank)
-        throw EntryError{fmt::format("{}.shape: expected a list of 1 to {} dimensions", path, kMaxRank)};
+    if (!shape.is_array()) throw EntryError{fmt::format("{}.shape: expected array, got {}", path, type_name(shape))};
+    if (shape.empty() || shape.size() > kMaxRank)
+        throw EntryError{fmt::format("{}.shape: rank {} is not in [1, {}]", path, shape.size(), kMaxRank)};
     for (size_t d = 0; d < shape.size(); ++d)
         e.key.shape.push_back(get_integer(shape[d], fmt::format("{}.shape[{}]", path, d), 1, kMaxDim));
     e.key.dtype = get_string(item, "dtype", path);
@@ -102,12 +111,14 @@ TuningEntry parse_entry(const json& item, const std::string& path) {
     e.throughput = get_number(item, "throughput", path, false);
     if (item.contains("throughput_unit")) e.throughput_unit = get_string(item, "throughput_unit", path);
     if (auto it = item.find("runners_up"); it != item.end()) {
-        if (!it->is_array() || it->size() > kMaxRunnersUp)
-            throw EntryError{fmt::format("{}.runners_up: expected a list of at most {}", path, kMaxRunnersUp)};
+        if (!it->is_array())
+            throw EntryError{fmt::format("{}.runners_up: expected array, got {}", path, type_name(*it))};
+        if (it->size() > kMaxRunnersUp)
+            throw EntryError{fmt::format("{}.runners_up: {} entries, at most {}", path, it->size(), kMaxRunnersUp)};
         for (size_t r = 0; r < it->size(); ++r) {
             const std::string rpath = fmt::format("{}.runners_up[{}]", path, r);
             const json& runner = (*it)[r];
-            if (!runner.is_object()) throw EntryError{fmt::format("{}: expected object", rpath)};
+            if (!runner.is_object()) throw EntryError{fmt::format("{}: expected object, got {}", rpath, type_name(runner))};
             e.runners_up.push_back({parse_config(member(runner, "config", rpath), rpath + ".config"),
                                     get_number(runner, "median_us", rpath)});
         }
@@ -117,7 +128,9 @@ TuningEntry parse_entry(const json& item, const std::string& path) {
     if (auto it = item.find("candidates_failed"); it != item.end())
         e.candidates_failed = static_cast<int>(get_integer(*it, path + ".candidates_failed", 0, 1 << 30));
     e.stability = get_number(item, "stability", path, false);
-    e.nvrtc_version = get_string(item, "nvrtc_version", path);
+    if (e.stability > 1) throw EntryError{fmt::format("{}.stability: {} is not a fraction in [0, 1]", path, e.stability)};
+    // Optional: files written by hand may state the NVRTC once, in their metadata.
+    e.nvrtc_version = get_string(item, "nvrtc_version", path, false);
     e.tuned_at = get_string(item, "tuned_at", path, false);
     e.device = get_string(item, "device", path, false);
     return e;
@@ -166,6 +179,26 @@ std::pair<size_t, size_t> line_column(std::string_view text, size_t byte) {
     return {line, column};
 }
 
+// nlohmann's message without its own "[json.exception...] parse error at line L, column C: " prefix.
+std::string parse_error_detail(const std::string& what) {
+    const size_t column = what.find("column ");
+    if (column == std::string::npos) return what;
+    const size_t colon = what.find(": ", column);
+    return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
+// Where a number literal that overflowed a double is in the text (nlohmann reports no position
+// for it): the first occurrence of the literal, as "line:column", or empty.
+std::string overflow_position(std::string_view text, const std::string& what) {
+    const size_t open = what.find('\'');
+    const size_t close = open == std::string::npos ? std::string::npos : what.find('\'', open + 1);
+    if (close == std::string::npos || close == open + 1) return {};
+    const size_t at = text.find(std::string_view(what).substr(open + 1, close - open - 1));
+    if (at == std::string_view::npos) return {};
+    auto [line, column] = line_column(text, at);
+    return fmt::format("{}:{}", line, column);
+}
+
 TuningDbMeta parse_meta(const json& root, const std::string& source) {
     TuningDbMeta meta;
     auto version = root.find("format_version");
@@ -190,6 +223,8 @@ TuningDbMeta parse_meta(const json& root, const std::string& source) {
                 if (!s.is_string()) throw EntryError{"metadata.sources: expected a list of strings"};
                 meta.sources.push_back(s.get<std::string>());
             }
+            std::sort(meta.sources.begin(), meta.sources.end());
+            meta.sources.erase(std::unique(meta.sources.begin(), meta.sources.end()), meta.sources.end());
         }
     } catch (const EntryError& e) {
         throw FileError(fmt::format("{}: {}", source, e.message));
@@ -204,7 +239,31 @@ std::string join_values(const std::string& a, const std::string& b) {
     return a < b ? a + ", " + b : b + ", " + a;
 }
 
+// The merge message names each side by its sources when it has any.
+std::string describe_side(const TuningDbMeta& meta) {
+    if (meta.sources.empty()) return meta.arch;
+    return fmt::format("{} ({})", meta.arch, fmt::join(meta.sources, ", "));
+}
+
+// Puts an entry through the file format's own checks (what parse would refuse, upsert refuses).
+void check_entry(const TuningEntry& e) {
+    try {
+        (void)parse_entry(entry_json(e), "entry");
+    } catch (const EntryError& error) {
+        throw InvalidArgument(fmt::format("tileops: invalid tuning entry {}: {}", e.key.to_string(), error.message));
+    }
+}
+
+void hash_combine(std::size_t& seed, std::size_t value) {
+    seed ^= value + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2);
+}
+
 }  // namespace
+
+bool TuningFilter::matches(const TuningEntry& entry) const {
+    return (op.empty() || entry.key.op == op) && (arch.empty() || entry.key.arch == arch) &&
+           (dtype.empty() || entry.key.dtype == dtype);
+}
 
 std::string TuningKey::to_string() const {
     std::string text = fmt::format("{} {} {}", op, fmt::join(shape, "x"), dtype);
@@ -227,7 +286,10 @@ bool operator==(const TuningDbMeta& a, const TuningDbMeta& b) {
 bool operator==(const TuningDb& a, const TuningDb& b) { return a.meta_ == b.meta_ && a.entries_ == b.entries_; }
 
 bool better_entry(const TuningEntry& a, const TuningEntry& b) {
-    if (a.median_us != b.median_us) return a.median_us < b.median_us;
+    // A NaN time (only reachable by calling this directly: upsert and parse refuse it) ranks last.
+    const double ta = std::isnan(a.median_us) ? INFINITY : a.median_us;
+    const double tb = std::isnan(b.median_us) ? INFINITY : b.median_us;
+    if (ta != tb) return ta < tb;
     return entry_json(a).dump() < entry_json(b).dump();
 }
 
@@ -236,8 +298,13 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
     try {
         root = json::parse(text.begin(), text.end());
     } catch (const json::parse_error& e) {
+        // e.byte is the 1-based offset of the last byte read: where the error was found.
         auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
-        throw FileError(fmt::format("{}:{}:{}: invalid JSON: {}", source, line, column, e.what()));
+        throw FileError(fmt::format("{}:{}:{}: invalid JSON: {}", source, line, column, parse_error_detail(e.what())));
+    } catch (const json::exception& e) {
+        // A number too large for a double ("1e400") is an out_of_range error without a position.
+        const std::string where = overflow_position(text, e.what());
+        throw FileError(fmt::format("{}{}{}: invalid JSON: {}", source, where.empty() ? "" : ":", where, e.what()));
     }
     if (!root.is_object()) throw FileError(fmt::format("{}: expected a JSON object at the top, got {}", source, type_name(root)));
     TuningDb db;
@@ -251,16 +318,22 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         try {
             TuningEntry entry = parse_entry((*entries)[i], path);
             if (validator) {
-                if (auto why = validator(entry)) reason = fmt::format("{} ({}): {}", path, entry.key.to_string(), *why);
+                std::optional<std::string> why;
+                try {
+                    why = validator(entry);
+                } catch (const std::exception& e) {
+                    why = fmt::format("validator failed: {}", e.what());
+                }
+                if (why) reason = fmt::format("{} ({}): {}", path, entry.key.to_string(), *why);
             }
             if (reason.empty()) {
-                db.upsert(std::move(entry));
+                db.insert_checked(std::move(entry));
                 continue;
             }
         } catch (const EntryError& e) {
             reason = e.message;
         }
-        spdlog::warn("tileops: tuning database {}: skipping {}", source, reason);
+        spdlog::warn("tileops: skipping tuning entry {}: {}", source, reason);
         db.rejected_.push_back({source, i, reason});
     }
     return db;
@@ -289,6 +362,11 @@ std::string TuningDb::to_json() const {
 }
 
 void TuningDb::upsert(TuningEntry entry) {
+    check_entry(entry);
+    insert_checked(std::move(entry));
+}
+
+void TuningDb::insert_checked(TuningEntry entry) {
     auto it = std::lower_bound(entries_.begin(), entries_.end(), entry.key,
                                [](const TuningEntry& e, const TuningKey& k) { return e.key < k; });
     if (it != entries_.end() && it->key == entry.key) {
@@ -304,32 +382,53 @@ const TuningEntry* TuningDb::find(const TuningKey& key) const {
     return it != entries_.end() && it->key == key ? &*it : nullptr;
 }
 
+double TuningDb::shape_distance(const std::vector<long long>& a, const std::vector<long long>& b) {
+    if (a.size() != b.size()) return INFINITY;
+    double sum = 0;
+    for (size_t d = 0; d < a.size(); ++d) {
+        if (a[d] < 1 || b[d] < 1) return INFINITY;
+        const double diff = std::log2(static_cast<double>(a[d])) - std::log2(static_cast<double>(b[d]));
+        sum += diff * diff;
+    }
+    return std::sqrt(sum);
+}
+
 std::optional<std::pair<const TuningEntry*, double>> TuningDb::nearest(const TuningKey& key, double max_distance) const {
-    const TuningEntry* best = nullptr;
-    double best_distance = INFINITY;
+    return nearest(key, max_distance, {});
+}
+
+std::optional<std::pair<const TuningEntry*, double>> TuningDb::nearest(
+    const TuningKey& key, double max_distance, const std::function<bool(const TuningEntry&)>& accept) const {
+    if (std::isnan(max_distance)) return std::nullopt;
+    // Candidates within reach, nearest first; entries_ is sorted by key, so on equal distances
+    // the lower address is the smaller key.
+    std::vector<std::pair<double, const TuningEntry*>> within;
     for (const TuningEntry& e : entries_) {
         if (e.key.op != key.op || e.key.dtype != key.dtype || e.key.flags != key.flags || e.key.arch != key.arch ||
             e.key.template_hash != key.template_hash || e.key.shape.size() != key.shape.size())
             continue;
-        double sum = 0;
-        for (size_t d = 0; d < key.shape.size(); ++d) {
-            const double diff = std::log2(static_cast<double>(e.key.shape[d])) - std::log2(static_cast<double>(key.shape[d]));
-            sum += diff * diff;
-        }
-        const double distance = std::sqrt(sum);
-        if (distance < best_distance || (distance == best_distance && best && e.key < best->key)) {
-            best = &e;
-            best_distance = distance;
-        }
+        const double distance = shape_distance(e.key.shape, key.shape);
+        if (std::isfinite(distance) && distance <= max_distance) within.emplace_back(distance, &e);
     }
-    if (best == nullptr || best_distance > max_distance) return std::nullopt;
-    return std::pair{best, best_distance};
+    std::sort(within.begin(), within.end(), [](const auto& x, const auto& y) {
+        return x.first != y.first ? x.first < y.first : std::less<const TuningEntry*>()(x.second, y.second);
+    });
+    for (const auto& [distance, e] : within)
+        if (!accept || accept(*e)) return std::pair{e, distance};
+    return std::nullopt;
+}
+
+std::vector<const TuningEntry*> TuningDb::select(const TuningFilter& filter) const {
+    std::vector<const TuningEntry*> out;
+    for (const TuningEntry& e : entries_)
+        if (filter.matches(e)) out.push_back(&e);
+    return out;
 }
 
 TuningDb TuningDb::merge(const TuningDb& a, const TuningDb& b) {
     if (!a.meta_.arch.empty() && !b.meta_.arch.empty() && a.meta_.arch != b.meta_.arch)
-        throw InvalidArgument(fmt::format("tileops: cannot merge tuning databases of different archs ({} and {})",
-                                          a.meta_.arch, b.meta_.arch));
+        throw InvalidArgument(fmt::format("tileops: cannot merge tuning databases of different archs: {} and {}",
+                                          describe_side(a.meta_), describe_side(b.meta_)));
     TuningDb merged;
     TuningDbMeta& m = merged.meta_;
     m.library_version = join_values(a.meta_.library_version, b.meta_.library_version);
@@ -354,6 +453,9 @@ void TuningDb::save(const std::filesystem::path& path) const {
         auto text = util::read_file(path);
         if (!text) throw FileError(fmt::format("tileops: cannot read {} to merge into it", path.string()));
         on_disk = parse(*text, path.string());
+        if (!on_disk.rejected().empty())
+            spdlog::warn("tileops: rewriting tuning database {} drops its {} malformed entries", path.string(),
+                         on_disk.rejected().size());
     }
     // Entries of other archs may share a file only when neither names an arch in its metadata.
     TuningDb merged = merge(on_disk, *this);
@@ -361,3 +463,13 @@ void TuningDb::save(const std::filesystem::path& path) const {
 }
 
 }  // namespace tileops
+
+std::size_t std::hash<tileops::TuningKey>::operator()(const tileops::TuningKey& key) const noexcept {
+    std::size_t seed = std::hash<std::string>()(key.op);
+    for (long long d : key.shape) tileops::hash_combine(seed, std::hash<long long>()(d));
+    tileops::hash_combine(seed, std::hash<std::string>()(key.dtype));
+    tileops::hash_combine(seed, std::hash<std::string>()(key.flags));
+    tileops::hash_combine(seed, std::hash<std::string>()(key.arch));
+    tileops::hash_combine(seed, std::hash<std::string>()(key.template_hash));
+    return seed;
+}

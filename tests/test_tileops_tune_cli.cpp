@@ -1,0 +1,489 @@
+// tileops-tune as a user runs it: exit codes (0 success, 1 failed work, 2 bad usage), --help and
+// --json of every command, warm without a GPU, list / show / merge of fixture databases, explain's
+// lookup order, and tune failing cleanly where there is no GPU. Each case runs the executable in a
+// child process and reads its exit status, stdout and stderr.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_floating_point.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <nlohmann/json.hpp>
+
+#include "codegen/template_registry.hpp"
+#include "runtime/compiler.hpp"
+#include "support/test_support.hpp"
+#include "tileops/tuning_db.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Catch::Matchers::ContainsSubstring;
+using Catch::Matchers::WithinAbs;
+using nlohmann::json;
+using tileops::TuningDb;
+using tileops::TuningEntry;
+using tileops::TuningKey;
+using tileops::test::TempDir;
+
+fs::path fixture(const std::string& name) { return fs::path(TILEOPS_TEST_SOURCE_DIR) / "tests" / "data" / "tuning" / name; }
+
+std::string slurp(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return buffer.str();
+}
+
+struct ToolResult {
+    int status = -1;  // exit code, or 128 + signal
+    std::string out;
+    std::string err;
+};
+
+#ifdef TILEOPS_TUNE_EXE
+
+// Runs tileops-tune with `args`. The child gets this process's environment without the variables
+// that would change which databases or distance it uses, and its stdin is /dev/null (so no
+// progress bar: stderr is a file).
+ToolResult run_tool(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+    TempDir capture;
+    const fs::path out_path = capture.path() / "stdout";
+    const fs::path err_path = capture.path() / "stderr";
+
+    // Everything the child needs is built before fork.
+    std::vector<std::string> argv_storage = {TILEOPS_TUNE_EXE};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::set<std::string> dropped = {"TILEOPS_TUNING_DB", "TILEOPS_TUNING_MAX_DISTANCE", "TILEOPS_NO_COMPILE",
+                                           "TILEOPS_CACHE_DIR"};
+    std::vector<std::string> env_storage;
+    for (char** e = environ; *e != nullptr; ++e) {
+        const std::string entry = *e;
+        if (!dropped.count(entry.substr(0, entry.find('=')))) env_storage.push_back(entry);
+    }
+    env_storage.push_back("TILEOPS_CACHE_DIR=" + (capture.path() / "default-cache").string());
+    env_storage.insert(env_storage.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> envp;
+    for (std::string& e : env_storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        const int in = ::open("/dev/null", O_RDONLY);
+        const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (in < 0 || out < 0 || err < 0) ::_exit(126);
+        ::dup2(in, STDIN_FILENO);
+        ::dup2(out, STDOUT_FILENO);
+        ::dup2(err, STDERR_FILENO);
+        ::execve(argv[0], argv.data(), envp.data());
+        ::_exit(127);
+    }
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (;;) {
+        const pid_t done = ::waitpid(pid, &status, WNOHANG);
+        if (done == pid) break;
+        if (std::chrono::steady_clock::now() > deadline) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            FAIL("tileops-tune did not finish within 120 s");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ToolResult result;
+    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.out = slurp(out_path);
+    result.err = slurp(err_path);
+    return result;
+}
+
+#define TILEOPS_REQUIRE_TUNE_EXE() (void)0
+#else
+ToolResult run_tool(const std::vector<std::string>&, const std::vector<std::string>& = {}) { return {}; }
+#define TILEOPS_REQUIRE_TUNE_EXE() SKIP("tileops-tune was not built (TILEOPS_BUILD_TOOLS=OFF)")
+#endif
+
+// Files under `dir` whose name ends in `suffix`.
+size_t count_files(const fs::path& dir, const std::string& suffix) {
+    size_t n = 0;
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) return 0;
+    for (const auto& item : fs::recursive_directory_iterator(dir)) {
+        const std::string name = item.path().filename().string();
+        if (item.is_regular_file() && name.size() >= suffix.size() &&
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+            ++n;
+    }
+    return n;
+}
+
+json parse_json(const std::string& text) {
+    try {
+        return json::parse(text);
+    } catch (const json::exception& e) {
+        FAIL("not JSON (" << e.what() << "):\n" << text);
+    }
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("tileops-tune: usage errors exit 2, --help exits 0", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+
+    const ToolResult bare = run_tool({});
+    CHECK(bare.status == 2);
+    CHECK_THAT(bare.err, ContainsSubstring("usage: tileops-tune <command>"));
+    CHECK(bare.out.empty());
+
+    for (const char* help : {"--help", "-h", "help"}) {
+        CAPTURE(help);
+        const ToolResult r = run_tool({help});
+        CHECK(r.status == 0);
+        CHECK_THAT(r.out, ContainsSubstring("usage: tileops-tune <command>"));
+        for (const char* command : {"tune", "warm", "list", "show", "merge", "verify", "explain"})
+            CHECK_THAT(r.out, ContainsSubstring(std::string("  ") + command + " "));
+    }
+
+    const ToolResult unknown = run_tool({"frobnicate"});
+    CHECK(unknown.status == 2);
+    CHECK_THAT(unknown.err, ContainsSubstring("unknown command 'frobnicate'"));
+    CHECK_THAT(unknown.err, ContainsSubstring("usage: tileops-tune"));
+
+    for (const char* command : {"tune", "warm", "list", "show", "merge", "verify", "explain"}) {
+        CAPTURE(command);
+        const ToolResult r = run_tool({command, "--help"});
+        CHECK(r.status == 0);
+        CHECK_THAT(r.out, ContainsSubstring(std::string("tileops-tune ") + command));
+        CHECK_THAT(r.out, ContainsSubstring("--json"));
+        CHECK_THAT(r.out, ContainsSubstring("--help"));
+        // An option the command does not have is bad usage, with the command's help on stderr.
+        const ToolResult bad = run_tool({command, "--no-such-option"});
+        CHECK(bad.status == 2);
+        CHECK_THAT(bad.err, ContainsSubstring("no-such-option"));
+    }
+
+    // Missing arguments are bad usage too, with a message saying what to give.
+    const ToolResult list_nothing = run_tool({"list"});
+    CHECK(list_nothing.status == 2);
+    CHECK_THAT(list_nothing.err, ContainsSubstring("give the database file"));
+    const ToolResult merge_no_output = run_tool({"merge", fixture("cli_fleet_a.json").string()});
+    CHECK(merge_no_output.status == 2);
+    CHECK_THAT(merge_no_output.err, ContainsSubstring("-o"));
+    const ToolResult explain_nothing = run_tool({"explain", "--arch", "sm_90a"});
+    CHECK(explain_nothing.status == 2);
+    const ToolResult bad_shape = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "64by4096"});
+    CHECK(bad_shape.status == 2);
+    CHECK_THAT(bad_shape.err, ContainsSubstring("64by4096"));
+
+    // An unknown op is bad usage, named in the message with the ops there are.
+    const ToolResult unknown_op =
+        run_tool({"explain", "--arch", "sm_90a", "--op", "frobnorm", "--shape", "64x4096", "--dtype", "bf16"});
+    CHECK(unknown_op.status == 2);
+    CHECK_THAT(unknown_op.err, ContainsSubstring("unknown op 'frobnorm'"));
+    CHECK_THAT(unknown_op.err, ContainsSubstring("rmsnorm"));
+    CHECK(unknown_op.out.empty());
+
+    // A database that cannot be read is failed work, not bad usage.
+    TempDir dir;
+    const ToolResult missing = run_tool({"list", (dir.path() / "missing.json").string()});
+    CHECK(missing.status == 1);
+    CHECK_THAT(missing.err, ContainsSubstring("missing.json"));
+    const ToolResult malformed = run_tool({"show", fixture("syntax_trailing_comma.json").string()});
+    CHECK(malformed.status == 1);
+    CHECK_THAT(malformed.err, ContainsSubstring("syntax_trailing_comma.json:7:3"));
+}
+
+TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then finds it all cached", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const fs::path cache = dir.path() / "kernels";
+    const std::vector<std::string> args = {"warm",        "--arch",  "sm_90a", "--op",   "rmsnorm",      "--shape",
+                                           "64x4096",     "--dtype", "bf16",   "--json", "--cache-dir", cache.string()};
+    REQUIRE(count_files(cache, ".cubin") == 0);
+
+    const ToolResult first = run_tool(args);
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    const json cold = parse_json(first.out);
+    const size_t kernels = cold.at("kernels").get<size_t>();
+    CHECK(kernels >= 1);
+    CHECK(cold.at("compiled").get<size_t>() == kernels);
+    CHECK(cold.at("already_cached").get<size_t>() == 0);
+    CHECK(cold.at("failed").empty());
+    CHECK(cold.at("arch") == "sm_90a");
+    CHECK(cold.at("problems") == 1);
+    CHECK(cold.at("cache_dir") == cache.string());
+    CHECK(count_files(cache, ".cubin") == kernels);  // one cache entry per kernel
+
+    const ToolResult second = run_tool(args);
+    INFO(second.err);
+    REQUIRE(second.status == 0);
+    const json warm = parse_json(second.out);
+    CHECK(warm.at("kernels").get<size_t>() == kernels);
+    CHECK(warm.at("compiled").get<size_t>() == 0);
+    CHECK(warm.at("already_cached").get<size_t>() == kernels);
+    CHECK(warm.at("failed").empty());
+    CHECK(count_files(cache, ".cubin") == kernels);
+
+    // The table form says the same in words.
+    std::vector<std::string> text_args = args;
+    text_args.erase(std::find(text_args.begin(), text_args.end(), "--json"));
+    const ToolResult text = run_tool(text_args);
+    CHECK(text.status == 0);
+    CHECK_THAT(text.out, ContainsSubstring("0 compiled, " + std::to_string(kernels) + " already cached, 0 failed"));
+
+    // Nothing to compile, or an arch NVRTC does not know: bad usage.
+    CHECK(run_tool({"warm", "--arch", "sm_90a", "--cache-dir", cache.string()}).status == 2);
+    const ToolResult bad_arch =
+        run_tool({"warm", "--arch", "sm_1", "--op", "rmsnorm", "--shape", "64x4096", "--cache-dir", cache.string()});
+    CHECK(bad_arch.status != 0);
+    CHECK_THAT(bad_arch.err, ContainsSubstring("sm_1"));
+}
+
+TEST_CASE("tileops-tune: list and show print a database as a table and as JSON", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    const std::string db = fixture("cli_fleet_a.json").string();
+    const TuningDb expected = TuningDb::load(db);
+    REQUIRE(expected.entries().size() == 3);
+
+    const ToolResult table = run_tool({"list", db});
+    INFO(table.err);
+    REQUIRE(table.status == 0);
+    for (const char* column : {"op", "shape", "dtype", "config", "throughput", "device"})
+        CHECK_THAT(table.out, ContainsSubstring(column));
+    CHECK_THAT(table.out, ContainsSubstring("512x4096"));
+    CHECK_THAT(table.out, ContainsSubstring("1024x1024"));
+    CHECK_THAT(table.out, ContainsSubstring("64x14336"));
+    CHECK_THAT(table.out, ContainsSubstring("cluster=1 items=2 rows_per_block=1 threads_per_row=256 vec=8"));
+    CHECK_THAT(table.out, ContainsSubstring("10.50"));
+    CHECK(std::count(table.out.begin(), table.out.end(), '\n') == 4);  // header + 3 entries
+
+    const ToolResult listed = run_tool({"list", db, "--json"});
+    REQUIRE(listed.status == 0);
+    const json list = parse_json(listed.out);
+    REQUIRE(list.is_array());
+    REQUIRE(list.size() == 3);
+    // Each item is the entry as the database stores it.
+    for (const json& item : list) {
+        TuningEntry e;
+        e.key = TuningKey{item.at("op").get<std::string>(),    item.at("shape").get<std::vector<long long>>(),
+                          item.at("dtype").get<std::string>(), item.at("flags").get<std::string>(),
+                          item.at("arch").get<std::string>(),  item.at("template_hash").get<std::string>()};
+        const TuningEntry* stored = expected.find(e.key);
+        REQUIRE(stored != nullptr);
+        CHECK(item.at("config") == json(stored->config));
+        CHECK(item.at("median_us").get<double>() == stored->median_us);
+        CHECK(item.at("device") == stored->device);
+    }
+
+    const ToolResult filtered = run_tool({"list", db, "--json", "--filter-op", "softmax"});
+    REQUIRE(filtered.status == 0);
+    const json only_softmax = parse_json(filtered.out);
+    REQUIRE(only_softmax.size() == 1);
+    CHECK(only_softmax[0].at("op") == "softmax");
+    CHECK(parse_json(run_tool({"list", db, "--json", "--filter-arch", "sm_80"}).out).empty());
+    CHECK(parse_json(run_tool({"list", db, "--json", "--filter-dtype", "bf16"}).out).size() == 2);
+
+    const ToolResult shown = run_tool({"show", db});
+    INFO(shown.err);
+    REQUIRE(shown.status == 0);
+    CHECK_THAT(shown.out, ContainsSubstring("database " + db));
+    CHECK_THAT(shown.out, ContainsSubstring("GPU Test GPU A, arch sm_90a"));
+    CHECK_THAT(shown.out, ContainsSubstring("sources: fleet a"));
+    CHECK_THAT(shown.out, ContainsSubstring("rmsnorm 512x4096 bf16 sm_90a"));
+    CHECK_THAT(shown.out, ContainsSubstring("runner-up     11.75 us  cluster=1 items=4 rows_per_block=2 threads_per_row=128 vec=8"));
+    CHECK_THAT(shown.out, ContainsSubstring("12 tried, 1 failed; stability 80%"));
+    CHECK_THAT(shown.out, ContainsSubstring("template      fixture-hash"));
+
+    const ToolResult shown_json = run_tool({"show", db, "--json"});
+    REQUIRE(shown_json.status == 0);
+    const json full = parse_json(shown_json.out);
+    CHECK(full.at("format_version") == 1);
+    CHECK(full.at("metadata").at("arch") == "sm_90a");
+    CHECK(full.at("metadata").at("gpu_name") == "Test GPU A");
+    REQUIRE(full.at("entries").size() == 3);
+    // The JSON is a tuning database itself: it parses back to the fixture.
+    CHECK(TuningDb::parse(shown_json.out, "show-output.json") == expected);
+    const ToolResult shown_filtered = run_tool({"show", db, "--json", "--filter-op", "gelu"});
+    REQUIRE(shown_filtered.status == 0);
+    const json gelu_only = parse_json(shown_filtered.out);
+    REQUIRE(gelu_only.at("entries").size() == 1);
+    CHECK(gelu_only.at("entries")[0].at("config") == json{{"block", 256}, {"vec", 8}});
+}
+
+TEST_CASE("tileops-tune: merge -o writes the union, the faster entry per key", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string a = fixture("cli_fleet_a.json").string();
+    const std::string b = fixture("cli_fleet_b.json").string();
+    const fs::path out = dir.path() / "fleet.json";
+
+    const ToolResult merged = run_tool({"merge", "-o", out.string(), a, b});
+    INFO(merged.err);
+    REQUIRE(merged.status == 0);
+    CHECK_THAT(merged.out, ContainsSubstring("4 entries written to " + out.string()));
+    const TuningDb result = TuningDb::load(out);
+    CHECK(result.rejected().empty());
+    REQUIRE(result.entries().size() == 4);
+    const TuningDb da = TuningDb::load(a);
+    const TuningDb db = TuningDb::load(b);
+    const TuningKey rmsnorm{"rmsnorm", {512, 4096}, "bf16", "", "sm_90a", "fixture-hash"};
+    const TuningKey softmax{"softmax", {1024, 1024}, "fp32", "", "sm_90a", "fixture-hash"};
+    REQUIRE(result.find(rmsnorm) != nullptr);
+    CHECK(*result.find(rmsnorm) == *db.find(rmsnorm));  // 8.25 us on GPU B beats 10.5 us
+    CHECK(result.find(rmsnorm)->device == "Test GPU B");
+    REQUIRE(result.find(softmax) != nullptr);
+    CHECK(*result.find(softmax) == *da.find(softmax));  // 20 us on GPU A beats 25 us
+    CHECK(result.find({"gelu", {64, 14336}, "bf16", "", "sm_90a", "fixture-hash"}) != nullptr);
+    CHECK(result.find({"layernorm", {2048, 2048}, "bf16", "", "sm_90a", "fixture-hash"}) != nullptr);
+    CHECK(result.meta().arch == "sm_90a");
+    CHECK(result.meta().sources == std::vector<std::string>{"fleet a", "fleet b"});
+    CHECK(result.entries() == TuningDb::merge(da, db).entries());
+
+    // The order of the inputs does not matter.
+    const fs::path reversed = dir.path() / "reversed.json";
+    const ToolResult merged_ba = run_tool({"merge", "-o", reversed.string(), b, a, "--json"});
+    REQUIRE(merged_ba.status == 0);
+    const json summary = parse_json(merged_ba.out);
+    CHECK(summary.at("entries") == 4);
+    CHECK(summary.at("output") == reversed.string());
+    CHECK(slurp(reversed) == slurp(out));
+
+    // Different archs: refused (bad usage), naming both, and nothing is written.
+    const fs::path mixed = dir.path() / "mixed.json";
+    const ToolResult refused = run_tool({"merge", "-o", mixed.string(), a, fixture("cli_fleet_sm80.json").string()});
+    CHECK(refused.status == 2);
+    CHECK_THAT(refused.err, ContainsSubstring("sm_80"));
+    CHECK_THAT(refused.err, ContainsSubstring("sm_90a"));
+    CHECK_FALSE(fs::exists(mixed));
+}
+
+TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shape or the heuristic", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // The fixture is written now: its entry must carry the current rmsnorm template hash and NVRTC.
+    const std::string hash = tileops::codegen::TemplateRegistry::instance().template_hash("rmsnorm.cuh");
+    const std::string nvrtc = tileops::runtime::nvrtc_version();
+    REQUIRE_FALSE(hash.empty());
+    const tileops::Config tuned_config = {
+        {"cluster", 1}, {"items", 2}, {"rows_per_block", 1}, {"threads_per_row", 256}, {"vec", 8}};
+    TuningEntry entry;
+    entry.key = TuningKey{"rmsnorm", {512, 4096}, "bf16", "", "sm_90a", hash};
+    entry.config = tuned_config;
+    entry.median_us = 6.5;
+    entry.nvrtc_version = nvrtc;
+    entry.device = "Test GPU";
+    entry.tuned_at = "2026-11-22T00:00:00Z";
+    TuningDb fixture_db;
+    fixture_db.meta().arch = "sm_90a";
+    fixture_db.meta().nvrtc_version = nvrtc;
+    fixture_db.upsert(entry);
+    const fs::path db_path = dir.path() / "tuned.json";
+    fixture_db.save(db_path);
+
+    auto explain = [&](const std::string& shape, const fs::path& db, const std::vector<std::string>& env = {}) {
+        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", shape, "--dtype", "bf16",
+                                       "--db", db.string(), "--json"},
+                                      env);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const json out = parse_json(r.out);
+        REQUIRE(out.is_array());
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].at("arch") == "sm_90a");
+        CHECK(out[0].at("problem") == "rmsnorm " + shape + " bf16");
+        return out[0];
+    };
+
+    const json exact = explain("512x4096", db_path);
+    CHECK(exact.at("source") == "user database");
+    CHECK(exact.at("origin") == db_path.string());
+    CHECK(exact.at("config") == json(tuned_config));
+
+    const json near = explain("1024x4096", db_path);  // one factor of two away
+    CHECK(near.at("source") == "nearest tuned shape");
+    CHECK(near.at("origin") == db_path.string());
+    CHECK(near.at("config") == json(tuned_config));
+    CHECK_THAT(near.at("distance").get<double>(), WithinAbs(1.0, 1e-9));
+    CHECK_THAT(near.at("explanation").get<std::string>(), ContainsSubstring("rmsnorm 512x4096 bf16 sm_90a"));
+
+    const json far = explain("8x128", db_path);
+    CHECK(far.at("source") == "heuristic");
+    CHECK(far.at("origin") == "");
+    CHECK(far.at("config") != json(tuned_config));
+
+    // The text form, and an entry tuned with another template: ignored and reported.
+    const ToolResult text = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "512x4096", "--dtype",
+                                      "bf16", "--db", db_path.string()});
+    CHECK(text.status == 0);
+    CHECK_THAT(text.out, ContainsSubstring("rmsnorm 512x4096 bf16 on sm_90a:"));
+    CHECK_THAT(text.out, ContainsSubstring("from user database " + db_path.string()));
+
+    TuningEntry stale = entry;
+    stale.key.template_hash = std::string(64, '0');
+    TuningDb only_stale;
+    only_stale.meta() = fixture_db.meta();
+    only_stale.upsert(stale);
+    const fs::path stale_path = dir.path() / "stale.json";
+    only_stale.save(stale_path);
+    // The stale entry's spdlog warning would land on stdout, inside the JSON (tileops-tune leaves
+    // spdlog's default stdout logger in place): keep warnings out of this JSON run.
+    const json from_stale = explain("512x4096", stale_path, {"TILEOPS_LOG_LEVEL=error"});
+    CHECK(from_stale.at("source") == "heuristic");
+    const ToolResult stale_text = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "512x4096",
+                                            "--dtype", "bf16", "--db", stale_path.string()});
+    CHECK(stale_text.status == 0);
+    CHECK_THAT(stale_text.out, ContainsSubstring("from heuristic"));
+    CHECK_THAT(stale_text.err, ContainsSubstring("ignored: " + stale_path.string() +
+                                                 ": rmsnorm 512x4096 bf16 sm_90a: stale: tuned with another version"));
+
+    // A --db that does not exist is an error, not a silent heuristic.
+    const ToolResult missing = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "512x4096", "--db",
+                                         (dir.path() / "nope.json").string()});
+    CHECK(missing.status == 1);
+    CHECK_THAT(missing.err, ContainsSubstring("nope.json"));
+}
+
+TEST_CASE("tileops-tune: tune and verify without a GPU fail with a clear message", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    if (tileops::test::have_gpu()) SKIP("a GPU is present: tune would really run");
+    TempDir dir;
+    const fs::path db = dir.path() / "tuned.json";
+    const ToolResult tuned = run_tool({"tune", "--op", "rmsnorm", "--shape", "64x4096", "--dtype", "bf16", "--db", db.string()});
+    CHECK(tuned.status == 1);
+    CHECK_THAT(tuned.err, ContainsSubstring("tileops-tune tune: "));
+    const bool names_the_cause = tuned.err.find("driver") != std::string::npos ||
+                                 tuned.err.find("GPU") != std::string::npos ||
+                                 tuned.err.find("device") != std::string::npos;
+    CHECK(names_the_cause);
+    CHECK_FALSE(fs::exists(db));  // nothing was tuned, nothing written
+
+    // Without a problem or a database, it is bad usage before any GPU is looked for.
+    CHECK(run_tool({"tune", "--db", db.string()}).status == 2);
+    CHECK(run_tool({"tune", "--op", "rmsnorm", "--shape", "64x4096"}).status == 2);
+
+    const ToolResult verified = run_tool({"verify", fixture("cli_fleet_a.json").string()});
+    CHECK(verified.status == 1);
+    CHECK_THAT(verified.err, ContainsSubstring("tileops-tune verify: "));
+}
