@@ -234,9 +234,21 @@ TuningDbMeta parse_meta(const json& root, const std::string& source) {
 
 // Joins two metadata values: equal stays, else the sorted distinct values (commutative).
 std::string join_values(const std::string& a, const std::string& b) {
-    if (a == b || b.empty()) return a;
-    if (a.empty()) return b;
-    return a < b ? a + ", " + b : b + ", " + a;
+    // Values already joined by an earlier merge are split again, so repeated merges and saves
+    // keep one copy of each distinct value instead of growing the field.
+    std::set<std::string> values;
+    for (const std::string* side : {&a, &b}) {
+        size_t start = 0;
+        while (start <= side->size()) {
+            size_t end = side->find(", ", start);
+            if (end == std::string::npos) end = side->size();
+            if (end > start) values.insert(side->substr(start, end - start));
+            start = end + 2;
+        }
+    }
+    std::string joined;
+    for (const std::string& v : values) joined += (joined.empty() ? "" : ", ") + v;
+    return joined;
 }
 
 // The merge message names each side by its sources when it has any.

@@ -4,6 +4,8 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include "runtime/log.hpp"
 #include "tileops_tune/commands.hpp"
@@ -35,6 +37,8 @@ void usage(std::FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // Logs go to stderr so that --json output on stdout stays parseable.
+    spdlog::set_default_logger(spdlog::stderr_color_mt("tileops-tune"));
     tileops::runtime::configure_logging();
     if (argc < 2) {
         usage(stderr);
