@@ -7,6 +7,7 @@
 #   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
 #   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json
 #   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
+#   decode  bench_decode_attention and torch SDPA on the same problems, merged into a table
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -39,6 +40,11 @@ for step in "$@"; do
       $T explain --op rmsnorm --shape 3000x5000 --dtype bf16 --db "$OUT/cli.json" >> "$OUT/cli.log" 2>&1 || status=1
       $T list "$OUT/cli.json" | head -5 >> "$OUT/cli.log"
       tail -60 "$OUT/cli.log" ;;
+    decode)
+      timeout 300 ./build-gpu/bench/bench_decode_attention --json "$OUT/decode.json" > "$OUT/decode.log" 2>&1 || status=1
+      PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_decode_peers.py --json "$OUT/torch_decode.json" \
+        > "$OUT/torch_decode.log" 2>&1 || status=1
+      python3 bench/compare_decode_attention.py "$OUT/decode.json" "$OUT/torch_decode.json" | tee "$OUT/decode.md" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

@@ -1,5 +1,6 @@
 // Every kernel the ops can launch with their default (heuristic) configs, at every vector width
 // run() may pick, compiles with NVRTC for sm_80 and sm_90a. Needs no GPU.
+#include <future>
 #include <map>
 #include <set>
 
@@ -26,13 +27,29 @@ TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[c
         for (int vec : model.vector_widths(config))
             kernels[model.template_file()].insert(model.plan(config, vec, device).name_expression);
     }
-    for (const auto& [file, names] : kernels) {
-        runtime::CompileRequest request =
-            codegen::compile_request(file, std::vector<std::string>(names.begin(), names.end()), arch);
-        INFO(file << " for " << arch << ": " << names.size() << " kernels");
+    // One NVRTC program per file and batch of kernels; the batches compile in parallel.
+    struct Batch {
+        std::string file;
+        std::vector<std::string> names;
+    };
+    std::vector<Batch> batches;
+    constexpr size_t kBatch = 12;
+    for (const auto& [file, names] : kernels)
+        for (auto it = names.begin(); it != names.end();) {
+            Batch batch{file, {}};
+            for (; it != names.end() && batch.names.size() < kBatch; ++it) batch.names.push_back(*it);
+            batches.push_back(std::move(batch));
+        }
+    std::vector<std::future<runtime::CompileResult>> results;
+    for (const Batch& batch : batches)
+        results.push_back(std::async(std::launch::async, [&batch, &arch] {
+            return runtime::compile(codegen::compile_request(batch.file, batch.names, arch));
+        }));
+    for (size_t i = 0; i < batches.size(); ++i) {
+        INFO(batches[i].file << " for " << arch << ": " << batches[i].names.size() << " kernels");
         runtime::CompileResult result;
-        REQUIRE_NOTHROW(result = runtime::compile(request));
+        REQUIRE_NOTHROW(result = results[i].get());
         CHECK(result.cubin.size() > 0);
-        CHECK(result.lowered_names.size() == names.size());
+        CHECK(result.lowered_names.size() == batches[i].names.size());
     }
 }

@@ -9,9 +9,10 @@
 
 namespace tileops {
 
-enum class DType : uint8_t { fp32, fp16, bf16 };
+// int32 is for indices (sequence lengths, page tables); the ops compute in fp32/fp16/bf16.
+enum class DType : uint8_t { fp32, fp16, bf16, int32 };
 
-// "fp32", "fp16", "bf16".
+// "fp32", "fp16", "bf16", "int32".
 const char* dtype_name(DType dtype) noexcept;
 // Parses a name (also "float32", "float16", "bfloat16"); throws InvalidArgument otherwise.
 DType parse_dtype(const std::string& name);

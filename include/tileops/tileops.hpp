@@ -1,6 +1,7 @@
 // Everything a user of tileops-jit needs.
 #pragma once
 
+#include "tileops/decode_attention.hpp"
 #include "tileops/device_info.hpp"
 #include "tileops/elementwise.hpp"
 #include "tileops/error.hpp"

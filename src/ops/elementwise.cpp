@@ -152,6 +152,8 @@ ElementwiseProblem normalized(ElementwiseProblem p) {
         throw InvalidArgument(fmt::format("tileops::{}: unknown op {}", op, static_cast<int>(p.op)));
     check_extent(op, p.rows, p.cols);
     if (!p.out_dtype) p.out_dtype = p.dtype;
+    check_float_dtype(op, "dtype", p.dtype);
+    check_float_dtype(op, "out_dtype", *p.out_dtype);
     if (p.broadcast_b && !is_binary(p.op))
         throw InvalidArgument(fmt::format("tileops::{}: broadcast_b needs a binary op, {} is unary", op,
                                           elementwise_op_name(p.op)));

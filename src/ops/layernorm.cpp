@@ -41,6 +41,8 @@ private:
 LayerNormProblem normalized(LayerNormProblem p) {
     check_extent("LayerNorm", p.rows, p.cols);
     if (!p.out_dtype) p.out_dtype = p.dtype;
+    check_float_dtype("LayerNorm", "dtype", p.dtype);
+    check_float_dtype("LayerNorm", "out_dtype", *p.out_dtype);
     p.x_stride = row_stride("LayerNorm", "x_stride", p.x_stride, p.cols);
     p.y_stride = row_stride("LayerNorm", "y_stride", p.y_stride, p.cols);
     if (!(p.eps >= 0.0f)) throw InvalidArgument(fmt::format("tileops::LayerNorm: eps must be >= 0, got {}", p.eps));

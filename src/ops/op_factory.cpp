@@ -37,7 +37,7 @@ DTypes parse_dtypes(const std::string& text) {
 
 const std::vector<std::string>& known_ops() {
     static const std::vector<std::string> ops = {"rmsnorm", "layernorm", "softmax", "log_softmax", "gelu",
-                                                 "gelu_tanh", "silu", "silu_mul", "add", "mul"};
+                                                 "gelu_tanh", "silu", "silu_mul", "add", "mul", "decode_attention"};
     return ops;
 }
 
@@ -59,9 +59,42 @@ std::vector<long long> parse_shape(const std::string& text) {
     return shape;
 }
 
+// decode_attention: shape batch x heads x kv_heads x head_dim x q_len x max_kv_len; flag pageN
+// for a paged KV cache of N-token pages (a page pool of exactly batch x pages per sequence).
+std::unique_ptr<Op> make_decode_attention(const ProblemSpec& spec) {
+    if (spec.shape.size() != 6)
+        throw InvalidArgument(fmt::format(
+            "tileops: decode_attention needs a shape batch x heads x kv_heads x head_dim x q_len x max_kv_len, got {} "
+            "dimension(s)", spec.shape.size()));
+    DecodeAttentionProblem p;
+    p.batch = spec.shape[0];
+    p.num_heads = spec.shape[1];
+    p.num_kv_heads = spec.shape[2];
+    p.head_dim = spec.shape[3];
+    p.q_len = spec.shape[4];
+    p.max_kv_len = spec.shape[5];
+    p.dtype = parse_dtype(spec.dtype);
+    for (const std::string& flag : split(spec.flags, ',')) {
+        long long page = 0;
+        if (flag.rfind("page", 0) == 0) {
+            try {
+                page = std::stoll(flag.substr(4));
+            } catch (...) {
+                page = 0;
+            }
+        }
+        if (page <= 0) throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to decode_attention", flag));
+        p.page_size = page;
+        p.max_pages_per_seq = (p.max_kv_len + page - 1) / page;
+        p.num_pages = p.batch * p.max_pages_per_seq;
+    }
+    return std::make_unique<DecodeAttention>(p);
+}
+
 std::unique_ptr<Op> make_op(const ProblemSpec& spec) {
     if (std::find(known_ops().begin(), known_ops().end(), spec.op) == known_ops().end())
         throw InvalidArgument(fmt::format("tileops: unknown op '{}' (known: {})", spec.op, fmt::join(known_ops(), ", ")));
+    if (spec.op == "decode_attention") return make_decode_attention(spec);
     if (spec.shape.size() != 2)
         throw InvalidArgument(fmt::format("tileops: {} needs a shape rows x cols, got {} dimension(s)", spec.op,
                                           spec.shape.size()));

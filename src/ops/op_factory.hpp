@@ -11,10 +11,11 @@
 namespace tileops::detail {
 
 struct ProblemSpec {
-    std::string op;                // rmsnorm, layernorm, softmax, log_softmax, gelu, gelu_tanh, silu, silu_mul, add, mul
-    std::vector<long long> shape;  // {rows, cols}
+    std::string op;                // rmsnorm, layernorm, softmax, log_softmax, gelu, gelu_tanh, silu, silu_mul, add, mul,
+                                   // decode_attention
+    std::vector<long long> shape;  // {rows, cols}; decode_attention: {batch, heads, kv_heads, head_dim, q_len, max_kv_len}
     std::string dtype;             // "bf16" or "bf16->fp32"
-    std::string flags;             // "" or a comma-separated list: residual, broadcast_b
+    std::string flags;             // "" or a comma-separated list: residual, broadcast_b, pageN (decode_attention)
 };
 
 // Throws InvalidArgument naming what is wrong (unknown op, bad shape, bad dtype, unknown flag).

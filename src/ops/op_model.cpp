@@ -29,6 +29,7 @@ const char* device_type_name(DType dtype) noexcept {
         case DType::fp32: return "float";
         case DType::fp16: return "__half";
         case DType::bf16: return "__nv_bfloat16";
+        case DType::int32: return "int";
     }
     return "float";
 }

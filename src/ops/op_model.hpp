@@ -23,6 +23,11 @@ struct LaunchPlan {
     unsigned shared_bytes = 0;     // dynamic shared memory
 };
 
+// How tools fill an input operand: random values in [-2, 2] (never all zeros), or, for int32
+// index operands, every element `fill_value` (e.g. sequence lengths) or a scrambled index in
+// [0, fill_value) (e.g. a page table).
+enum class OperandFill { random, constant, scrambled_index };
+
 // One operand of run(), in order: inputs first, then outputs.
 struct OperandSpec {
     std::string name;
@@ -31,6 +36,8 @@ struct OperandSpec {
     long long cols;
     long long stride;  // elements between rows
     bool output;
+    OperandFill fill = OperandFill::random;
+    long long fill_value = 0;
     // Bytes the op must move for this operand (read once or written once).
     double bytes() const { return static_cast<double>(rows == 0 ? cols : rows * cols) * dtype_size(dtype); }
 };
@@ -57,6 +64,10 @@ public:
     virtual LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const = 0;
     // The operands of run() in order, for tools that allocate them (autotuner, benchmarks).
     virtual std::vector<OperandSpec> operands() const = 0;
+    // Device scratch memory a launch with `config` needs (e.g. split-KV partial results). The
+    // runtime allocates it, zeroed, when it resolves the launch; the kernel must leave it as it
+    // needs to find it next time (counters back at zero).
+    virtual size_t workspace_bytes(const Config& /*config*/) const { return 0; }
 
     // "rmsnorm 8192x4096 bf16 [residual]".
     std::string describe() const;

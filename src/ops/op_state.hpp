@@ -10,8 +10,10 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 
+#include "runtime/device.hpp"
 #include "tileops/op.hpp"
 #include "tileops/runtime.hpp"
 #include "tuning/config_choice.hpp"
@@ -24,6 +26,11 @@ struct ResolvedLaunch {
     unsigned block[3] = {1, 1, 1};
     unsigned cluster = 1;
     unsigned shared_bytes = 0;
+    // The launch's scratch memory (OpModel::workspace_bytes), or null. Owned here so that it lives
+    // as long as the resolved launch. Launches of one op on one runtime share it, so runs of the
+    // same op object on different streams must not overlap (as with a cuBLAS handle's workspace).
+    std::shared_ptr<runtime::DeviceBuffer> workspace;
+    void* workspace_data() const noexcept { return workspace ? workspace->data() : nullptr; }
 };
 
 // Vector widths 1, 2, 4, 8, 16 elements map to slots 0..4.

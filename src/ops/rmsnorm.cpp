@@ -44,6 +44,8 @@ private:
 RmsNormProblem normalized(RmsNormProblem p) {
     check_extent("RmsNorm", p.rows, p.cols);
     if (!p.out_dtype) p.out_dtype = p.dtype;
+    check_float_dtype("RmsNorm", "dtype", p.dtype);
+    check_float_dtype("RmsNorm", "out_dtype", *p.out_dtype);
     p.x_stride = row_stride("RmsNorm", "x_stride", p.x_stride, p.cols);
     p.y_stride = row_stride("RmsNorm", "y_stride", p.y_stride, p.cols);
     p.residual_stride = row_stride("RmsNorm", "residual_stride", p.residual_stride, p.cols);

@@ -2,7 +2,10 @@
 
 #include <limits>
 
+#include <vector>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tileops/error.hpp"
 
@@ -53,6 +56,38 @@ void check_operand(const char* op, const char* argument, const void* data, const
     if (view->strides[1] != 1 || (rows > 1 && view->strides[0] != stride))
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}, 1] as in the problem, got [{}, {}]",
                                           op, argument, stride, view->strides[0], view->strides[1]));
+}
+
+void check_float_dtype(const char* op, const char* argument, DType dtype) {
+    if (dtype != DType::fp32 && dtype != DType::fp16 && dtype != DType::bf16)
+        throw InvalidArgument(fmt::format("tileops::{}: {} must be fp32, fp16 or bf16, got {}", op, argument,
+                                          dtype_name(dtype)));
+}
+
+void check_tensor(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                  std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, size_t alignment,
+                  const char* dims) {
+    if (data == nullptr) throw InvalidArgument(fmt::format("tileops::{}: argument '{}' is a null pointer", op, argument));
+    if (reinterpret_cast<uintptr_t>(data) % alignment != 0)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' ({}) must be aligned to {} bytes", op, argument,
+                                          data, alignment));
+    if (view == nullptr) return;
+    if (view->dtype != dtype)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has dtype {}, expected {}", op, argument,
+                                          dtype_name(view->dtype), dtype_name(dtype)));
+    const std::vector<int64_t> want_shape(shape), want_strides(strides);
+    const int rank = static_cast<int>(want_shape.size());
+    bool same = view->rank == rank;
+    for (int d = 0; same && d < rank; ++d) same = view->shape[d] == want_shape[d];
+    if (!same)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have shape {} = [{}], got rank {} [{}]", op,
+                                          argument, dims, fmt::join(want_shape, ", "), view->rank,
+                                          fmt::join(view->shape.begin(), view->shape.begin() + view->rank, ", ")));
+    for (int d = 0; d < rank; ++d)
+        if (want_shape[d] > 1 && view->strides[d] != want_strides[d])
+            throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}] as in the problem, got [{}]",
+                                              op, argument, fmt::join(want_strides, ", "),
+                                              fmt::join(view->strides.begin(), view->strides.begin() + rank, ", ")));
 }
 
 int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts) {

@@ -24,6 +24,17 @@ void check_count(const char* op, const char* which, size_t given, size_t expecte
 void check_operand(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
                    int64_t rows, int64_t cols, int64_t stride);
 
+// A dtype the op computes in (fp32, fp16, bf16); int32 is for indices only.
+void check_float_dtype(const char* op, const char* argument, DType dtype);
+
+// A device operand of the given shape and strides (in elements): non-null, aligned to
+// `alignment` bytes and, when given as a TensorView, of the expected dtype, rank, shape and
+// strides (strides of dimensions of extent 1 are not compared). `dims` names the dimensions for
+// the message, e.g. "[batch, q_len, heads, head_dim]".
+void check_tensor(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                  std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, size_t alignment,
+                  const char* dims);
+
 // The widest vector width <= `max_vec` (a power of two) that divides every value in `counts`.
 int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts);
 

@@ -124,6 +124,13 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     }
     launch.cluster = plan.cluster;
     launch.shared_bytes = plan.shared_bytes;
+    if (const size_t bytes = model.workspace_bytes(config); bytes > 0) {
+        make_current();
+        launch.workspace = std::make_shared<runtime::DeviceBuffer>(bytes);
+        launch.workspace->fill_bytes(0);
+        // The caller's stream may not synchronize with the legacy stream the memset ran on.
+        TILEOPS_CU_CHECK(runtime::driver().cuCtxSynchronize());
+    }
     if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(launch.function,
                                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));

@@ -11,6 +11,7 @@ const char* dtype_name(DType dtype) noexcept {
         case DType::fp32: return "fp32";
         case DType::fp16: return "fp16";
         case DType::bf16: return "bf16";
+        case DType::int32: return "int32";
     }
     return "unknown";
 }
@@ -19,10 +20,11 @@ DType parse_dtype(const std::string& name) {
     if (name == "fp32" || name == "float32" || name == "float") return DType::fp32;
     if (name == "fp16" || name == "float16" || name == "half") return DType::fp16;
     if (name == "bf16" || name == "bfloat16") return DType::bf16;
-    throw InvalidArgument(fmt::format("tileops: unknown dtype '{}' (expected fp32, fp16 or bf16)", name));
+    if (name == "int32") return DType::int32;
+    throw InvalidArgument(fmt::format("tileops: unknown dtype '{}' (expected fp32, fp16, bf16 or int32)", name));
 }
 
-size_t dtype_size(DType dtype) noexcept { return dtype == DType::fp32 ? 4 : 2; }
+size_t dtype_size(DType dtype) noexcept { return dtype == DType::fp32 || dtype == DType::int32 ? 4 : 2; }
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape) {
     if (shape.size() > static_cast<size_t>(kMaxRank))

@@ -13,11 +13,25 @@ size_t extent_bytes(const detail::OperandSpec& spec) {
     return static_cast<size_t>((rows - 1) * spec.stride + spec.cols) * dtype_size(spec.dtype);
 }
 
-std::vector<uint8_t> random_bytes(DType dtype, size_t bytes, std::mt19937_64& rng) {
-    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, std::mt19937_64& rng) {
     std::vector<uint8_t> host(bytes);
-    const size_t n = bytes / dtype_size(dtype);
-    for (size_t i = 0; i < n; ++i) util::encode_value(dtype, dist(rng), &host[i * dtype_size(dtype)]);
+    const size_t element = dtype_size(spec.dtype);
+    const size_t n = bytes / element;
+    if (spec.fill == detail::OperandFill::random) {
+        std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+        for (size_t i = 0; i < n; ++i) util::encode_value(spec.dtype, dist(rng), &host[i * element]);
+        return host;
+    }
+    const long long modulus = spec.fill_value > 0 ? spec.fill_value : 1;
+    for (size_t i = 0; i < n; ++i) {
+        // 7919 is prime, so i -> i * 7919 mod a modulus it does not divide is a permutation.
+        const long long value = spec.fill == detail::OperandFill::constant
+                                    ? spec.fill_value
+                                    : static_cast<long long>((i * 7919u + 13u) % static_cast<size_t>(modulus));
+        const int32_t index = static_cast<int32_t>(value);
+        if (spec.dtype == DType::int32) std::memcpy(&host[i * element], &index, sizeof index);
+        else util::encode_value(spec.dtype, static_cast<float>(value), &host[i * element]);
+    }
     return host;
 }
 
@@ -34,7 +48,7 @@ OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed) : sp
             buffers_.back().fill_bytes(0xff);
             outputs_.emplace_back(buffers_.back().data());
         } else {
-            std::vector<uint8_t> host = random_bytes(spec.dtype, bytes, rng);
+            std::vector<uint8_t> host = input_bytes(spec, bytes, rng);
             buffers_.back().upload(host.data(), bytes);
             inputs_.emplace_back(buffers_.back().data());
         }

@@ -20,6 +20,11 @@ void encode_value(DType dtype, float value, uint8_t* out) noexcept {
             std::memcpy(out, &h, 2);
             return;
         }
+        case DType::int32: {
+            const int32_t i = static_cast<int32_t>(value);
+            std::memcpy(out, &i, 4);
+            return;
+        }
     }
 }
 
@@ -42,6 +47,11 @@ float decode_value(DType dtype, const uint8_t* in) noexcept {
             float f;
             std::memcpy(&f, &bits, 4);
             return f;
+        }
+        case DType::int32: {
+            int32_t i;
+            std::memcpy(&i, in, 4);
+            return static_cast<float>(i);
         }
     }
     return 0;

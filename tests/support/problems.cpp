@@ -1,5 +1,7 @@
 #include "support/problems.hpp"
 
+#include <tuple>
+
 namespace tileops::test {
 
 std::vector<std::unique_ptr<Op>> representative_ops() {
@@ -20,6 +22,25 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
         }
         ops.push_back(std::make_unique<RmsNorm>(RmsNormProblem{64, 4096, dtype, DType::fp32}));
     }
+    for (DType dtype : {DType::fp16, DType::bf16})
+        for (int64_t head_dim : {64, 128, 256})
+            for (auto [heads, kv_heads, q_len] : {std::tuple{32, 8, 1}, {32, 32, 1}, {32, 8, 4}, {64, 8, 8}, {16, 16, 2}})
+                for (int64_t page_size : {0, 16, 256}) {
+                    DecodeAttentionProblem p;
+                    p.batch = 3;
+                    p.num_heads = heads;
+                    p.num_kv_heads = kv_heads;
+                    p.head_dim = head_dim;
+                    p.q_len = q_len;
+                    p.max_kv_len = 4097;
+                    p.dtype = dtype;
+                    if (page_size > 0) {
+                        p.page_size = page_size;
+                        p.max_pages_per_seq = (p.max_kv_len + page_size - 1) / page_size;
+                        p.num_pages = p.batch * p.max_pages_per_seq;
+                    }
+                    ops.push_back(std::make_unique<DecodeAttention>(p));
+                }
     return ops;
 }
 

@@ -85,6 +85,7 @@ double tolerance(DType dtype) {
         case DType::fp32: return 1e-5;
         case DType::fp16: return 1e-3;
         case DType::bf16: return 1.6e-2;
+        case DType::int32: return 0;
     }
     return 0;
 }

@@ -1,0 +1,92 @@
+#include "bench_common.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+#include "util/host_dtype.hpp"
+
+namespace tileops::bench {
+
+using runtime::DeviceBuffer;
+
+const runtime::DriverApi& cu() { return runtime::driver(); }
+
+namespace {
+
+struct Timer {
+    CUevent start = nullptr, stop = nullptr;
+    Timer() {
+        TILEOPS_CU_CHECK(cu().cuEventCreate(&start, CU_EVENT_DEFAULT));
+        TILEOPS_CU_CHECK(cu().cuEventCreate(&stop, CU_EVENT_DEFAULT));
+    }
+    ~Timer() {
+        cu().cuEventDestroy(start);
+        cu().cuEventDestroy(stop);
+    }
+};
+
+}  // namespace
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+// Median milliseconds of `fn`, with L2 flushed before each timed run.
+double time_ms(const std::function<void()>& fn, DeviceBuffer& flush, int repeats) {
+    Timer timer;
+    for (int i = 0; i < 3; ++i) fn();
+    std::vector<double> times;
+    for (int i = 0; i < repeats; ++i) {
+        TILEOPS_CU_CHECK(cu().cuMemsetD8Async(flush.get(), static_cast<unsigned char>(i), flush.size(), nullptr));
+        TILEOPS_CU_CHECK(cu().cuEventRecord(timer.start, nullptr));
+        fn();
+        TILEOPS_CU_CHECK(cu().cuEventRecord(timer.stop, nullptr));
+        TILEOPS_CU_CHECK(cu().cuEventSynchronize(timer.stop));
+        float ms = 0;
+        TILEOPS_CU_CHECK(cu().cuEventElapsedTime(&ms, timer.start, timer.stop));
+        times.push_back(ms);
+    }
+    return median(times);
+}
+
+DeviceBuffer random_buffer(size_t bytes, DType dtype) {
+    // Values in [-2, 2) as the dtype stores them; never zeros.
+    const size_t n = bytes / dtype_size(dtype);
+    std::vector<uint8_t> host(bytes);
+    uint64_t state = 0x9e3779b97f4a7c15ULL ^ bytes;
+    for (size_t i = 0; i < n; ++i) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        float f = static_cast<float>((state >> 40) & 0xffffff) / 16777216.0f * 4.0f - 2.0f;
+        util::encode_value(dtype, f, &host[i * dtype_size(dtype)]);
+    }
+    DeviceBuffer buffer(bytes);
+    buffer.upload(host.data(), bytes);
+    return buffer;
+}
+
+double measure_copy_bandwidth(int repeats) {
+    const size_t bytes = size_t{1} << 30;
+    DeviceBuffer src(bytes), dst(bytes), flush(size_t{128} << 20);
+    src.fill_bytes(1);
+    double ms = time_ms([&] { TILEOPS_CU_CHECK(cu().cuMemcpyDtoDAsync(dst.get(), src.get(), bytes, nullptr)); }, flush,
+                        repeats);
+    return 2.0 * bytes / (ms * 1e-3) / 1e9;
+}
+
+double host_us_per_call(const std::function<void()>& fn, int calls) {
+    for (int i = 0; i < 100; ++i) fn();
+    TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
+    std::vector<double> rounds;
+    for (int round = 0; round < 7; ++round) {
+        auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < calls; ++i) fn();
+        auto stop = std::chrono::steady_clock::now();
+        TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
+        rounds.push_back(std::chrono::duration<double, std::micro>(stop - start).count() / calls);
+    }
+    return median(rounds);
+}
+
+}  // namespace tileops::bench

@@ -1,0 +1,64 @@
+// Decode attention over a KV cache: a few query tokens per sequence (1 for plain decoding, up to 8
+// for speculative decoding) against that sequence's cached keys and values.
+#pragma once
+
+#include "tileops/op.hpp"
+
+namespace tileops {
+
+struct DecodeAttentionProblem {
+    int64_t batch = 1;           // sequences
+    int64_t num_heads = 32;      // query heads; a multiple of num_kv_heads (GQA/MQA)
+    int64_t num_kv_heads = 8;
+    int64_t head_dim = 128;      // 64, 128 or 256
+    int64_t q_len = 1;           // query tokens per sequence, 1..8: the last q_len positions
+    int64_t max_kv_len = 0;      // lengths[b] above this are clamped to it (contiguous: k/v's token extent)
+    DType dtype = DType::bf16;   // q, k, v and the output
+    float scale = 0.0f;          // softmax scale; 0: 1 / sqrt(head_dim)
+    float softcap = 0.0f;        // > 0: scores become softcap * tanh(score / softcap)
+    int64_t window_left = -1;    // >= 0: a query at position p sees keys p - window_left .. p
+    bool return_lse = false;     // also write the log-sum-exp (natural log, fp32) per query row
+
+    // Paged KV (page_size > 0): k and v are [num_pages, page_size, num_kv_heads, head_dim] and
+    // page_table is [batch, max_pages_per_seq] int32 (page of token t: page_table[b][t / page_size]).
+    // page_size is 16, 32, 64, 128 or 256; max_kv_len <= max_pages_per_seq * page_size.
+    int64_t page_size = 0;
+    int64_t num_pages = 0;
+    int64_t max_pages_per_seq = 0;
+
+    // Strides in elements; 0 means packed. The head dim is always contiguous.
+    int64_t q_batch_stride = 0, q_token_stride = 0, q_head_stride = 0;  // q: [batch, q_len, num_heads, head_dim]
+    int64_t o_batch_stride = 0, o_token_stride = 0, o_head_stride = 0;  // out: like q
+    // k, v: [batch, max_kv_len, num_kv_heads, head_dim] (kv_outer_stride between sequences), or
+    // paged as above (kv_outer_stride between pages). k and v share the strides.
+    int64_t kv_outer_stride = 0, kv_token_stride = 0, kv_head_stride = 0;
+};
+
+// o = softmax(scale * q k^T) v per (sequence, query token, query head), over the keys the token
+// may see: causal within the sequence (query token i of q_len sits at position len - q_len + i,
+// so it sees keys 0 .. len - q_len + i), limited by the window. Query head h reads KV head
+// h / (num_heads / num_kv_heads). fp32 accumulation; the KV length is split over CTAs (flash
+// decoding) when batch x kv_heads does not fill the GPU.
+//
+// Operands of run(): inputs {q, k, v, lengths} or, paged, {q, k, v, lengths, page_table};
+// lengths: [batch] int32 on the device, tokens in each sequence's cache including the current
+// ones. outputs {out} or, with return_lse, {out, lse} (lse: [batch, q_len, num_heads] fp32).
+// A query row that sees no key (length 0, or shorter than q_len) gets a zero output and an lse
+// of -inf. Page table entries outside [0, num_pages) are skipped, never read through.
+// k and v must be 16-byte aligned, as must every stride of them times the element size.
+// Runs of one DecodeAttention object on different streams must not overlap: they share the
+// op's split-KV workspace (allocated when the launch is resolved; call Runtime::prepare before
+// capturing a CUDA graph).
+class DecodeAttention : public Op {
+public:
+    explicit DecodeAttention(const DecodeAttentionProblem& problem);
+    int vector_width(Inputs inputs, Outputs outputs) const override;
+    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
+                     CUstream stream) const override;
+    const DecodeAttentionProblem& problem() const noexcept { return problem_; }
+
+private:
+    DecodeAttentionProblem problem_;
+};
+
+}  // namespace tileops

@@ -1,0 +1,320 @@
+// Decode attention: a few query tokens per sequence against that sequence's cached keys and
+// values, contiguous or paged, with the query heads of one KV head processed together (GQA) so
+// that every KV byte is read once, and the KV length split over CTAs (flash decoding) when
+// batch x kv_heads does not fill the GPU.
+//
+//   o[b, i, h] = softmax_j(scale * q[b, i, h] . k[b, j, h / group]) v[b, j, h / group]
+//   over the keys j visible to query token i: j <= pos(i) = len[b] - q_len + i (causal, the query
+//   tokens are the last q_len positions) and, with a window, j >= pos(i) - window_left.
+//
+// One CTA = (split, kv head x row block, batch). A row is one (query token, query head) of the KV
+// head; ROWS of them share the CTA. Each warp walks its own stride of KV tokens with its own
+// online softmax; LANES lanes hold one token's row (16 bytes each), so a warp covers
+// 32 / LANES tokens per 16-byte load and UNROLL such steps per iteration (loads issued first).
+// The warps are merged through shared memory; with splits, each CTA writes its normalized
+// partial output and log-sum-exp to the workspace and the last CTA of a (batch, kv head, row
+// block) to finish merges them (an atomic counter it resets, so the workspace is reusable).
+//
+// Template parameters: T query/output type, TKV key/value type, HEAD_DIM, ROWS rows per CTA,
+// WARPS, UNROLL steps per iteration, PAGE_SIZE tokens per page (0: contiguous KV).
+#pragma once
+
+#include <cuda/std/limits>
+
+#include "common/types.cuh"
+
+namespace tileops {
+
+template <typename TKV, int HEAD_DIM>
+struct DecodeLanes {
+    static constexpr int VEC = 16 / static_cast<int>(sizeof(TKV));  // elements per 16-byte load
+    static constexpr int LANES = HEAD_DIM / VEC;                     // lanes holding one token
+    static constexpr int TOKENS_PER_STEP = 32 / LANES;
+    static_assert(HEAD_DIM % VEC == 0 && LANES <= 32 && 32 % LANES == 0, "unsupported head dim");
+};
+
+// Read-only 16-byte load through the non-coherent path: the KV cache does not change during the kernel.
+template <typename T, int N>
+__device__ __forceinline__ Vec<T, N> load_readonly(const T* ptr) {
+    static_assert(sizeof(Vec<T, N>) == 16, "16-byte loads only");
+    const int4 raw = __ldg(reinterpret_cast<const int4*>(ptr));
+    Vec<T, N> out;
+    memcpy(&out, &raw, 16);
+    return out;
+}
+
+// The keys row `r` of the CTA may see: [begin, end). Rows past the problem's rows see none.
+struct VisibleKeys {
+    int begin, end;
+};
+
+__device__ __forceinline__ VisibleKeys visible_keys(int row, int total_rows, int group, int q_len, int len,
+                                                    int window_left) {
+    if (row >= total_rows) return {0, 0};
+    const int pos = len - q_len + row / group;  // absolute position of this row's query token
+    const int end = pos + 1 > 0 ? pos + 1 : 0;
+    const int begin = window_left >= 0 && pos - window_left > 0 ? pos - window_left : 0;
+    return {begin, end};
+}
+
+template <typename T, typename TKV, int HEAD_DIM, int ROWS, int WARPS, int UNROLL, int PAGE_SIZE>
+__global__ void __launch_bounds__(WARPS * 32)
+    decode_attention_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
+                            long long q_head_stride, const TKV* __restrict__ k, const TKV* __restrict__ v,
+                            long long kv_outer_stride,  // between sequences, or between pages when paged
+                            long long kv_token_stride, long long kv_head_stride, const int* __restrict__ lengths,
+                            const int* __restrict__ page_table, long long page_table_stride, int num_pages,
+                            int max_kv_len, T* __restrict__ out, long long o_batch_stride, long long o_token_stride,
+                            long long o_head_stride, float* __restrict__ lse, int group, int q_len,
+                            int window_left, float scale, float softcap, float* workspace) {
+    using Lanes = DecodeLanes<TKV, HEAD_DIM>;
+    constexpr int VEC = Lanes::VEC, LANES = Lanes::LANES, TPS = Lanes::TOKENS_PER_STEP;
+    constexpr int WARP_TOKENS = TPS * UNROLL;  // tokens a warp covers per iteration
+    constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
+    constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
+
+    const int split = blockIdx.x, num_splits = gridDim.x;
+    const int total_rows = group * q_len;
+    const int row_blocks = (total_rows + ROWS - 1) / ROWS;
+    const int kv_head = blockIdx.y / row_blocks;
+    const int row0 = (blockIdx.y % row_blocks) * ROWS;
+    const int batch = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slot = lane / LANES;       // which token of a step this lane loads
+    const int dim0 = (lane % LANES) * VEC;  // which slice of the head dim
+
+    // Lengths past the cache's capacity are clamped so that no read leaves it.
+    int len = lengths[batch];
+    len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
+
+    __shared__ float q_tile[ROWS][HEAD_DIM];
+    extern __shared__ float warp_out[];  // [WARPS][ROWS][HEAD_DIM], then m and l: [WARPS][ROWS] each
+    float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
+    float* warp_l = warp_m + WARPS * ROWS;
+
+    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
+        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM, row = row0 + r;
+        float value = 0.0f;
+        if (row < total_rows) {
+            const int token = row / group, head = kv_head * group + row % group;
+            value = to_float(q[batch * q_batch_stride + token * q_token_stride + head * q_head_stride + d]);
+        }
+        q_tile[r][d] = value * scale * (softcap > 0.0f ? 1.0f : kLog2e);
+    }
+
+    VisibleKeys keys[ROWS];
+    int kv_begin = max_kv_len, kv_end = 0;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        keys[r] = visible_keys(row0 + r, total_rows, group, q_len, len, window_left);
+        if (keys[r].end > keys[r].begin) {
+            kv_begin = min(kv_begin, keys[r].begin);
+            kv_end = max(kv_end, keys[r].end);
+        }
+    }
+    const int span = kv_end > kv_begin ? kv_end - kv_begin : 0;
+    const int chunk = (span + num_splits - 1) / num_splits;
+    const int chunk_begin = kv_begin + split * chunk;
+    const int chunk_end = min(chunk_begin + chunk, kv_end);
+    __syncthreads();
+
+    float qr[ROWS][VEC];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) qr[r][e] = q_tile[r][dim0 + e];
+
+    float m[ROWS], l[ROWS], acc[ROWS][VEC];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        m[r] = kNegInf;
+        l[r] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) acc[r][e] = 0.0f;
+    }
+
+    const long long head_offset = kv_head * kv_head_stride + dim0;
+    for (int base = chunk_begin + warp * WARP_TOKENS; base < chunk_end; base += WARPS * WARP_TOKENS) {
+        Vec<TKV, VEC> kv[UNROLL], vv[UNROLL];
+        int token[UNROLL];
+        bool valid[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            token[u] = base + u * TPS + slot;
+            valid[u] = token[u] < chunk_end;
+            long long offset = 0;
+            if constexpr (PAGE_SIZE > 0) {
+                const int page = valid[u] ? page_table[batch * page_table_stride + token[u] / PAGE_SIZE] : 0;
+                valid[u] = valid[u] && page >= 0 && page < num_pages;  // a bad page table entry reads nothing
+                offset = page * kv_outer_stride + (token[u] % PAGE_SIZE) * kv_token_stride;
+            } else {
+                offset = batch * kv_outer_stride + token[u] * kv_token_stride;
+            }
+            if (valid[u]) {
+                kv[u] = load_readonly<TKV, VEC>(k + offset + head_offset);
+                vv[u] = load_readonly<TKV, VEC>(v + offset + head_offset);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) kv[u].v[e] = vv[u].v[e] = from_float<TKV>(0.0f);
+            }
+        }
+
+        // Scores (log2 domain): a partial dot product per lane, summed over the LANES lanes of a token.
+        float s[UNROLL][ROWS];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            float kf[VEC];
+            unpack(kv[u], kf);
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                float dot = 0.0f;
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) dot = fmaf(qr[r][e], kf[e], dot);
+                s[u][r] = dot;
+            }
+        }
+#pragma unroll
+        for (int offset = LANES / 2; offset > 0; offset >>= 1)
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], offset);
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r) {
+                float x = s[u][r];
+                if (softcap > 0.0f) x = softcap * tanhf(x / softcap) * kLog2e;
+                const bool visible = valid[u] && token[u] >= keys[r].begin && token[u] < keys[r].end;
+                s[u][r] = visible ? x : kNegInf;
+            }
+
+        // Online softmax; the running max of a row is the same in every lane of the warp.
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            float tile_max = s[0][r];
+#pragma unroll
+            for (int u = 1; u < UNROLL; ++u) tile_max = fmaxf(tile_max, s[u][r]);
+#pragma unroll
+            for (int offset = LANES; offset < 32; offset <<= 1)
+                tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
+            const float m_new = fmaxf(m[r], tile_max);
+            const float base_m = m_new == kNegInf ? 0.0f : m_new;  // all masked so far: nothing to rescale
+            const float correction = exp2f(m[r] - base_m);
+            m[r] = m_new;
+            l[r] *= correction;
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[r][e] *= correction;
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                s[u][r] = exp2f(s[u][r] - base_m);
+                l[r] += s[u][r];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            float vf[VEC];
+            unpack(vv[u], vf);
+#pragma unroll
+            for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+                for (int e = 0; e < VEC; ++e) acc[r][e] = fmaf(s[u][r], vf[e], acc[r][e]);
+        }
+    }
+
+    // Merge the tokens of the warp's slots (same max), then the warps (different maxima).
+#pragma unroll
+    for (int offset = LANES; offset < 32; offset <<= 1)
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], offset);
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], offset);
+        }
+    if (slot == 0) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) warp_out[(warp * ROWS + r) * HEAD_DIM + dim0 + e] = acc[r][e];
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) {
+            warp_m[warp * ROWS + r] = m[r];
+            warp_l[warp * ROWS + r] = l[r];
+        }
+    }
+    __syncthreads();
+
+    // This CTA's result per row: normalized output and log-sum-exp (log2 domain), or 0 and -inf
+    // when it saw no visible key.
+    const long long block_slot = static_cast<long long>(batch) * gridDim.y + blockIdx.y;
+    // Workspace (splits only): partial outputs [slots][splits][ROWS][HEAD_DIM], their lse
+    // [slots][splits][ROWS], then one counter per slot; a slot is a (batch, kv head, row block).
+    const long long partial_rows = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z * ROWS;
+    float* partial_out = workspace;
+    float* partial_lse = num_splits > 1 ? workspace + partial_rows * HEAD_DIM : nullptr;
+    unsigned* counters = num_splits > 1 ? reinterpret_cast<unsigned*>(partial_lse + partial_rows) : nullptr;
+    auto write_row = [&](int r, int d, float value, float row_lse2) {
+        const int row = row0 + r;
+        if (row >= total_rows) return;
+        const int token = row / group, head = kv_head * group + row % group;
+        out[batch * o_batch_stride + token * o_token_stride + head * o_head_stride + d] = from_float<T>(value);
+        if (lse != nullptr && d == 0)
+            lse[(static_cast<long long>(batch) * q_len + token) * (gridDim.y / row_blocks * group) + head] =
+                row_lse2 == kNegInf ? kNegInf : row_lse2 * kLn2;
+    };
+    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
+        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
+        float row_max = kNegInf;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) row_max = fmaxf(row_max, warp_m[w * ROWS + r]);
+        const float base_m = row_max == kNegInf ? 0.0f : row_max;
+        float sum = 0.0f, value = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float weight = exp2f(warp_m[w * ROWS + r] - base_m);
+            sum += warp_l[w * ROWS + r] * weight;
+            value += warp_out[(w * ROWS + r) * HEAD_DIM + d] * weight;
+        }
+        const float normalized = sum > 0.0f ? value / sum : 0.0f;
+        const float row_lse2 = sum > 0.0f ? base_m + log2f(sum) : kNegInf;
+        if (num_splits == 1) {
+            write_row(r, d, normalized, row_lse2);
+        } else {
+            const long long at = (block_slot * num_splits + split) * ROWS + r;
+            partial_out[at * HEAD_DIM + d] = normalized;
+            if (d == 0) partial_lse[at] = row_lse2;
+        }
+    }
+    if (num_splits == 1) return;
+
+    // The last CTA of this (batch, kv head, row block) to finish merges the splits.
+    __shared__ bool is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned done = atomicAdd(&counters[block_slot], 1u);
+        is_last = done == static_cast<unsigned>(num_splits - 1);
+        if (is_last) counters[block_slot] = 0;  // every split has arrived: ready for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
+        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
+        const long long first = block_slot * num_splits * ROWS + r;
+        float row_max = kNegInf;
+        for (int s = 0; s < num_splits; ++s) row_max = fmaxf(row_max, __ldcg(partial_lse + first + s * ROWS));
+        const float base_m = row_max == kNegInf ? 0.0f : row_max;
+        float sum = 0.0f, value = 0.0f;
+        for (int s = 0; s < num_splits; ++s) {
+            const float weight = exp2f(__ldcg(partial_lse + first + s * ROWS) - base_m);
+            sum += weight;
+            value += weight * __ldcg(partial_out + (first + s * ROWS) * HEAD_DIM + d);
+        }
+        write_row(r, d, sum > 0.0f ? value / sum : 0.0f, sum > 0.0f ? base_m + log2f(sum) : kNegInf);
+    }
+}
+
+}  // namespace tileops

@@ -1,0 +1,283 @@
+// DecodeAttention against a double-precision reference on the CPU: random inputs scaled so that
+// the softmax is far from uniform, poisoned outputs, mixed sequence lengths (0, 1, 7, 255, 256,
+// 257, 4097, 100k), GQA ratios 1/4/8, 1-4 query tokens, every page size with a shuffled page
+// table, windows, soft-capping, the log-sum-exp, and every config of the search space.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ops/op_model.hpp"
+#include "ops/op_state.hpp"
+#include "runtime/runtime_impl.hpp"
+#include "support/device_tensor.hpp"
+#include "support/test_support.hpp"
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+using tileops::test::DeviceMatrix;
+
+namespace {
+
+Runtime& shared_runtime() {
+    static Runtime runtime;
+    return runtime;
+}
+
+// Host copies of a decode problem's operands, its device buffers, and the reference.
+struct DecodeCase {
+    DecodeAttentionProblem p;
+    std::vector<int> lengths;
+    std::vector<double> q, k, v;         // q: [batch, q_len, heads, d]; k, v: the cache's storage
+    std::vector<int> page_table;         // [batch, max_pages_per_seq], -1 where unused
+    int64_t out_head_stride = 0;         // > head_dim leaves poisoned gaps between heads
+
+    DecodeCase(const DecodeAttentionProblem& problem, std::vector<int> lens, uint64_t seed, int64_t out_pad = 0)
+        : p(problem), lengths(std::move(lens)) {
+        p.batch = static_cast<int64_t>(lengths.size());
+        const int64_t d = p.head_dim;
+        out_head_stride = d + out_pad;
+        p.o_head_stride = out_head_stride;
+        p.o_token_stride = p.num_heads * out_head_stride;
+        p.o_batch_stride = p.q_len * p.o_token_stride;
+        if (p.page_size > 0) {
+            p.max_pages_per_seq = (p.max_kv_len + p.page_size - 1) / p.page_size;
+            // Pages of all sequences, shuffled over a pool with a few pages nobody uses.
+            int64_t needed = 0;
+            for (int len : lengths) needed += (len + p.page_size - 1) / p.page_size;
+            p.num_pages = needed + 3;
+            std::vector<int> pool(static_cast<size_t>(p.num_pages));
+            std::iota(pool.begin(), pool.end(), 0);
+            std::shuffle(pool.begin(), pool.end(), std::mt19937_64(seed));
+            page_table.assign(static_cast<size_t>(p.batch * p.max_pages_per_seq), -1);
+            size_t next = 0;
+            for (int64_t b = 0; b < p.batch; ++b)
+                for (int64_t j = 0; j * p.page_size < lengths[b]; ++j)
+                    page_table[b * p.max_pages_per_seq + j] = pool[next++];
+        }
+        q = test::round_to(p.dtype, test::random_values(p.batch * p.q_len * p.num_heads * d, seed + 1));
+        const int64_t kv_elements = kv_rows() * p.num_kv_heads * d;
+        k = test::round_to(p.dtype, test::random_values(kv_elements, seed + 2));
+        v = test::round_to(p.dtype, test::random_values(kv_elements, seed + 3));
+    }
+
+    int64_t kv_rows() const { return p.page_size > 0 ? p.num_pages * p.page_size : p.batch * p.max_kv_len; }
+
+    // Index into k/v of token t of sequence b, kv head h, dim 0 (packed storage).
+    int64_t kv_index(int64_t b, int64_t t, int64_t h) const {
+        const int64_t row = p.page_size > 0
+                                ? page_table[b * p.max_pages_per_seq + t / p.page_size] * p.page_size + t % p.page_size
+                                : b * p.max_kv_len + t;
+        return (row * p.num_kv_heads + h) * p.head_dim;
+    }
+
+    // Reference output [batch, q_len, heads, d] and lse [batch, q_len, heads] (natural log).
+    void reference(std::vector<double>& out, std::vector<double>& lse) const {
+        const int64_t d = p.head_dim, group = p.num_heads / p.num_kv_heads;
+        out.assign(static_cast<size_t>(p.batch * p.q_len * p.num_heads * d), 0.0);
+        lse.assign(static_cast<size_t>(p.batch * p.q_len * p.num_heads), -INFINITY);
+        for (int64_t b = 0; b < p.batch; ++b) {
+            const int64_t len = std::min<int64_t>(lengths[b], p.max_kv_len);
+            for (int64_t i = 0; i < p.q_len; ++i) {
+                const int64_t pos = len - p.q_len + i;
+                const int64_t begin = p.window_left >= 0 ? std::max<int64_t>(0, pos - p.window_left) : 0;
+                const int64_t end = std::max<int64_t>(0, pos + 1);
+                for (int64_t h = 0; h < p.num_heads; ++h) {
+                    const double* qv = &q[((b * p.q_len + i) * p.num_heads + h) * d];
+                    std::vector<double> scores;
+                    double max_score = -INFINITY;
+                    for (int64_t t = begin; t < end; ++t) {
+                        const double* kv = &k[kv_index(b, t, h / group)];
+                        double s = 0;
+                        for (int64_t e = 0; e < d; ++e) s += qv[e] * kv[e];
+                        s *= p.scale;
+                        if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
+                        scores.push_back(s);
+                        max_score = std::max(max_score, s);
+                    }
+                    if (scores.empty()) continue;
+                    double sum = 0;
+                    for (double& s : scores) sum += (s = std::exp(s - max_score));
+                    double* o = &out[((b * p.q_len + i) * p.num_heads + h) * d];
+                    for (int64_t t = begin; t < end; ++t) {
+                        const double* vv = &v[kv_index(b, t, h / group)];
+                        const double w = scores[t - begin] / sum;
+                        for (int64_t e = 0; e < d; ++e) o[e] += w * vv[e];
+                    }
+                    lse[(b * p.q_len + i) * p.num_heads + h] = max_score + std::log(sum);
+                }
+            }
+        }
+    }
+};
+
+// Device buffers of a DecodeCase, outputs poisoned.
+struct DecodeBuffers {
+    DeviceMatrix q, k, v, lengths, page_table, out, lse;
+
+    explicit DecodeBuffers(const DecodeCase& c)
+        : q(c.p.dtype, 1, static_cast<int64_t>(c.q.size())),
+          k(c.p.dtype, 1, static_cast<int64_t>(c.k.size())),
+          v(c.p.dtype, 1, static_cast<int64_t>(c.v.size())),
+          lengths(DType::int32, 1, c.p.batch),
+          page_table(DType::int32, 1, std::max<int64_t>(1, static_cast<int64_t>(c.page_table.size()))),
+          out(c.p.dtype, 1, c.p.batch * c.p.o_batch_stride),
+          lse(DType::fp32, 1, c.p.batch * c.p.q_len * c.p.num_heads) {
+        q.upload(c.q);
+        k.upload(c.k);
+        v.upload(c.v);
+        lengths.upload(std::vector<double>(c.lengths.begin(), c.lengths.end()));
+        if (!c.page_table.empty()) page_table.upload(std::vector<double>(c.page_table.begin(), c.page_table.end()));
+    }
+
+    std::vector<TensorArg> inputs(const DecodeCase& c) const {
+        std::vector<TensorArg> list{q.data(), k.data(), v.data(), lengths.data()};
+        if (c.p.page_size > 0) list.emplace_back(page_table.data());
+        return list;
+    }
+    std::vector<OutputArg> outputs(const DecodeCase& c) const {
+        std::vector<OutputArg> list{out.data()};
+        if (c.p.return_lse) list.emplace_back(lse.data());
+        return list;
+    }
+};
+
+std::string label(const DecodeCase& c) {
+    return fmt::format("{} heads {}/{} d {} q_len {} page {} window {} softcap {} lengths [{}]", dtype_name(c.p.dtype),
+                       c.p.num_heads, c.p.num_kv_heads, c.p.head_dim, c.p.q_len, c.p.page_size, c.p.window_left,
+                       c.p.softcap, fmt::join(c.lengths, ", "));
+}
+
+// Checks the output (and lse) of a run against the reference; the gaps between heads stay poisoned.
+void check_result(const DecodeCase& c, const DecodeBuffers& buffers) {
+    std::vector<double> ref_out, ref_lse;
+    c.reference(ref_out, ref_lse);
+    const std::vector<double> stored = buffers.out.download();
+    const int64_t d = c.p.head_dim;
+    std::vector<double> out;
+    bool gaps_poisoned = true;
+    for (int64_t row = 0; row < c.p.batch * c.p.q_len * c.p.num_heads; ++row)
+        for (int64_t e = 0; e < c.out_head_stride; ++e) {
+            const double value = stored[static_cast<size_t>(row * c.out_head_stride + e)];
+            if (e < d) out.push_back(value);
+            else gaps_poisoned = gaps_poisoned && std::isnan(value);
+        }
+    const double error = test::relative_error(out, test::round_to(c.p.dtype, ref_out));
+    INFO(label(c) << ": relative error " << error << " (tolerance " << test::tolerance(c.p.dtype) << ")");
+    CHECK(error <= test::tolerance(c.p.dtype));
+    CHECK(gaps_poisoned);
+    if (c.p.return_lse) {
+        const std::vector<double> lse = buffers.lse.download();
+        double worst = 0;
+        for (size_t i = 0; i < lse.size(); ++i) {
+            if (std::isinf(ref_lse[i])) worst = std::max(worst, lse[i] == ref_lse[i] ? 0.0 : INFINITY);
+            else worst = std::max(worst, std::abs(lse[i] - ref_lse[i]) / std::max(1.0, std::abs(ref_lse[i])));
+        }
+        INFO("lse: worst relative error " << worst);
+        CHECK(worst <= 1e-4);
+    }
+}
+
+void run_and_check(const DecodeCase& c) {
+    DecodeAttention op(c.p);
+    DecodeBuffers buffers(c);
+    const auto in = buffers.inputs(c);
+    const auto out = buffers.outputs(c);
+    op.run(shared_runtime(), Inputs(in.data(), in.size()), Outputs(out.data(), out.size()));
+    check_result(c, buffers);
+}
+
+DecodeAttentionProblem problem(DType dtype, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t q_len,
+                               int64_t max_kv_len) {
+    DecodeAttentionProblem p;
+    p.num_heads = heads;
+    p.num_kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    p.q_len = q_len;
+    p.max_kv_len = max_kv_len;
+    p.dtype = dtype;
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("DecodeAttention over a contiguous cache matches a double-precision reference", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();  // makes the device's context current for the allocations below
+    const DType dtype = GENERATE(DType::fp16, DType::bf16);
+    const int64_t head_dim = GENERATE(64, 128, 256);
+    const int64_t kv_heads = GENERATE(4, 2);
+    const int64_t heads = kv_heads * GENERATE(1, 4, 8);
+    const int64_t q_len = GENERATE(1, 3);
+    DecodeAttentionProblem p = problem(dtype, heads, kv_heads, head_dim, q_len, 4100);
+    // Mixed lengths, including an empty sequence and one shorter than q_len.
+    run_and_check(DecodeCase(p, {1, 7, 255, 0, 256, 257, 4097, 2}, 100 + head_dim + heads + q_len, 8));
+}
+
+TEST_CASE("DecodeAttention over a paged cache with a shuffled page table", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const int64_t page_size = GENERATE(16, 32, 64, 128, 256);
+    const DType dtype = GENERATE(DType::fp16, DType::bf16);
+    DecodeAttentionProblem p = problem(dtype, 16, 4, 128, GENERATE(1, 2), 3000);
+    p.page_size = page_size;
+    run_and_check(DecodeCase(p, {3000, 1, 0, 700, 2049, 16, 255}, 7 * page_size));
+}
+
+TEST_CASE("DecodeAttention with a window, soft-capping and the log-sum-exp", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const DType dtype = GENERATE(DType::fp16, DType::bf16);
+    DecodeAttentionProblem p = problem(dtype, 32, 8, 128, GENERATE(1, 4), 5000);
+    p.window_left = GENERATE(-1, 0, 100, 1000);
+    p.softcap = GENERATE(0.0f, 2.0f);
+    p.return_lse = true;
+    p.scale = 0.2f;  // scores of a few units: soft-capping at 2 changes them
+    run_and_check(DecodeCase(p, {5000, 3, 1000, 1001, 0}, 900 + p.window_left));
+    p.page_size = 64;
+    run_and_check(DecodeCase(p, {5000, 3, 1000, 1001, 0}, 950 + p.window_left));
+}
+
+TEST_CASE("DecodeAttention over a 100k-token sequence", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    DecodeAttentionProblem p = problem(DType::bf16, 8, 1, 128, 1, 100000);
+    p.return_lse = true;
+    run_and_check(DecodeCase(p, {100000}, 77));
+    p.page_size = 256;
+    run_and_check(DecodeCase(p, {99999}, 78));
+}
+
+TEST_CASE("Every DecodeAttention config in the search space is correct, run after run", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    Runtime& runtime = shared_runtime();
+    detail::RuntimeImpl& impl = runtime.impl();
+    // GQA 8 with 2 query tokens: 16 rows per KV head, so rows < 16 needs several row blocks.
+    DecodeAttentionProblem p = problem(DType::bf16, 16, 2, 128, 2, 2500);
+    p.page_size = GENERATE(0, 32);
+    p.return_lse = true;
+    const DecodeCase c(p, {2500, 1, 700}, 555);
+    DecodeAttention op(c.p);
+    DecodeBuffers buffers(c);
+    const auto in = buffers.inputs(c);
+    const auto out = buffers.outputs(c);
+    std::vector<Config> configs = op.model().search_space(runtime.device());
+    configs.push_back({{"rows", 1}, {"warps", 1}, {"unroll", 1}, {"splits", 7}});
+    configs.push_back({{"rows", 8}, {"warps", 16}, {"unroll", 4}, {"splits", 1000}});  // most splits empty
+    for (const Config& config : configs) {
+        INFO(fmt::format("config rows {} warps {} unroll {} splits {}", config.at("rows"), config.at("warps"),
+                         config.at("unroll"), config.at("splits")));
+        const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
+        // Twice: the split counters must be back at zero after a launch.
+        for (int repeat = 0; repeat < 2; ++repeat) {
+            op.launch_with(launch, Inputs(in.data(), in.size()), Outputs(out.data(), out.size()), nullptr);
+            check_result(c, buffers);
+        }
+    }
+}
