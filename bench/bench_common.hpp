@@ -18,7 +18,8 @@ const runtime::DriverApi& cu();
 double median(std::vector<double> values);
 
 // Median milliseconds of `fn` over `repeats` runs on the legacy stream, after 3 warm-up runs,
-// with `flush` (larger than L2) overwritten before each timed run so that inputs come from HBM.
+// with `flush` (larger than L2) read before each timed run so that inputs come from HBM and no
+// dirty line of an earlier run is left to write back inside the timed one.
 double time_ms(const std::function<void()>& fn, runtime::DeviceBuffer& flush, int repeats);
 
 // A buffer of `bytes` filled with values in [-2, 2) as `dtype` stores them (never zeros).

@@ -27,7 +27,10 @@ namespace {
 
 struct Case {
     int64_t batch, heads, kv_heads, head_dim, len, page;
-    std::string layout() const { return page > 0 ? fmt::format("paged{}", page) : "contiguous"; }
+    bool heads_outer = false;  // contiguous KV as [batch, kv_heads, len, dim] (torch's layout) instead of [batch, len, kv_heads, dim]
+    std::string layout() const {
+        return page > 0 ? fmt::format("paged{}", page) : heads_outer ? "contiguous-bhsd" : "contiguous";
+    }
     double kv_bytes() const { return 2.0 * batch * len * kv_heads * head_dim * 2; }  // K and V, bf16
 };
 
@@ -53,6 +56,11 @@ nlohmann::json run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int rep
         table.resize(static_cast<size_t>(p.num_pages));
         std::iota(table.begin(), table.end(), 0);
         std::shuffle(table.begin(), table.end(), std::mt19937_64(42));
+    }
+    if (c.heads_outer) {
+        p.kv_head_stride = c.len * c.head_dim;
+        p.kv_token_stride = c.head_dim;
+        p.kv_outer_stride = c.kv_heads * c.len * c.head_dim;
     }
     DecodeAttention op(p);
     const size_t kv_bytes = static_cast<size_t>(c.kv_bytes() / 2);
@@ -107,6 +115,9 @@ int main(int argc, char** argv) try {
                     const Case c{batch, heads, kv_heads, 128, len, page};
                     if (c.kv_bytes() <= 24e9) cases.push_back(c);
                 }
+    // The same problems with the heads outside the sequence (torch's layout), to separate layout from kernel.
+    for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{32, 8}, {32, 32}})
+        for (int64_t batch : {1, 32}) cases.push_back({batch, heads, kv_heads, 128, 4096, 0, true});
     DeviceBuffer flush(size_t{128} << 20);
     nlohmann::json json;
     json["device"] = device.name;

@@ -17,7 +17,7 @@ def main():
     print("| layout | batch | heads | KV len | KV MB | tileops us | GB/s | % copy | SDPA us | SDPA GB/s | speedup |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in ours["cases"]:
-        peer = peers.get((r["batch"], r["heads"], r["kv_heads"], r["kv_len"])) if r["layout"] == "contiguous" else None
+        peer = peers.get((r["batch"], r["heads"], r["kv_heads"], r["kv_len"])) if r["layout"].startswith("contiguous") else None
         sdpa = (f"{peer['sdpa_us']:.1f} | {peer['sdpa_gbps']:.0f} | {peer['sdpa_us'] / r['median_us']:.2f}x"
                 if peer else "- | - | -")
         print(f"| {r['layout']} | {r['batch']} | {r['heads']}/{r['kv_heads']} | {r['kv_len']} | "

@@ -15,12 +15,12 @@ import torch.nn.functional as F
 
 
 def time_ms(fn, repeats):
-    flush = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+    flush = torch.ones(32 << 20, dtype=torch.int32, device="cuda")
     for _ in range(3):
         fn()
     times = []
     for i in range(repeats):
-        flush.fill_(i & 0xFF)
+        flush.sum()  # a read: leaves L2 clean (a fill would leave ~50 MB of dirty lines to write back in the timed run)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()

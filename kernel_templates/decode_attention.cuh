@@ -134,19 +134,35 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
 
     const long long head_offset = kv_head * kv_head_stride + dim0;
-    for (int base = chunk_begin + warp * WARP_TOKENS; base < chunk_end; base += WARPS * WARP_TOKENS) {
+    constexpr int CTA_TOKENS = WARPS * WARP_TOKENS;
+    // Paged: the page numbers of the next iteration's tokens are loaded one iteration ahead, so
+    // that the key/value loads do not wait for a page table lookup first.
+    const int* pages_of_sequence = PAGE_SIZE > 0 ? page_table + batch * page_table_stride : nullptr;
+    auto load_pages = [&](int first, int (&pages)[UNROLL]) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int t = first + u * TPS + slot;
+            pages[u] = t < chunk_end ? __ldg(pages_of_sequence + t / (PAGE_SIZE > 0 ? PAGE_SIZE : 1)) : -1;
+        }
+    };
+    int pages[UNROLL];
+    if constexpr (PAGE_SIZE > 0) load_pages(chunk_begin + warp * WARP_TOKENS, pages);
+    for (int base = chunk_begin + warp * WARP_TOKENS; base < chunk_end; base += CTA_TOKENS) {
         Vec<TKV, VEC> kv[UNROLL], vv[UNROLL];
         int token[UNROLL];
         bool valid[UNROLL];
+        int next_pages[UNROLL];
+        if constexpr (PAGE_SIZE > 0) load_pages(base + CTA_TOKENS, next_pages);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             token[u] = base + u * TPS + slot;
             valid[u] = token[u] < chunk_end;
             long long offset = 0;
             if constexpr (PAGE_SIZE > 0) {
-                const int page = valid[u] ? page_table[batch * page_table_stride + token[u] / PAGE_SIZE] : 0;
+                const int page = pages[u];
                 valid[u] = valid[u] && page >= 0 && page < num_pages;  // a bad page table entry reads nothing
                 offset = page * kv_outer_stride + (token[u] % PAGE_SIZE) * kv_token_stride;
+                pages[u] = next_pages[u];
             } else {
                 offset = batch * kv_outer_stride + token[u] * kv_token_stride;
             }

@@ -42,6 +42,7 @@ struct DecodeCase {
         : p(problem), lengths(std::move(lens)) {
         p.batch = static_cast<int64_t>(lengths.size());
         const int64_t d = p.head_dim;
+        if (p.scale == 0.0f) p.scale = 1.0f / std::sqrt(static_cast<float>(d));  // the op's default
         out_head_stride = d + out_pad;
         p.o_head_stride = out_head_stride;
         p.o_token_stride = p.num_heads * out_head_stride;

@@ -2,8 +2,6 @@
 
 #include <limits>
 
-#include <vector>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -75,18 +73,20 @@ void check_tensor(const char* op, const char* argument, const void* data, const 
     if (view->dtype != dtype)
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has dtype {}, expected {}", op, argument,
                                           dtype_name(view->dtype), dtype_name(dtype)));
-    const std::vector<int64_t> want_shape(shape), want_strides(strides);
-    const int rank = static_cast<int>(want_shape.size());
+    // No copies: run() checks operands on the hot path, which must not allocate.
+    const int64_t* want_shape = shape.begin();
+    const int64_t* want_strides = strides.begin();
+    const int rank = static_cast<int>(shape.size());
     bool same = view->rank == rank;
     for (int d = 0; same && d < rank; ++d) same = view->shape[d] == want_shape[d];
     if (!same)
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have shape {} = [{}], got rank {} [{}]", op,
-                                          argument, dims, fmt::join(want_shape, ", "), view->rank,
+                                          argument, dims, fmt::join(shape, ", "), view->rank,
                                           fmt::join(view->shape.begin(), view->shape.begin() + view->rank, ", ")));
     for (int d = 0; d < rank; ++d)
         if (want_shape[d] > 1 && view->strides[d] != want_strides[d])
             throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}] as in the problem, got [{}]",
-                                              op, argument, fmt::join(want_strides, ", "),
+                                              op, argument, fmt::join(strides, ", "),
                                               fmt::join(view->strides.begin(), view->strides.begin() + rank, ", ")));
 }
 
