@@ -29,7 +29,7 @@ namespace tileops::runtime {
     X(cuDevicePrimaryCtxRelease, CUDA_VERSION)    \
     X(cuCtxSetCurrent, CUDA_VERSION)              \
     X(cuCtxGetCurrent, CUDA_VERSION)              \
-    X(cuCtxGetDevice, CUDA_VERSION)               \
+    X(cuCtxGetDevice, 2000)               \
     X(cuCtxSynchronize, 2000)             \
     X(cuModuleLoadData, CUDA_VERSION)             \
     X(cuModuleUnload, CUDA_VERSION)               \
