@@ -16,11 +16,16 @@
 // block) to finish merges them (an atomic counter it resets, so the workspace is reusable).
 //
 // Template parameters: T query/output type, TKV key/value type, HEAD_DIM, ROWS rows per CTA,
-// WARPS, UNROLL steps per iteration, PAGE_SIZE tokens per page (0: contiguous KV).
+// WARPS, UNROLL steps per iteration, STAGES iterations of loads in the shared-memory ring (loads
+// run STAGES - 1 iterations ahead), PAGE_SIZE tokens per page (0: contiguous KV).
+//
+// Dynamic shared memory: max(the ring, WARPS * 32 * STAGES * (UNROLL * 32 + 1) bytes; the warps'
+// partial results, WARPS * ROWS * (HEAD_DIM + 2) floats).
 #pragma once
 
 #include <cuda/std/limits>
 
+#include "common/async_copy.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -32,16 +37,6 @@ struct DecodeLanes {
     static constexpr int TOKENS_PER_STEP = 32 / LANES;
     static_assert(HEAD_DIM % VEC == 0 && LANES <= 32 && 32 % LANES == 0, "unsupported head dim");
 };
-
-// Read-only 16-byte load through the non-coherent path: the KV cache does not change during the kernel.
-template <typename T, int N>
-__device__ __forceinline__ Vec<T, N> load_readonly(const T* ptr) {
-    static_assert(sizeof(Vec<T, N>) == 16, "16-byte loads only");
-    const int4 raw = __ldg(reinterpret_cast<const int4*>(ptr));
-    Vec<T, N> out;
-    memcpy(&out, &raw, 16);
-    return out;
-}
 
 // The keys row `r` of the CTA may see: [begin, end). Rows past the problem's rows see none.
 struct VisibleKeys {
@@ -57,7 +52,7 @@ __device__ __forceinline__ VisibleKeys visible_keys(int row, int total_rows, int
     return {begin, end};
 }
 
-template <typename T, typename TKV, int HEAD_DIM, int ROWS, int WARPS, int UNROLL, int PAGE_SIZE>
+template <typename T, typename TKV, int HEAD_DIM, int ROWS, int WARPS, int UNROLL, int STAGES, int PAGE_SIZE>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_attention_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
                             long long q_head_stride, const TKV* __restrict__ k, const TKV* __restrict__ v,
@@ -88,7 +83,9 @@ __global__ void __launch_bounds__(WARPS * 32)
     len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
 
     __shared__ float q_tile[ROWS][HEAD_DIM];
-    extern __shared__ float warp_out[];  // [WARPS][ROWS][HEAD_DIM], then m and l: [WARPS][ROWS] each
+    // The load ring while the warps stream the keys and values; afterwards the warps' partial
+    // results: [WARPS][ROWS][HEAD_DIM], then m and l: [WARPS][ROWS] each.
+    extern __shared__ __align__(16) float warp_out[];
     float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
     float* warp_l = warp_m + WARPS * ROWS;
 
@@ -133,46 +130,62 @@ __global__ void __launch_bounds__(WARPS * 32)
         for (int e = 0; e < VEC; ++e) acc[r][e] = 0.0f;
     }
 
+    // Each lane streams its own 16-byte slices of keys and values through a ring of STAGES stages
+    // in shared memory with cp.async, STAGES - 1 iterations ahead of its arithmetic. A lane only
+    // reads back what it copied itself, so waiting for its own copies is enough (no barrier).
     const long long head_offset = kv_head * kv_head_stride + dim0;
     constexpr int CTA_TOKENS = WARPS * WARP_TOKENS;
-    // Paged: the page numbers of the next iteration's tokens are loaded one iteration ahead, so
-    // that the key/value loads do not wait for a page table lookup first.
+    int4* ring = reinterpret_cast<int4*>(warp_out) + warp * (STAGES * UNROLL * 2 * 32) + lane;
+    unsigned char* ring_valid = reinterpret_cast<unsigned char*>(warp_out) +
+                                static_cast<size_t>(WARPS) * STAGES * UNROLL * 2 * 32 * 16 + (warp * STAGES) * 32 + lane;
     const int* pages_of_sequence = PAGE_SIZE > 0 ? page_table + batch * page_table_stride : nullptr;
-    auto load_pages = [&](int first, int (&pages)[UNROLL]) {
+    const int first = chunk_begin + warp * WARP_TOKENS;
+    const int iterations = chunk_end > first ? (chunk_end - first + CTA_TOKENS - 1) / CTA_TOKENS : 0;
+
+    // Starts the copies of iteration `it` into its stage (an empty group past the end).
+    auto issue = [&](int it) {
+        const int stage = it % STAGES, base = first + it * CTA_TOKENS;
+        unsigned valid_bits = 0;
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
-            const int t = first + u * TPS + slot;
-            pages[u] = t < chunk_end ? __ldg(pages_of_sequence + t / (PAGE_SIZE > 0 ? PAGE_SIZE : 1)) : -1;
+            const int token = base + u * TPS + slot;
+            bool valid = it < iterations && token < chunk_end;
+            long long offset = 0;
+            if constexpr (PAGE_SIZE > 0) {
+                const int page = valid ? __ldg(pages_of_sequence + token / PAGE_SIZE) : 0;
+                valid = valid && page >= 0 && page < num_pages;  // a bad page table entry reads nothing
+                offset = static_cast<long long>(page) * kv_outer_stride + (token % PAGE_SIZE) * kv_token_stride;
+            } else {
+                offset = batch * kv_outer_stride + static_cast<long long>(token) * kv_token_stride;
+            }
+            const long long at = valid ? offset + head_offset : 0;
+            int4* slot_k = ring + ((stage * UNROLL + u) * 2) * 32;
+            cp_async_16(slot_k, k + at, valid);
+            cp_async_16(slot_k + 32, v + at, valid);
+            valid_bits |= valid ? 1u << u : 0u;
         }
+        ring_valid[stage * 32] = static_cast<unsigned char>(valid_bits);
+        cp_async_commit();
     };
-    int pages[UNROLL];
-    if constexpr (PAGE_SIZE > 0) load_pages(chunk_begin + warp * WARP_TOKENS, pages);
-    for (int base = chunk_begin + warp * WARP_TOKENS; base < chunk_end; base += CTA_TOKENS) {
+#pragma unroll
+    for (int it = 0; it < STAGES - 1; ++it) issue(it);
+
+    for (int it = 0; it < iterations; ++it) {
+        issue(it + STAGES - 1);
+        cp_async_wait<STAGES - 1>();
+        const int stage = it % STAGES, base = first + it * CTA_TOKENS;
+        const unsigned valid_bits = ring_valid[stage * 32];
         Vec<TKV, VEC> kv[UNROLL], vv[UNROLL];
         int token[UNROLL];
         bool valid[UNROLL];
-        int next_pages[UNROLL];
-        if constexpr (PAGE_SIZE > 0) load_pages(base + CTA_TOKENS, next_pages);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             token[u] = base + u * TPS + slot;
-            valid[u] = token[u] < chunk_end;
-            long long offset = 0;
-            if constexpr (PAGE_SIZE > 0) {
-                const int page = pages[u];
-                valid[u] = valid[u] && page >= 0 && page < num_pages;  // a bad page table entry reads nothing
-                offset = page * kv_outer_stride + (token[u] % PAGE_SIZE) * kv_token_stride;
-                pages[u] = next_pages[u];
-            } else {
-                offset = batch * kv_outer_stride + token[u] * kv_token_stride;
-            }
-            if (valid[u]) {
-                kv[u] = load_readonly<TKV, VEC>(k + offset + head_offset);
-                vv[u] = load_readonly<TKV, VEC>(v + offset + head_offset);
-            } else {
-#pragma unroll
-                for (int e = 0; e < VEC; ++e) kv[u].v[e] = vv[u].v[e] = from_float<TKV>(0.0f);
-            }
+            valid[u] = (valid_bits >> u) & 1u;
+            const int4* slot_k = ring + ((stage * UNROLL + u) * 2) * 32;
+            const int4 raw_k = *slot_k, raw_v = *(slot_k + 32);
+            memcpy(&kv[u], &raw_k, 16);
+            memcpy(&vv[u], &raw_v, 16);
         }
 
         // Scores (log2 domain): a partial dot product per lane, summed over the LANES lanes of a token.
@@ -237,6 +250,9 @@ __global__ void __launch_bounds__(WARPS * 32)
                 for (int e = 0; e < VEC; ++e) acc[r][e] = fmaf(s[u][r], vf[e], acc[r][e]);
         }
     }
+
+    cp_async_wait<0>();
+    __syncthreads();  // the ring is reused for the warps' partial results below
 
     // Merge the tokens of the warp's slots (same max), then the warps (different maxima).
 #pragma unroll

@@ -269,11 +269,11 @@ TEST_CASE("Every DecodeAttention config in the search space is correct, run afte
     const auto in = buffers.inputs(c);
     const auto out = buffers.outputs(c);
     std::vector<Config> configs = op.model().search_space(runtime.device());
-    configs.push_back({{"rows", 1}, {"warps", 1}, {"unroll", 1}, {"splits", 7}});
-    configs.push_back({{"rows", 8}, {"warps", 16}, {"unroll", 4}, {"splits", 1000}});  // most splits empty
+    configs.push_back({{"rows", 1}, {"warps", 1}, {"unroll", 1}, {"stages", 3}, {"splits", 7}});
+    configs.push_back({{"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
     for (const Config& config : configs) {
-        INFO(fmt::format("config rows {} warps {} unroll {} splits {}", config.at("rows"), config.at("warps"),
-                         config.at("unroll"), config.at("splits")));
+        INFO(fmt::format("config rows {} warps {} unroll {} stages {} splits {}", config.at("rows"), config.at("warps"),
+                         config.at("unroll"), config.at("stages"), config.at("splits")));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
         // Twice: the split counters must be back at zero after a launch.
         for (int repeat = 0; repeat < 2; ++repeat) {

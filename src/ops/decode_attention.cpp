@@ -50,8 +50,8 @@ public:
         LaunchPlan plan;
         plan.template_file = template_file();
         const char* type = device_type_name(p_.dtype);
-        plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}>", type, type,
-                                           p_.head_dim, l.rows, l.warps, l.unroll, p_.page_size);
+        plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type, type,
+                                           p_.head_dim, l.rows, l.warps, l.unroll, l.stages, p_.page_size);
         plan.grid[0] = static_cast<unsigned>(l.splits);
         plan.grid[1] = static_cast<unsigned>(p_.num_kv_heads * l.row_blocks);
         plan.grid[2] = static_cast<unsigned>(p_.batch);

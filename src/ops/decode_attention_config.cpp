@@ -42,22 +42,28 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
     l.rows = static_cast<int>(config_value(config, "rows", op));
     l.warps = static_cast<int>(config_value(config, "warps", op));
     l.unroll = static_cast<int>(config_value(config, "unroll", op));
+    l.stages = static_cast<int>(config_value(config, "stages", op));
     l.splits = static_cast<int>(config_value(config, "splits", op));
     l.row_blocks = l.rows > 0 ? (shape.rows_per_kv_head() + l.rows - 1) / l.rows : 0;
-    l.dynamic_shared_bytes = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);
+    // Must match decode_attention.cuh: the ring (16 bytes per lane, key and value, per unroll step
+    // and stage, plus a byte of flags per lane and stage), later the warps' partial results.
+    const size_t ring = static_cast<size_t>(l.warps) * l.stages * 32 * (l.unroll * 2 * 16 + 1);
+    const size_t partial = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);
+    l.dynamic_shared_bytes = std::max(ring, partial);
     return l;
 }
 
 Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     const long long rows = std::min(8LL, next_power_of_two(s.rows_per_kv_head()));
-    // Few rows: deep unrolling keeps enough loads in flight; many rows: registers run out first.
-    const long long unroll = rows <= 2 ? 8 : rows <= 4 ? 4 : 2;
+    // Loads run (stages - 1) x unroll steps ahead; many rows need registers for the scores.
+    const long long unroll = rows <= 2 ? 4 : 2;
+    const long long stages = 4;
     const long long warps = 4;
     const long long ctas = s.batch * s.num_kv_heads * ((s.rows_per_kv_head() + rows - 1) / rows);
     // About four 4-warp CTAs per SM keep enough bytes in flight to saturate HBM.
     const long long target = 4LL * std::max(device.sm_count, 1);
     const long long splits = std::clamp((target + ctas - 1) / ctas, 1LL, max_useful_splits(s));
-    return {{"rows", rows}, {"warps", warps}, {"unroll", unroll}, {"splits", splits}};
+    return {{"rows", rows}, {"warps", warps}, {"unroll", unroll}, {"stages", stages}, {"splits", splits}};
 }
 
 std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& device) {
@@ -71,20 +77,23 @@ std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& 
         split_options.push_back(heuristic.at("splits"));
     std::vector<Config> configs;
     for (long long rows : row_options)
-        for (long long warps : {2, 4, 8})
-            for (long long unroll : {2, 4, 8})
-                for (long long splits : split_options)
-                    configs.push_back({{"rows", rows}, {"warps", warps}, {"unroll", unroll}, {"splits", splits}});
+        for (long long warps : {4, 8})
+            for (long long unroll : {1, 2, 4})
+                for (long long stages : {2, 4})
+                    for (long long splits : split_options)
+                        configs.push_back({{"rows", rows}, {"warps", warps}, {"unroll", unroll}, {"stages", stages},
+                                           {"splits", splits}});
     return configs;
 }
 
 std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Config& config, const DeviceInfo& device) {
-    for (const char* key : {"rows", "warps", "unroll", "splits"})
+    for (const char* key : {"rows", "warps", "unroll", "stages", "splits"})
         if (config.find(key) == config.end()) return fmt::format("config has no '{}'", key);
     const DecodeLaunch l = decode_launch(s, config);
     if (!is_power_of_two_up_to(l.rows, 8)) return fmt::format("rows = {} is not 1, 2, 4 or 8", l.rows);
     if (!is_power_of_two_up_to(l.warps, 16)) return fmt::format("warps = {} is not a power of two <= 16", l.warps);
     if (!is_power_of_two_up_to(l.unroll, 8)) return fmt::format("unroll = {} is not 1, 2, 4 or 8", l.unroll);
+    if (l.stages < 2 || l.stages > 8) return fmt::format("stages = {} is not in [2, 8]", l.stages);
     if (l.rows * l.unroll > 32) return fmt::format("rows x unroll = {} scores per lane would spill", l.rows * l.unroll);
     if (l.splits < 1 || l.splits > 1024) return fmt::format("splits = {} is not in [1, 1024]", l.splits);
     if (s.num_kv_heads * l.row_blocks > 65535) return "kv heads x row blocks exceeds the grid's y limit (65535)";

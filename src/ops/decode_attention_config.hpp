@@ -2,8 +2,9 @@
 // space, what a config costs in shared memory and workspace.
 //
 // Tunables: rows (query rows per CTA: (query token, query head) pairs of one KV head; 1, 2, 4
-// or 8), warps per CTA, unroll (16-byte key/value loads in flight per lane and iteration), and
-// splits (CTAs sharing one sequence's KV length; 1: no workspace, no merge).
+// or 8), warps per CTA, unroll (16-byte key and value slices per lane and iteration), stages
+// (iterations in the shared-memory load ring; loads run stages - 1 iterations ahead), and splits
+// (CTAs sharing one sequence's KV length; 1: no workspace, no merge).
 #pragma once
 
 #include <cstddef>
@@ -29,9 +30,9 @@ struct DecodeShape {
 DecodeShape decode_shape(const DecodeAttentionProblem& problem);
 
 struct DecodeLaunch {
-    int rows, warps, unroll, splits;
+    int rows, warps, unroll, stages, splits;
     long long row_blocks;            // CTAs along the query rows of one KV head
-    size_t dynamic_shared_bytes;     // the warps' partial results
+    size_t dynamic_shared_bytes;     // the load ring, reused for the warps' partial results
 };
 // Reads a config (throws InvalidArgument when a tunable is missing).
 DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config);

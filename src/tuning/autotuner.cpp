@@ -97,7 +97,8 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
             }
             try {
                 Config config = candidates[i];
-                int v = std::min<int>(vec, static_cast<int>(config.at("vec")));
+                auto widest = config.find("vec");  // ops without vector widths have no "vec"
+                int v = widest == config.end() ? vec : std::min<int>(vec, static_cast<int>(widest->second));
                 detail::LaunchPlan plan = model.plan(config, v, device);
                 impl.builder().get(plan.template_file, plan.name_expression, device.arch());
                 outcome.ok = true;
