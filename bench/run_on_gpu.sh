@@ -20,7 +20,7 @@ status=0
 for step in "$@"; do
   case $step in
     tests)
-      timeout 420 ./build-gpu/tests/tileops_tests "[gpu]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gpu_tests.log"
+      timeout 540 ./build-gpu/tests/tileops_tests "[gpu]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gpu_tests.log"
       grep -E 'failed|SIG' "$OUT/gpu_tests.log" | head -20; tail -2 "$OUT/gpu_tests.log" ;;
     bench) timeout 400 ./build-gpu/bench/bench_memory_ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
       tail -n +1 "$OUT/bench.log" | awk '{print}' | tail -140 ;;

@@ -19,8 +19,9 @@
 // WARPS, UNROLL steps per iteration, STAGES iterations of loads in the shared-memory ring (loads
 // run STAGES - 1 iterations ahead), PAGE_SIZE tokens per page (0: contiguous KV).
 //
-// Dynamic shared memory: max(the ring, WARPS * 32 * STAGES * (UNROLL * 32 + 1) bytes; the warps'
-// partial results, WARPS * ROWS * (HEAD_DIM + 2) floats).
+// Dynamic shared memory: the largest of the ring (WARPS * 32 * STAGES * (UNROLL * 32 + 1) bytes),
+// the warps' partial results (WARPS * ROWS * (HEAD_DIM + 2) floats) and the merge's weights
+// (ROWS * (splits + 1) floats).
 #pragma once
 
 #include <cuda/std/limits>
@@ -333,19 +334,43 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
     if (!is_last) return;
     __threadfence();
+
+    // The merge, in three parallel steps through shared memory (reused once more): every split's
+    // lse loaded at once; per row its maximum and sum, the lse turned into weights; then each output
+    // element as a weighted sum of independent loads. A loop of dependent L2 reads per element
+    // would cost about a microsecond per 2 splits.
+    float* weights = warp_out;                       // [ROWS][num_splits]
+    float* row_lse2 = warp_out + ROWS * num_splits;  // [ROWS]
+    const long long first = block_slot * num_splits * ROWS;
+    for (int i = threadIdx.x; i < ROWS * num_splits; i += WARPS * 32) {
+        const int r = i / num_splits, s = i % num_splits;
+        weights[i] = __ldcg(partial_lse + first + static_cast<long long>(s) * ROWS + r);
+    }
+    __syncthreads();
+    for (int r = warp; r < ROWS; r += WARPS) {
+        float row_max = kNegInf;
+        for (int s = lane; s < num_splits; s += 32) row_max = fmaxf(row_max, weights[r * num_splits + s]);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, offset));
+        const float base_m = row_max == kNegInf ? 0.0f : row_max;
+        float sum = 0.0f;
+        for (int s = lane; s < num_splits; s += 32) sum += exp2f(weights[r * num_splits + s] - base_m);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int s = lane; s < num_splits; s += 32)
+            weights[r * num_splits + s] = exp2f(weights[r * num_splits + s] - base_m) * inverse;
+        if (lane == 0) row_lse2[r] = sum > 0.0f ? base_m + log2f(sum) : kNegInf;
+    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
         const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
-        const long long first = block_slot * num_splits * ROWS + r;
-        float row_max = kNegInf;
-        for (int s = 0; s < num_splits; ++s) row_max = fmaxf(row_max, __ldcg(partial_lse + first + s * ROWS));
-        const float base_m = row_max == kNegInf ? 0.0f : row_max;
-        float sum = 0.0f, value = 0.0f;
-        for (int s = 0; s < num_splits; ++s) {
-            const float weight = exp2f(__ldcg(partial_lse + first + s * ROWS) - base_m);
-            sum += weight;
-            value += weight * __ldcg(partial_out + (first + s * ROWS) * HEAD_DIM + d);
-        }
-        write_row(r, d, sum > 0.0f ? value / sum : 0.0f, sum > 0.0f ? base_m + log2f(sum) : kNegInf);
+        const float* w = weights + r * num_splits;
+        const float* part = partial_out + (first + r) * HEAD_DIM + d;
+        float value = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < num_splits; ++s) value += w[s] * __ldcg(part + static_cast<long long>(s) * ROWS * HEAD_DIM);
+        write_row(r, d, value, row_lse2[r]);
     }
 }
 

@@ -78,6 +78,18 @@ struct DecodeCase {
         return (row * p.num_kv_heads + h) * p.head_dim;
     }
 
+    // The reference, computed once.
+    const std::vector<double>& reference_out() const {
+        if (ref_out_.empty()) reference(ref_out_, ref_lse_);
+        return ref_out_;
+    }
+    const std::vector<double>& reference_lse() const {
+        reference_out();
+        return ref_lse_;
+    }
+
+    mutable std::vector<double> ref_out_, ref_lse_;
+
     // Reference output [batch, q_len, heads, d] and lse [batch, q_len, heads] (natural log).
     void reference(std::vector<double>& out, std::vector<double>& lse) const {
         const int64_t d = p.head_dim, group = p.num_heads / p.num_kv_heads;
@@ -157,8 +169,8 @@ std::string label(const DecodeCase& c) {
 
 // Checks the output (and lse) of a run against the reference; the gaps between heads stay poisoned.
 void check_result(const DecodeCase& c, const DecodeBuffers& buffers) {
-    std::vector<double> ref_out, ref_lse;
-    c.reference(ref_out, ref_lse);
+    const std::vector<double>& ref_out = c.reference_out();
+    const std::vector<double>& ref_lse = c.reference_lse();
     const std::vector<double> stored = buffers.out.download();
     const int64_t d = c.p.head_dim;
     std::vector<double> out;

@@ -49,19 +49,21 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
     // and stage, plus a byte of flags per lane and stage), later the warps' partial results.
     const size_t ring = static_cast<size_t>(l.warps) * l.stages * 32 * (l.unroll * 2 * 16 + 1);
     const size_t partial = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);
-    l.dynamic_shared_bytes = std::max(ring, partial);
+    const size_t merge = l.splits > 1 ? static_cast<size_t>(l.rows) * (l.splits + 1) * sizeof(float) : 0;
+    l.dynamic_shared_bytes = std::max({ring, partial, merge});
     return l;
 }
 
 Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     const long long rows = std::min(8LL, next_power_of_two(s.rows_per_kv_head()));
-    // Loads run (stages - 1) x unroll steps ahead; many rows need registers for the scores.
+    // Loads run (stages - 1) x unroll steps ahead; many rows need registers for the scores. Two
+    // stages of 8 warps beat deeper rings of fewer warps on the H100 (more CTAs fit per SM).
     const long long unroll = rows <= 2 ? 4 : 2;
-    const long long stages = 4;
-    const long long warps = 4;
+    const long long stages = 2;
+    const long long warps = 8;
     const long long ctas = s.batch * s.num_kv_heads * ((s.rows_per_kv_head() + rows - 1) / rows);
-    // About four 4-warp CTAs per SM keep enough bytes in flight to saturate HBM.
-    const long long target = 4LL * std::max(device.sm_count, 1);
+    // About two 8-warp CTAs per SM keep enough bytes in flight to saturate HBM.
+    const long long target = 2LL * std::max(device.sm_count, 1);
     const long long splits = std::clamp((target + ctas - 1) / ctas, 1LL, max_useful_splits(s));
     return {{"rows", rows}, {"warps", warps}, {"unroll", unroll}, {"stages", stages}, {"splits", splits}};
 }
