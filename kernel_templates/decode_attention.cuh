@@ -341,10 +341,10 @@ __global__ void __launch_bounds__(WARPS * 32)
     // would cost about a microsecond per 2 splits.
     float* weights = warp_out;                       // [ROWS][num_splits]
     float* row_lse2 = warp_out + ROWS * num_splits;  // [ROWS]
-    const long long first = block_slot * num_splits * ROWS;
+    const long long slot_rows = block_slot * num_splits * ROWS;  // this slot's first partial row
     for (int i = threadIdx.x; i < ROWS * num_splits; i += WARPS * 32) {
         const int r = i / num_splits, s = i % num_splits;
-        weights[i] = __ldcg(partial_lse + first + static_cast<long long>(s) * ROWS + r);
+        weights[i] = __ldcg(partial_lse + slot_rows + static_cast<long long>(s) * ROWS + r);
     }
     __syncthreads();
     for (int r = warp; r < ROWS; r += WARPS) {
@@ -366,7 +366,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
         const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
         const float* w = weights + r * num_splits;
-        const float* part = partial_out + (first + r) * HEAD_DIM + d;
+        const float* part = partial_out + (slot_rows + r) * HEAD_DIM + d;
         float value = 0.0f;
 #pragma unroll 8
         for (int s = 0; s < num_splits; ++s) value += w[s] * __ldcg(part + static_cast<long long>(s) * ROWS * HEAD_DIM);
