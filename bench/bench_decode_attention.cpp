@@ -1,7 +1,7 @@
 // Times DecodeAttention on the GPU: achieved bandwidth = bytes of K and V the problem needs /
 // time, against the device's measured copy bandwidth.
 //
-//   bench_decode_attention [--json out.json] [--repeats N] [--quick]
+//   bench_decode_attention [--json out.json] [--repeats N] [--quick] [--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]
 //
 // Shapes (issue 6): batch {1, 8, 32, 128} x KV length {1k, 4k, 16k, 64k} x heads 32/8 and 32/32
 // (D = 128, bf16, one query token), contiguous and paged (pages of 16 and 64 tokens, pages of a
@@ -89,15 +89,28 @@ int main(int argc, char** argv) try {
     std::string json_path;
     int repeats = 20;
     bool quick = false;
+    std::vector<int64_t> only;  // one problem (for profiling)
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
         else if (arg == "--quick") quick = true;
-        else {
-            fmt::print(stderr, "usage: bench_decode_attention [--json out.json] [--repeats N] [--quick]\n");
+        else if (arg == "--only" && i + 1 < argc) {
+            std::string text = argv[++i];
+            for (size_t at = 0; at <= text.size();) {
+                const size_t x = std::min(text.find('x', at), text.size());
+                only.push_back(std::stoll(text.substr(at, x - at)));
+                at = x + 1;
+            }
+        } else {
+            fmt::print(stderr, "usage: bench_decode_attention [--json out.json] [--repeats N] [--quick] "
+                               "[--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]\n");
             return 2;
         }
+    }
+    if (!only.empty() && only.size() != 4 && only.size() != 5) {
+        fmt::print(stderr, "bench_decode_attention: --only takes BATCHxHEADSxKV_HEADSxLEN[xPAGE]\n");
+        return 2;
     }
     Runtime rt;
     const DeviceInfo& device = rt.device();
@@ -118,6 +131,7 @@ int main(int argc, char** argv) try {
     // The same problems with the heads outside the sequence (torch's layout), to separate layout from kernel.
     for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{32, 8}, {32, 32}})
         for (int64_t batch : {1, 32}) cases.push_back({batch, heads, kv_heads, 128, 4096, 0, true});
+    if (!only.empty()) cases = {{only[0], only[1], only[2], 128, only[3], only.size() == 5 ? only[4] : 0}};
     DeviceBuffer flush(size_t{128} << 20);
     nlohmann::json json;
     json["device"] = device.name;

@@ -110,6 +110,14 @@ __global__ void __launch_bounds__(WARPS * 32)
             kv_end = max(kv_end, keys[r].end);
         }
     }
+    // Keys every row of the CTA sees: iterations inside this range need no masks.
+    int full_begin = 0, full_end = max_kv_len;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+        if (row0 + r < total_rows) {
+            full_begin = max(full_begin, keys[r].begin);
+            full_end = min(full_end, keys[r].end);
+        }
     const int span = kv_end > kv_begin ? kv_end - kv_begin : 0;
     const int chunk = (span + num_splits - 1) / num_splits;
     const int chunk_begin = kv_begin + split * chunk;
@@ -209,15 +217,24 @@ __global__ void __launch_bounds__(WARPS * 32)
             for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
                 for (int r = 0; r < ROWS; ++r) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], offset);
+        if (softcap > 0.0f) {
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
+            for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                float x = s[u][r];
-                if (softcap > 0.0f) x = softcap * tanhf(x / softcap) * kLog2e;
-                const bool visible = valid[u] && token[u] >= keys[r].begin && token[u] < keys[r].end;
-                s[u][r] = visible ? x : kNegInf;
-            }
+                for (int r = 0; r < ROWS; ++r) s[u][r] = softcap * tanhf(s[u][r] / softcap) * kLog2e;
+        }
+        // Masks, unless every token of the iteration is valid and visible to every row (the common
+        // case, decided for the whole warp so that the branch does not diverge).
+        const bool lane_full = valid_bits == (1u << UNROLL) - 1u && token[0] >= full_begin && token[UNROLL - 1] < full_end;
+        if (!__all_sync(0xffffffffu, lane_full)) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) {
+                    const bool visible = valid[u] && token[u] >= keys[r].begin && token[u] < keys[r].end;
+                    s[u][r] = visible ? s[u][r] : kNegInf;
+                }
+        }
 
         // Online softmax; the running max of a row is the same in every lane of the warp.
 #pragma unroll
@@ -228,13 +245,15 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int offset = LANES; offset < 32; offset <<= 1)
                 tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
-            const float m_new = fmaxf(m[r], tile_max);
-            const float base_m = m_new == kNegInf ? 0.0f : m_new;  // all masked so far: nothing to rescale
-            const float correction = exp2f(m[r] - base_m);
-            m[r] = m_new;
-            l[r] *= correction;
+            // Rescale only when the maximum grows (warp-uniform; rare after the first iterations).
+            if (tile_max > m[r]) {
+                const float correction = exp2f(m[r] - tile_max);
+                m[r] = tile_max;
+                l[r] *= correction;
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) acc[r][e] *= correction;
+                for (int e = 0; e < VEC; ++e) acc[r][e] *= correction;
+            }
+            const float base_m = m[r] == kNegInf ? 0.0f : m[r];  // all masked so far: every p is 0
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 s[u][r] = exp2f(s[u][r] - base_m);
