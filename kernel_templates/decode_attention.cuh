@@ -110,6 +110,14 @@ __global__ void __launch_bounds__(WARPS * 32)
             kv_end = max(kv_end, keys[r].end);
         }
     }
+    // Keys every row of the CTA sees: iterations inside this range need no masks.
+    int full_begin = 0, full_end = max_kv_len;
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+        if (row0 + r < total_rows) {
+            full_begin = max(full_begin, keys[r].begin);
+            full_end = min(full_end, keys[r].end);
+        }
     const int span = kv_end > kv_begin ? kv_end - kv_begin : 0;
     const int chunk = (span + num_splits - 1) / num_splits;
     const int chunk_begin = kv_begin + split * chunk;
@@ -122,31 +130,14 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
         for (int e = 0; e < VEC; ++e) qr[r][e] = q_tile[r][dim0 + e];
 
-    // The row whose scores this lane ends up holding (see the transposed reduction below), and
-    // the in-group lane that holds row r: bit k of the row is set in the lanes whose bit
-    // LANES >> (k + 1)... of their position in the token's lane group.
-    auto row_lane = [](int r) {
-        int position = 0;
+    float m[ROWS], l[ROWS], acc[ROWS][VEC];
 #pragma unroll
-        for (int level = 0, bit = ROWS / 2; bit >= 1; ++level, bit /= 2)
-            if (r & bit) position |= LANES >> (level + 1);
-        return position;
-    };
-    const int group_lane0 = slot * LANES;
-    int own_row = 0;
-#pragma unroll
-    for (int level = 0, bit = ROWS / 2; bit >= 1; ++level, bit /= 2)
-        if (lane & (LANES >> (level + 1))) own_row |= bit;
-    VisibleKeys own_keys = keys[0];
-#pragma unroll
-    for (int r = 1; r < ROWS; ++r)
-        if (own_row == r) own_keys = keys[r];
-    float own_m = kNegInf, own_l = 0.0f;  // running max and sum of the own row (this lane's tokens)
-    float acc[ROWS][VEC];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r)
+    for (int r = 0; r < ROWS; ++r) {
+        m[r] = kNegInf;
+        l[r] = 0.0f;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) acc[r][e] = 0.0f;
+    }
 
     // Each lane streams its own 16-byte slices of keys and values through a ring of STAGES stages
     // in shared memory with cp.async, STAGES - 1 iterations ahead of its arithmetic. A lane only
@@ -206,86 +197,77 @@ __global__ void __launch_bounds__(WARPS * 32)
             memcpy(&vv[u], &raw_v, 16);
         }
 
-        // Scores (log2 domain): a partial dot product per lane, summed over the LANES lanes of a
-        // token by a transposed reduction: at each of the first log2(ROWS) butterfly levels a lane
-        // keeps half of its rows and sends the other half, so that a lane ends up with the full
-        // score of one row, own_row (ROWS - 1 + log2(LANES / ROWS) shuffles a token instead of
-        // ROWS * log2(LANES)).
-        float own[UNROLL];
+        // Scores (log2 domain): a partial dot product per lane, summed over the LANES lanes of a token.
+        float s[UNROLL][ROWS];
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             float kf[VEC];
             unpack(kv[u], kf);
-            float part[ROWS];
 #pragma unroll
             for (int r = 0; r < ROWS; ++r) {
                 float dot = 0.0f;
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) dot = fmaf(qr[r][e], kf[e], dot);
-                part[r] = dot;
+                s[u][r] = dot;
             }
-#pragma unroll
-            for (int level = 0, half = ROWS / 2; half >= 1; ++level, half /= 2) {
-                const int offset = LANES >> (level + 1);
-                const bool upper = (lane & offset) != 0;
-#pragma unroll
-                for (int i = 0; i < half; ++i) {
-                    const float send = upper ? part[i] : part[i + half];
-                    const float keep = upper ? part[i + half] : part[i];
-                    part[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
-                }
-            }
-#pragma unroll
-            for (int offset = LANES / ROWS / 2; offset > 0; offset >>= 1)
-                part[0] += __shfl_xor_sync(0xffffffffu, part[0], offset);
-            own[u] = part[0];
         }
+#pragma unroll
+        for (int offset = LANES / 2; offset > 0; offset >>= 1)
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) s[u][r] += __shfl_xor_sync(0xffffffffu, s[u][r], offset);
         if (softcap > 0.0f) {
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) own[u] = softcap * tanhf(own[u] / softcap) * kLog2e;
-        }
+            for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const bool visible = valid[u] && token[u] >= own_keys.begin && token[u] < own_keys.end;
-            own[u] = visible ? own[u] : kNegInf;
+                for (int r = 0; r < ROWS; ++r) s[u][r] = softcap * tanhf(s[u][r] / softcap) * kLog2e;
+        }
+        // Masks, unless every token of the iteration is valid and visible to every row (the common
+        // case, decided for the whole warp so that the branch does not diverge).
+        const bool lane_full = valid_bits == (1u << UNROLL) - 1u && token[0] >= full_begin && token[UNROLL - 1] < full_end;
+        if (!__all_sync(0xffffffffu, lane_full)) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u)
+#pragma unroll
+                for (int r = 0; r < ROWS; ++r) {
+                    const bool visible = valid[u] && token[u] >= keys[r].begin && token[u] < keys[r].end;
+                    s[u][r] = visible ? s[u][r] : kNegInf;
+                }
         }
 
-        // Online softmax of the own row; its running max is the same in every lane holding it.
-        float tile_max = own[0];
+        // Online softmax; the running max of a row is the same in every lane of the warp.
 #pragma unroll
-        for (int u = 1; u < UNROLL; ++u) tile_max = fmaxf(tile_max, own[u]);
+        for (int r = 0; r < ROWS; ++r) {
+            float tile_max = s[0][r];
 #pragma unroll
-        for (int offset = LANES; offset < 32; offset <<= 1)
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
-        // Rescale only when some row's maximum grows (rare after the first iterations).
-        if (__any_sync(0xffffffffu, tile_max > own_m)) {
-            const float grown = fmaxf(own_m, tile_max);
-            const float correction = grown == kNegInf ? 1.0f : exp2f(own_m - grown);
-            own_m = grown;
-            own_l *= correction;
+            for (int u = 1; u < UNROLL; ++u) tile_max = fmaxf(tile_max, s[u][r]);
 #pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                const float c = ROWS == 1 ? correction : __shfl_sync(0xffffffffu, correction, group_lane0 + row_lane(r));
+            for (int offset = LANES; offset < 32; offset <<= 1)
+                tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
+            // Rescale only when the maximum grows (warp-uniform; rare after the first iterations).
+            if (tile_max > m[r]) {
+                const float correction = exp2f(m[r] - tile_max);
+                m[r] = tile_max;
+                l[r] *= correction;
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) acc[r][e] *= c;
+                for (int e = 0; e < VEC; ++e) acc[r][e] *= correction;
             }
-        }
-        const float base_m = own_m == kNegInf ? 0.0f : own_m;  // all masked so far: every p is 0
+            const float base_m = m[r] == kNegInf ? 0.0f : m[r];  // all masked so far: every p is 0
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            own[u] = exp2f(own[u] - base_m);
-            own_l += own[u];
+            for (int u = 0; u < UNROLL; ++u) {
+                s[u][r] = exp2f(s[u][r] - base_m);
+                l[r] += s[u][r];
+            }
         }
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             float vf[VEC];
             unpack(vv[u], vf);
 #pragma unroll
-            for (int r = 0; r < ROWS; ++r) {
-                const float p = ROWS == 1 ? own[u] : __shfl_sync(0xffffffffu, own[u], group_lane0 + row_lane(r));
+            for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-                for (int e = 0; e < VEC; ++e) acc[r][e] = fmaf(p, vf[e], acc[r][e]);
-            }
+                for (int e = 0; e < VEC; ++e) acc[r][e] = fmaf(s[u][r], vf[e], acc[r][e]);
         }
     }
 
@@ -294,19 +276,13 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     // Merge the tokens of the warp's slots (same max), then the warps (different maxima).
 #pragma unroll
-    for (int offset = LANES; offset < 32; offset <<= 1) {
-        own_l += __shfl_xor_sync(0xffffffffu, own_l, offset);
+    for (int offset = LANES; offset < 32; offset <<= 1)
 #pragma unroll
-        for (int r = 0; r < ROWS; ++r)
+        for (int r = 0; r < ROWS; ++r) {
+            l[r] += __shfl_xor_sync(0xffffffffu, l[r], offset);
 #pragma unroll
             for (int e = 0; e < VEC; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], offset);
-    }
-    float m[ROWS], l[ROWS];  // every row's max and sum, from the lanes of slot 0 that hold them
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        m[r] = __shfl_sync(0xffffffffu, own_m, row_lane(r));
-        l[r] = __shfl_sync(0xffffffffu, own_l, row_lane(r));
-    }
+        }
     if (slot == 0) {
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
