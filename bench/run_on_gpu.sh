@@ -7,6 +7,8 @@
 #   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
 #   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json
 #   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
+#   gemm_tests  the [gpu][gemm] tests only
+#   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -39,6 +41,13 @@ for step in "$@"; do
       $T explain --op rmsnorm --shape 3000x5000 --dtype bf16 --db "$OUT/cli.json" >> "$OUT/cli.log" 2>&1 || status=1
       $T list "$OUT/cli.json" | head -5 >> "$OUT/cli.log"
       tail -60 "$OUT/cli.log" ;;
+    gemm_tests)
+      timeout 300 ./build-gpu/tests/tileops_tests "[gpu][gemm]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gemm_tests.log"
+      grep -E 'failed|FAILED|SIG|error' "$OUT/gemm_tests.log" | head -30; tail -2 "$OUT/gemm_tests.log" ;;
+    gemm|gemm_quick)
+      extra=""; [ "$step" = gemm_quick ] && extra="--quick"
+      timeout ${GEMM_TIMEOUT:-400} ./build-gpu/bench/bench_gemm $extra --json "$OUT/gemm.json" > "$OUT/gemm.log" 2>&1 || status=1
+      cat "$OUT/gemm.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

@@ -11,10 +11,10 @@
 namespace tileops::detail {
 
 struct ProblemSpec {
-    std::string op;                // rmsnorm, layernorm, softmax, log_softmax, gelu, gelu_tanh, silu, silu_mul, add, mul
-    std::vector<long long> shape;  // {rows, cols}
+    std::string op;                // rmsnorm, layernorm, softmax, log_softmax, gelu, gelu_tanh, silu, silu_mul, add, mul, gemm
+    std::vector<long long> shape;  // {rows, cols}; gemm: {m, n, k} or {batch, m, n, k}
     std::string dtype;             // "bf16" or "bf16->fp32"
-    std::string flags;             // "" or a comma-separated list: residual, broadcast_b
+    std::string flags;             // "" or a comma-separated list: residual, broadcast_b; gemm: nt, beta, bias, gelu, silu
 };
 
 // Throws InvalidArgument naming what is wrong (unknown op, bad shape, bad dtype, unknown flag).

@@ -21,6 +21,9 @@ struct LaunchPlan {
     unsigned block[3] = {1, 1, 1};
     unsigned cluster = 1;          // CTAs per cluster along x (sm_90+)
     unsigned shared_bytes = 0;     // dynamic shared memory
+    // Op-specific data launch_with() needs beside the function and geometry (GEMM: 0 for the sm_80
+    // kernel; for the TMA kernel, its tile block_m << 16 | block_n, the boxes of its tensor maps).
+    unsigned kind = 0;
 };
 
 // One operand of run(), in order: inputs first, then outputs.

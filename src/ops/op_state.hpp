@@ -24,6 +24,7 @@ struct ResolvedLaunch {
     unsigned block[3] = {1, 1, 1};
     unsigned cluster = 1;
     unsigned shared_bytes = 0;
+    unsigned kind = 0;  // LaunchPlan::kind
 };
 
 // Vector widths 1, 2, 4, 8, 16 elements map to slots 0..4.

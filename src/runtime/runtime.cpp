@@ -124,6 +124,7 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     }
     launch.cluster = plan.cluster;
     launch.shared_bytes = plan.shared_bytes;
+    launch.kind = plan.kind;
     if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(launch.function,
                                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
