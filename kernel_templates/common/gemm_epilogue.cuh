@@ -18,6 +18,7 @@ struct GemmArgs {
     long long m, n, k;
     long long lda, ldb, ldc, ldd;
     long long batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d;
+    long long batch;
     float alpha, beta;
 };
 

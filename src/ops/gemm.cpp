@@ -280,6 +280,7 @@ struct GemmKernelArgs {
     long long m, n, k;
     long long lda, ldb, ldc, ldd;
     long long batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d;
+    long long batch;
     float alpha, beta;
 };
 
@@ -321,7 +322,7 @@ void Gemm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outp
                                 outputs[0].data(),
                                 p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd,
                                 p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d,
-                                p.alpha, p.beta};
+                                p.batch, p.alpha, p.beta};
     if (launch.kind == 0) {
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);

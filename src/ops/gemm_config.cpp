@@ -99,8 +99,8 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
         const int rows = c.block_m / c.consumers;  // each consumer warpgroup owns this many rows
         if (c.block_m % c.consumers != 0 || (rows != 64 && rows != 128))
             return fmt::format("block_m / consumers = {} / {} is not 64 or 128", c.block_m, c.consumers);
-        if (c.block_n % 16 != 0 || c.block_n < 16 || c.block_n > 256)
-            return fmt::format("block_n = {} is not a multiple of 16 in [16, 256]", c.block_n);
+        if (c.block_n != 64 && c.block_n != 128 && c.block_n != 256)
+            return fmt::format("block_n = {} is not 64, 128 or 256 (the wgmma widths instantiated)", c.block_n);
         if (c.block_k != 64) return fmt::format("block_k = {} is not 64 (one 128-byte swizzled row)", c.block_k);
         if (rows * c.block_n / 128 > 128)
             return fmt::format("a consumer's tile {} x {} needs more than 128 accumulators a thread", rows, c.block_n);
@@ -136,10 +136,8 @@ GemmConfig gemm_sm80_heuristic(const GemmShape& s, const DeviceInfo& device) {
     return best;
 }
 
-constexpr bool kSm90KernelReady = false;
-
 GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
-    if (device.sm() != 90 || !kSm90KernelReady) return gemm_sm80_heuristic(s, device);
+    if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
     GemmConfig c;
     c.kernel = kGemmSm90;
     c.block_k = 64;
@@ -183,17 +181,19 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
         c.block_m = t.bm, c.block_n = t.bn, c.block_k = t.bk, c.warps_m = t.wm, c.warps_n = t.wn, c.stages = t.stages;
         add(c);
     }
-    if (device.sm() == 90 && kSm90KernelReady) {
-        for (int bm : {64, 128, 256})
-            for (int consumers : {1, 2})
-                for (int bn : {64, 128, 192, 256})
-                    for (int stages : {3, 4, 5, 6}) {
-                        if (bm > std::max(64, max_m)) continue;
-                        GemmConfig c;
-                        c.kernel = kGemmSm90;
-                        c.block_m = bm, c.block_n = bn, c.block_k = 64, c.consumers = consumers, c.stages = stages;
-                        add(c);
-                    }
+    if (device.sm() == 90) {
+        // TMA kernel: block_m, consumers, block_n, stages (a stage of 128 x 256 is 48 KB).
+        const struct {
+            int bm, consumers, bn, stages;
+        } sm90[] = {{128, 2, 256, 3}, {128, 2, 256, 4}, {128, 2, 128, 4}, {128, 2, 128, 6}, {256, 2, 128, 3},
+                    {256, 2, 128, 4}, {128, 1, 128, 5}, {64, 1, 256, 4},  {64, 1, 128, 6},  {64, 1, 64, 8}};
+        for (const auto& t : sm90) {
+            if (t.bm > std::max(64, max_m)) continue;
+            GemmConfig c;
+            c.kernel = kGemmSm90;
+            c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.stages = t.stages;
+            add(c);
+        }
     }
     return space;
 }

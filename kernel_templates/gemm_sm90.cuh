@@ -1,0 +1,148 @@
+// GEMM for sm_90a (H100): D = act(alpha * A * B^T + beta * C + bias), A M x K and B N x K row-major
+// (both K-major, as TMA and wgmma want them without a transpose).
+//
+// Persistent, warp-specialized: a grid of at most one block per SM walks the output tiles (grouped
+// rasterization, batch entries one after another). In each block, warpgroup 0 is the producer:
+// one thread issues TMA loads of BM x 64 tiles of A and BN x 64 tiles of B into a ring of STAGES
+// shared buffers (128-byte swizzled), each guarded by a "full" mbarrier (TMA bytes landed) and an
+// "empty" one (every consumer warp is done with it). Warpgroups 1..CONSUMERS are consumers: each
+// owns BM / CONSUMERS rows of the tile and multiplies with wgmma (m64 x BN x k16) into fp32
+// registers, keeping one group of wgmmas in flight while releasing the previous buffer. The
+// producer gives up registers (setmaxnreg) so the consumers can hold their accumulators.
+// The epilogue (alpha, beta * C, bias, activation) stores from registers while the producer
+// already loads the next tile. TMA fills out-of-range rows and columns with zeros, so any
+// M, N, K >= 1 works; stores are guarded.
+//
+// Template parameters: T (__half, __nv_bfloat16), TOut, B_NT (must be true), BM x BN x BK (BK = 64:
+// one 128-byte swizzled row), STAGES, CONSUMERS (1 or 2), GROUP_M, HAS_C, BIAS, ACT.
+#pragma once
+
+#include "common/gemm_epilogue.cuh"
+#include "common/hopper.cuh"
+#include "common/types.cuh"
+
+namespace tileops {
+
+template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int GROUP_M,
+          bool HAS_C, bool BIAS, int ACT>
+__global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
+    gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, const GemmArgs p) {
+    static_assert(B_NT, "the TMA kernel takes B as N x K (K-major)");
+    static_assert(BK == 64, "a K step is one 128-byte swizzled row of 16-bit elements");
+    constexpr int kRows = BM / CONSUMERS;  // rows of the tile each consumer warpgroup owns
+    constexpr int kAtoms = kRows / 64;     // wgmma m64 atoms per consumer
+    static_assert(kRows % 64 == 0 && kAtoms >= 1 && kAtoms <= 2, "a consumer owns 64 or 128 rows");
+    constexpr int kTileA = BM * BK, kTileB = BN * BK;
+    constexpr unsigned kStageBytes = (kTileA + kTileB) * sizeof(T);
+
+    // The swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary (the host
+    // adds 1024 bytes of slack).
+    extern __shared__ __align__(1024) unsigned char gemm_shared[];
+    unsigned char* base = gemm_shared + ((1024 - (shared_address(gemm_shared) & 1023)) & 1023);
+    T* ring_a = reinterpret_cast<T*>(base);
+    T* ring_b = ring_a + STAGES * kTileA;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(ring_b + STAGES * kTileB);
+    unsigned long long* empty = full + STAGES;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(&full[s], 1);                 // the producer's arrive (plus the TMA bytes)
+            mbarrier_init(&empty[s], CONSUMERS * 4);    // one arrive per consumer warp
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    const int tiles_m = static_cast<int>((p.m + BM - 1) / BM);
+    const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
+    const long long tiles_per_batch = static_cast<long long>(tiles_m) * tiles_n;
+    const long long tiles = tiles_per_batch * p.batch;
+    const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
+    const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+
+    if (warpgroup == 0) {
+        warpgroup_registers_release<40>();
+        if (threadIdx.x == 0) {
+            tma_prefetch_descriptor(&map_a);
+            tma_prefetch_descriptor(&map_b);
+            int stage = 0;
+            unsigned phase = 0;
+            for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int batch = static_cast<int>(tile / tiles_per_batch);
+                int tile_m, tile_n;
+                grouped_tile<GROUP_M>(tile % tiles_per_batch, tiles_m, tiles_n, tile_m, tile_n);
+                for (int kt = 0; kt < k_tiles; ++kt) {
+                    mbarrier_wait(&empty[stage], phase ^ 1);
+                    mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
+                    tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
+                    tma_load_3d(ring_b + stage * kTileB, &map_b, &full[stage], kt * BK, tile_n * BN, batch);
+                    if (++stage == STAGES) stage = 0, phase ^= 1;
+                }
+            }
+        }
+        return;
+    }
+
+    warpgroup_registers_claim<232>();
+    const int consumer = warpgroup - 1;
+    const int t = static_cast<int>(threadIdx.x) % 128;
+    const bool warp_leader = t % 32 == 0;
+    float acc[kAtoms][BN / 2];
+    int stage = 0;
+    unsigned phase = 0;
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const long long batch = tile / tiles_per_batch;
+        int tile_m, tile_n;
+        grouped_tile<GROUP_M>(tile % tiles_per_batch, tiles_m, tiles_n, tile_m, tile_n);
+        int previous = -1;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            mbarrier_wait(&full[stage], phase);
+            const T* tile_a = ring_a + stage * kTileA + consumer * kRows * BK;
+            const unsigned long long desc_b = wgmma_descriptor_sw128(ring_b + stage * kTileB);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+                for (int atom = 0; atom < kAtoms; ++atom) {
+                    // 16 elements along K are 32 bytes: 2 in the descriptor's 16-byte address units.
+                    const unsigned long long desc_a = wgmma_descriptor_sw128(tile_a + atom * 64 * BK);
+                    wgmma_m64k16<T, BN>(acc[atom], desc_a + 2 * kk, desc_b + 2 * kk, kt > 0 || kk > 0 ? 1 : 0);
+                }
+            }
+            wgmma_commit();
+            // The group just issued may still run; the one before has finished: free its buffer.
+            wgmma_wait<1>();
+            if (previous >= 0 && warp_leader) mbarrier_arrive(&empty[previous]);
+            previous = stage;
+            if (++stage == STAGES) stage = 0, phase ^= 1;
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int atom = 0; atom < kAtoms; ++atom) wgmma_fence_registers(acc[atom]);
+        if (warp_leader) mbarrier_arrive(&empty[previous]);
+
+        TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
+        const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
+        const long long n0 = static_cast<long long>(tile_n) * BN;
+#pragma unroll
+        for (int atom = 0; atom < kAtoms; ++atom) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const long long row = static_cast<long long>(tile_m) * BM + consumer * kRows + atom * 64 + (t / 32) * 16 +
+                                      (t % 32) / 4 + half * 8;
+                if (row >= p.m) continue;
+                TOut* d_row = D + row * p.ldd;
+                const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const long long col = n0 + j * 8 + (t % 4) * 2;
+                    if (col < p.n)
+                        gemm_store_pair<T, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, acc[atom][4 * j + 2 * half],
+                                                                   acc[atom][4 * j + 2 * half + 1]);
+                }
+            }
+        }
+    }
+}
+
+}  // namespace tileops
