@@ -60,8 +60,11 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
 
+    // With two consumers the launch bound caps every thread at 168 registers: move the producer's
+    // to the consumers. With one, 256 threads may already use up to 255 each; nothing to move.
+    constexpr bool kReallocate = CONSUMERS == 2;
     if (warpgroup == 0) {
-        warpgroup_registers_release<40>();
+        if constexpr (kReallocate) warpgroup_registers_release<40>();
         if (threadIdx.x == 0) {
             tma_prefetch_descriptor(&map_a);
             tma_prefetch_descriptor(&map_b);
@@ -83,7 +86,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         return;
     }
 
-    warpgroup_registers_claim<232>();
+    if constexpr (kReallocate) warpgroup_registers_claim<232>();
     const int consumer = warpgroup - 1;
     const int t = static_cast<int>(threadIdx.x) % 128;
     const bool warp_leader = t % 32 == 0;
