@@ -1,5 +1,6 @@
-// GEMM for sm_90a (H100): D = act(alpha * A * B^T + beta * C + bias), A M x K and B N x K row-major
-// (both K-major, as TMA and wgmma want them without a transpose).
+// GEMM for sm_90a (H100): D = act(alpha * A * op(B) + beta * C + bias), A M x K row-major (K-major);
+// B N x K row-major (B_NT: K-major) or K x N row-major (N-major: loaded as boxes of 64 columns and
+// multiplied with wgmma's transposed-B form).
 //
 // Persistent, warp-specialized: a grid of at most one block per SM walks the output tiles (grouped
 // rasterization, batch entries one after another). In each block, warpgroup 0 is the producer:
@@ -13,7 +14,7 @@
 // already loads the next tile. TMA fills out-of-range rows and columns with zeros, so any
 // M, N, K >= 1 works; stores are guarded.
 //
-// Template parameters: T (__half, __nv_bfloat16), TOut, B_NT (must be true), BM x BN x BK (BK = 64:
+// Template parameters: T (__half, __nv_bfloat16), TOut, B_NT, BM x BN x BK (BK = 64:
 // one 128-byte swizzled row), STAGES, CONSUMERS (1 or 2), GROUP_M, HAS_C, BIAS, ACT.
 #pragma once
 
@@ -27,7 +28,7 @@ template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAG
           bool HAS_C, bool BIAS, int ACT>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, const GemmArgs p) {
-    static_assert(B_NT, "the TMA kernel takes B as N x K (K-major)");
+    static_assert(B_NT || BN % 64 == 0, "an N-major B tile is loaded in boxes of 64 columns");
     static_assert(BK == 64, "a K step is one 128-byte swizzled row of 16-bit elements");
     constexpr int kRows = BM / CONSUMERS;  // rows of the tile each consumer warpgroup owns
     constexpr int kAtoms = kRows / 64;     // wgmma m64 atoms per consumer
@@ -78,7 +79,15 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
                     tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
-                    tma_load_3d(ring_b + stage * kTileB, &map_b, &full[stage], kt * BK, tile_n * BN, batch);
+                    if constexpr (B_NT) {
+                        tma_load_3d(ring_b + stage * kTileB, &map_b, &full[stage], kt * BK, tile_n * BN, batch);
+                    } else {
+                        // BK rows of K, BN columns of N: BN / 64 boxes of 64 columns, one after another.
+#pragma unroll
+                        for (int box = 0; box < BN / 64; ++box)
+                            tma_load_3d(ring_b + stage * kTileB + box * 64 * BK, &map_b, &full[stage],
+                                        tile_n * BN + box * 64, kt * BK, batch);
+                    }
                     if (++stage == STAGES) stage = 0, phase ^= 1;
                 }
             }
@@ -101,15 +110,20 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         for (int kt = 0; kt < k_tiles; ++kt) {
             mbarrier_wait(&full[stage], phase);
             const T* tile_a = ring_a + stage * kTileA + consumer * kRows * BK;
-            const unsigned long long desc_b = wgmma_descriptor_sw128(ring_b + stage * kTileB);
+            const unsigned long long desc_b =
+                B_NT ? wgmma_descriptor_sw128(ring_b + stage * kTileB)
+                     : wgmma_descriptor_sw128_mn(ring_b + stage * kTileB, 64 * BK * sizeof(T));
+            // A K step of 16 is 32 bytes along a K-major row, or 16 rows of 128 bytes of an N-major
+            // tile (in the descriptor's 16-byte address units).
+            constexpr unsigned kStepB = B_NT ? 2 : 128;
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BK / 16; ++kk) {
 #pragma unroll
                 for (int atom = 0; atom < kAtoms; ++atom) {
-                    // 16 elements along K are 32 bytes: 2 in the descriptor's 16-byte address units.
                     const unsigned long long desc_a = wgmma_descriptor_sw128(tile_a + atom * 64 * BK);
-                    wgmma_m64k16<T, BN>(acc[atom], desc_a + 2 * kk, desc_b + 2 * kk, kt > 0 || kk > 0 ? 1 : 0);
+                    wgmma_m64k16<T, BN, B_NT ? 0 : 1>(acc[atom], desc_a + 2 * kk, desc_b + kStepB * kk,
+                                                      kt > 0 || kk > 0 ? 1 : 0);
                 }
             }
             wgmma_commit();

@@ -90,9 +90,19 @@ __device__ __forceinline__ void warpgroup_registers_claim() {
 __device__ __forceinline__ unsigned long long wgmma_descriptor_sw128(const void* tile) {
     const unsigned long long address = shared_address(tile);
     return ((address & 0x3FFFF) >> 4)        // start address
-           | (1ull << 16)                    // leading byte offset (unused with swizzling)
+           | (1ull << 16)                    // leading byte offset (unused for K-major with swizzling)
            | ((1024ull >> 4) << 32)          // stride byte offset: between 8-row groups
            | (1ull << 62);                   // layout: 128-byte swizzle
+}
+
+// Descriptor of an MN-major tile (rows along K, 64 elements of N or M per 128-byte row) written by
+// TMA with 128-byte swizzling as boxes of 64 columns, `box_bytes` apart: the leading byte offset
+// steps from one 64-column box to the next along N, the stride byte offset from one 8-row group
+// along K to the next. Moving along K is adding 16 * rows bytes.
+__device__ __forceinline__ unsigned long long wgmma_descriptor_sw128_mn(const void* tile, unsigned box_bytes) {
+    const unsigned long long address = shared_address(tile);
+    return ((address & 0x3FFFF) >> 4) | (static_cast<unsigned long long>(box_bytes >> 4) << 16) |
+           ((1024ull >> 4) << 32) | (1ull << 62);
 }
 
 // Orders register accesses to the accumulators before the wgmmas that follow.
@@ -111,32 +121,51 @@ __device__ __forceinline__ void wgmma_fence_registers(float (&d)[COUNT]) {
     for (int i = 0; i < COUNT; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// d (64 x N, fp32, in the warpgroup's registers) = A (64 x 16) * B (16 x N) + (scale_d ? d : 0),
-// both operands K-major in shared memory. Thread t of the warpgroup holds rows 16 * (t / 32) +
-// (t % 32) / 4 and that + 8, columns 8 j + 2 (t % 4) and the next: d[4 j + 0, 1] and d[4 j + 2, 3].
-template <typename T, int N>
-__device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b,
-                                             int scale_d);
+// d (64 x N, fp32, in the warpgroup's registers) = A (64 x 16) * B (16 x N) + (scale_d ? d : 0).
+// A is K-major in shared memory; B is K-major (TRANS_B = 0) or N-major (TRANS_B = 1). Thread t of
+// the warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 and that + 8, columns 8 j + 2 (t % 4) and
+// the next: d[4 j + 0, 1] and d[4 j + 2, 3]. (A struct, so TRANS_B can stay a template parameter of
+// a partial specialization per type and width.)
+template <typename T, int N, int TRANS_B>
+struct Wgmma;
 
-template <>
-__device__ __forceinline__ void wgmma_m64k16<__nv_bfloat16, 64>(float (&d)[32], unsigned long long desc_a,
-                                                        unsigned long long desc_b, int scale_d) {
+template <int TRANS_B>
+struct Wgmma<__nv_bfloat16, 32, TRANS_B> {
+    static __device__ __forceinline__ void run(float (&d)[16], unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, 0, %19;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    }
+};
+
+template <int TRANS_B>
+struct Wgmma<__nv_bfloat16, 64, TRANS_B> {
+    static __device__ __forceinline__ void run(float (&d)[32], unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    }
+};
 
-template <>
-__device__ __forceinline__ void wgmma_m64k16<__nv_bfloat16, 128>(float (&d)[64], unsigned long long desc_a,
-                                                        unsigned long long desc_b, int scale_d) {
+template <int TRANS_B>
+struct Wgmma<__nv_bfloat16, 128, TRANS_B> {
+    static __device__ __forceinline__ void run(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -144,7 +173,7 @@ __device__ __forceinline__ void wgmma_m64k16<__nv_bfloat16, 128>(float (&d)[64],
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -153,12 +182,14 @@ __device__ __forceinline__ void wgmma_m64k16<__nv_bfloat16, 128>(float (&d)[64],
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    }
+};
 
-template <>
-__device__ __forceinline__ void wgmma_m64k16<__nv_bfloat16, 256>(float (&d)[128], unsigned long long desc_a,
-                                                        unsigned long long desc_b, int scale_d) {
+template <int TRANS_B>
+struct Wgmma<__nv_bfloat16, 256, TRANS_B> {
+    static __device__ __forceinline__ void run(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
@@ -170,7 +201,7 @@ __device__ __forceinline__ void wgmma_m64k16<__nv_bfloat16, 256>(float (&d)[128]
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -187,28 +218,47 @@ __device__ __forceinline__ void wgmma_m64k16<__nv_bfloat16, 256>(float (&d)[128]
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    }
+};
 
-template <>
-__device__ __forceinline__ void wgmma_m64k16<__half, 64>(float (&d)[32], unsigned long long desc_a,
-                                                        unsigned long long desc_b, int scale_d) {
+template <int TRANS_B>
+struct Wgmma<__half, 32, TRANS_B> {
+    static __device__ __forceinline__ void run(float (&d)[16], unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1, 0, %19;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    }
+};
+
+template <int TRANS_B>
+struct Wgmma<__half, 64, TRANS_B> {
+    static __device__ __forceinline__ void run(float (&d)[32], unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "}, %32, %33, p, 1, 1, 0, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    }
+};
 
-template <>
-__device__ __forceinline__ void wgmma_m64k16<__half, 128>(float (&d)[64], unsigned long long desc_a,
-                                                        unsigned long long desc_b, int scale_d) {
+template <int TRANS_B>
+struct Wgmma<__half, 128, TRANS_B> {
+    static __device__ __forceinline__ void run(float (&d)[64], unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
@@ -216,7 +266,7 @@ __device__ __forceinline__ void wgmma_m64k16<__half, 128>(float (&d)[64], unsign
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -225,12 +275,14 @@ __device__ __forceinline__ void wgmma_m64k16<__half, 128>(float (&d)[64], unsign
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
-}
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    }
+};
 
-template <>
-__device__ __forceinline__ void wgmma_m64k16<__half, 256>(float (&d)[128], unsigned long long desc_a,
-                                                        unsigned long long desc_b, int scale_d) {
+template <int TRANS_B>
+struct Wgmma<__half, 256, TRANS_B> {
+    static __device__ __forceinline__ void run(float (&d)[128], unsigned long long desc_a, unsigned long long desc_b,
+                                               int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
@@ -242,7 +294,7 @@ __device__ __forceinline__ void wgmma_m64k16<__half, 256>(float (&d)[128], unsig
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -259,6 +311,14 @@ __device__ __forceinline__ void wgmma_m64k16<__half, 256>(float (&d)[128], unsig
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+    }
+};
+
+template <typename T, int N, int TRANS_B = 0>
+__device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], unsigned long long desc_a, unsigned long long desc_b,
+                                             int scale_d) {
+    Wgmma<T, N, TRANS_B>::run(d, desc_a, desc_b, scale_d);
 }
+
 }  // namespace tileops

@@ -208,7 +208,6 @@ private:
     // Why the TMA kernel cannot take this problem at all (it is checked per config).
     std::optional<std::string> sm90_refusal(const GemmConfig& c) const {
         if (c.kernel != kGemmSm90) return std::nullopt;
-        if (!nt(p_)) return "kernel 1 (TMA) supports layout nt only";
         if (shape_vec_ < 8) return "kernel 1 (TMA) needs leading dimensions and batch strides that are multiples of 16 bytes";
         return std::nullopt;
     }
@@ -328,10 +327,12 @@ void Gemm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outp
         detail::launch(launch, params, stream, *this);
         return;
     }
-    // The TMA kernel: A is loaded block_m rows at a time, B (N x K) block_n rows at a time.
+    // The TMA kernel: A is loaded block_m rows at a time, B block_n rows (N x K) or 64 rows of K (K x N).
     const unsigned block_m = launch.kind >> 16, block_n = launch.kind & 0xffff;
     alignas(64) CUtensorMap map_a = detail::tensor_map(args.a, p.dtype, p.m, p.k, p.lda, p.batch, p.batch_stride_a, block_m);
-    alignas(64) CUtensorMap map_b = detail::tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.batch, p.batch_stride_b, block_n);
+    alignas(64) CUtensorMap map_b =
+        detail::nt(p) ? detail::tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.batch, p.batch_stride_b, block_n)
+                      : detail::tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.batch, p.batch_stride_b, 64);
     void* params[] = {&map_a, &map_b, &args};
     detail::launch(launch, params, stream, *this);
 }
