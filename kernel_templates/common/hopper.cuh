@@ -33,6 +33,45 @@ __device__ __forceinline__ void mbarrier_arrive(unsigned long long* bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
 
+// Arrives on the barrier at the same shared-memory offset in the cluster's block `rank`.
+__device__ __forceinline__ void mbarrier_arrive_cluster(unsigned long long* bar, unsigned rank) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(shared_address(bar)),
+        "r"(rank)
+        : "memory");
+}
+
+// Like mbarrier_wait, also ordering what other blocks of the cluster did before arriving.
+__device__ __forceinline__ void mbarrier_wait_cluster(unsigned long long* bar, unsigned phase) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n"
+        "}\n" ::"r"(shared_address(bar)),
+        "r"(phase)
+        : "memory");
+}
+
+// --- clusters ---
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every block of the cluster arrives, then waits for all (shared memory and
+// barriers of the other blocks are safe to use after it, and stay alive until it).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
 // Waits until the barrier's phase of parity `phase` has completed. A fresh barrier counts as having
 // completed the phase before its first, so waiting for parity 1 on it returns at once.
 __device__ __forceinline__ void mbarrier_wait(unsigned long long* bar, unsigned phase) {
@@ -67,6 +106,17 @@ __device__ __forceinline__ void tma_load_3d(void* shared, const TensorMap* map, 
         "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::
             "r"(shared_address(shared)),
         "l"(reinterpret_cast<unsigned long long>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
+// The same, written to the same shared-memory offset of every block of the cluster in `mask`,
+// completing bytes on each one's barrier at the offset of `bar`.
+__device__ __forceinline__ void tma_load_3d_multicast(void* shared, const TensorMap* map, unsigned long long* bar, int c0,
+                                                      int c1, int c2, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+        "%4, %5}], [%2], %6;\n" ::"r"(shared_address(shared)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(mask)
         : "memory");
 }
 

@@ -32,6 +32,8 @@ namespace detail {
 namespace {
 
 constexpr int64_t kMaxBatch = 65535;  // gridDim.z of the sm_80 kernel
+// LaunchPlan::kind flag of the TMA kernel run in block pairs (each block loads half of a B tile).
+constexpr unsigned kPairedKind = 1u << 15;
 
 bool nt(const GemmProblem& p) { return p.layout == GemmLayout::nt; }
 int64_t b_rows(const GemmProblem& p) { return nt(p) ? p.n : p.k; }
@@ -171,11 +173,16 @@ public:
                                                  activation_index(p_.epilogue));
         if (c.kernel == kGemmSm90) {
             plan.template_file = "gemm_sm90.cuh";
-            plan.name_expression = fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", types,
-                                               c.block_m, c.block_n, c.block_k, c.stages, c.consumers, c.group_m, epilogue);
-            // Persistent: one block per SM at most, each walking tiles.
-            plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(gemm_tiles(c, shape_), device.sm_count));
-            plan.kind = static_cast<unsigned>(c.block_m) << 16 | static_cast<unsigned>(c.block_n);
+            plan.name_expression =
+                fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>", types, c.block_m, c.block_n,
+                            c.block_k, c.stages, c.consumers, c.cluster, c.group_m, epilogue);
+            // Persistent: one block per SM at most, each (pair) walking units of `cluster` tiles.
+            const int64_t units = (p_.m + c.block_m * c.cluster - 1) / (c.block_m * c.cluster) *
+                                  ((p_.n + c.block_n - 1) / c.block_n) * p_.batch;
+            plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(units, device.sm_count / c.cluster) * c.cluster);
+            plan.cluster = static_cast<unsigned>(c.cluster);
+            plan.kind = static_cast<unsigned>(c.block_m) << 16 | static_cast<unsigned>(c.block_n) |
+                        (c.cluster == 2 ? kPairedKind : 0u);
         } else {
             plan.template_file = "gemm_sm80.cuh";
             plan.name_expression =
@@ -328,10 +335,11 @@ void Gemm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outp
         return;
     }
     // The TMA kernel: A is loaded block_m rows at a time, B block_n rows (N x K) or 64 rows of K (K x N).
-    const unsigned block_m = launch.kind >> 16, block_n = launch.kind & 0xffff;
+    const unsigned block_m = launch.kind >> 16, block_n = launch.kind & 0x7fff;
+    const unsigned b_rows = (launch.kind & detail::kPairedKind) ? block_n / 2 : block_n;  // pairs load half each
     alignas(64) CUtensorMap map_a = detail::tensor_map(args.a, p.dtype, p.m, p.k, p.lda, p.batch, p.batch_stride_a, block_m);
     alignas(64) CUtensorMap map_b =
-        detail::nt(p) ? detail::tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.batch, p.batch_stride_b, block_n)
+        detail::nt(p) ? detail::tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.batch, p.batch_stride_b, b_rows)
                       : detail::tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.batch, p.batch_stride_b, 64);
     void* params[] = {&map_a, &map_b, &args};
     detail::launch(launch, params, stream, *this);

@@ -37,6 +37,7 @@ GemmConfig GemmConfig::from(const Config& config) {
     c.vec = static_cast<int>(config_value(config, "vec", op));
     if (c.kernel == kGemmSm90) {
         c.consumers = static_cast<int>(config_value(config, "consumers", op));
+        c.cluster = static_cast<int>(config_value(config, "cluster", op));
     } else {
         c.warps_m = static_cast<int>(config_value(config, "warps_m", op));
         c.warps_n = static_cast<int>(config_value(config, "warps_n", op));
@@ -49,6 +50,7 @@ Config GemmConfig::to_config() const {
              {"stages", stages}, {"group_m", group_m}, {"vec", vec}};
     if (kernel == kGemmSm90) {
         c["consumers"] = consumers;
+        c["cluster"] = cluster;
     } else {
         c["warps_m"] = warps_m;
         c["warps_n"] = warps_n;
@@ -101,6 +103,9 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
             return fmt::format("block_m / consumers = {} / {} is not 64 or 128", c.block_m, c.consumers);
         if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128 && c.block_n != 256)
             return fmt::format("block_n = {} is not 32, 64, 128 or 256 (the wgmma widths instantiated)", c.block_n);
+        if (c.cluster != 1 && c.cluster != 2) return fmt::format("cluster = {} is not 1 or 2", c.cluster);
+        if (c.cluster == 2 && !s.b_nt && c.block_n % 128 != 0)
+            return fmt::format("cluster = 2 with layout nn needs block_n a multiple of 128, got {}", c.block_n);
         if (!s.b_nt && c.block_n % 64 != 0)
             return fmt::format("block_n = {} with layout nn: B is loaded in boxes of 64 columns", c.block_n);
         if (c.block_k != 64) return fmt::format("block_k = {} is not 64 (one 128-byte swizzled row)", c.block_k);
@@ -162,6 +167,8 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         if (gemm_invalid_reason(c, s, device)) continue;
         const double waves = static_cast<double>((gemm_tiles(c, s) + device.sm_count - 1) / device.sm_count);
         const double time = waves * t.bm * t.bn / t.efficiency;
+        // Pairs of blocks share B tiles (half the L2 traffic for B) where there are rows of tiles to pair.
+        if (t.bm == 128 && s.m >= 2 * t.bm && (s.b_nt || t.bn % 128 == 0)) c.cluster = 2;
         if (best_time == 0 || time < best_time) best = c, best_time = time;
     }
     return best_time == 0 ? gemm_sm80_heuristic(s, device) : best;
@@ -206,6 +213,10 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
             c.kernel = kGemmSm90;
             c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.stages = t.stages;
             add(c);
+            if (t.bm >= 128 && s.m >= 2 * t.bm) {
+                c.cluster = 2;
+                add(c);
+            }
         }
     }
     return space;

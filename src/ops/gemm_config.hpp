@@ -4,7 +4,8 @@
 //   kernel 0 (gemm_sm80.cuh, any sm_80+): block_m, block_n, block_k, warps_m, warps_n, stages,
 //            group_m, vec
 //   kernel 1 (gemm_sm90.cuh, sm_90 only): block_m, block_n, block_k, stages, consumers (warpgroups
-//            doing the MMAs; one more warpgroup loads with TMA), group_m, vec (always 8)
+//            doing the MMAs; one more warpgroup loads with TMA), cluster (1, or 2: block pairs
+//            sharing B tiles through TMA multicast), group_m, vec (always 8)
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@ struct GemmConfig {
     int block_m = 128, block_n = 128, block_k = 32;
     int warps_m = 2, warps_n = 2;  // kernel 0
     int consumers = 2;             // kernel 1
+    int cluster = 1;               // kernel 1
     int stages = 4;
     int group_m = 8;
     int vec = 8;
