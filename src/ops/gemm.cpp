@@ -1,5 +1,5 @@
 // GEMM: problem checks, tuning key and kernel choice (GemmModel), operand checks and the launch.
-// Kernels: kernel_templates/gemm_sm80.cuh (any sm_80+) and gemm_sm90.cuh (sm_90: TMA + wgmma).
+// Kernels: kernel_templates/gemm.cuh: gemm_sm80.cuh (any sm_80+) and gemm_sm90.cuh (sm_90: TMA + wgmma).
 // Configs: ops/gemm_config.cpp.
 #include "tileops/gemm.hpp"
 
@@ -115,7 +115,7 @@ public:
                                                 p.batch > 1 ? p.batch_stride_b : 0})) {}
 
     std::string op_name() const override { return "gemm"; }
-    std::string template_file() const override { return "gemm_sm80.cuh"; }
+    std::string template_file() const override { return "gemm.cuh"; }
     std::vector<long long> shape() const override {
         if (p_.batch > 1) return {p_.batch, p_.m, p_.n, p_.k};
         return {p_.m, p_.n, p_.k};
@@ -172,7 +172,7 @@ public:
         const std::string epilogue = fmt::format("{}, {}, {}", p_.has_c ? "true" : "false", p_.bias ? "true" : "false",
                                                  activation_index(p_.epilogue));
         if (c.kernel == kGemmSm90) {
-            plan.template_file = "gemm_sm90.cuh";
+            plan.template_file = template_file();
             plan.name_expression =
                 fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>", types, c.block_m, c.block_n,
                             c.block_k, c.stages, c.consumers, c.cluster, c.group_m, epilogue);
@@ -184,7 +184,7 @@ public:
             plan.kind = static_cast<unsigned>(c.block_m) << 16 | static_cast<unsigned>(c.block_n) |
                         (c.cluster == 2 ? kPairedKind : 0u);
         } else {
-            plan.template_file = "gemm_sm80.cuh";
+            plan.template_file = template_file();
             plan.name_expression =
                 fmt::format("tileops::gemm_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", types, c.block_m, c.block_n,
                             c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m, vec, epilogue);
