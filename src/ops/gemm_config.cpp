@@ -146,13 +146,14 @@ GemmConfig gemm_sm80_heuristic(const GemmShape& s, const DeviceInfo& device) {
 GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
     // The TMA kernel's tiles, with a rough relative efficiency per output element (bigger tiles
-    // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s). The
+    // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s; 64 x 32
+    // tiles were slower than 64 x 64 ones even at M = 1, where they give twice the blocks). The
     // modelled time is waves x tile area / efficiency; the smallest wins.
     const struct {
         int bm, consumers, bn;
         double efficiency;
     } tiles[] = {{128, 2, 256, 1.0}, {128, 2, 128, 0.9}, {64, 1, 256, 0.85},
-                 {64, 1, 128, 0.75}, {64, 1, 64, 0.55},  {64, 1, 32, 0.35}};
+                 {64, 1, 128, 0.75}, {64, 1, 64, 0.55},  {64, 1, 32, 0.2}};
     const int max_m = std::max(64, useful_block_m(s.m));
     GemmConfig best;
     double best_time = 0;
@@ -167,8 +168,8 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         if (gemm_invalid_reason(c, s, device)) continue;
         const double waves = static_cast<double>((gemm_tiles(c, s) + device.sm_count - 1) / device.sm_count);
         const double time = waves * t.bm * t.bn / t.efficiency;
-        // Pairs of blocks share B tiles (half the L2 traffic for B) where there are rows of tiles to pair.
-        if (t.bm == 128 && s.m >= 2 * t.bm && (s.b_nt || t.bn % 128 == 0)) c.cluster = 2;
+        // Block pairs (cluster = 2) stay out of the default: they are correct but ran at half the
+        // speed of single blocks on H100 (bench/README.md); the tuner may still pick them.
         if (best_time == 0 || time < best_time) best = c, best_time = time;
     }
     return best_time == 0 ? gemm_sm80_heuristic(s, device) : best;
