@@ -29,7 +29,6 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
         return p;
     };
     ops.push_back(std::make_unique<Gemm>(gemm(4096, 4096, 4096, DType::bf16, GemmLayout::nn)));
-    ops.push_back(std::make_unique<Gemm>(gemm(4096, 4096, 4096, DType::bf16, GemmLayout::nt)));
     ops.push_back(std::make_unique<Gemm>(gemm(1, 4096, 4096, DType::fp16, GemmLayout::nt)));
     ops.push_back(std::make_unique<Gemm>(gemm(1000, 127, 129, DType::fp16, GemmLayout::nn)));
     GemmProblem fused = gemm(512, 1024, 256, DType::bf16, GemmLayout::nt);
@@ -39,6 +38,7 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
     GemmProblem batched = gemm(256, 256, 64, DType::bf16, GemmLayout::nn);
     batched.batch = 8, batched.epilogue = GemmEpilogue::silu;
     ops.push_back(std::make_unique<Gemm>(batched));
+    // (NT at 4096^3 is the first problem of the GEMM search-space compile test.)
     return ops;
 }
 
