@@ -8,6 +8,8 @@
 #   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json
 #   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
 #   decode  bench_decode_attention and torch SDPA on the same problems, merged into a table
+#   gemm_tests  the [gpu][gemm] tests only
+#   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -45,6 +47,13 @@ for step in "$@"; do
       PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_decode_peers.py --json "$OUT/torch_decode.json" \
         > "$OUT/torch_decode.log" 2>&1 || status=1
       python3 bench/compare_decode_attention.py "$OUT/decode.json" "$OUT/torch_decode.json" | tee "$OUT/decode.md" ;;
+    gemm_tests)
+      timeout 300 ./build-gpu/tests/tileops_tests "[gpu][gemm]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gemm_tests.log"
+      grep -E 'failed|FAILED|SIG|error' "$OUT/gemm_tests.log" | head -30; tail -2 "$OUT/gemm_tests.log" ;;
+    gemm|gemm_quick)
+      extra=""; [ "$step" = gemm_quick ] && extra="--quick"
+      timeout ${GEMM_TIMEOUT:-400} ./build-gpu/bench/bench_gemm $extra --json "$OUT/gemm.json" > "$OUT/gemm.log" 2>&1 || status=1
+      cat "$OUT/gemm.log" ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done

@@ -5,6 +5,7 @@
 #include "tileops/device_info.hpp"
 #include "tileops/elementwise.hpp"
 #include "tileops/error.hpp"
+#include "tileops/gemm.hpp"
 #include "tileops/layernorm.hpp"
 #include "tileops/op.hpp"
 #include "tileops/rmsnorm.hpp"

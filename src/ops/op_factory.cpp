@@ -37,7 +37,7 @@ DTypes parse_dtypes(const std::string& text) {
 
 const std::vector<std::string>& known_ops() {
     static const std::vector<std::string> ops = {"rmsnorm", "layernorm", "softmax", "log_softmax", "gelu",
-                                                 "gelu_tanh", "silu", "silu_mul", "add", "mul", "decode_attention"};
+                                                 "gelu_tanh", "silu", "silu_mul", "add", "mul", "decode_attention", "gemm"};
     return ops;
 }
 
@@ -58,6 +58,34 @@ std::vector<long long> parse_shape(const std::string& text) {
     if (shape.empty()) throw InvalidArgument(fmt::format("tileops: shape '{}' is empty", text));
     return shape;
 }
+
+namespace {
+
+// gemm: shape MxNxK or BxMxNxK; flags nt (B is N x K), beta (C is read, beta = 1), bias, gelu or silu.
+std::unique_ptr<Op> make_gemm(const ProblemSpec& spec) {
+    if (spec.shape.size() != 3 && spec.shape.size() != 4)
+        throw InvalidArgument(fmt::format("tileops: gemm needs a shape MxNxK or BxMxNxK, got {} dimension(s)", spec.shape.size()));
+    const DTypes dtypes = parse_dtypes(spec.dtype);
+    const size_t first = spec.shape.size() - 3;
+    GemmProblem problem;
+    problem.batch = first == 1 ? spec.shape[0] : 1;
+    problem.m = spec.shape[first];
+    problem.n = spec.shape[first + 1];
+    problem.k = spec.shape[first + 2];
+    problem.dtype = dtypes.in;
+    problem.out_dtype = dtypes.out;
+    for (const std::string& flag : split(spec.flags, ',')) {
+        if (flag == "nt") problem.layout = GemmLayout::nt;
+        else if (flag == "beta") problem.has_c = true, problem.beta = 1.0f;
+        else if (flag == "bias") problem.bias = true;
+        else if (flag == "gelu" && problem.epilogue == GemmEpilogue::none) problem.epilogue = GemmEpilogue::gelu;
+        else if (flag == "silu" && problem.epilogue == GemmEpilogue::none) problem.epilogue = GemmEpilogue::silu;
+        else throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to gemm (nt, beta, bias, gelu or silu; one activation)", flag));
+    }
+    return std::make_unique<Gemm>(problem);
+}
+
+}  // namespace
 
 // decode_attention: shape batch x heads x kv_heads x head_dim x q_len x max_kv_len; flag pageN
 // for a paged KV cache of N-token pages (a page pool of exactly batch x pages per sequence).
@@ -95,6 +123,7 @@ std::unique_ptr<Op> make_op(const ProblemSpec& spec) {
     if (std::find(known_ops().begin(), known_ops().end(), spec.op) == known_ops().end())
         throw InvalidArgument(fmt::format("tileops: unknown op '{}' (known: {})", spec.op, fmt::join(known_ops(), ", ")));
     if (spec.op == "decode_attention") return make_decode_attention(spec);
+    if (spec.op == "gemm") return make_gemm(spec);
     if (spec.shape.size() != 2)
         throw InvalidArgument(fmt::format("tileops: {} needs a shape rows x cols, got {} dimension(s)", spec.op,
                                           spec.shape.size()));

@@ -21,6 +21,9 @@ struct LaunchPlan {
     unsigned block[3] = {1, 1, 1};
     unsigned cluster = 1;          // CTAs per cluster along x (sm_90+)
     unsigned shared_bytes = 0;     // dynamic shared memory
+    // Op-specific data launch_with() needs beside the function and geometry (GEMM: 0 for the sm_80
+    // kernel; for the TMA kernel, its tile block_m << 16 | block_n, the boxes of its tensor maps).
+    unsigned kind = 0;
 };
 
 // How tools fill an input operand: random values in [-2, 2] (never all zeros), or, for int32

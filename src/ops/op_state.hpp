@@ -31,6 +31,7 @@ struct ResolvedLaunch {
     // same op object on different streams must not overlap (as with a cuBLAS handle's workspace).
     std::shared_ptr<runtime::DeviceBuffer> workspace;
     void* workspace_data() const noexcept { return workspace ? workspace->data() : nullptr; }
+    unsigned kind = 0;  // LaunchPlan::kind
 };
 
 // Vector widths 1, 2, 4, 8, 16 elements map to slots 0..4.

@@ -39,6 +39,7 @@ namespace tileops::runtime {
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, CUDA_VERSION)           \
     X(cuLaunchKernel, CUDA_VERSION)               \
     X(cuLaunchKernelEx, CUDA_VERSION)             \
+    X(cuTensorMapEncodeTiled, CUDA_VERSION)       \
     X(cuMemAlloc, CUDA_VERSION)                   \
     X(cuMemFree, CUDA_VERSION)                    \
     X(cuMemcpyHtoD, CUDA_VERSION)                 \

@@ -131,6 +131,7 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
         // The caller's stream may not synchronize with the legacy stream the memset ran on.
         TILEOPS_CU_CHECK(runtime::driver().cuCtxSynchronize());
     }
+    launch.kind = plan.kind;
     if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(launch.function,
                                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));

@@ -41,6 +41,25 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
                     }
                     ops.push_back(std::make_unique<DecodeAttention>(p));
                 }
+    // GEMM (each kernel takes seconds to compile, so few problems; the whole GEMM search space has
+    // its own compile test): both layouts, tiny and large M, a ragged shape (narrow copies), every
+    // epilogue option, fp32 output, a batch.
+    auto gemm = [&](int64_t m, int64_t n, int64_t k, DType dtype, GemmLayout layout) {
+        GemmProblem p;
+        p.m = m, p.n = n, p.k = k, p.dtype = dtype, p.layout = layout;
+        return p;
+    };
+    ops.push_back(std::make_unique<Gemm>(gemm(4096, 4096, 4096, DType::bf16, GemmLayout::nn)));
+    ops.push_back(std::make_unique<Gemm>(gemm(1, 4096, 4096, DType::fp16, GemmLayout::nt)));
+    ops.push_back(std::make_unique<Gemm>(gemm(1000, 127, 129, DType::fp16, GemmLayout::nn)));
+    GemmProblem fused = gemm(512, 1024, 256, DType::bf16, GemmLayout::nt);
+    fused.out_dtype = DType::fp32, fused.has_c = true, fused.beta = 0.5f, fused.bias = true;
+    fused.epilogue = GemmEpilogue::gelu;
+    ops.push_back(std::make_unique<Gemm>(fused));
+    GemmProblem batched = gemm(256, 256, 64, DType::bf16, GemmLayout::nn);
+    batched.batch = 8, batched.epilogue = GemmEpilogue::silu;
+    ops.push_back(std::make_unique<Gemm>(batched));
+    // (NT at 4096^3 is the first problem of the GEMM search-space compile test.)
     return ops;
 }
 

@@ -1,0 +1,222 @@
+// GEMM for sm_90a (H100): D = act(alpha * A * op(B) + beta * C + bias), A M x K row-major (K-major);
+// B N x K row-major (B_NT: K-major) or K x N row-major (N-major: loaded as boxes of 64 columns and
+// multiplied with wgmma's transposed-B form).
+//
+// Persistent, warp-specialized: a grid of at most one block per SM walks the output tiles (grouped
+// rasterization, batch entries one after another). In each block, warpgroup 0 is the producer:
+// one thread issues TMA loads of BM x 64 tiles of A and BN x 64 tiles of B into a ring of STAGES
+// shared buffers (128-byte swizzled), each guarded by a "full" mbarrier (TMA bytes landed) and an
+// "empty" one (every consumer warp is done with it). Warpgroups 1..CONSUMERS are consumers: each
+// owns BM / CONSUMERS rows of the tile and multiplies with wgmma (m64 x BN x k16) into fp32
+// registers, keeping one group of wgmmas in flight while releasing the previous buffer. The
+// producer gives up registers (setmaxnreg) so the consumers can hold their accumulators.
+// The epilogue (alpha, beta * C, bias, activation) stores from registers while the producer
+// already loads the next tile.
+//
+// CLUSTER_M = 2 runs the blocks in pairs (a cluster) on vertically adjacent tiles that share their
+// B tile: each block loads half of B and multicasts it into both, halving B's L2 traffic. Then a
+// stage is free only when the consumers of both blocks are done with it (they arrive on both
+// blocks' "empty" barriers). TMA fills out-of-range rows and columns with zeros, so any
+// M, N, K >= 1 works; stores are guarded.
+//
+// Template parameters: T (__half, __nv_bfloat16), TOut, B_NT, BM x BN x BK (BK = 64:
+// one 128-byte swizzled row), STAGES, CONSUMERS (1 or 2), CLUSTER_M (1 or 2), GROUP_M, HAS_C, BIAS, ACT.
+#pragma once
+
+#include "common/gemm_epilogue.cuh"
+#include "common/hopper.cuh"
+#include "common/types.cuh"
+
+namespace tileops {
+
+// The consumer warpgroups' part: waits for stages, multiplies, frees stages, stores tiles.
+template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int CLUSTER_M,
+          int GROUP_M, bool HAS_C, bool BIAS, int ACT>
+__device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const T* ring_a, const T* ring_b,
+                                                  unsigned long long* full, unsigned long long* empty, int consumer,
+                                                  unsigned rank, long long first_unit, long long unit_stride,
+                                                  long long tiles, long long tiles_per_batch, int units_m, int tiles_n,
+                                                  int k_tiles) {
+    constexpr int kRows = BM / CONSUMERS;
+    constexpr int kAtoms = kRows / 64;
+    constexpr int kTileA = BM * BK, kTileB = BN * BK;
+    // Frees a stage: in this block and, in a pair, in the partner (whose producer writes here too).
+    auto release = [&](int s) {
+        if constexpr (CLUSTER_M == 2) {
+            mbarrier_arrive_cluster(&empty[s], 0);
+            mbarrier_arrive_cluster(&empty[s], 1);
+        } else {
+            mbarrier_arrive(&empty[s]);
+        }
+    };
+    const int t = static_cast<int>(threadIdx.x) % 128;
+    const bool warp_leader = t % 32 == 0;
+    float acc[kAtoms][BN / 2];
+    int stage = 0;
+    unsigned phase = 0;
+    for (long long tile = first_unit; tile < tiles; tile += unit_stride) {
+        const long long batch = tile / tiles_per_batch;
+        int unit_m, tile_n;
+        grouped_tile<(GROUP_M + CLUSTER_M - 1) / CLUSTER_M>(tile % tiles_per_batch, units_m, tiles_n, unit_m, tile_n);
+        const int tile_m = unit_m * CLUSTER_M + static_cast<int>(rank);
+        int previous = -1;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            mbarrier_wait(&full[stage], phase);
+            const T* tile_a = ring_a + stage * kTileA + consumer * kRows * BK;
+            const unsigned long long desc_b =
+                B_NT ? wgmma_descriptor_sw128(ring_b + stage * kTileB)
+                     : wgmma_descriptor_sw128_mn(ring_b + stage * kTileB, 64 * BK * sizeof(T));
+            // A K step of 16 is 32 bytes along a K-major row, or 16 rows of 128 bytes of an N-major
+            // tile (in the descriptor's 16-byte address units).
+            constexpr unsigned kStepB = B_NT ? 2 : 128;
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < BK / 16; ++kk) {
+#pragma unroll
+                for (int atom = 0; atom < kAtoms; ++atom) {
+                    const unsigned long long desc_a = wgmma_descriptor_sw128(tile_a + atom * 64 * BK);
+                    wgmma_m64k16<T, BN, B_NT ? 0 : 1>(acc[atom], desc_a + 2 * kk, desc_b + kStepB * kk,
+                                                      kt > 0 || kk > 0 ? 1 : 0);
+                }
+            }
+            wgmma_commit();
+            // The group just issued may still run; the one before has finished: free its buffer.
+            wgmma_wait<1>();
+            if (previous >= 0 && warp_leader) release(previous);
+            previous = stage;
+            if (++stage == STAGES) stage = 0, phase ^= 1;
+        }
+        wgmma_wait<0>();
+#pragma unroll
+        for (int atom = 0; atom < kAtoms; ++atom) wgmma_fence_registers(acc[atom]);
+        if (warp_leader) release(previous);
+
+        TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
+        const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
+        const long long n0 = static_cast<long long>(tile_n) * BN;
+#pragma unroll
+        for (int atom = 0; atom < kAtoms; ++atom) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const long long row = static_cast<long long>(tile_m) * BM + consumer * kRows + atom * 64 + (t / 32) * 16 +
+                                      (t % 32) / 4 + half * 8;
+                if (row >= p.m) continue;
+                TOut* d_row = D + row * p.ldd;
+                const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const long long col = n0 + j * 8 + (t % 4) * 2;
+                    if (col < p.n)
+                        gemm_store_pair<T, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, acc[atom][4 * j + 2 * half],
+                                                                   acc[atom][4 * j + 2 * half + 1]);
+                }
+            }
+        }
+    }
+}
+
+template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int CLUSTER_M,
+          int GROUP_M, bool HAS_C, bool BIAS, int ACT>
+__global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
+    gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, const GemmArgs p) {
+    static_assert(B_NT || BN % 64 == 0, "an N-major B tile is loaded in boxes of 64 columns");
+    static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "blocks run alone or in pairs");
+    static_assert(CLUSTER_M == 1 || (B_NT ? BN % 16 == 0 : BN % 128 == 0), "B splits in two halves");
+    static_assert(BK == 64, "a K step is one 128-byte swizzled row of 16-bit elements");
+    constexpr int kRows = BM / CONSUMERS;  // rows of the tile each consumer warpgroup owns
+    constexpr int kAtoms = kRows / 64;     // wgmma m64 atoms per consumer
+    static_assert(kRows % 64 == 0 && kAtoms >= 1 && kAtoms <= 2, "a consumer owns 64 or 128 rows");
+    constexpr int kTileA = BM * BK, kTileB = BN * BK;
+    constexpr unsigned kStageBytes = (kTileA + kTileB) * sizeof(T);
+
+    // The swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary (the host
+    // adds 1024 bytes of slack).
+    extern __shared__ __align__(1024) unsigned char gemm_shared[];
+    unsigned char* base = gemm_shared + ((1024 - (shared_address(gemm_shared) & 1023)) & 1023);
+    T* ring_a = reinterpret_cast<T*>(base);
+    T* ring_b = ring_a + STAGES * kTileA;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(ring_b + STAGES * kTileB);
+    unsigned long long* empty = full + STAGES;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            mbarrier_init(&full[s], 1);                              // the producer's arrive (plus the TMA bytes)
+            mbarrier_init(&empty[s], CLUSTER_M * CONSUMERS * 4);    // one arrive per consumer warp of the cluster
+        }
+        fence_barrier_init();
+    }
+    // The partner block's barriers must be initialised before anyone multicasts or arrives on them.
+    if constexpr (CLUSTER_M == 2) cluster_sync(); else __syncthreads();
+    const unsigned rank = CLUSTER_M == 2 ? cluster_rank() : 0;
+
+    // Work is handed out in units of CLUSTER_M vertically adjacent tiles (one per block of a
+    // cluster); a tile past the last row of tiles just computes zeros and stores nothing.
+    const int tiles_m = static_cast<int>((p.m + BM - 1) / BM);
+    const int units_m = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
+    const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
+    const long long tiles_per_batch = static_cast<long long>(units_m) * tiles_n;
+    const long long tiles = tiles_per_batch * p.batch;
+    const long long first_unit = blockIdx.x / CLUSTER_M, unit_stride = gridDim.x / CLUSTER_M;
+    const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
+    const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+
+    // With two consumers the launch bound caps every thread at 168 registers: move the producer's
+    // to the consumers. With one, 256 threads may already use up to 255 each; nothing to move.
+    constexpr bool kReallocate = CONSUMERS == 2;
+    if (warpgroup == 0) {
+        if constexpr (kReallocate) warpgroup_registers_release<40>();
+        if (threadIdx.x == 0) {
+            tma_prefetch_descriptor(&map_a);
+            tma_prefetch_descriptor(&map_b);
+            int stage = 0;
+            unsigned phase = 0;
+            for (long long tile = first_unit; tile < tiles; tile += unit_stride) {
+                const int batch = static_cast<int>(tile / tiles_per_batch);
+                int unit_m, tile_n;
+                grouped_tile<(GROUP_M + CLUSTER_M - 1) / CLUSTER_M>(tile % tiles_per_batch, units_m, tiles_n, unit_m, tile_n);
+                const int tile_m = unit_m * CLUSTER_M + static_cast<int>(rank);
+                for (int kt = 0; kt < k_tiles; ++kt) {
+                    if constexpr (CLUSTER_M == 2) mbarrier_wait_cluster(&empty[stage], phase ^ 1);
+                    else mbarrier_wait(&empty[stage], phase ^ 1);
+                    mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
+                    tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
+                    if constexpr (CLUSTER_M == 2) {
+                        // This block's half of B, into both blocks of the pair.
+                        if constexpr (B_NT) {
+                            tma_load_3d_multicast(ring_b + stage * kTileB + rank * (BN / 2) * BK, &map_b, &full[stage],
+                                                  kt * BK, tile_n * BN + static_cast<int>(rank) * (BN / 2), batch, 0x3);
+                        } else {
+#pragma unroll
+                            for (int box = 0; box < BN / 128; ++box) {
+                                const int column = static_cast<int>(rank) * (BN / 2) + box * 64;
+                                tma_load_3d_multicast(ring_b + stage * kTileB + column * BK, &map_b, &full[stage],
+                                                      tile_n * BN + column, kt * BK, batch, 0x3);
+                            }
+                        }
+                    } else if constexpr (B_NT) {
+                        tma_load_3d(ring_b + stage * kTileB, &map_b, &full[stage], kt * BK, tile_n * BN, batch);
+                    } else {
+                        // BK rows of K, BN columns of N: BN / 64 boxes of 64 columns, one after another.
+#pragma unroll
+                        for (int box = 0; box < BN / 64; ++box)
+                            tma_load_3d(ring_b + stage * kTileB + box * 64 * BK, &map_b, &full[stage],
+                                        tile_n * BN + box * 64, kt * BK, batch);
+                    }
+                    if (++stage == STAGES) stage = 0, phase ^= 1;
+                }
+            }
+        }
+    } else {
+        if constexpr (kReallocate) warpgroup_registers_claim<232>();
+        gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT>(
+            p, ring_a, ring_b, full, empty, warpgroup - 1, rank, first_unit, unit_stride, tiles, tiles_per_batch, units_m,
+            tiles_n, k_tiles);
+    }
+    // Neither block of a pair may leave while the other can still write into its shared memory.
+    if constexpr (CLUSTER_M == 2) {
+        __syncwarp();
+        cluster_sync();
+    }
+}
+
+}  // namespace tileops

@@ -1,0 +1,226 @@
+#include "ops/gemm_config.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "ops/op_model.hpp"
+
+namespace tileops::detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// Barriers and alignment slack of the sm_90 kernel's shared memory: tiles start at a 1024-byte
+// boundary (the 128-byte TMA swizzle repeats every 8 rows of 128 bytes).
+constexpr unsigned kSm90SharedExtra = 1024 + 256;
+
+// The smallest block_m worth using for m rows: a tile much taller than the matrix wastes MMAs.
+int useful_block_m(int64_t m) {
+    int b = 16;
+    while (b < m && b < 256) b *= 2;
+    return b;
+}
+
+}  // namespace
+
+GemmConfig GemmConfig::from(const Config& config) {
+    const std::string op = "Gemm";
+    GemmConfig c;
+    c.kernel = static_cast<int>(config_value(config, "kernel", op));
+    c.block_m = static_cast<int>(config_value(config, "block_m", op));
+    c.block_n = static_cast<int>(config_value(config, "block_n", op));
+    c.block_k = static_cast<int>(config_value(config, "block_k", op));
+    c.stages = static_cast<int>(config_value(config, "stages", op));
+    c.group_m = static_cast<int>(config_value(config, "group_m", op));
+    c.vec = static_cast<int>(config_value(config, "vec", op));
+    if (c.kernel == kGemmSm90) {
+        c.consumers = static_cast<int>(config_value(config, "consumers", op));
+        c.cluster = static_cast<int>(config_value(config, "cluster", op));
+    } else {
+        c.warps_m = static_cast<int>(config_value(config, "warps_m", op));
+        c.warps_n = static_cast<int>(config_value(config, "warps_n", op));
+    }
+    return c;
+}
+
+Config GemmConfig::to_config() const {
+    Config c{{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"block_k", block_k},
+             {"stages", stages}, {"group_m", group_m}, {"vec", vec}};
+    if (kernel == kGemmSm90) {
+        c["consumers"] = consumers;
+        c["cluster"] = cluster;
+    } else {
+        c["warps_m"] = warps_m;
+        c["warps_n"] = warps_n;
+    }
+    return c;
+}
+
+unsigned GemmConfig::shared_bytes(size_t in_bytes) const {
+    const size_t ring = static_cast<size_t>(stages) * (block_m + block_n) * block_k * in_bytes;
+    return static_cast<unsigned>(ring + (kernel == kGemmSm90 ? kSm90SharedExtra : 0));
+}
+
+int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
+    return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
+}
+
+std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
+    if (c.kernel != kGemmSm80 && c.kernel != kGemmSm90)
+        return fmt::format("kernel = {} is not 0 (sm_80) or 1 (sm_90)", c.kernel);
+    if (c.vec != 1 && c.vec != 2 && c.vec != 4 && c.vec != 8) return fmt::format("vec = {} is not 1, 2, 4 or 8", c.vec);
+    if (c.group_m < 1 || c.group_m > 64) return fmt::format("group_m = {} is not in [1, 64]", c.group_m);
+    if (c.stages < 2 || c.stages > 8) return fmt::format("stages = {} is not in [2, 8]", c.stages);
+    if (c.threads() > device.max_threads_per_block)
+        return fmt::format("{} threads exceed the device's {}", c.threads(), device.max_threads_per_block);
+    const unsigned shared = c.shared_bytes(s.in_bytes);
+    if (shared > static_cast<unsigned>(device.max_shared_memory_per_block_optin))
+        return fmt::format("needs {} bytes of shared memory, the device allows {}", shared,
+                           device.max_shared_memory_per_block_optin);
+    if (c.kernel == kGemmSm80) {
+        if (!is_pow2(c.block_m) || c.block_m < 16 || c.block_m > 256)
+            return fmt::format("block_m = {} is not a power of two in [16, 256]", c.block_m);
+        if (!is_pow2(c.block_n) || c.block_n < 32 || c.block_n > 256)
+            return fmt::format("block_n = {} is not a power of two in [32, 256]", c.block_n);
+        if (c.block_k != 32 && c.block_k != 64) return fmt::format("block_k = {} is not 32 or 64", c.block_k);
+        if (c.warps_m < 1 || c.warps_n < 1 || c.warps_m * c.warps_n > 16)
+            return fmt::format("warps_m x warps_n = {} x {} is not 1..16 warps", c.warps_m, c.warps_n);
+        if (c.block_m % (16 * c.warps_m) != 0 || c.block_n % (16 * c.warps_n) != 0)
+            return fmt::format("a warp's tile ({} / {}) x ({} / {}) is not a multiple of 16 x 16", c.block_m,
+                               c.warps_m, c.block_n, c.warps_n);
+        // fp32 accumulators per thread; past 128 the kernel spills.
+        if ((c.block_m / c.warps_m) * (c.block_n / c.warps_n) / 32 > 128)
+            return fmt::format("a warp's tile {} x {} needs more than 128 accumulators a thread",
+                               c.block_m / c.warps_m, c.block_n / c.warps_n);
+    } else {
+        if (device.sm() != 90) return fmt::format("kernel 1 (wgmma, TMA) needs sm_90, the device is {}", device.arch());
+        if (c.vec != 8) return "kernel 1 (TMA) needs vec = 8 (16-byte aligned rows)";
+        if (c.consumers != 1 && c.consumers != 2) return fmt::format("consumers = {} is not 1 or 2", c.consumers);
+        const int rows = c.block_m / c.consumers;  // each consumer warpgroup owns this many rows
+        if (c.block_m % c.consumers != 0 || (rows != 64 && rows != 128))
+            return fmt::format("block_m / consumers = {} / {} is not 64 or 128", c.block_m, c.consumers);
+        if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128 && c.block_n != 256)
+            return fmt::format("block_n = {} is not 32, 64, 128 or 256 (the wgmma widths instantiated)", c.block_n);
+        if (c.cluster != 1 && c.cluster != 2) return fmt::format("cluster = {} is not 1 or 2", c.cluster);
+        if (c.cluster == 2 && !s.b_nt && c.block_n % 128 != 0)
+            return fmt::format("cluster = 2 with layout nn needs block_n a multiple of 128, got {}", c.block_n);
+        if (!s.b_nt && c.block_n % 64 != 0)
+            return fmt::format("block_n = {} with layout nn: B is loaded in boxes of 64 columns", c.block_n);
+        if (c.block_k != 64) return fmt::format("block_k = {} is not 64 (one 128-byte swizzled row)", c.block_k);
+        if (rows * c.block_n / 128 > 128)
+            return fmt::format("a consumer's tile {} x {} needs more than 128 accumulators a thread", rows, c.block_n);
+    }
+    if (gemm_tiles(c, s) / s.batch > 0x7fffffffLL) return "too many tiles for one launch";
+    return std::nullopt;
+}
+
+GemmConfig gemm_sm80_heuristic(const GemmShape& s, const DeviceInfo& device) {
+    struct Candidate {
+        int bm, bn, bk, wm, wn, stages;
+    };
+    // Largest tiles first (least traffic per MMA); the first that still gives most SMs a block wins.
+    const Candidate candidates[] = {{128, 256, 32, 2, 4, 3}, {128, 128, 32, 2, 2, 4}, {64, 128, 32, 2, 2, 4},
+                                    {64, 64, 64, 2, 2, 4},   {32, 64, 64, 2, 2, 4},   {16, 64, 64, 1, 4, 4},
+                                    {16, 32, 64, 1, 2, 4}};
+    const int max_m = useful_block_m(s.m);
+    GemmConfig best;
+    bool found = false;
+    for (const Candidate& cand : candidates) {
+        if (cand.bm > max_m) continue;
+        GemmConfig c;
+        c.kernel = kGemmSm80;
+        c.block_m = cand.bm, c.block_n = cand.bn, c.block_k = cand.bk;
+        c.warps_m = cand.wm, c.warps_n = cand.wn, c.stages = cand.stages;
+        while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
+        if (gemm_invalid_reason(c, s, device)) continue;
+        best = c;
+        found = true;
+        if (gemm_tiles(c, s) * 5 >= int64_t{device.sm_count} * 4) break;
+    }
+    if (!found) best = GemmConfig{kGemmSm80, 64, 64, 32, 2, 2, 2, 2, 8, 8};
+    return best;
+}
+
+GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
+    if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
+    // The TMA kernel's tiles, with a rough relative efficiency per output element (bigger tiles
+    // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s; 64 x 32
+    // tiles were slower than 64 x 64 ones even at M = 1, where they give twice the blocks). The
+    // modelled time is waves x tile area / efficiency; the smallest wins.
+    const struct {
+        int bm, consumers, bn;
+        double efficiency;
+    } tiles[] = {{128, 2, 256, 1.0}, {128, 2, 128, 0.9}, {64, 1, 256, 0.85},
+                 {64, 1, 128, 0.75}, {64, 1, 64, 0.55},  {64, 1, 32, 0.2}};
+    const int max_m = std::max(64, useful_block_m(s.m));
+    GemmConfig best;
+    double best_time = 0;
+    for (const auto& t : tiles) {
+        if (t.bm > max_m) continue;
+        GemmConfig c;
+        c.kernel = kGemmSm90;
+        c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.group_m = 8;
+        // As many stages as fit (up to 8): loads in flight are what feeds small-M problems.
+        c.stages = 8;
+        while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
+        if (gemm_invalid_reason(c, s, device)) continue;
+        const double waves = static_cast<double>((gemm_tiles(c, s) + device.sm_count - 1) / device.sm_count);
+        const double time = waves * t.bm * t.bn / t.efficiency;
+        // Block pairs (cluster = 2) stay out of the default: they are correct but ran at half the
+        // speed of single blocks on H100 (bench/README.md); the tuner may still pick them.
+        if (best_time == 0 || time < best_time) best = c, best_time = time;
+    }
+    return best_time == 0 ? gemm_sm80_heuristic(s, device) : best;
+}
+
+std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& device) {
+    std::vector<GemmConfig> space;
+    auto add = [&](const GemmConfig& c) {
+        if (gemm_invalid_reason(c, s, device)) return;
+        for (const GemmConfig& other : space)
+            if (other.to_config() == c.to_config()) return;
+        space.push_back(c);
+    };
+    const int max_m = useful_block_m(s.m);
+    // A curated list rather than a full product: each sm_80 kernel takes 1-3 s to compile, and
+    // most combinations are dominated (warp tiles under 32 x 32 waste ldmatrix bandwidth, wide K
+    // steps only pay for small tiles). Tiles with block_m above what M needs are skipped.
+    const struct {
+        int bm, bn, bk, wm, wn, stages;
+    } sm80[] = {{128, 256, 32, 2, 4, 3}, {128, 256, 32, 2, 4, 4}, {256, 128, 32, 4, 2, 3}, {256, 128, 32, 4, 2, 4},
+                {128, 128, 32, 2, 2, 3}, {128, 128, 32, 2, 2, 4}, {128, 128, 32, 2, 2, 5}, {128, 128, 64, 2, 2, 3},
+                {128, 128, 32, 2, 4, 4}, {128, 64, 32, 2, 2, 4},  {64, 128, 32, 2, 2, 4},  {64, 128, 64, 2, 2, 3},
+                {64, 256, 32, 1, 4, 4},  {64, 64, 64, 2, 2, 4},   {64, 64, 32, 2, 2, 5},   {32, 128, 64, 1, 4, 4},
+                {32, 64, 64, 2, 2, 4},   {16, 64, 64, 1, 4, 4},   {16, 128, 64, 1, 4, 4},  {16, 256, 64, 1, 4, 3}};
+    for (const auto& t : sm80) {
+        if (t.bm > max_m) continue;
+        GemmConfig c;
+        c.kernel = kGemmSm80;
+        c.block_m = t.bm, c.block_n = t.bn, c.block_k = t.bk, c.warps_m = t.wm, c.warps_n = t.wn, c.stages = t.stages;
+        add(c);
+    }
+    if (device.sm() == 90) {
+        // TMA kernel: block_m, consumers, block_n, stages (a stage of 128 x 256 is 48 KB).
+        const struct {
+            int bm, consumers, bn, stages;
+        } sm90[] = {{128, 2, 256, 3}, {128, 2, 256, 4}, {128, 2, 128, 4}, {128, 2, 128, 6}, {256, 2, 128, 3},
+                    {256, 2, 128, 4}, {128, 1, 128, 5}, {64, 1, 256, 4},  {64, 1, 128, 6},  {64, 1, 64, 8},
+                    {64, 1, 32, 8}};
+        for (const auto& t : sm90) {
+            if (t.bm > std::max(64, max_m)) continue;
+            GemmConfig c;
+            c.kernel = kGemmSm90;
+            c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.stages = t.stages;
+            add(c);
+            if (t.bm >= 128 && s.m >= 2 * t.bm) {
+                c.cluster = 2;
+                add(c);
+            }
+        }
+    }
+    return space;
+}
+
+}  // namespace tileops::detail

@@ -1,0 +1,57 @@
+// GEMM configs: the tunables of the two GEMM kernels, the heuristic default, the pruned search
+// space and the checks that say why a config cannot run a problem on a device.
+//
+//   kernel 0 (gemm_sm80.cuh, any sm_80+): block_m, block_n, block_k, warps_m, warps_n, stages,
+//            group_m, vec
+//   kernel 1 (gemm_sm90.cuh, sm_90 only): block_m, block_n, block_k, stages, consumers (warpgroups
+//            doing the MMAs; one more warpgroup loads with TMA), cluster (1, or 2: block pairs
+//            sharing B tiles through TMA multicast), group_m, vec (always 8)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tileops/device_info.hpp"
+#include "tileops/tuning_db.hpp"
+
+namespace tileops::detail {
+
+enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1 };
+
+struct GemmShape {
+    int64_t batch, m, n, k;
+    size_t in_bytes;   // element size of A and B
+    bool b_nt;
+};
+
+struct GemmConfig {
+    int kernel = kGemmSm80;
+    int block_m = 128, block_n = 128, block_k = 32;
+    int warps_m = 2, warps_n = 2;  // kernel 0
+    int consumers = 2;             // kernel 1
+    int cluster = 1;               // kernel 1
+    int stages = 4;
+    int group_m = 8;
+    int vec = 8;
+
+    static GemmConfig from(const Config& config);  // throws InvalidArgument naming a missing key
+    Config to_config() const;
+    int threads() const { return kernel == kGemmSm90 ? (consumers + 1) * 128 : warps_m * warps_n * 32; }
+    // Dynamic shared memory of a launch (operand ring; kernel 1 adds its barriers).
+    unsigned shared_bytes(size_t in_bytes) const;
+};
+
+// The sm_80 kernel's default for a problem (also the fallback of the sm_90 kernel when TMA cannot
+// be used: pointers or strides not 16-byte aligned).
+GemmConfig gemm_sm80_heuristic(const GemmShape& shape, const DeviceInfo& device);
+GemmConfig gemm_heuristic(const GemmShape& shape, const DeviceInfo& device);
+std::vector<GemmConfig> gemm_search_space(const GemmShape& shape, const DeviceInfo& device);
+std::optional<std::string> gemm_invalid_reason(const GemmConfig& config, const GemmShape& shape,
+                                               const DeviceInfo& device);
+
+// Blocks of a launch: tiles x batch for kernel 0; kernel 1 is persistent (at most one block per SM).
+int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);
+
+}  // namespace tileops::detail

@@ -1,0 +1,206 @@
+// Gemm against a double-precision reference on the CPU: random inputs (never zeros), poisoned
+// outputs, ragged shapes (1, 7, 127, 129, 1000), both layouts, fp16 and bf16 inputs, every output
+// dtype, alpha / beta / bias / activations, batches, padded and misaligned operands, and large
+// problems checked on a sample of their outputs.
+#include <cmath>
+#include <random>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <fmt/format.h>
+
+#include "support/device_tensor.hpp"
+#include "support/test_support.hpp"
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+using tileops::test::DeviceMatrix;
+
+namespace {
+
+Runtime& shared_runtime() {
+    static Runtime runtime;
+    return runtime;
+}
+
+// fp32 outputs of 16-bit inputs are accurate to the fp32 accumulation; 16-bit outputs to their
+// rounding (the reference is rounded the same way, so only accumulation-order flips remain).
+double gemm_tolerance(DType out) { return out == DType::fp32 ? 1e-3 : 1e-2; }
+
+double activation(GemmEpilogue e, double x) {
+    if (e == GemmEpilogue::gelu) return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
+    if (e == GemmEpilogue::silu) return x / (1.0 + std::exp(-x));
+    return x;
+}
+
+struct Host {
+    std::vector<double> a, b, c, bias;
+};
+
+// D[batch][i][j] for the problem p (packed host copies: A m x k, B k x n or n x k, C m x n).
+double reference(const GemmProblem& p, const Host& h, int64_t batch, int64_t i, int64_t j) {
+    const bool nt = p.layout == GemmLayout::nt;
+    const double* a = h.a.data() + batch * p.m * p.k + i * p.k;
+    const double* b = h.b.data() + batch * p.n * p.k;
+    double sum = 0;
+    for (int64_t kk = 0; kk < p.k; ++kk) sum += a[kk] * (nt ? b[j * p.k + kk] : b[kk * p.n + j]);
+    double v = p.alpha * sum;
+    if (p.has_c) v += p.beta * h.c[(batch * p.m + i) * p.n + j];
+    if (p.bias) v += h.bias[j];
+    return activation(p.epilogue, v);
+}
+
+struct Case {
+    GemmProblem p;
+    int64_t pad = 0;          // extra elements per row of every matrix
+    size_t misalign = 0;      // bytes A and B are shifted off 16-byte alignment
+    bool in_place = false;    // C is D
+    int64_t samples = 0;      // 0: check every output; else this many random ones
+};
+
+std::string describe(const Case& c) {
+    const GemmProblem& p = c.p;
+    return fmt::format("{}x{}x{}x{} {} {}->{} alpha {} beta {} bias {} {} pad {} misalign {}{}", p.batch, p.m, p.n, p.k,
+                       gemm_layout_name(p.layout), dtype_name(p.dtype), dtype_name(*p.out_dtype), p.alpha,
+                       p.has_c ? p.beta : 0.0f, p.bias, gemm_epilogue_name(p.epilogue), c.pad, c.misalign,
+                       c.in_place ? " in place" : "");
+}
+
+void run_case(Case c) {
+    GemmProblem& p = c.p;
+    if (!p.out_dtype) p.out_dtype = p.dtype;
+    const DType out = *p.out_dtype;
+    const bool nt = p.layout == GemmLayout::nt;
+    const int64_t b_rows = nt ? p.n : p.k, b_cols = nt ? p.k : p.n;
+    p.lda = p.k + c.pad, p.ldb = b_cols + c.pad, p.ldc = p.n + c.pad, p.ldd = p.n + c.pad;
+    INFO(describe(c));
+    Gemm op(p);
+    const uint64_t seed = static_cast<uint64_t>(p.m * 131 + p.n * 17 + p.k);
+    Host h;
+    // Inputs scaled so that the dot products stay O(1) whatever K is.
+    const double scale = 1.0 / std::sqrt(static_cast<double>(p.k));
+    h.a = test::round_to(p.dtype, test::random_values(p.batch * p.m * p.k, seed + 1, -2.0 * scale, 2.0 * scale));
+    h.b = test::round_to(p.dtype, test::random_values(p.batch * b_rows * b_cols, seed + 2));
+    if (p.has_c) h.c = test::round_to(out, test::random_values(p.batch * p.m * p.n, seed + 3));
+    if (p.bias) h.bias = test::round_to(p.dtype, test::random_values(p.n, seed + 4));
+    // A batch is one tall matrix of batch x rows rows (packed batch strides).
+    DeviceMatrix da(p.dtype, p.batch * p.m, p.k, p.lda, c.misalign);
+    DeviceMatrix db(p.dtype, p.batch * b_rows, b_cols, p.ldb, c.misalign);
+    DeviceMatrix dc(out, p.batch * p.m, p.n, p.ldc), dd(out, p.batch * p.m, p.n, p.ldd);
+    DeviceMatrix dbias(p.dtype, 1, p.n);
+    da.upload(h.a);
+    db.upload(h.b);
+    if (p.bias) dbias.upload(h.bias);
+    std::vector<TensorArg> inputs{da.data(), db.data()};
+    if (p.has_c) {
+        if (c.in_place) dd.upload(h.c); else dc.upload(h.c);
+        inputs.emplace_back(c.in_place ? dd.data() : dc.data());
+    }
+    if (p.bias) inputs.emplace_back(dbias.data());
+    OutputArg output(dd.data());
+    op.run(shared_runtime(), Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
+    const std::vector<double> got = dd.download();
+    std::vector<double> out_values, ref_values;
+    if (c.samples == 0) {
+        ref_values.resize(got.size());
+        for (int64_t bt = 0; bt < p.batch; ++bt)
+            for (int64_t i = 0; i < p.m; ++i)
+                for (int64_t j = 0; j < p.n; ++j) ref_values[(bt * p.m + i) * p.n + j] = reference(p, h, bt, i, j);
+        out_values = got;
+    } else {
+        std::mt19937_64 rng(seed);
+        for (int64_t s = 0; s < c.samples; ++s) {
+            // Corners and edges of the last tiles included: they are where ragged handling breaks.
+            const int64_t bt = static_cast<int64_t>(rng() % p.batch);
+            const int64_t i = s < 4 ? (s & 1 ? p.m - 1 : 0) : static_cast<int64_t>(rng() % p.m);
+            const int64_t j = s < 4 ? (s & 2 ? p.n - 1 : 0) : static_cast<int64_t>(rng() % p.n);
+            ref_values.push_back(reference(p, h, bt, i, j));
+            out_values.push_back(got[(bt * p.m + i) * p.n + j]);
+        }
+    }
+    const double error = test::relative_error(out_values, test::round_to(out, ref_values));
+    INFO("relative error " << error << " (tolerance " << gemm_tolerance(out) << ")");
+    CHECK(error <= gemm_tolerance(out));
+    if (c.pad > 0) CHECK(dd.gaps_untouched());
+    if (c.samples > 0) {
+        // Every output was written (no poison left), even those not compared.
+        bool all_finite = true;
+        for (double v : got) all_finite = all_finite && std::isfinite(v);
+        CHECK(all_finite);
+    }
+}
+
+GemmProblem make(int64_t m, int64_t n, int64_t k, GemmLayout layout, DType dtype, std::optional<DType> out = {}) {
+    GemmProblem p;
+    p.m = m, p.n = n, p.k = k, p.layout = layout, p.dtype = dtype, p.out_dtype = out;
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("Gemm matches a double-precision reference on ragged shapes", "[gpu][gemm]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const GemmLayout layout = GENERATE(GemmLayout::nn, GemmLayout::nt);
+    const DType dtype = GENERATE(DType::fp16, DType::bf16);
+    const int64_t shapes[][3] = {{1, 1, 1},     {7, 7, 7},       {1, 129, 127},  {127, 129, 7},  {129, 127, 1000},
+                                 {1000, 7, 129}, {7, 1000, 127},  {128, 256, 64}, {1000, 1000, 129}, {16, 4096, 512}};
+    for (const auto& s : shapes) run_case({make(s[0], s[1], s[2], layout, dtype)});
+    run_case({make(127, 129, 1000, layout, dtype, DType::fp32)});
+    run_case({make(1000, 1000, 256, layout, dtype, DType::fp32)});
+    // bf16 output of fp16 input and the reverse pairing.
+    run_case({make(129, 257, 96, layout, dtype, dtype == DType::bf16 ? DType::fp16 : DType::bf16)});
+}
+
+TEST_CASE("Gemm epilogue: alpha, beta * C, bias, GELU and SiLU", "[gpu][gemm]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const GemmLayout layout = GENERATE(GemmLayout::nn, GemmLayout::nt);
+    const DType out = GENERATE(DType::bf16, DType::fp32);
+    for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::gelu, GemmEpilogue::silu}) {
+        GemmProblem p = make(257, 383, 200, layout, DType::bf16, out);
+        p.alpha = 0.75f, p.has_c = true, p.beta = -0.5f, p.bias = true, p.epilogue = e;
+        run_case({p});
+        p.has_c = false, p.beta = 0.0f;
+        run_case({p});
+        p.bias = false, p.alpha = 2.0f;
+        run_case({p});
+    }
+    // C in place of D.
+    GemmProblem p = make(130, 260, 70, layout, DType::fp16, out);
+    p.has_c = true, p.beta = 1.0f;
+    run_case({p, 0, 0, true});
+}
+
+TEST_CASE("Gemm on padded, misaligned and batched operands", "[gpu][gemm]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const GemmLayout layout = GENERATE(GemmLayout::nn, GemmLayout::nt);
+    // Padding that keeps 16-byte rows, padding that breaks them (narrow copies), and pointers
+    // off 16-byte alignment by 4 and by 2 bytes (4- and 2-byte copies).
+    run_case({make(200, 300, 136, layout, DType::bf16), 8});
+    run_case({make(200, 300, 136, layout, DType::bf16), 3});
+    run_case({make(200, 300, 136, layout, DType::fp16), 0, 4});
+    run_case({make(200, 300, 136, layout, DType::fp16), 0, 2});
+    run_case({make(129, 127, 127, layout, DType::bf16, DType::fp32), 1});
+    GemmProblem batched = make(100, 200, 72, layout, DType::bf16);
+    batched.batch = 5;
+    run_case({batched});
+    batched.has_c = true, batched.beta = 0.25f, batched.bias = true, batched.epilogue = GemmEpilogue::silu;
+    batched.out_dtype = DType::fp32;
+    run_case({batched});
+    GemmProblem tiny_batch = make(1, 7, 9, layout, DType::fp16);
+    tiny_batch.batch = 33;
+    run_case({tiny_batch});
+}
+
+TEST_CASE("Gemm on large problems, sampled", "[gpu][gemm]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const GemmLayout layout = GENERATE(GemmLayout::nn, GemmLayout::nt);
+    run_case({make(4096, 4096, 512, layout, DType::bf16), 0, 0, false, 4000});
+    run_case({make(2048, 4096, 4096, layout, DType::bf16, DType::fp32), 0, 0, false, 2000});
+    run_case({make(1, 14336, 4096, layout, DType::fp16), 0, 0, false, 2000});
+    run_case({make(64, 4096, 14336, layout, DType::bf16), 0, 0, false, 2000});
+    run_case({make(3001, 2999, 1031, layout, DType::bf16), 0, 0, false, 3000});
+}

@@ -1,0 +1,157 @@
+// Gemm refuses bad problems and operands by name, and picks the vector width the operands allow.
+// Needs no GPU: check() runs run()'s argument checks without launching.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include "ops/op_factory.hpp"
+#include "ops/op_model.hpp"
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+void* const kA = reinterpret_cast<void*>(0x100000);
+void* const kB = reinterpret_cast<void*>(0x200000);
+void* const kC = reinterpret_cast<void*>(0x300000);
+void* const kD = reinterpret_cast<void*>(0x400000);
+void* const kBias = reinterpret_cast<void*>(0x500000);
+
+GemmProblem problem(int64_t m, int64_t n, int64_t k) {
+    GemmProblem p;
+    p.m = m, p.n = n, p.k = k;
+    return p;
+}
+}  // namespace
+
+TEST_CASE("Gemm refuses bad problems with the argument's name", "[validation][gemm]") {
+    CHECK_THROWS_WITH(Gemm(problem(0, 8, 8)), ContainsSubstring("Gemm") && ContainsSubstring("m must be >= 1, got 0"));
+    CHECK_THROWS_WITH(Gemm(problem(8, -1, 8)), ContainsSubstring("n must be >= 1"));
+    CHECK_THROWS_WITH(Gemm(problem(8, 8, 0)), ContainsSubstring("k must be >= 1"));
+    CHECK_THROWS_AS(Gemm(problem(0, 8, 8)), InvalidArgument);
+    GemmProblem p = problem(8, 8, 8);
+    p.dtype = DType::fp32;
+    CHECK_THROWS_AS(Gemm(p), Unsupported);
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("dtype fp32 is not supported for A and B"));
+    p = problem(8, 8, 8);
+    p.beta = 0.5f;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("beta = 0.5 needs C: set has_c"));
+    p = problem(8, 16, 32);
+    p.lda = 16;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("lda = 16 is smaller than a row (32 elements)"));
+    p = problem(8, 16, 32);
+    p.layout = GemmLayout::nt;
+    p.ldb = 16;  // B is 16 x 32: rows of 32
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("ldb = 16"));
+    p = problem(8, 16, 32);
+    p.ldd = 8;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("ldd = 8"));
+    p = problem(8, 16, 32);
+    p.batch = 0;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("batch = 0 is not in [1, 65535]"));
+    p.batch = 70000;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("batch = 70000"));
+    p = problem(8, 16, 32);
+    p.batch = 2;
+    p.batch_stride_d = 64;  // < 8 x 16: entries of D would overlap
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("batch_stride_d = 64") && ContainsSubstring("overlap"));
+    p.batch_stride_d = 0;
+    p.batch_stride_a = -5;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("batch_stride_a = -5 is negative"));
+    p = problem(8, 16, 32);
+    p.alpha = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("alpha and beta must be finite"));
+    p = problem(8, 16, 32);
+    p.epilogue = static_cast<GemmEpilogue>(9);
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("epilogue 9"));
+}
+
+TEST_CASE("Gemm checks run()'s operands by name", "[validation][gemm]") {
+    GemmProblem p = problem(64, 128, 256);
+    Gemm plain(p);
+    CHECK_NOTHROW(plain.check({kA, kB}, {kD}));
+    CHECK_THROWS_WITH(plain.check({kA}, {kD}), ContainsSubstring("expected 2 inputs (A, B), got 1"));
+    CHECK_THROWS_WITH(plain.check({kA, kB}, {kD, kC}), ContainsSubstring("expected 1 outputs (D), got 2"));
+    CHECK_THROWS_WITH(plain.check({kA, nullptr}, {kD}), ContainsSubstring("argument 'B' is a null pointer"));
+    CHECK_THROWS_WITH(plain.check({kA, kB}, {static_cast<char*>(kD) + 1}),
+                      ContainsSubstring("argument 'D'") && ContainsSubstring("not aligned"));
+
+    p.has_c = true, p.beta = 1.0f, p.bias = true;
+    Gemm fused(p);
+    CHECK_NOTHROW(fused.check({kA, kB, kC, kBias}, {kD}));
+    CHECK_NOTHROW(fused.check({kA, kB, kD, kBias}, {kD}));  // C in place of D
+    CHECK_THROWS_WITH(fused.check({kA, kB, kC}, {kD}), ContainsSubstring("expected 4 inputs (A, B, C, bias), got 3"));
+    CHECK_THROWS_WITH(fused.check({kA, kB, kC, nullptr}, {kD}), ContainsSubstring("argument 'bias' is a null pointer"));
+
+    GemmProblem shifted = p;
+    shifted.ldc = 256;
+    Gemm shifted_alias(shifted);
+    CHECK_THROWS_WITH(shifted_alias.check({kA, kB, kD, kBias}, {kD}), ContainsSubstring("C aliases D"));
+
+    // Views are checked against the problem.
+    const TensorView a = TensorView::contiguous(kA, DType::bf16, {64, 256});
+    const TensorView wrong = TensorView::contiguous(kA, DType::bf16, {64, 255});
+    CHECK_NOTHROW(plain.check({a, kB}, {kD}));
+    CHECK_THROWS_WITH(plain.check({wrong, kB}, {kD}), ContainsSubstring("argument 'A' must have shape [64, 256]"));
+    const TensorView d16 = TensorView::contiguous(kD, DType::fp16, {64, 128});
+    CHECK_THROWS_WITH(plain.check({kA, kB}, {d16}), ContainsSubstring("argument 'D' has dtype fp16, expected bf16"));
+}
+
+TEST_CASE("Gemm narrows its copies for unaligned rows and pointers", "[validation][gemm]") {
+    Gemm aligned(problem(64, 128, 256));
+    CHECK(aligned.vector_width({kA, kB}, {kD}) == 8);
+    CHECK(aligned.vector_width({static_cast<char*>(kA) + 4, kB}, {kD}) == 2);
+    CHECK(aligned.vector_width({kA, static_cast<char*>(kB) + 2}, {kD}) == 1);
+    GemmProblem odd = problem(64, 128, 127);  // A's rows are 127 elements apart
+    CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == 1);
+    odd.lda = 132;
+    CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == 4);
+    // D's alignment does not narrow the copies (the epilogue stores element pairs when it can).
+    CHECK(aligned.vector_width({kA, kB}, {static_cast<char*>(kD) + 2}) == 8);
+}
+
+TEST_CASE("Gemm tuning keys carry layout, epilogue and batch; the factory builds them back", "[validation][gemm]") {
+    detail::ProblemSpec spec{"gemm", {4, 128, 256, 512}, "bf16->fp32", "nt,beta,bias,gelu"};
+    auto op = detail::make_op(spec);
+    CHECK(op->describe() == "gemm 4x128x256x512 bf16->fp32 [nt,beta,bias,gelu]");
+    const auto& gemm = dynamic_cast<const Gemm&>(*op);
+    CHECK(gemm.problem().batch == 4);
+    CHECK(gemm.problem().layout == GemmLayout::nt);
+    CHECK(gemm.problem().has_c);
+    CHECK(gemm.problem().epilogue == GemmEpilogue::gelu);
+    auto plain = detail::make_op({"gemm", {16, 4096, 4096}, "fp16", ""});
+    CHECK(plain->describe() == "gemm 16x4096x4096 fp16");
+    CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 4096}, "bf16", ""}), ContainsSubstring("MxNxK"));
+    CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 16, 16}, "bf16", "gelu,silu"}), ContainsSubstring("flag 'silu'"));
+    CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 16, 16}, "bf16", "residual"}), ContainsSubstring("flag 'residual'"));
+}
+
+TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the device", "[validation][gemm]") {
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+        const DeviceInfo device = DeviceInfo::for_arch(arch);
+        for (int64_t m : {1, 16, 127, 1000, 8192}) {
+            for (GemmLayout layout : {GemmLayout::nn, GemmLayout::nt}) {
+                GemmProblem p = problem(m, 4096, 4096);
+                p.layout = layout;
+                Gemm op(p);
+                const auto& model = op.model();
+                INFO(arch << " " << model.describe());
+                CHECK_FALSE(model.invalid_reason(model.heuristic(device), device).has_value());
+                const auto space = model.search_space(device);
+                CHECK(space.size() >= 3);
+                CHECK(space.size() <= 96);
+                for (const Config& c : space) CHECK_FALSE(model.invalid_reason(c, device).has_value());
+            }
+        }
+        Gemm op(problem(128, 128, 128));
+        Config too_big = op.model().heuristic(device);
+        too_big["stages"] = 8;
+        too_big["block_m"] = 256;
+        too_big["block_n"] = 256;
+        too_big["block_k"] = 64;
+        CHECK(op.model().invalid_reason(too_big, device).has_value());
+        Config missing = op.model().heuristic(device);
+        missing.erase("block_n");
+        CHECK_THAT(*op.model().invalid_reason(missing, device), ContainsSubstring("block_n"));
+    }
+}
