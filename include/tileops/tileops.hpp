@@ -5,6 +5,7 @@
 #include "tileops/device_info.hpp"
 #include "tileops/elementwise.hpp"
 #include "tileops/error.hpp"
+#include "tileops/flash_attention.hpp"
 #include "tileops/gemm.hpp"
 #include "tileops/layernorm.hpp"
 #include "tileops/op.hpp"

@@ -109,6 +109,16 @@ __device__ __forceinline__ void tma_load_3d(void* shared, const TensorMap* map, 
         : "memory");
 }
 
+// The same for a 4-D tensor map (attention: head dim, rows, heads, batch).
+__device__ __forceinline__ void tma_load_4d(void* shared, const TensorMap* map, unsigned long long* bar, int c0, int c1,
+                                            int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::
+            "r"(shared_address(shared)),
+        "l"(reinterpret_cast<unsigned long long>(map)), "r"(shared_address(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+        : "memory");
+}
+
 // The same, written to the same shared-memory offset of every block of the cluster in `mask`,
 // completing bytes on each one's barrier at the offset of `bar`.
 __device__ __forceinline__ void tma_load_3d_multicast(void* shared, const TensorMap* map, unsigned long long* bar, int c0,

@@ -37,7 +37,8 @@ DTypes parse_dtypes(const std::string& text) {
 
 const std::vector<std::string>& known_ops() {
     static const std::vector<std::string> ops = {"rmsnorm", "layernorm", "softmax", "log_softmax", "gelu",
-                                                 "gelu_tanh", "silu", "silu_mul", "add", "mul", "decode_attention", "gemm"};
+                                                 "gelu_tanh", "silu", "silu_mul", "add", "mul", "decode_attention", "gemm",
+                                                 "flash_attention"};
     return ops;
 }
 
@@ -119,11 +120,44 @@ std::unique_ptr<Op> make_decode_attention(const ProblemSpec& spec) {
     return std::make_unique<DecodeAttention>(p);
 }
 
+// flash_attention: shape batch x heads x kv_heads x head_dim x seqlen_q x seqlen_k; flags causal,
+// windowN (a left window of N keys), varlen (the sequences packed, all of the given lengths).
+std::unique_ptr<Op> make_flash_attention(const ProblemSpec& spec) {
+    if (spec.shape.size() != 6)
+        throw InvalidArgument(fmt::format(
+            "tileops: flash_attention needs a shape batch x heads x kv_heads x head_dim x seqlen_q x seqlen_k, got {} "
+            "dimension(s)", spec.shape.size()));
+    FlashAttentionProblem p;
+    p.batch = spec.shape[0];
+    p.num_heads = spec.shape[1];
+    p.num_kv_heads = spec.shape[2];
+    p.head_dim = spec.shape[3];
+    p.seqlen_q = spec.shape[4];
+    p.seqlen_k = spec.shape[5];
+    p.dtype = parse_dtype(spec.dtype);
+    for (const std::string& flag : split(spec.flags, ',')) {
+        long long window = -1;
+        if (flag.rfind("window", 0) == 0 && flag.size() > 6) {
+            try {
+                window = std::stoll(flag.substr(6));
+            } catch (...) {
+                window = -1;
+            }
+        }
+        if (flag == "causal") p.causal = true;
+        else if (flag == "varlen") p.varlen = true, p.total_q = p.batch * p.seqlen_q, p.total_k = p.batch * p.seqlen_k;
+        else if (window >= 0) p.window_left = window;
+        else throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to flash_attention (causal, windowN, varlen)", flag));
+    }
+    return std::make_unique<FlashAttention>(p);
+}
+
 std::unique_ptr<Op> make_op(const ProblemSpec& spec) {
     if (std::find(known_ops().begin(), known_ops().end(), spec.op) == known_ops().end())
         throw InvalidArgument(fmt::format("tileops: unknown op '{}' (known: {})", spec.op, fmt::join(known_ops(), ", ")));
     if (spec.op == "decode_attention") return make_decode_attention(spec);
     if (spec.op == "gemm") return make_gemm(spec);
+    if (spec.op == "flash_attention") return make_flash_attention(spec);
     if (spec.shape.size() != 2)
         throw InvalidArgument(fmt::format("tileops: {} needs a shape rows x cols, got {} dimension(s)", spec.op,
                                           spec.shape.size()));

@@ -27,9 +27,10 @@ struct LaunchPlan {
 };
 
 // How tools fill an input operand: random values in [-2, 2] (never all zeros), or, for int32
-// index operands, every element `fill_value` (e.g. sequence lengths) or a scrambled index in
-// [0, fill_value) (e.g. a page table).
-enum class OperandFill { random, constant, scrambled_index };
+// index operands, every element `fill_value` (e.g. sequence lengths), a scrambled index in
+// [0, fill_value) (e.g. a page table) or element i = i * fill_value (e.g. offsets of sequences
+// of equal length).
+enum class OperandFill { random, constant, scrambled_index, multiples };
 
 // One operand of run(), in order: inputs first, then outputs.
 struct OperandSpec {

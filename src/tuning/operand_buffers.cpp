@@ -25,9 +25,11 @@ std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, 
     const long long modulus = spec.fill_value > 0 ? spec.fill_value : 1;
     for (size_t i = 0; i < n; ++i) {
         // 7919 is prime, so i -> i * 7919 mod a modulus it does not divide is a permutation.
-        const long long value = spec.fill == detail::OperandFill::constant
-                                    ? spec.fill_value
-                                    : static_cast<long long>((i * 7919u + 13u) % static_cast<size_t>(modulus));
+        long long value = spec.fill_value;
+        if (spec.fill == detail::OperandFill::scrambled_index)
+            value = static_cast<long long>((i * 7919u + 13u) % static_cast<size_t>(modulus));
+        else if (spec.fill == detail::OperandFill::multiples)
+            value = static_cast<long long>(i) * spec.fill_value;
         const int32_t index = static_cast<int32_t>(value);
         if (spec.dtype == DType::int32) std::memcpy(&host[i * element], &index, sizeof index);
         else util::encode_value(spec.dtype, static_cast<float>(value), &host[i * element]);

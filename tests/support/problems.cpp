@@ -60,6 +60,18 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
     batched.batch = 8, batched.epilogue = GemmEpilogue::silu;
     ops.push_back(std::make_unique<Gemm>(batched));
     // (NT at 4096^3 is the first problem of the GEMM search-space compile test.)
+    // Flash attention: every head dim and dtype, causal or not, a window, varlen (the whole search
+    // space has its own compile test).
+    for (DType dtype : {DType::fp16, DType::bf16})
+        for (int64_t head_dim : {64, 128, 256})
+            for (int variant = 0; variant < 3; ++variant) {
+                FlashAttentionProblem p;
+                p.batch = 2, p.num_heads = 16, p.num_kv_heads = 4, p.head_dim = head_dim, p.dtype = dtype;
+                p.seqlen_q = p.seqlen_k = 4096;
+                p.causal = variant >= 1;
+                if (variant == 2) p.window_left = 512, p.varlen = true, p.total_q = p.total_k = 8192;
+                ops.push_back(std::make_unique<FlashAttention>(p));
+            }
     return ops;
 }
 

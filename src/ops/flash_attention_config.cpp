@@ -1,0 +1,110 @@
+#include "ops/flash_attention_config.hpp"
+
+#include <fmt/format.h>
+
+#include "ops/op_model.hpp"
+
+namespace tileops::detail {
+namespace {
+
+constexpr int kSm90Rows = 128;  // kFlashSm90Rows in flash_attention_sm90.cuh
+constexpr int kSm90Warps = 12;
+
+}  // namespace
+
+FlashConfig FlashConfig::from(const Config& config) {
+    const std::string op = "FlashAttention";
+    FlashConfig c;
+    c.kernel = static_cast<int>(config_value(config, "kernel", op));
+    c.block_m = static_cast<int>(config_value(config, "block_m", op));
+    c.block_n = static_cast<int>(config_value(config, "block_n", op));
+    c.warps = static_cast<int>(config_value(config, "warps", op));
+    c.stages = static_cast<int>(config_value(config, "stages", op));
+    return c;
+}
+
+Config FlashConfig::to_config() const {
+    return Config{{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages}};
+}
+
+size_t FlashConfig::shared_bytes(const FlashShape& s) const {
+    const size_t tiles = static_cast<size_t>(block_m + 2 * stages * block_n) * s.head_dim * s.element_bytes;
+    // sm_90: barriers (q, and full/empty per K and V buffer) and 1024 bytes to align the tiles
+    // to the swizzle's period (FlashSm90Layout::kBytes).
+    return kernel == kFlashSm90 ? tiles + (1 + 4 * stages) * 8 + 1024 : tiles;
+}
+
+FlashConfig flash_sm80_heuristic(const FlashShape& s) {
+    FlashConfig c;
+    c.kernel = kFlashSm80;
+    c.stages = 2;
+    if (s.head_dim == 256) {
+        c.block_m = 64, c.block_n = 64, c.warps = 4;
+    } else {
+        c.block_m = 128, c.block_n = 64, c.warps = 8;
+    }
+    return c;
+}
+
+Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {
+    if (device.sm() != 90) return flash_sm80_heuristic(s).to_config();
+    FlashConfig c;
+    c.kernel = kFlashSm90;
+    c.block_m = kSm90Rows;
+    c.warps = kSm90Warps;
+    c.block_n = s.head_dim == 256 ? 64 : 128;
+    c.stages = 2;
+    return c.to_config();
+}
+
+std::vector<Config> flash_search_space(const FlashShape& s, const DeviceInfo& device) {
+    std::vector<Config> space;
+    auto add = [&](const FlashConfig& c) {
+        const Config config = c.to_config();
+        if (!flash_invalid_reason(s, config, device)) space.push_back(config);
+    };
+    if (device.sm() == 90) {
+        for (int block_n : {64, 128})
+            for (int stages : {2, 3, 4}) add({kFlashSm90, kSm90Rows, block_n, kSm90Warps, stages});
+    }
+    for (int block_m : {64, 128})
+        for (int block_n : {32, 64, 128})
+            for (int warps : {4, 8})
+                for (int stages : {2, 3}) add({kFlashSm80, block_m, block_n, warps, stages});
+    return space;
+}
+
+std::optional<std::string> flash_invalid_reason(const FlashShape& s, const Config& config, const DeviceInfo& device) {
+    FlashConfig c;
+    try {
+        c = FlashConfig::from(config);
+    } catch (const std::exception& e) {
+        return std::string(e.what());
+    }
+    if (c.kernel == kFlashSm90) {
+        if (device.sm() != 90) return fmt::format("kernel 1 (TMA, wgmma) needs sm_90, the device is {}", device.arch());
+        if (c.block_m != kSm90Rows || c.warps != kSm90Warps)
+            return fmt::format("kernel 1 runs {} query rows with {} warps, not {} with {}", kSm90Rows, kSm90Warps,
+                               c.block_m, c.warps);
+        if (c.block_n != 64 && c.block_n != 128) return fmt::format("kernel 1: block_n = {} is not 64 or 128", c.block_n);
+        if (c.stages < 2 || c.stages > 4) return fmt::format("kernel 1: stages = {} is not in [2, 4]", c.stages);
+    } else if (c.kernel == kFlashSm80) {
+        if (device.sm() < 80) return fmt::format("kernel 0 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
+        if (c.block_m != 64 && c.block_m != 128) return fmt::format("kernel 0: block_m = {} is not 64 or 128", c.block_m);
+        if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128)
+            return fmt::format("kernel 0: block_n = {} is not 32, 64 or 128", c.block_n);
+        if (c.warps != 4 && c.warps != 8) return fmt::format("kernel 0: warps = {} is not 4 or 8", c.warps);
+        if (c.block_m % (16 * c.warps) != 0)
+            return fmt::format("kernel 0: block_m = {} is not a multiple of 16 rows per warp ({} warps)", c.block_m, c.warps);
+        if (c.stages < 2 || c.stages > 3) return fmt::format("kernel 0: stages = {} is not 2 or 3", c.stages);
+    } else {
+        return fmt::format("kernel = {} is not 0 (sm_80) or 1 (sm_90)", c.kernel);
+    }
+    const size_t shared = c.shared_bytes(s);
+    if (shared > static_cast<size_t>(device.max_shared_memory_per_block_optin))
+        return fmt::format("needs {} bytes of shared memory, the device allows {}", shared,
+                           device.max_shared_memory_per_block_optin);
+    return std::nullopt;
+}
+
+}  // namespace tileops::detail

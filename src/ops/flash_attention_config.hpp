@@ -1,0 +1,46 @@
+// Configs of the flash attention kernels: what each tunable means, the heuristic, the search
+// space, what a config costs in shared memory.
+//
+// Tunables: kernel (1: sm_90a TMA + wgmma, flash_attention_sm90.cuh; 0: any sm_80+, cp.async +
+// mma.sync, flash_attention_sm80.cuh), block_m (query rows per block; the sm_90 kernel's is 128),
+// block_n (keys per tile), warps (the sm_90 kernel's are 12: a producer and two consumer
+// warpgroups) and stages (K/V tiles in the shared-memory ring).
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tileops/device_info.hpp"
+#include "tileops/tuning_db.hpp"
+
+namespace tileops::detail {
+
+constexpr int kFlashSm80 = 0;
+constexpr int kFlashSm90 = 1;
+
+// What the config choice needs to know about a problem.
+struct FlashShape {
+    long long batch, num_heads, head_dim, seqlen_q, seqlen_k;
+    int element_bytes;
+    bool causal;
+};
+
+struct FlashConfig {
+    int kernel = kFlashSm80;
+    int block_m = 128, block_n = 64, warps = 4, stages = 2;
+
+    static FlashConfig from(const Config& config);  // throws InvalidArgument when a tunable is missing
+    Config to_config() const;
+    int threads() const { return warps * 32; }
+    size_t shared_bytes(const FlashShape& shape) const;
+};
+
+Config flash_heuristic(const FlashShape& shape, const DeviceInfo& device);
+// The heuristic's config for the sm_80 kernel (also the fallback when TMA cannot take a problem).
+FlashConfig flash_sm80_heuristic(const FlashShape& shape);
+std::vector<Config> flash_search_space(const FlashShape& shape, const DeviceInfo& device);
+std::optional<std::string> flash_invalid_reason(const FlashShape& shape, const Config& config, const DeviceInfo& device);
+
+}  // namespace tileops::detail

@@ -1,0 +1,34 @@
+// Every config in the flash attention search space compiles with NVRTC for its archs: the sm_80
+// kernel's configs for sm_80, the TMA kernel's (and the sm_80 kernel's, which also runs there) for
+// sm_90a; each head dim, non-causal bf16 (test_compile_templates.cpp compiles the heuristic
+// configs of every dtype and mask option). Needs no GPU.
+#include <map>
+#include <set>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "ops/op_model.hpp"
+#include "support/compile_kernels.hpp"
+#include "tileops/flash_attention.hpp"
+
+using namespace tileops;
+
+TEST_CASE("every FlashAttention config of the search space compiles for sm_80 and sm_90a", "[compile][flash]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    std::map<std::string, std::set<std::string>> kernels;
+    for (int64_t head_dim : {64, 128, 256}) {
+        FlashAttentionProblem p;
+        p.batch = 4, p.num_heads = 16, p.head_dim = head_dim, p.seqlen_q = 4096;
+        FlashAttention op(p);
+        const detail::OpModel& model = op.model();
+        const auto space = model.search_space(device);
+        REQUIRE(space.size() >= 4);
+        for (const Config& config : space) {
+            const detail::LaunchPlan plan = model.plan(config, 1, device);
+            kernels[plan.template_file].insert(plan.name_expression);
+        }
+    }
+    test::compile_all(kernels, arch);
+}
