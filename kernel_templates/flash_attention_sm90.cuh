@@ -12,6 +12,8 @@
 //                   16-bit types the accumulator layout is the A fragment layout) and V N-major.
 // Within a consumer the two MMAs of consecutive tiles overlap the softmax: while the softmax of
 // tile i runs, the tensor cores already compute S of tile i + 1's predecessor product P_{i-1} V_{i-1}.
+// With PINGPONG the two consumers take turns issuing their MMAs (named barriers 1 and 2), so that
+// one warpgroup's softmax runs while the other's MMAs occupy the tensor cores.
 // The producer gives its registers to the consumers (setmaxnreg).
 //
 // TMA fills rows outside the tensor with zeros; rows of other sequences (varlen) that a tile
@@ -20,7 +22,7 @@
 // need them.
 //
 // Template parameters: T (__half, __nv_bfloat16), HEAD_DIM (64, 128, 256), BN (keys per tile: 64
-// or 128), STAGES (K/V buffers in the ring), CAUSAL, WINDOW. Shared memory:
+// or 128), STAGES (K/V buffers in the ring), PINGPONG, CAUSAL, WINDOW. Shared memory:
 // flash_sm90_shared_bytes below (host: ops/flash_attention_config.cpp computes the same).
 #pragma once
 
@@ -123,7 +125,7 @@ struct FlashSm90Layout {
     static constexpr size_t kBytes = kBarrierOffset + (1 + 4 * STAGES) * 8 + 1024;
 };
 
-template <typename T, int HEAD_DIM, int BN, int STAGES, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int BN, int STAGES, bool PINGPONG, bool CAUSAL, bool WINDOW>
 __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const T* q_tile, const T* ring_k,
                                                    const T* ring_v, unsigned long long* q_full,
                                                    unsigned long long* full_k, unsigned long long* full_v,
@@ -141,6 +143,16 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
 #pragma unroll
     for (int i = 0; i < HEAD_DIM / 2; ++i) o[i] = 0.0f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+
+    // Pingpong: consumer c issues after barrier 1 + c completes, then lets the other one go.
+    // Consumer 0 starts; every wait is matched by an arrival of the other (see the end).
+    auto my_turn = [&] {
+        if constexpr (PINGPONG) named_barrier_sync(1 + consumer, 256);
+    };
+    auto their_turn = [&] {
+        if constexpr (PINGPONG) named_barrier_arrive(2 - consumer, 256);
+    };
+    if (PINGPONG && consumer == 1) named_barrier_arrive(1, 256);
 
     const int first_tile = range.begin / BN, end_tile = (range.end + BN - 1) / BN;
     if (first_tile < end_tile) {
@@ -192,7 +204,9 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
 
         mbarrier_wait(q_full, 0);
         mbarrier_wait(&full_k[k_stage], k_phase);
+        my_turn();
         issue_scores(k_stage);
+        their_turn();
         wgmma_wait<0>();
         wgmma_fence_registers(s);
         if (warp_leader) mbarrier_arrive(&empty_k[k_stage]);
@@ -203,9 +217,11 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
 
         for (int tile = first_tile + 1; tile < end_tile; ++tile) {
             mbarrier_wait(&full_k[k_stage], k_phase);
-            issue_scores(k_stage);
             mbarrier_wait(&full_v[v_stage], v_phase);
+            my_turn();
+            issue_scores(k_stage);
             issue_values(v_stage);
+            their_turn();
             wgmma_wait<1>();  // the scores are in; P V of the previous tile may still run
             wgmma_fence_registers(s);
             if (warp_leader) mbarrier_arrive(&empty_k[k_stage]);
@@ -227,7 +243,9 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
         }
         // The last tile's P V.
         mbarrier_wait(&full_v[v_stage], v_phase);
+        my_turn();
         issue_values(v_stage);
+        their_turn();
         wgmma_wait<0>();
         wgmma_fence_registers(o);
         fence_fragments<BN>(pv);
@@ -235,6 +253,8 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     } else {
         mbarrier_wait(q_full, 0);
     }
+    // Consumer 0's barrier got one arrival more than it was waited for (the start): take it.
+    if (PINGPONG && consumer == 0) named_barrier_sync(1, 256);
 
     // Each row's sum over its quad, then O / sum, stored as T pairs; rows of other sequences or
     // past the end are not stored.
@@ -262,7 +282,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     }
 }
 
-template <typename T, int HEAD_DIM, int BN, int STAGES, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int BN, int STAGES, bool PINGPONG, bool CAUSAL, bool WINDOW>
 __global__ void __launch_bounds__(384, 1)
     flash_attention_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                                 const __grid_constant__ TensorMap map_v, const FlashAttentionArgs p) {
@@ -341,7 +361,7 @@ __global__ void __launch_bounds__(384, 1)
         }
     } else {
         warpgroup_registers_claim<240>();
-        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CAUSAL, WINDOW>(p, q_tile, ring_k, ring_v, q_full, full_k, full_v,
+        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, PINGPONG, CAUSAL, WINDOW>(p, q_tile, ring_k, ring_v, q_full, full_k, full_v,
                                                                     empty_k, empty_v, warpgroup - 1, seq, m0, range);
     }
 }

@@ -13,6 +13,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ops/op_model.hpp"
 #include "ops/op_state.hpp"
@@ -346,8 +347,7 @@ TEST_CASE("Every FlashAttention config in the search space is correct", "[gpu][f
     FlashAttention op(c.p);
     FlashRun run(c);
     for (const Config& config : op.model().search_space(runtime.device())) {
-        INFO(fmt::format("config kernel {} block_m {} block_n {} warps {} stages {}", config.at("kernel"),
-                         config.at("block_m"), config.at("block_n"), config.at("warps"), config.at("stages")));
+        INFO(fmt::format("config {}", config));
         run.check(run.run(op, &config));
     }
 }

@@ -115,7 +115,7 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK(model.heuristic(h100).at("kernel") == 1);
     CHECK(model.heuristic(a100).at("kernel") == 0);
     for (const Config& config : model.search_space(a100)) CHECK(config.at("kernel") == 0);
-    const Config tma{{"kernel", 1}, {"block_m", 128}, {"block_n", 128}, {"warps", 12}, {"stages", 2}};
+    const Config tma{{"kernel", 1}, {"block_m", 128}, {"block_n", 128}, {"warps", 12}, {"stages", 2}, {"pingpong", 1}};
     CHECK_FALSE(model.invalid_reason(tma, h100).has_value());
     CHECK_THAT(*model.invalid_reason(tma, a100), ContainsSubstring("needs sm_90"));
     Config odd = tma;
@@ -130,7 +130,7 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK(plan.grid[0] == 8);  // ceil(1000 / 128)
     CHECK(plan.grid[1] == 16);
     CHECK(plan.grid[2] == 2);
-    CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, true, true>");
+    CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, true, true, true>");
 }
 
 TEST_CASE("flash_attention through the problem factory", "[validation][flash]") {

@@ -130,6 +130,17 @@ __device__ __forceinline__ void tma_load_3d_multicast(void* shared, const Tensor
         : "memory");
 }
 
+// --- named barriers (ids 1..15; 0 is __syncthreads) ---
+
+// Waits until `threads` threads (a multiple of 32, this warp's included) have arrived at barrier `id`.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+// Counts this warp's threads as arrived at barrier `id` without waiting.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // --- register reallocation between warpgroups ---
 
 template <int REGISTERS>

@@ -156,8 +156,9 @@ public:
         const char* causal = p_.causal ? "true" : "false";
         const char* window = p_.window_left >= 0 ? "true" : "false";
         if (c.kernel == kFlashSm90) {
-            plan.name_expression = fmt::format("tileops::flash_attention_sm90_kernel<{}, {}, {}, {}, {}, {}>", type,
-                                               p_.head_dim, c.block_n, c.stages, causal, window);
+            plan.name_expression = fmt::format("tileops::flash_attention_sm90_kernel<{}, {}, {}, {}, {}, {}, {}>", type,
+                                               p_.head_dim, c.block_n, c.stages, c.pingpong ? "true" : "false", causal,
+                                               window);
             plan.kind = static_cast<unsigned>(c.block_n);  // the K/V boxes' rows; 0 means the sm_80 kernel
         } else {
             plan.name_expression = fmt::format("tileops::flash_attention_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type,

@@ -20,11 +20,14 @@ FlashConfig FlashConfig::from(const Config& config) {
     c.block_n = static_cast<int>(config_value(config, "block_n", op));
     c.warps = static_cast<int>(config_value(config, "warps", op));
     c.stages = static_cast<int>(config_value(config, "stages", op));
+    if (c.kernel == kFlashSm90) c.pingpong = static_cast<int>(config_value(config, "pingpong", op));
     return c;
 }
 
 Config FlashConfig::to_config() const {
-    return Config{{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages}};
+    Config c{{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages}};
+    if (kernel == kFlashSm90) c["pingpong"] = pingpong;
+    return c;
 }
 
 size_t FlashConfig::shared_bytes(const FlashShape& s) const {
@@ -54,6 +57,7 @@ Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {
     c.warps = kSm90Warps;
     c.block_n = s.head_dim == 256 ? 64 : 128;
     c.stages = 2;
+    c.pingpong = 1;
     return c.to_config();
 }
 
@@ -65,7 +69,8 @@ std::vector<Config> flash_search_space(const FlashShape& s, const DeviceInfo& de
     };
     if (device.sm() == 90) {
         for (int block_n : {64, 128})
-            for (int stages : {2, 3, 4}) add({kFlashSm90, kSm90Rows, block_n, kSm90Warps, stages});
+            for (int stages : {2, 3})
+                for (int pingpong : {0, 1}) add({kFlashSm90, kSm90Rows, block_n, kSm90Warps, stages, pingpong});
     }
     for (int block_m : {64, 128})
         for (int block_n : {32, 64, 128})
@@ -88,6 +93,7 @@ std::optional<std::string> flash_invalid_reason(const FlashShape& s, const Confi
                                c.block_m, c.warps);
         if (c.block_n != 64 && c.block_n != 128) return fmt::format("kernel 1: block_n = {} is not 64 or 128", c.block_n);
         if (c.stages < 2 || c.stages > 4) return fmt::format("kernel 1: stages = {} is not in [2, 4]", c.stages);
+        if (c.pingpong != 0 && c.pingpong != 1) return fmt::format("kernel 1: pingpong = {} is not 0 or 1", c.pingpong);
     } else if (c.kernel == kFlashSm80) {
         if (device.sm() < 80) return fmt::format("kernel 0 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
         if (c.block_m != 64 && c.block_m != 128) return fmt::format("kernel 0: block_m = {} is not 64 or 128", c.block_m);

@@ -4,7 +4,9 @@
 // Tunables: kernel (1: sm_90a TMA + wgmma, flash_attention_sm90.cuh; 0: any sm_80+, cp.async +
 // mma.sync, flash_attention_sm80.cuh), block_m (query rows per block; the sm_90 kernel's is 128),
 // block_n (keys per tile), warps (the sm_90 kernel's are 12: a producer and two consumer
-// warpgroups) and stages (K/V tiles in the shared-memory ring).
+// warpgroups), stages (K/V tiles in the shared-memory ring) and, for the sm_90 kernel, pingpong
+// (1: the two consumer warpgroups take turns on the tensor cores, each one's softmax hidden behind
+// the other's MMAs).
 #pragma once
 
 #include <cstddef>
@@ -30,6 +32,7 @@ struct FlashShape {
 struct FlashConfig {
     int kernel = kFlashSm80;
     int block_m = 128, block_n = 64, warps = 4, stages = 2;
+    int pingpong = 0;  // sm_90 kernel only
 
     static FlashConfig from(const Config& config);  // throws InvalidArgument when a tunable is missing
     Config to_config() const;
