@@ -8,6 +8,9 @@
 #   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json
 #   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
 #   decode  bench_decode_attention and torch SDPA on the same problems, merged into a table
+#   flash   bench_flash_attention and torch SDPA (flash and cuDNN backends) on the same cases, merged
+#           into a table with the targets; flash_quick: a subset
+#   flash_tests the [gpu][flash] tests only
 #   gemm_tests  the [gpu][gemm] tests only
 #   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
 set -uo pipefail
@@ -47,6 +50,16 @@ for step in "$@"; do
       PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_decode_peers.py --json "$OUT/torch_decode.json" \
         > "$OUT/torch_decode.log" 2>&1 || status=1
       python3 bench/compare_decode_attention.py "$OUT/decode.json" "$OUT/torch_decode.json" | tee "$OUT/decode.md" ;;
+    flash|flash_quick)
+      extra=""; [ "$step" = flash_quick ] && extra="--quick"
+      timeout ${FLASH_TIMEOUT:-180} ./build-gpu/bench/bench_flash_attention $extra --json "$OUT/flash.json" \
+        > "$OUT/flash.log" 2>&1 || status=1
+      PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_flash_peers.py $extra --json "$OUT/torch_flash.json" \
+        > "$OUT/torch_flash.log" 2>&1 || status=1
+      python3 bench/compare_flash_attention.py "$OUT/flash.json" "$OUT/torch_flash.json" | tee "$OUT/flash.md" ;;
+    flash_tests)
+      timeout ${FLASH_TESTS_TIMEOUT:-300} ./build-gpu/tests/tileops_tests "[gpu][flash]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/flash_tests.log"
+      grep -E 'failed|FAILED|SIG|error' "$OUT/flash_tests.log" | head -40; tail -2 "$OUT/flash_tests.log" ;;
     gemm_tests)
       timeout 300 ./build-gpu/tests/tileops_tests "[gpu][gemm]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gemm_tests.log"
       grep -E 'failed|FAILED|SIG|error' "$OUT/gemm_tests.log" | head -30; tail -2 "$OUT/gemm_tests.log" ;;

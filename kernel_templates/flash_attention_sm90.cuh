@@ -34,13 +34,6 @@ namespace tileops {
 
 constexpr int kFlashSm90Rows = 128;  // query rows per block: two consumer warpgroups of 64
 
-// exp2 on the special-function unit (ex2.approx: 2 ulp, -inf -> 0).
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // Byte offsets of the descriptors' K steps of 16 elements, in 16-byte units. A K-major tile of
 // ROWS x HEAD_DIM is stored as HEAD_DIM / 64 boxes of ROWS rows x 128 bytes: step kk lies in box
 // kk / 4, 32 bytes into its rows.

@@ -12,7 +12,19 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+// NVRTC has no math.h: INFINITY as the bit pattern (nvcc's host pass gets the math.h one).
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 namespace tileops {
+
+// exp2 on the special-function unit (ex2.approx: 2 ulp, -inf -> 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 // The same layout as FlashAttentionKernelArgs in src/ops/flash_attention.cpp.
 struct FlashAttentionArgs {
