@@ -11,6 +11,8 @@
 #   flash   bench_flash_attention and torch SDPA (flash and cuDNN backends) on the same cases, merged
 #           into a table with the targets; flash_quick: a subset
 #   flash_tests the [gpu][flash] tests only
+#   flash_tune  tileops-tune tune of the flash benchmark's problems into $OUT/flash_tuned.json (later
+#               steps of the same call use it: TILEOPS_TUNING_DB)
 #   gemm_tests  the [gpu][gemm] tests only
 #   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
 set -uo pipefail
@@ -57,6 +59,11 @@ for step in "$@"; do
       PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_flash_peers.py $extra --json "$OUT/torch_flash.json" \
         > "$OUT/torch_flash.log" 2>&1 || status=1
       python3 bench/compare_flash_attention.py "$OUT/flash.json" "$OUT/torch_flash.json" | tee "$OUT/flash.md" ;;
+    flash_tune)
+      ./build-gpu/tools/tileops-tune tune --workload bench/tune_flash_attention.json --db "$OUT/flash_tuned.json" \
+        --budget 8 --repeats 10 > "$OUT/flash_tune.log" 2> "$OUT/flash_tune_err.log" || status=1
+      export TILEOPS_TUNING_DB="$OUT/flash_tuned.json"
+      tail -45 "$OUT/flash_tune.log" ;;
     flash_tests)
       timeout ${FLASH_TESTS_TIMEOUT:-300} ./build-gpu/tests/tileops_tests "[gpu][flash]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/flash_tests.log"
       grep -E 'failed|FAILED|SIG|error' "$OUT/flash_tests.log" | head -40; tail -2 "$OUT/flash_tests.log" ;;

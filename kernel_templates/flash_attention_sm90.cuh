@@ -1,10 +1,13 @@
 // Flash attention forward for sm_90a (H100), FlashAttention-3 style.
 //
-// A block owns 128 query rows of one (sequence, query head) and walks the key tiles they may see.
-// Warpgroup 0 is the producer: one thread loads the Q tile once, then K and V tiles of BN keys into
+// Work is a tile of 128 query rows of one (sequence, query head), walking the key tiles those rows
+// may see. The grid is persistent: at most one block per SM, each taking work tiles blockIdx.x,
+// + gridDim.x, ... (causal: the heaviest tiles first), so that one tile's epilogue overlaps the
+// next one's loads.
+// Warpgroup 0 is the producer: one thread loads each work tile's Q, then K and V tiles of BN keys into
 // a ring of STAGES shared buffers with TMA (128-byte swizzled boxes of 64 head-dim columns), each
 // K and V buffer guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer
-// warp is done with it). Warpgroups 1 and 2 are consumers, 64 query rows each:
+// warp is done with it); Q has the same pair. Warpgroups 1 and 2 are consumers, 64 query rows each:
 //   S = Q K^T       wgmma, both operands in shared memory, fp32 accumulators in registers;
 //   P = softmax(S)  online, in registers: exp2 with the scale folded in, the running max and sum
 //                   per row, the output rescaled only through one multiply per tile;
@@ -113,29 +116,111 @@ struct FlashSm90Layout {
     static constexpr int kQ = kFlashSm90Rows * HEAD_DIM;  // elements
     static constexpr int kKV = BN * HEAD_DIM;
     static constexpr size_t kBarrierOffset = (static_cast<size_t>(kQ) + 2 * STAGES * kKV) * sizeof(T);
-    // Q, the K ring, the V ring, then barriers: q_full, full_k, full_v, empty_k, empty_v; plus
-    // 1024 bytes so the tiles can start on a 1024-byte boundary (the swizzle's period).
-    static constexpr size_t kBytes = kBarrierOffset + (1 + 4 * STAGES) * 8 + 1024;
+    // Q, the K ring, the V ring, then barriers: q_full, q_empty, full_k, full_v, empty_k, empty_v;
+    // plus 1024 bytes so the tiles can start on a 1024-byte boundary (the swizzle's period).
+    static constexpr size_t kBytes = kBarrierOffset + (2 + 4 * STAGES) * 8 + 1024;
 };
 
+// The shared-memory buffers and their barriers.
+template <typename T>
+struct FlashSm90Shared {
+    T* q;
+    T* ring_k;
+    T* ring_v;
+    unsigned long long *q_full, *q_empty, *full_k, *full_v, *empty_k, *empty_v;
+};
+
+// One work tile: 128 query rows of sequence b, query head h, and the key tiles they may see.
+struct FlashSm90Work {
+    int b, h, m0;
+    AttentionSequence seq;
+    AttentionKeyRange range;
+    int first_tile, end_tile;  // key tiles [first_tile, end_tile); empty: the rows see no key
+};
+
+// Work tile `w` of q_tiles x num_heads x batch. Without a causal mask every tile costs the same:
+// the query tiles of a head are adjacent (they share K and V in L2). With one, a tile's cost grows
+// with its position: all heads' last query tiles come first, then the ones before (the longest
+// first, so that blocks taking every gridDim.x-th tile get equal shares; head-major order would
+// give some blocks only long tiles when gridDim.x is close to q_tiles). False when the tile lies
+// past its sequence's end (varlen sequences shorter than the longest).
+template <bool CAUSAL, bool WINDOW, int BN>
+__device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, int w, int q_tiles, FlashSm90Work& work) {
+    const int heads = p.num_heads * p.batch;
+    const int m_index = CAUSAL ? w / heads : w % q_tiles;
+    const int head_index = CAUSAL ? w % heads : w / q_tiles;
+    work.h = head_index % p.num_heads;
+    work.b = head_index / p.num_heads;
+    work.m0 = (CAUSAL ? q_tiles - 1 - m_index : m_index) * kFlashSm90Rows;
+    work.seq = attention_sequence(p, work.b);
+    if (work.m0 >= work.seq.len_q) return false;
+    work.range = attention_key_range<CAUSAL, WINDOW>(work.seq, p.window_left, work.m0, kFlashSm90Rows);
+    work.first_tile = work.range.begin / BN;
+    work.end_tile = (work.range.end + BN - 1) / BN;
+    return true;
+}
+
+// A stage index and the phase (parity) of its barriers, stepping round the ring.
+template <int STAGES>
+struct RingPosition {
+    int stage = 0;
+    unsigned phase = 0;
+    __device__ __forceinline__ void advance() {
+        if (++stage == STAGES) stage = 0, phase ^= 1;
+    }
+};
+
+// The producer's single thread: Q, then K and V tiles, of every work tile of this block.
+template <typename T, int HEAD_DIM, int BN, int STAGES, bool CAUSAL, bool WINDOW>
+__device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, const TensorMap* map_q,
+                                                   const TensorMap* map_k, const TensorMap* map_v,
+                                                   const FlashSm90Shared<T>& sh, int q_tiles, int work_count) {
+    constexpr int kKV = BN * HEAD_DIM;
+    constexpr unsigned kTileBytes = kKV * sizeof(T);
+    tma_prefetch_descriptor(map_q);
+    tma_prefetch_descriptor(map_k);
+    tma_prefetch_descriptor(map_v);
+    RingPosition<STAGES> ring;
+    unsigned q_phase = 0;
+    for (int w = blockIdx.x; w < work_count; w += gridDim.x) {
+        FlashSm90Work work;
+        if (!flash_sm90_work<CAUSAL, WINDOW, BN>(p, w, q_tiles, work) || work.first_tile >= work.end_tile) continue;
+        // Tensor maps are 4-D: (head dim, rows, heads, batch); varlen has one batch entry of every packed row.
+        const int batch_index = p.cu_seqlens_q != nullptr ? 0 : work.b;
+        const int kv_head = work.h / p.group;
+        mbarrier_wait(sh.q_empty, q_phase ^ 1);  // the consumers' last S of the previous tile is done
+        q_phase ^= 1;
+        mbarrier_arrive_expect_tx(sh.q_full, kFlashSm90Rows * HEAD_DIM * sizeof(T));
+#pragma unroll
+        for (int box = 0; box < HEAD_DIM / 64; ++box)
+            tma_load_4d(sh.q + box * kFlashSm90Rows * 64, map_q, sh.q_full, box * 64,
+                        static_cast<int>(work.seq.q_first) + work.m0, work.h, batch_index);
+        for (int tile = work.first_tile; tile < work.end_tile; ++tile) {
+            const int key_row = static_cast<int>(work.seq.k_first) + tile * BN;
+            const int s = ring.stage;
+            mbarrier_wait(&sh.empty_k[s], ring.phase ^ 1);
+            mbarrier_arrive_expect_tx(&sh.full_k[s], kTileBytes);
+#pragma unroll
+            for (int box = 0; box < HEAD_DIM / 64; ++box)
+                tma_load_4d(sh.ring_k + s * kKV + box * BN * 64, map_k, &sh.full_k[s], box * 64, key_row, kv_head, batch_index);
+            mbarrier_wait(&sh.empty_v[s], ring.phase ^ 1);
+            mbarrier_arrive_expect_tx(&sh.full_v[s], kTileBytes);
+#pragma unroll
+            for (int box = 0; box < HEAD_DIM / 64; ++box)
+                tma_load_4d(sh.ring_v + s * kKV + box * BN * 64, map_v, &sh.full_v[s], box * 64, key_row, kv_head, batch_index);
+            ring.advance();
+        }
+    }
+}
+
+// A consumer warpgroup: 64 query rows of every work tile of this block.
 template <typename T, int HEAD_DIM, int BN, int STAGES, bool PINGPONG, bool CAUSAL, bool WINDOW>
-__device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const T* q_tile, const T* ring_k,
-                                                   const T* ring_v, unsigned long long* q_full,
-                                                   unsigned long long* full_k, unsigned long long* full_v,
-                                                   unsigned long long* empty_k, unsigned long long* empty_v,
-                                                   int consumer, const AttentionSequence& seq, int m0,
-                                                   const AttentionKeyRange& range) {
+__device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const FlashSm90Shared<T>& sh,
+                                                   int consumer, int q_tiles, int work_count) {
     constexpr int kKV = BN * HEAD_DIM;
     const int t = static_cast<int>(threadIdx.x) % 128;
     const bool warp_leader = t % 32 == 0;
-    // This thread's rows (within the sequence): g and g + 8 of its warp's 16.
-    const int row = m0 + consumer * 64 + (t / 32) * 16 + (t % 32) / 4;
-    const int rows0 = m0 + consumer * 64;  // this warpgroup's first row
-
-    float o[HEAD_DIM / 2];
-#pragma unroll
-    for (int i = 0; i < HEAD_DIM / 2; ++i) o[i] = 0.0f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+    const T* q_rows = sh.q + consumer * 64 * 64;  // 64 rows into each 64-column box of Q
 
     // Pingpong: consumer c issues after barrier 1 + c completes, then lets the other one go.
     // Consumer 0 starts; every wait is matched by an arrival of the other (see the end).
@@ -147,21 +232,27 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     };
     if (PINGPONG && consumer == 1) named_barrier_arrive(1, 256);
 
-    const int first_tile = range.begin / BN, end_tile = (range.end + BN - 1) / BN;
-    if (first_tile < end_tile) {
-        const T* q_rows = q_tile + consumer * 64 * 64;  // 64 rows into each 64-column box
-        float s[BN / 2];
-        unsigned pv[BN / 16][4];
-        // K and V buffers are filled in the same order; V is consumed one tile behind K.
-        int k_stage = 0, v_stage = 0;
-        unsigned k_phase = 0, v_phase = 0;
-        auto advance = [](int& stage, unsigned& phase) {
-            if (++stage == STAGES) stage = 0, phase ^= 1;
-        };
+    // K and V buffers are filled in the same order; V is consumed one tile behind K.
+    RingPosition<STAGES> k_ring, v_ring;
+    unsigned q_phase = 0;
+    float o[HEAD_DIM / 2];
+    float s[BN / 2];
+    unsigned pv[BN / 16][4];
+
+    for (int w = blockIdx.x; w < work_count; w += gridDim.x) {
+        FlashSm90Work work;
+        if (!flash_sm90_work<CAUSAL, WINDOW, BN>(p, w, q_tiles, work)) continue;
+        const AttentionKeyRange& range = work.range;
+        // This thread's rows (within the sequence): g and g + 8 of its warp's 16.
+        const int rows0 = work.m0 + consumer * 64;  // this warpgroup's first row
+        const int row = rows0 + (t / 32) * 16 + (t % 32) / 4;
+#pragma unroll
+        for (int i = 0; i < HEAD_DIM / 2; ++i) o[i] = 0.0f;
+        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
 
         // S = Q K^T of the tile in `stage`, issued (not waited for).
-        auto issue_scores = [&](int st) {
-            const T* k = ring_k + st * kKV;
+        auto issue_scores = [&](int stage) {
+            const T* k = sh.ring_k + stage * kKV;
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
@@ -170,14 +261,30 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             wgmma_commit();
         };
         // O += P V of the tile in `stage`, issued.
-        auto issue_values = [&](int st) {
-            const T* v = ring_v + st * kKV;
+        auto issue_values = [&](int stage) {
+            const T* v = sh.ring_v + stage * kKV;
             // V is BN keys (K of this product) x HEAD_DIM (N), N-major, in boxes of 64 columns.
             const unsigned long long desc_v = wgmma_descriptor_sw128_mn(v, BN * 128);
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_m64k16<T, HEAD_DIM, 1>(o, pv[kk], desc_v + kk * 128, 1);
             wgmma_commit();
+        };
+        // S of `tile` has landed in registers: its K buffer is free, and after the last tile Q too.
+        auto scores_done = [&](int tile) {
+            wgmma_fence_registers(s);
+            if (warp_leader) {
+                mbarrier_arrive(&sh.empty_k[k_ring.stage]);
+                if (tile == work.end_tile - 1) mbarrier_arrive(sh.q_empty);
+            }
+            k_ring.advance();
+        };
+        // P V has finished: its V buffer and the P registers are free.
+        auto values_done = [&] {
+            wgmma_fence_registers(o);
+            fence_fragments<BN>(pv);
+            if (warp_leader) mbarrier_arrive(&sh.empty_v[v_ring.stage]);
+            v_ring.advance();
         };
         // Masks (when the tile needs it) and folds the tile's scores into the running max;
         // returns the factor the previous sum and output must be scaled by.
@@ -195,84 +302,75 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             exponentiate<BN>(s, row_max, p.scale_log2, row_sum);
         };
 
-        mbarrier_wait(q_full, 0);
-        mbarrier_wait(&full_k[k_stage], k_phase);
-        my_turn();
-        issue_scores(k_stage);
-        their_turn();
-        wgmma_wait<0>();
-        wgmma_fence_registers(s);
-        if (warp_leader) mbarrier_arrive(&empty_k[k_stage]);
-        advance(k_stage, k_phase);
-        float scale[2];
-        softmax(first_tile, scale);
-        pack_probabilities<T, BN>(s, pv);
-
-        for (int tile = first_tile + 1; tile < end_tile; ++tile) {
-            mbarrier_wait(&full_k[k_stage], k_phase);
-            mbarrier_wait(&full_v[v_stage], v_phase);
+        if (work.first_tile < work.end_tile) {
+            mbarrier_wait(sh.q_full, q_phase);
+            q_phase ^= 1;
+            mbarrier_wait(&sh.full_k[k_ring.stage], k_ring.phase);
             my_turn();
-            issue_scores(k_stage);
-            issue_values(v_stage);
+            issue_scores(k_ring.stage);
             their_turn();
-            wgmma_wait<1>();  // the scores are in; P V of the previous tile may still run
-            wgmma_fence_registers(s);
-            if (warp_leader) mbarrier_arrive(&empty_k[k_stage]);
-            advance(k_stage, k_phase);
-            softmax(tile, scale);
             wgmma_wait<0>();
-            wgmma_fence_registers(o);
-            fence_fragments<BN>(pv);
-            if (warp_leader) mbarrier_arrive(&empty_v[v_stage]);
-            advance(v_stage, v_phase);
+            scores_done(work.first_tile);
+            float scale[2];
+            softmax(work.first_tile, scale);
+            pack_probabilities<T, BN>(s, pv);
+
+            for (int tile = work.first_tile + 1; tile < work.end_tile; ++tile) {
+                mbarrier_wait(&sh.full_k[k_ring.stage], k_ring.phase);
+                mbarrier_wait(&sh.full_v[v_ring.stage], v_ring.phase);
+                my_turn();
+                issue_scores(k_ring.stage);
+                issue_values(v_ring.stage);
+                their_turn();
+                wgmma_wait<1>();  // the scores are in; P V of the previous tile may still run
+                scores_done(tile);
+                softmax(tile, scale);
+                wgmma_wait<0>();
+                values_done();
+#pragma unroll
+                for (int j = 0; j < HEAD_DIM / 8; ++j) {
+                    o[4 * j + 0] *= scale[0];
+                    o[4 * j + 1] *= scale[0];
+                    o[4 * j + 2] *= scale[1];
+                    o[4 * j + 3] *= scale[1];
+                }
+                pack_probabilities<T, BN>(s, pv);
+            }
+            // The last tile's P V.
+            mbarrier_wait(&sh.full_v[v_ring.stage], v_ring.phase);
+            my_turn();
+            issue_values(v_ring.stage);
+            their_turn();
+            wgmma_wait<0>();
+            values_done();
+        }
+
+        // Each row's sum over its quad, then O / sum, stored as T pairs; rows of other sequences
+        // or past the end are not stored.
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 1);
+            row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 2);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = row + half * 8;
+            if (r >= work.seq.len_q) continue;
+            const float inverse = row_sum[half] > 0.0f ? 1.0f / row_sum[half] : 0.0f;
+            T* out = static_cast<T*>(p.o) + work.b * p.o_batch_stride + (work.seq.q_first + r) * p.o_row_stride +
+                     work.h * p.o_head_stride + (t % 4) * 2;
 #pragma unroll
             for (int j = 0; j < HEAD_DIM / 8; ++j) {
-                o[4 * j + 0] *= scale[0];
-                o[4 * j + 1] *= scale[0];
-                o[4 * j + 2] *= scale[1];
-                o[4 * j + 3] *= scale[1];
+                const unsigned pair = pack_pair<T>(o[4 * j + 2 * half] * inverse, o[4 * j + 2 * half + 1] * inverse);
+                *reinterpret_cast<unsigned*>(out + 8 * j) = pair;
             }
-            pack_probabilities<T, BN>(s, pv);
+            if (p.lse != nullptr && t % 4 == 0)
+                p.lse[work.b * p.lse_batch_stride + work.h * p.lse_head_stride + work.seq.q_first + r] =
+                    attention_lse(row_max[half], row_sum[half], p.scale);
         }
-        // The last tile's P V.
-        mbarrier_wait(&full_v[v_stage], v_phase);
-        my_turn();
-        issue_values(v_stage);
-        their_turn();
-        wgmma_wait<0>();
-        wgmma_fence_registers(o);
-        fence_fragments<BN>(pv);
-        if (warp_leader) mbarrier_arrive(&empty_v[v_stage]);
-    } else {
-        mbarrier_wait(q_full, 0);
     }
     // Consumer 0's barrier got one arrival more than it was waited for (the start): take it.
     if (PINGPONG && consumer == 0) named_barrier_sync(1, 256);
-
-    // Each row's sum over its quad, then O / sum, stored as T pairs; rows of other sequences or
-    // past the end are not stored.
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 1);
-        row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 2);
-    }
-    const int h = blockIdx.y, b = blockIdx.z;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int r = row + half * 8;
-        if (r >= seq.len_q) continue;
-        const float inverse = row_sum[half] > 0.0f ? 1.0f / row_sum[half] : 0.0f;
-        T* out = static_cast<T*>(p.o) + b * p.o_batch_stride + (seq.q_first + r) * p.o_row_stride + h * p.o_head_stride +
-                 (t % 4) * 2;
-#pragma unroll
-        for (int j = 0; j < HEAD_DIM / 8; ++j) {
-            const unsigned pair = pack_pair<T>(o[4 * j + 2 * half] * inverse, o[4 * j + 2 * half + 1] * inverse);
-            *reinterpret_cast<unsigned*>(out + 8 * j) = pair;
-        }
-        if (p.lse != nullptr && t % 4 == 0)
-            p.lse[b * p.lse_batch_stride + h * p.lse_head_stride + seq.q_first + r] =
-                attention_lse(row_max[half], row_sum[half], p.scale);
-    }
 }
 
 template <typename T, int HEAD_DIM, int BN, int STAGES, bool PINGPONG, bool CAUSAL, bool WINDOW>
@@ -283,79 +381,43 @@ __global__ void __launch_bounds__(384, 1)
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
     static_assert(STAGES >= 2, "K/V tiles are double-buffered at least");
     using Layout = FlashSm90Layout<T, HEAD_DIM, BN, STAGES>;
-    constexpr int kKV = Layout::kKV;
 
     extern __shared__ __align__(1024) unsigned char flash_shared[];
     unsigned char* base = flash_shared + ((1024 - (shared_address(flash_shared) & 1023)) & 1023);
-    T* q_tile = reinterpret_cast<T*>(base);
-    T* ring_k = q_tile + Layout::kQ;
-    T* ring_v = ring_k + STAGES * kKV;
-    unsigned long long* q_full = reinterpret_cast<unsigned long long*>(base + Layout::kBarrierOffset);
-    unsigned long long* full_k = q_full + 1;
-    unsigned long long* full_v = full_k + STAGES;
-    unsigned long long* empty_k = full_v + STAGES;
-    unsigned long long* empty_v = empty_k + STAGES;
-
-    const int h = blockIdx.y, b = blockIdx.z;
-    const int m_block = CAUSAL ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-    const AttentionSequence seq = attention_sequence(p, b);
-    const int m0 = m_block * kFlashSm90Rows;
-    if (m0 >= seq.len_q) return;  // a varlen sequence shorter than the longest
-    const AttentionKeyRange range = attention_key_range<CAUSAL, WINDOW>(seq, p.window_left, m0, kFlashSm90Rows);
-    const int first_tile = range.begin / BN, end_tile = (range.end + BN - 1) / BN;
+    FlashSm90Shared<T> sh;
+    sh.q = reinterpret_cast<T*>(base);
+    sh.ring_k = sh.q + Layout::kQ;
+    sh.ring_v = sh.ring_k + STAGES * Layout::kKV;
+    sh.q_full = reinterpret_cast<unsigned long long*>(base + Layout::kBarrierOffset);
+    sh.q_empty = sh.q_full + 1;
+    sh.full_k = sh.q_empty + 1;
+    sh.full_v = sh.full_k + STAGES;
+    sh.empty_k = sh.full_v + STAGES;
+    sh.empty_v = sh.empty_k + STAGES;
 
     if (threadIdx.x == 0) {
-        mbarrier_init(q_full, 1);
+        mbarrier_init(sh.q_full, 1);
+        mbarrier_init(sh.q_empty, 8);  // one arrive per consumer warp
         for (int s = 0; s < STAGES; ++s) {
-            mbarrier_init(&full_k[s], 1);
-            mbarrier_init(&full_v[s], 1);
-            mbarrier_init(&empty_k[s], 8);  // one arrive per consumer warp
-            mbarrier_init(&empty_v[s], 8);
+            mbarrier_init(&sh.full_k[s], 1);
+            mbarrier_init(&sh.full_v[s], 1);
+            mbarrier_init(&sh.empty_k[s], 8);
+            mbarrier_init(&sh.empty_v[s], 8);
         }
         fence_barrier_init();
     }
     __syncthreads();
 
+    const int q_tiles = (p.seqlen_q + kFlashSm90Rows - 1) / kFlashSm90Rows;
+    const int work_count = q_tiles * p.num_heads * p.batch;
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     if (warpgroup == 0) {
         warpgroup_registers_release<24>();
-        if (threadIdx.x == 0) {
-            tma_prefetch_descriptor(&map_q);
-            tma_prefetch_descriptor(&map_k);
-            tma_prefetch_descriptor(&map_v);
-            // Tensor maps are 4-D: (head dim, rows, heads, batch); varlen has one batch entry of
-            // every packed row.
-            const int batch_index = p.cu_seqlens_q != nullptr ? 0 : b;
-            const int kv_head = h / p.group;
-            constexpr unsigned kTileBytes = kKV * sizeof(T);
-            mbarrier_arrive_expect_tx(q_full, Layout::kQ * sizeof(T));
-#pragma unroll
-            for (int box = 0; box < HEAD_DIM / 64; ++box)
-                tma_load_4d(q_tile + box * kFlashSm90Rows * 64, &map_q, q_full, box * 64,
-                            static_cast<int>(seq.q_first) + m0, h, batch_index);
-            int stage = 0;
-            unsigned phase = 0;
-            for (int tile = first_tile; tile < end_tile; ++tile) {
-                const int key_row = static_cast<int>(seq.k_first) + tile * BN;
-                mbarrier_wait(&empty_k[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&full_k[stage], kTileBytes);
-#pragma unroll
-                for (int box = 0; box < HEAD_DIM / 64; ++box)
-                    tma_load_4d(ring_k + stage * kKV + box * BN * 64, &map_k, &full_k[stage], box * 64, key_row, kv_head,
-                                batch_index);
-                mbarrier_wait(&empty_v[stage], phase ^ 1);
-                mbarrier_arrive_expect_tx(&full_v[stage], kTileBytes);
-#pragma unroll
-                for (int box = 0; box < HEAD_DIM / 64; ++box)
-                    tma_load_4d(ring_v + stage * kKV + box * BN * 64, &map_v, &full_v[stage], box * 64, key_row, kv_head,
-                                batch_index);
-                if (++stage == STAGES) stage = 0, phase ^= 1;
-            }
-        }
+        if (threadIdx.x == 0)
+            flash_sm90_produce<T, HEAD_DIM, BN, STAGES, CAUSAL, WINDOW>(p, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
     } else {
         warpgroup_registers_claim<240>();
-        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, PINGPONG, CAUSAL, WINDOW>(p, q_tile, ring_k, ring_v, q_full, full_k, full_v,
-                                                                    empty_k, empty_v, warpgroup - 1, seq, m0, range);
+        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, PINGPONG, CAUSAL, WINDOW>(p, sh, warpgroup - 1, q_tiles, work_count);
     }
 }
 

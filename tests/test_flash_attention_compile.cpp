@@ -1,6 +1,5 @@
-// Every config in the flash attention search space compiles with NVRTC for its archs: the sm_80
-// kernel's configs for sm_80, the TMA kernel's (and the sm_80 kernel's, which also runs there) for
-// sm_90a; each head dim, non-causal bf16 (test_compile_templates.cpp compiles the heuristic
+// Every config in the flash attention search space compiles with NVRTC for its arch: the sm_80
+// kernel's configs for sm_80, the TMA kernel's for sm_90a; each head dim, non-causal bf16 (test_compile_templates.cpp compiles the heuristic
 // configs of every dtype and mask option). Needs no GPU.
 #include <map>
 #include <set>

@@ -127,9 +127,13 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK_THAT(*model.invalid_reason({{"kernel", 0}}, a100), ContainsSubstring("block_m"));
     const detail::LaunchPlan plan = model.plan(tma, 1, h100);
     CHECK(plan.block[0] == 384);
-    CHECK(plan.grid[0] == 8);  // ceil(1000 / 128)
-    CHECK(plan.grid[1] == 16);
-    CHECK(plan.grid[2] == 2);
+    CHECK(plan.grid[0] == 132);  // persistent: 8 x 16 x 2 work tiles over the SMs
+    const Config sm80{{"kernel", 0}, {"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"stages", 2}};
+    const detail::LaunchPlan plan80 = model.plan(sm80, 1, a100);
+    CHECK(plan80.grid[0] == 8);  // ceil(1000 / 128)
+    CHECK(plan80.grid[1] == 16);
+    CHECK(plan80.grid[2] == 2);
+    CHECK(plan80.block[0] == 256);
     CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, true, true, true>");
 }
 

@@ -47,6 +47,7 @@ struct FlashAttentionArgs {
     int window_left;            // < 0: no window
     float scale_log2;           // softmax scale * log2(e): scores are exponentiated with exp2
     float scale;                // softmax scale (for the natural-log lse)
+    int num_heads, batch;       // query heads, sequences
 };
 
 // The sequence a block works on: its first q/k rows in the tensors and its lengths.

@@ -90,6 +90,10 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
     } else if (p.total_q != 0 || p.total_k != 0) {
         throw InvalidArgument(fmt::format("tileops::{}: total_q and total_k are for varlen problems (set varlen)", kOp));
     }
+    // The sm_90 kernel numbers its work tiles (64 query rows or more each) with 32-bit integers.
+    if ((p.seqlen_q + 63) / 64 * p.num_heads * p.batch > kIntMax)
+        throw InvalidArgument(fmt::format("tileops::{}: batch x num_heads x seqlen_q ({} x {} x {}) is larger than supported",
+                                          kOp, p.batch, p.num_heads, p.seqlen_q));
     const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
     normalize_strides(p, "q", rows_q, p.num_heads, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
     normalize_strides(p, "k", rows_k, p.num_kv_heads, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
@@ -148,7 +152,7 @@ public:
     }
     std::vector<int> vector_widths(const Config&) const override { return {1}; }
 
-    LaunchPlan plan(const Config& config, int /*vec*/, const DeviceInfo& /*device*/) const override {
+    LaunchPlan plan(const Config& config, int /*vec*/, const DeviceInfo& device) const override {
         const FlashConfig c = FlashConfig::from(config);
         LaunchPlan plan;
         plan.template_file = template_file();
@@ -164,9 +168,15 @@ public:
             plan.name_expression = fmt::format("tileops::flash_attention_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type,
                                                p_.head_dim, c.block_m, c.block_n, c.warps, c.stages, causal, window);
         }
-        plan.grid[0] = static_cast<unsigned>((p_.seqlen_q + c.block_m - 1) / c.block_m);
-        plan.grid[1] = static_cast<unsigned>(p_.num_heads);
-        plan.grid[2] = static_cast<unsigned>(p_.batch);
+        const int64_t q_tiles = (p_.seqlen_q + c.block_m - 1) / c.block_m;
+        if (c.kernel == kFlashSm90) {
+            // Persistent: one block per SM at most, each taking every gridDim.x-th work tile.
+            plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(q_tiles * p_.num_heads * p_.batch, device.sm_count));
+        } else {
+            plan.grid[0] = static_cast<unsigned>(q_tiles);
+            plan.grid[1] = static_cast<unsigned>(p_.num_heads);
+            plan.grid[2] = static_cast<unsigned>(p_.batch);
+        }
         plan.block[0] = static_cast<unsigned>(c.threads());
         plan.shared_bytes = static_cast<unsigned>(c.shared_bytes(shape_));
         return plan;
@@ -260,6 +270,7 @@ struct FlashAttentionKernelArgs {
     int window_left;
     float scale_log2;
     float scale;
+    int num_heads, batch;
 };
 
 // A 4-D (head dim, rows, heads, batch) tensor map of 16-bit elements, loaded in boxes of 64 head-dim
@@ -318,6 +329,8 @@ void FlashAttention::launch_with(const detail::ResolvedLaunch& launch, Inputs in
     args.window_left = static_cast<int>(p.window_left);
     args.scale_log2 = static_cast<float>(p.scale * detail::kLog2e);
     args.scale = p.scale;
+    args.num_heads = static_cast<int>(p.num_heads);
+    args.batch = static_cast<int>(p.batch);
     if (launch.kind == 0) {
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);

@@ -32,9 +32,9 @@ Config FlashConfig::to_config() const {
 
 size_t FlashConfig::shared_bytes(const FlashShape& s) const {
     const size_t tiles = static_cast<size_t>(block_m + 2 * stages * block_n) * s.head_dim * s.element_bytes;
-    // sm_90: barriers (q, and full/empty per K and V buffer) and 1024 bytes to align the tiles
-    // to the swizzle's period (FlashSm90Layout::kBytes).
-    return kernel == kFlashSm90 ? tiles + (1 + 4 * stages) * 8 + 1024 : tiles;
+    // sm_90: barriers (full/empty for Q and per K and V buffer) and 1024 bytes to align the
+    // tiles to the swizzle's period (FlashSm90Layout::kBytes).
+    return kernel == kFlashSm90 ? tiles + (2 + 4 * stages) * 8 + 1024 : tiles;
 }
 
 FlashConfig flash_sm80_heuristic(const FlashShape& s) {
@@ -67,10 +67,12 @@ std::vector<Config> flash_search_space(const FlashShape& s, const DeviceInfo& de
         const Config config = c.to_config();
         if (!flash_invalid_reason(s, config, device)) space.push_back(config);
     };
+    // On sm_90 the TMA kernel takes every problem and the sm_80 kernel is only slower: not searched.
     if (device.sm() == 90) {
         for (int block_n : {64, 128})
             for (int stages : {2, 3})
                 for (int pingpong : {0, 1}) add({kFlashSm90, kSm90Rows, block_n, kSm90Warps, stages, pingpong});
+        return space;
     }
     for (int block_m : {64, 128})
         for (int block_n : {32, 64, 128})
