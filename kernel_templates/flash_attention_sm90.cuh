@@ -1,9 +1,9 @@
 // Flash attention forward for sm_90a (H100), FlashAttention-3 style.
 //
 // Work is a tile of 128 query rows of one (sequence, query head), walking the key tiles those rows
-// may see. The grid is persistent: at most one block per SM, each taking work tiles blockIdx.x,
-// + gridDim.x, ... (causal: the heaviest tiles first), so that one tile's epilogue overlaps the
-// next one's loads.
+// may see. The grid is persistent: at most one block per SM, each taking a share of the work
+// tiles (causal: from a global counter, longest first; see flash_sm90_work), so that one tile's
+// epilogue overlaps the next one's loads.
 // Warpgroup 0 is the producer: one thread loads each work tile's Q, then K and V tiles of BN keys into
 // a ring of STAGES shared buffers with TMA (128-byte swizzled boxes of 64 head-dim columns), each
 // K and V buffer guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer
@@ -116,9 +116,10 @@ struct FlashSm90Layout {
     static constexpr int kQ = kFlashSm90Rows * HEAD_DIM;  // elements
     static constexpr int kKV = BN * HEAD_DIM;
     static constexpr size_t kBarrierOffset = (static_cast<size_t>(kQ) + 2 * STAGES * kKV) * sizeof(T);
-    // Q, the K ring, the V ring, then barriers: q_full, q_empty, full_k, full_v, empty_k, empty_v;
-    // plus 1024 bytes so the tiles can start on a 1024-byte boundary (the swizzle's period).
-    static constexpr size_t kBytes = kBarrierOffset + (2 + 4 * STAGES) * 8 + 1024;
+    // Q, the K ring, the V ring, then barriers: q_full, q_empty, full_k, full_v, empty_k, empty_v,
+    // work_full, work_empty, and the work slot; plus 1024 bytes so the tiles can start on a
+    // 1024-byte boundary (the swizzle's period).
+    static constexpr size_t kBytes = kBarrierOffset + (5 + 4 * STAGES) * 8 + 1024;
 };
 
 // The shared-memory buffers and their barriers.
@@ -128,6 +129,8 @@ struct FlashSm90Shared {
     T* ring_k;
     T* ring_v;
     unsigned long long *q_full, *q_empty, *full_k, *full_v, *empty_k, *empty_v;
+    unsigned long long *work_full, *work_empty;  // the dynamic scheduler's slot
+    int* work;
 };
 
 // One work tile: 128 query rows of sequence b, query head h, and the key tiles they may see.
@@ -139,16 +142,28 @@ struct FlashSm90Work {
 };
 
 // Work tile `w` of q_tiles x num_heads x batch. Without a causal mask every tile costs the same:
-// the query tiles of a head are adjacent (they share K and V in L2). With one, a tile's cost grows
-// with its position: all heads' last query tiles come first, then the ones before (the longest
-// first, so that blocks taking every gridDim.x-th tile get equal shares; head-major order would
-// give some blocks only long tiles when gridDim.x is close to q_tiles). False when the tile lies
-// past its sequence's end (varlen sequences shorter than the longest).
+// the query tiles of a head are adjacent (they share K and V in L2) and block b takes tiles b,
+// b + gridDim.x, ... With one, a tile's cost grows with its position in the sequence, and blocks
+// take the next tile from a global counter as they finish (see FlashSm90Queue) in this order:
+// heads in groups of about gridDim.x tiles (few enough that their K and V stay in L2), each
+// group's tiles longest first (all its heads' last query tiles, then the ones before), so that
+// the last tiles handed out are short ones. False when the tile lies past its sequence's end
+// (varlen sequences shorter than the longest).
 template <bool CAUSAL, bool WINDOW, int BN>
 __device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, int w, int q_tiles, FlashSm90Work& work) {
-    const int heads = p.num_heads * p.batch;
-    const int m_index = CAUSAL ? w / heads : w % q_tiles;
-    const int head_index = CAUSAL ? w % heads : w / q_tiles;
+    int m_index, head_index;
+    if (CAUSAL) {
+        const int heads = p.num_heads * p.batch;
+        const int group_heads = min(heads, max(1, (static_cast<int>(gridDim.x) + q_tiles - 1) / q_tiles));
+        const int group = w / (group_heads * q_tiles), first_head = group * group_heads;
+        const int heads_here = min(group_heads, heads - first_head);
+        const int rank = w - first_head * q_tiles;
+        m_index = rank / heads_here;
+        head_index = first_head + rank % heads_here;
+    } else {
+        m_index = w % q_tiles;
+        head_index = w / q_tiles;
+    }
     work.h = head_index % p.num_heads;
     work.b = head_index / p.num_heads;
     work.m0 = (CAUSAL ? q_tiles - 1 - m_index : m_index) * kFlashSm90Rows;
@@ -159,6 +174,47 @@ __device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, int
     work.end_tile = (work.range.end + BN - 1) / BN;
     return true;
 }
+
+// Which work tiles this block takes. Static (DYNAMIC = false): b, b + gridDim.x, ... Dynamic: the
+// producer thread takes the next index from the global counter p.scheduler[0] and hands it to
+// the consumers through a shared slot (guarded by work_full / work_empty); the first index past
+// the end stops everyone. The last block to stop puts the counters back to zero for the next launch.
+template <bool DYNAMIC>
+struct FlashSm90Queue {
+    int round = 0;
+    unsigned phase = 0;
+
+    __device__ __forceinline__ int static_index() { return round++ * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x); }
+
+    __device__ __forceinline__ int produce(const FlashAttentionArgs& p, volatile int* slot, unsigned long long* full,
+                                           unsigned long long* empty) {
+        if constexpr (!DYNAMIC) return static_index();
+        const int w = atomicAdd(&p.scheduler[0], 1);
+        mbarrier_wait(empty, phase ^ 1);  // every consumer warp has read the previous index
+        *slot = w;
+        mbarrier_arrive(full);
+        phase ^= 1;
+        return w;
+    }
+    __device__ __forceinline__ int consume(volatile int* slot, unsigned long long* full, unsigned long long* empty) {
+        if constexpr (!DYNAMIC) return static_index();
+        mbarrier_wait(full, phase);
+        const int w = *slot;
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) mbarrier_arrive(empty);
+        phase ^= 1;
+        return w;
+    }
+    // The producer, after its last index.
+    __device__ __forceinline__ void finish(const FlashAttentionArgs& p) {
+        if constexpr (!DYNAMIC) return;
+        __threadfence();
+        if (atomicAdd(&p.scheduler[1], 1) == static_cast<int>(gridDim.x) - 1) {
+            p.scheduler[0] = 0;
+            p.scheduler[1] = 0;
+        }
+    }
+};
 
 // A stage index and the phase (parity) of its barriers, stepping round the ring.
 template <int STAGES>
@@ -182,7 +238,8 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
     tma_prefetch_descriptor(map_v);
     RingPosition<STAGES> ring;
     unsigned q_phase = 0;
-    for (int w = blockIdx.x; w < work_count; w += gridDim.x) {
+    FlashSm90Queue<CAUSAL> queue;
+    for (int w; (w = queue.produce(p, sh.work, sh.work_full, sh.work_empty)) < work_count;) {
         FlashSm90Work work;
         if (!flash_sm90_work<CAUSAL, WINDOW, BN>(p, w, q_tiles, work) || work.first_tile >= work.end_tile) continue;
         // Tensor maps are 4-D: (head dim, rows, heads, batch); varlen has one batch entry of every packed row.
@@ -211,6 +268,7 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
             ring.advance();
         }
     }
+    queue.finish(p);
 }
 
 // A consumer warpgroup: 64 query rows of every work tile of this block.
@@ -239,7 +297,8 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     float s[BN / 2];
     unsigned pv[BN / 16][4];
 
-    for (int w = blockIdx.x; w < work_count; w += gridDim.x) {
+    FlashSm90Queue<CAUSAL> queue;
+    for (int w; (w = queue.consume(sh.work, sh.work_full, sh.work_empty)) < work_count;) {
         FlashSm90Work work;
         if (!flash_sm90_work<CAUSAL, WINDOW, BN>(p, w, q_tiles, work)) continue;
         const AttentionKeyRange& range = work.range;
@@ -394,6 +453,9 @@ __global__ void __launch_bounds__(384, 1)
     sh.full_v = sh.full_k + STAGES;
     sh.empty_k = sh.full_v + STAGES;
     sh.empty_v = sh.empty_k + STAGES;
+    sh.work_full = sh.empty_v + STAGES;
+    sh.work_empty = sh.work_full + 1;
+    sh.work = reinterpret_cast<int*>(sh.work_empty + 1);
 
     if (threadIdx.x == 0) {
         mbarrier_init(sh.q_full, 1);
@@ -404,6 +466,8 @@ __global__ void __launch_bounds__(384, 1)
             mbarrier_init(&sh.empty_k[s], 8);
             mbarrier_init(&sh.empty_v[s], 8);
         }
+        mbarrier_init(sh.work_full, 1);
+        mbarrier_init(sh.work_empty, 8);
         fence_barrier_init();
     }
     __syncthreads();
@@ -411,12 +475,16 @@ __global__ void __launch_bounds__(384, 1)
     const int q_tiles = (p.seqlen_q + kFlashSm90Rows - 1) / kFlashSm90Rows;
     const int work_count = q_tiles * p.num_heads * p.batch;
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+    // Registers per thread after the producer gives its share away (128 x producer + 256 x
+    // consumer <= 64K): head dim 256 needs 240 in the consumers (128 output accumulators).
+    constexpr int kProducerRegisters = HEAD_DIM == 256 ? 32 : 40;
+    constexpr int kConsumerRegisters = HEAD_DIM == 256 ? 240 : 232;
     if (warpgroup == 0) {
-        warpgroup_registers_release<24>();
+        warpgroup_registers_release<kProducerRegisters>();
         if (threadIdx.x == 0)
             flash_sm90_produce<T, HEAD_DIM, BN, STAGES, CAUSAL, WINDOW>(p, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
     } else {
-        warpgroup_registers_claim<240>();
+        warpgroup_registers_claim<kConsumerRegisters>();
         flash_sm90_consume<T, HEAD_DIM, BN, STAGES, PINGPONG, CAUSAL, WINDOW>(p, sh, warpgroup - 1, q_tiles, work_count);
     }
 }

@@ -47,8 +47,11 @@ struct FlashAttentionProblem {
 // [num_heads, total_q]). q, k, v and out must be 16-byte aligned.
 // A query row that sees no key (causal with seqlen_q > seqlen_k) gets a zero output and an lse of -inf.
 // Query head h reads KV head h / (num_heads / num_kv_heads).
-// On sm_90 the kernel is FlashAttention-3 style (TMA, wgmma, warp specialization); elsewhere
-// (sm_80, sm_86, sm_89) FlashAttention-2 style (cp.async, ldmatrix, mma.sync).
+// On sm_90 the kernel is FlashAttention-3 style (TMA, wgmma, warp specialization, a persistent
+// grid); elsewhere (sm_80, sm_86, sm_89) FlashAttention-2 style (cp.async, ldmatrix, mma.sync).
+// Causal runs on sm_90 hand work out through two counters in the op's workspace (allocated when
+// the launch is resolved): runs of one FlashAttention object on different streams must not
+// overlap (call Runtime::prepare before capturing a CUDA graph).
 class FlashAttention : public Op {
 public:
     explicit FlashAttention(const FlashAttentionProblem& problem);

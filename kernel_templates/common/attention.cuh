@@ -48,6 +48,7 @@ struct FlashAttentionArgs {
     float scale_log2;           // softmax scale * log2(e): scores are exponentiated with exp2
     float scale;                // softmax scale (for the natural-log lse)
     int num_heads, batch;       // query heads, sequences
+    int* scheduler;             // sm_90 causal: the work-tile counters (2 ints, zero between launches)
 };
 
 // The sequence a block works on: its first q/k rows in the tensors and its lengths.

@@ -151,6 +151,10 @@ public:
         return flash_invalid_reason(shape_, config, device);
     }
     std::vector<int> vector_widths(const Config&) const override { return {1}; }
+    // The sm_90 kernel hands causal work tiles out from two counters (flash_attention_sm90.cuh).
+    size_t workspace_bytes(const Config& config) const override {
+        return p_.causal && FlashConfig::from(config).kernel == kFlashSm90 ? 2 * sizeof(int) : 0;
+    }
 
     LaunchPlan plan(const Config& config, int /*vec*/, const DeviceInfo& device) const override {
         const FlashConfig c = FlashConfig::from(config);
@@ -271,6 +275,7 @@ struct FlashAttentionKernelArgs {
     float scale_log2;
     float scale;
     int num_heads, batch;
+    int* scheduler;
 };
 
 // A 4-D (head dim, rows, heads, batch) tensor map of 16-bit elements, loaded in boxes of 64 head-dim
@@ -331,6 +336,7 @@ void FlashAttention::launch_with(const detail::ResolvedLaunch& launch, Inputs in
     args.scale = p.scale;
     args.num_heads = static_cast<int>(p.num_heads);
     args.batch = static_cast<int>(p.batch);
+    args.scheduler = static_cast<int*>(launch.workspace_data());  // null unless the sm_90 kernel is causal
     if (launch.kind == 0) {
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);

@@ -32,9 +32,9 @@ Config FlashConfig::to_config() const {
 
 size_t FlashConfig::shared_bytes(const FlashShape& s) const {
     const size_t tiles = static_cast<size_t>(block_m + 2 * stages * block_n) * s.head_dim * s.element_bytes;
-    // sm_90: barriers (full/empty for Q and per K and V buffer) and 1024 bytes to align the
-    // tiles to the swizzle's period (FlashSm90Layout::kBytes).
-    return kernel == kFlashSm90 ? tiles + (2 + 4 * stages) * 8 + 1024 : tiles;
+    // sm_90: barriers (full/empty for Q, per K and V buffer and for the work slot), the slot, and
+    // 1024 bytes to align the tiles to the swizzle's period (FlashSm90Layout::kBytes).
+    return kernel == kFlashSm90 ? tiles + (5 + 4 * stages) * 8 + 1024 : tiles;
 }
 
 FlashConfig flash_sm80_heuristic(const FlashShape& s) {
