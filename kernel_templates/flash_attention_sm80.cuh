@@ -46,13 +46,6 @@
 
 namespace tileops {
 
-// exp2 on the special-function unit (ex2.approx: 2 ulp; -inf -> +0).
-__device__ __forceinline__ float flash_sm80_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // ldmatrix (plain and transposed) at a 32-bit shared-memory address: the fragment loads below use
 // per-lane base addresses plus compile-time offsets, which keeps the address registers few.
 __device__ __forceinline__ void flash_sm80_ldmatrix_x4(unsigned (&r)[4], unsigned address) {
@@ -139,7 +132,8 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
     const int m0 = m_block * BM;
     if (m0 >= seq.len_q) return;  // a varlen sequence shorter than the longest
     const AttentionKeyRange range = attention_key_range<CAUSAL, WINDOW>(seq, p.window_left, m0, BM);
-    const int n_first = range.begin / BN * BN;  // the first key tile's first key
+    const int first_tile = range.begin / BN;
+    const int num_tiles = (range.end + BN - 1) / BN - first_tile;
     const int kv_head = h / p.group;
     const int q_first = static_cast<int>(seq.q_first);  // cu_seqlens are int: a 32-bit register for the epilogue
 
@@ -168,46 +162,45 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
 #pragma unroll
         for (int half = 0; half < 2; ++half) row_max[i][half] = -INFINITY, row_sum[i][half] = 0.0f;
 
-    if (n_first < range.end) {
-        // Key tiles start at n_first, n_first + BN, ... while below range.end. A tile's K and V go to
-        // buffer (tile index) % STAGES, `stage` bytes into the rings.
-        auto load_k = [&](int n0, int stage) {
-            flash_sm80_load_tile<T, BN, HEAD_DIM, kThreads>(k_ring + stage / sizeof(T), k_rows, p.k_row_stride, n0,
-                                                            seq.len_k, p.k);
+    if (num_tiles > 0) {
+        auto load_k = [&](int index, int stage) {
+            flash_sm80_load_tile<T, BN, HEAD_DIM, kThreads>(k_ring + stage * kTileKV, k_rows, p.k_row_stride,
+                                                            (first_tile + index) * BN, seq.len_k, p.k);
         };
-        auto load_v = [&](int n0, int stage) {
-            flash_sm80_load_tile<T, BN, HEAD_DIM, kThreads>(v_ring + stage / sizeof(T), v_rows, p.v_row_stride, n0,
-                                                            seq.len_k, p.v);
+        auto load_v = [&](int index, int stage) {
+            flash_sm80_load_tile<T, BN, HEAD_DIM, kThreads>(v_ring + stage * kTileKV, v_rows, p.v_row_stride,
+                                                            (first_tile + index) * BN, seq.len_k, p.v);
         };
-        constexpr int kStageBytes = kTileKV * static_cast<int>(sizeof(T));
 
         // Prologue: [Q, K0], V0, K1, V1, ..., V(STAGES-2), K(STAGES-1): 2 * STAGES - 1 groups. Every
         // group is committed, empty or not, so that the waits below count the same for every tile.
         flash_sm80_load_tile<T, BM, HEAD_DIM, kThreads>(q_tile, q_rows, p.q_row_stride, m0, seq.len_q, p.q);
-        load_k(n_first, 0);
+        load_k(0, 0);
         cp_async_commit();
 #pragma unroll
         for (int s = 0; s + 1 < STAGES; ++s) {
-            if (n_first + s * BN < range.end) load_v(n_first + s * BN, s * kStageBytes);
+            if (s < num_tiles) load_v(s, s);
             cp_async_commit();
-            if (n_first + (s + 1) * BN < range.end) load_k(n_first + (s + 1) * BN, (s + 1) * kStageBytes);
+            if (s + 1 < num_tiles) load_k(s + 1, s + 1);
             cp_async_commit();
         }
 
         // Per-lane ldmatrix addresses (see each load below for the lanes' rows and chunks).
         const FlashSm80Fragments<HEAD_DIM> q_frag(q_tile, warp_row0 + lane % 16, lane / 16);
-        const FlashSm80Fragments<HEAD_DIM> k_frag(k_ring, lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
-        const FlashSm80Fragments<HEAD_DIM> v_frag(v_ring, lane % 8 + ((lane / 8) % 2) * 8, lane / 16);
+        // K and V: the same lanes' rows and chunks, one base (V's ring is a constant further).
+        const FlashSm80Fragments<HEAD_DIM> kv_frag(k_ring, lane % 16, lane / 16);
+        constexpr unsigned kRingBytes = STAGES * kTileKV * sizeof(T);
 
-        int stage = 0;  // bytes into the rings of this tile's buffers
-        for (int n0 = n_first; n0 < range.end; n0 += BN) {
+        int stage = 0;  // index % STAGES: the buffers of this tile
+        for (int index = 0; index < num_tiles; ++index) {
+            const int n0 = (first_tile + index) * BN;
             // K of this tile has landed (for every thread), and every warp is done with the previous
             // tile: its V buffer, the one the next load overwrites, is free.
             cp_async_wait<kPending>();
             __syncthreads();
             {
-                const int ahead = n0 + (STAGES - 1) * BN;
-                if (ahead < range.end) load_v(ahead, stage == 0 ? (STAGES - 1) * kStageBytes : stage - kStageBytes);
+                const int ahead = index + STAGES - 1;
+                if (ahead < num_tiles) load_v(ahead, stage == 0 ? STAGES - 1 : stage - 1);
                 cp_async_commit();
             }
 
@@ -219,7 +212,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
                 for (int j = 0; j < kBlocksN; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) s[i][j][e] = 0.0f;
-            const unsigned stage_bytes = static_cast<unsigned>(stage);
+            const unsigned stage_bytes = static_cast<unsigned>(stage * kTileKV * sizeof(T));
 #pragma unroll
             for (int kk = 0; kk < HEAD_DIM; kk += 16) {
                 // A (Q rows x head dims 16): matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
@@ -229,10 +222,10 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
 #pragma unroll
                 for (int j = 0; j < kBlocksN; j += 2) {
                     // B (head dims 16 x keys 8) of key blocks j and j + 1, from the keys x head dims
-                    // tile: matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 0-7), (keys 8-15, k 8-15).
+                    // tile: matrices (keys 0-7, k 0-7), (keys 8-15, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 8-15).
                     unsigned r[4];
-                    flash_sm80_ldmatrix_x4(r, k_frag.at(j * 8, kk / 8, stage_bytes));
-                    const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
+                    flash_sm80_ldmatrix_x4(r, kv_frag.at(j * 8, kk / 8, stage_bytes));
+                    const unsigned b0[2] = {r[0], r[2]}, b1[2] = {r[1], r[3]};
 #pragma unroll
                     for (int i = 0; i < kMmaM; ++i) {
                         mma_16816<T>(s[i][j], a[i], b0);
@@ -284,7 +277,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
                     for (int j = 0; j < kBlocksN; ++j) {
 #pragma unroll
                         for (int e = 2 * half; e < 2 * half + 2; ++e) {
-                            const float x = flash_sm80_exp2(fmaf(s[i][j][e], p.scale_log2, -shift));
+                            const float x = fast_exp2(fmaf(s[i][j][e], p.scale_log2, -shift));
                             s[i][j][e] = x;
                             sum += x;
                         }
@@ -317,8 +310,8 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
             cp_async_wait<kPending>();
             __syncthreads();
             {
-                const int ahead = n0 + STAGES * BN;
-                if (ahead < range.end) load_k(ahead, stage);
+                const int ahead = index + STAGES;
+                if (ahead < num_tiles) load_k(ahead, stage);
                 cp_async_commit();
             }
 
@@ -331,7 +324,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
                     // tile, transposed: matrices (keys 0-7, dims 0-7), (keys 8-15, dims 0-7),
                     // (keys 0-7, dims 8-15), (keys 8-15, dims 8-15).
                     unsigned r[4];
-                    flash_sm80_ldmatrix_x4_trans(r, v_frag.at(kk * 16, j, stage_bytes));
+                    flash_sm80_ldmatrix_x4_trans(r, kv_frag.at(kk * 16, j, kRingBytes + stage_bytes));
                     const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
 #pragma unroll
                     for (int i = 0; i < kMmaM; ++i) {
@@ -340,7 +333,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
                     }
                 }
             }
-            stage = stage + kStageBytes == STAGES * kStageBytes ? 0 : stage + kStageBytes;
+            stage = stage + 1 == STAGES ? 0 : stage + 1;
         }
         cp_async_wait<0>();  // only empty groups can be left; nothing may land after the epilogue's writes
     }

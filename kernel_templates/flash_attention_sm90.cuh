@@ -475,9 +475,12 @@ __global__ void __launch_bounds__(384, 1)
     const int q_tiles = (p.seqlen_q + kFlashSm90Rows - 1) / kFlashSm90Rows;
     const int work_count = q_tiles * p.num_heads * p.batch;
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
-    // Registers per thread after the producer gives its share away (128 x producer + 256 x
-    // consumer <= 64K): head dim 256 needs 240 in the consumers (128 output accumulators).
-    constexpr int kProducerRegisters = HEAD_DIM == 256 ? 32 : 40;
+    // Registers per thread after the producer gives its share away. The block keeps what it was
+    // launched with (168 x 384 threads), so 128 x producer + 256 x consumer must not exceed
+    // 168 x 384 (a claim beyond it waits forever). Head dim 256 needs 240 in the consumers (128
+    // output accumulators); its producer then has 24 (its causal work queue spills a few bytes).
+    constexpr int kProducerRegisters = HEAD_DIM == 256 ? 24 : 40;
+    static_assert(128 * kProducerRegisters + 256 * (HEAD_DIM == 256 ? 240 : 232) <= 168 * 384, "register budget");
     constexpr int kConsumerRegisters = HEAD_DIM == 256 ? 240 : 232;
     if (warpgroup == 0) {
         warpgroup_registers_release<kProducerRegisters>();
