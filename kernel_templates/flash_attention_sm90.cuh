@@ -1,13 +1,13 @@
 // Flash attention forward for sm_90a (H100), FlashAttention-3 style.
 //
-// Work is a tile of 128 query rows of one (sequence, query head), walking the key tiles those rows
+// Work is a tile of BM = 64 x CONSUMERS query rows of one (sequence, query head), walking the key tiles those rows
 // may see. The grid is persistent: at most one block per SM, each taking a share of the work
 // tiles (causal: from a global counter, longest first; see flash_sm90_work), so that one tile's
 // epilogue overlaps the next one's loads.
 // Warpgroup 0 is the producer: one thread loads each work tile's Q, then K and V tiles of BN keys into
 // a ring of STAGES shared buffers with TMA (128-byte swizzled boxes of 64 head-dim columns), each
 // K and V buffer guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer
-// warp is done with it); Q has the same pair. Warpgroups 1 and 2 are consumers, 64 query rows each:
+// warp is done with it); Q has the same pair. Warpgroups 1.. are consumers, 64 query rows each:
 //   S = Q K^T       wgmma, both operands in shared memory, fp32 accumulators in registers;
 //   P = softmax(S)  online, in registers: exp2 with the scale folded in, the running max and sum
 //                   per row, the output rescaled only through one multiply per tile;
@@ -15,8 +15,8 @@
 //                   16-bit types the accumulator layout is the A fragment layout) and V N-major.
 // Within a consumer the two MMAs of consecutive tiles overlap the softmax: while the softmax of
 // tile i runs, the tensor cores already compute S of tile i + 1's predecessor product P_{i-1} V_{i-1}.
-// With PINGPONG the two consumers take turns issuing their MMAs (named barriers 1 and 2), so that
-// one warpgroup's softmax runs while the other's MMAs occupy the tensor cores.
+// With PINGPONG the consumers take turns issuing their MMAs (named barriers 1, 2, ...), so that
+// one warpgroup's softmax runs while another's MMAs occupy the tensor cores.
 // The producer gives its registers to the consumers (setmaxnreg).
 //
 // TMA fills rows outside the tensor with zeros; rows of other sequences (varlen) that a tile
@@ -25,7 +25,8 @@
 // need them.
 //
 // Template parameters: T (__half, __nv_bfloat16), HEAD_DIM (64, 128, 256), BN (keys per tile: 64
-// or 128), STAGES (K/V buffers in the ring), PINGPONG, CAUSAL, WINDOW. Shared memory:
+// or 128), STAGES (K/V buffers in the ring), CONSUMERS (2, or 3 at head dim 64, where the MMAs
+// per tile are cheap next to the softmax), PINGPONG, CAUSAL, WINDOW. Shared memory:
 // flash_sm90_shared_bytes below (host: ops/flash_attention_config.cpp computes the same).
 #pragma once
 
@@ -35,7 +36,6 @@
 
 namespace tileops {
 
-constexpr int kFlashSm90Rows = 128;  // query rows per block: two consumer warpgroups of 64
 
 // Byte offsets of the descriptors' K steps of 16 elements, in 16-byte units. A K-major tile of
 // ROWS x HEAD_DIM is stored as HEAD_DIM / 64 boxes of ROWS rows x 128 bytes: step kk lies in box
@@ -111,9 +111,9 @@ __device__ __forceinline__ void fence_fragments(unsigned (&p)[BN / 16][4]) {
         for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(p[kk][r])::"memory");
 }
 
-template <typename T, int HEAD_DIM, int BN, int STAGES>
+template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS>
 struct FlashSm90Layout {
-    static constexpr int kQ = kFlashSm90Rows * HEAD_DIM;  // elements
+    static constexpr int kQ = 64 * CONSUMERS * HEAD_DIM;  // elements: 64 query rows per consumer
     static constexpr int kKV = BN * HEAD_DIM;
     static constexpr size_t kBarrierOffset = (static_cast<size_t>(kQ) + 2 * STAGES * kKV) * sizeof(T);
     // Q, the K ring, the V ring, then barriers: q_full, q_empty, full_k, full_v, empty_k, empty_v,
@@ -149,7 +149,7 @@ struct FlashSm90Work {
 // group's tiles longest first (all its heads' last query tiles, then the ones before), so that
 // the last tiles handed out are short ones. False when the tile lies past its sequence's end
 // (varlen sequences shorter than the longest).
-template <bool CAUSAL, bool WINDOW, int BN>
+template <bool CAUSAL, bool WINDOW, int BM, int BN>
 __device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, int w, int q_tiles, FlashSm90Work& work) {
     int m_index, head_index;
     if (CAUSAL) {
@@ -166,10 +166,10 @@ __device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, int
     }
     work.h = head_index % p.num_heads;
     work.b = head_index / p.num_heads;
-    work.m0 = (CAUSAL ? q_tiles - 1 - m_index : m_index) * kFlashSm90Rows;
+    work.m0 = (CAUSAL ? q_tiles - 1 - m_index : m_index) * BM;
     work.seq = attention_sequence(p, work.b);
     if (work.m0 >= work.seq.len_q) return false;
-    work.range = attention_key_range<CAUSAL, WINDOW>(work.seq, p.window_left, work.m0, kFlashSm90Rows);
+    work.range = attention_key_range<CAUSAL, WINDOW>(work.seq, p.window_left, work.m0, BM);
     work.first_tile = work.range.begin / BN;
     work.end_tile = (work.range.end + BN - 1) / BN;
     return true;
@@ -227,7 +227,7 @@ struct RingPosition {
 };
 
 // The producer's single thread: Q, then K and V tiles, of every work tile of this block.
-template <typename T, int HEAD_DIM, int BN, int STAGES, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int BM, int BN, int STAGES, bool CAUSAL, bool WINDOW>
 __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, const TensorMap* map_q,
                                                    const TensorMap* map_k, const TensorMap* map_v,
                                                    const FlashSm90Shared<T>& sh, int q_tiles, int work_count) {
@@ -241,16 +241,16 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
     FlashSm90Queue<CAUSAL> queue;
     for (int w; (w = queue.produce(p, sh.work, sh.work_full, sh.work_empty)) < work_count;) {
         FlashSm90Work work;
-        if (!flash_sm90_work<CAUSAL, WINDOW, BN>(p, w, q_tiles, work) || work.first_tile >= work.end_tile) continue;
+        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, w, q_tiles, work) || work.first_tile >= work.end_tile) continue;
         // Tensor maps are 4-D: (head dim, rows, heads, batch); varlen has one batch entry of every packed row.
         const int batch_index = p.cu_seqlens_q != nullptr ? 0 : work.b;
         const int kv_head = work.h / p.group;
         mbarrier_wait(sh.q_empty, q_phase ^ 1);  // the consumers' last S of the previous tile is done
         q_phase ^= 1;
-        mbarrier_arrive_expect_tx(sh.q_full, kFlashSm90Rows * HEAD_DIM * sizeof(T));
+        mbarrier_arrive_expect_tx(sh.q_full, BM * HEAD_DIM * sizeof(T));
 #pragma unroll
         for (int box = 0; box < HEAD_DIM / 64; ++box)
-            tma_load_4d(sh.q + box * kFlashSm90Rows * 64, map_q, sh.q_full, box * 64,
+            tma_load_4d(sh.q + box * BM * 64, map_q, sh.q_full, box * 64,
                         static_cast<int>(work.seq.q_first) + work.m0, work.h, batch_index);
         for (int tile = work.first_tile; tile < work.end_tile; ++tile) {
             const int key_row = static_cast<int>(work.seq.k_first) + tile * BN;
@@ -272,7 +272,7 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
 }
 
 // A consumer warpgroup: 64 query rows of every work tile of this block.
-template <typename T, int HEAD_DIM, int BN, int STAGES, bool PINGPONG, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, bool PINGPONG, bool CAUSAL, bool WINDOW>
 __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const FlashSm90Shared<T>& sh,
                                                    int consumer, int q_tiles, int work_count) {
     constexpr int kKV = BN * HEAD_DIM;
@@ -280,15 +280,17 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     const bool warp_leader = t % 32 == 0;
     const T* q_rows = sh.q + consumer * 64 * 64;  // 64 rows into each 64-column box of Q
 
-    // Pingpong: consumer c issues after barrier 1 + c completes, then lets the other one go.
-    // Consumer 0 starts; every wait is matched by an arrival of the other (see the end).
+    constexpr int BM = 64 * CONSUMERS;
+    // Pingpong: consumer c issues after barrier 1 + c completes (its own 128 threads and the
+    // previous consumer's), then lets the next one go: turns go round 0, 1, .., CONSUMERS - 1.
+    // Consumer 0 starts; every wait is matched by an arrival (see the end).
     auto my_turn = [&] {
         if constexpr (PINGPONG) named_barrier_sync(1 + consumer, 256);
     };
     auto their_turn = [&] {
-        if constexpr (PINGPONG) named_barrier_arrive(2 - consumer, 256);
+        if constexpr (PINGPONG) named_barrier_arrive(1 + (consumer + 1) % CONSUMERS, 256);
     };
-    if (PINGPONG && consumer == 1) named_barrier_arrive(1, 256);
+    if (PINGPONG && consumer == CONSUMERS - 1) named_barrier_arrive(1, 256);
 
     // K and V buffers are filled in the same order; V is consumed one tile behind K.
     RingPosition<STAGES> k_ring, v_ring;
@@ -300,7 +302,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     FlashSm90Queue<CAUSAL> queue;
     for (int w; (w = queue.consume(sh.work, sh.work_full, sh.work_empty)) < work_count;) {
         FlashSm90Work work;
-        if (!flash_sm90_work<CAUSAL, WINDOW, BN>(p, w, q_tiles, work)) continue;
+        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, w, q_tiles, work)) continue;
         const AttentionKeyRange& range = work.range;
         // This thread's rows (within the sequence): g and g + 8 of its warp's 16.
         const int rows0 = work.m0 + consumer * 64;  // this warpgroup's first row
@@ -315,7 +317,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
-                wgmma_m64k16<T, BN, 0>(s, wgmma_descriptor_sw128(q_rows) + k_major_step<kFlashSm90Rows>(kk),
+                wgmma_m64k16<T, BN, 0>(s, wgmma_descriptor_sw128(q_rows) + k_major_step<BM>(kk),
                                        wgmma_descriptor_sw128(k) + k_major_step<BN>(kk), kk > 0 ? 1 : 0);
             wgmma_commit();
         };
@@ -432,14 +434,17 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     if (PINGPONG && consumer == 0) named_barrier_sync(1, 256);
 }
 
-template <typename T, int HEAD_DIM, int BN, int STAGES, bool PINGPONG, bool CAUSAL, bool WINDOW>
-__global__ void __launch_bounds__(384, 1)
+template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, bool PINGPONG, bool CAUSAL, bool WINDOW>
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     flash_attention_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                                 const __grid_constant__ TensorMap map_v, const FlashAttentionArgs p) {
     static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "head dims 64, 128, 256");
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
     static_assert(STAGES >= 2, "K/V tiles are double-buffered at least");
-    using Layout = FlashSm90Layout<T, HEAD_DIM, BN, STAGES>;
+    static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM == 64), "two consumers, or three at head dim 64");
+    using Layout = FlashSm90Layout<T, HEAD_DIM, BN, STAGES, CONSUMERS>;
+    constexpr int BM = 64 * CONSUMERS;
+    constexpr unsigned kConsumerWarps = 4 * CONSUMERS;
 
     extern __shared__ __align__(1024) unsigned char flash_shared[];
     unsigned char* base = flash_shared + ((1024 - (shared_address(flash_shared) & 1023)) & 1023);
@@ -459,36 +464,39 @@ __global__ void __launch_bounds__(384, 1)
 
     if (threadIdx.x == 0) {
         mbarrier_init(sh.q_full, 1);
-        mbarrier_init(sh.q_empty, 8);  // one arrive per consumer warp
+        mbarrier_init(sh.q_empty, kConsumerWarps);  // one arrive per consumer warp
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(&sh.full_k[s], 1);
             mbarrier_init(&sh.full_v[s], 1);
-            mbarrier_init(&sh.empty_k[s], 8);
-            mbarrier_init(&sh.empty_v[s], 8);
+            mbarrier_init(&sh.empty_k[s], kConsumerWarps);
+            mbarrier_init(&sh.empty_v[s], kConsumerWarps);
         }
         mbarrier_init(sh.work_full, 1);
-        mbarrier_init(sh.work_empty, 8);
+        mbarrier_init(sh.work_empty, kConsumerWarps);
         fence_barrier_init();
     }
     __syncthreads();
 
-    const int q_tiles = (p.seqlen_q + kFlashSm90Rows - 1) / kFlashSm90Rows;
+    const int q_tiles = (p.seqlen_q + BM - 1) / BM;
     const int work_count = q_tiles * p.num_heads * p.batch;
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     // Registers per thread after the producer gives its share away. The block keeps what it was
-    // launched with (168 x 384 threads), so 128 x producer + 256 x consumer must not exceed
-    // 168 x 384 (a claim beyond it waits forever). Head dim 256 needs 240 in the consumers (128
-    // output accumulators); its producer then has 24 (its causal work queue spills a few bytes).
-    constexpr int kProducerRegisters = HEAD_DIM == 256 ? 24 : 40;
-    static_assert(128 * kProducerRegisters + 256 * (HEAD_DIM == 256 ? 240 : 232) <= 168 * 384, "register budget");
-    constexpr int kConsumerRegisters = HEAD_DIM == 256 ? 240 : 232;
+    // launched with (the launch bound's per-thread cap x threads), so 128 x producer + consumers
+    // x 128 x consumer must not exceed it (a claim beyond it waits forever). Head dim 256 needs
+    // 240 in the consumers (128 output accumulators); its producer then has 24 (its causal work
+    // queue spills a few bytes). Three consumers (head dim 64) get 160 each.
+    constexpr int kProducerRegisters = CONSUMERS == 3 ? 32 : HEAD_DIM == 256 ? 24 : 40;
+    constexpr int kConsumerRegisters = CONSUMERS == 3 ? 160 : HEAD_DIM == 256 ? 240 : 232;
+    constexpr int kLaunchRegisters = CONSUMERS == 3 ? 128 : 168;
+    static_assert(128 * kProducerRegisters + 128 * CONSUMERS * kConsumerRegisters <= kLaunchRegisters * 128 * (CONSUMERS + 1),
+                  "register budget");
     if (warpgroup == 0) {
         warpgroup_registers_release<kProducerRegisters>();
         if (threadIdx.x == 0)
-            flash_sm90_produce<T, HEAD_DIM, BN, STAGES, CAUSAL, WINDOW>(p, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
+            flash_sm90_produce<T, HEAD_DIM, BM, BN, STAGES, CAUSAL, WINDOW>(p, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
     } else {
         warpgroup_registers_claim<kConsumerRegisters>();
-        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, PINGPONG, CAUSAL, WINDOW>(p, sh, warpgroup - 1, q_tiles, work_count);
+        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CONSUMERS, PINGPONG, CAUSAL, WINDOW>(p, sh, warpgroup - 1, q_tiles, work_count);
     }
 }
 

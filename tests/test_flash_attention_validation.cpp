@@ -120,7 +120,15 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK_THAT(*model.invalid_reason(tma, a100), ContainsSubstring("needs sm_90"));
     Config odd = tma;
     odd["block_m"] = 64;
-    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("runs 128 query rows with 12 warps"));
+    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 64 is not 128 (or 192 at head dim 64)"));
+    odd["block_m"] = 192;
+    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 192 is not 128"));
+    odd["warps"] = 16;
+    const FlashAttention d64(with([](auto& p) { p.head_dim = 64; }));
+    CHECK_FALSE(d64.model().invalid_reason(odd, h100).has_value());
+    CHECK(d64.model().heuristic(h100).at("block_m") == 192);
+    odd["warps"] = 12;
+    CHECK_THAT(*d64.model().invalid_reason(odd, h100), ContainsSubstring("runs 192 query rows with 16 warps, not 12"));
     Config big{{"kernel", 0}, {"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"stages", 3}};
     const FlashAttention d256(with([](auto& p) { p.head_dim = 256; }));
     CHECK_THAT(*d256.model().invalid_reason(big, a100), ContainsSubstring("bytes of shared memory"));
@@ -134,7 +142,7 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK(plan80.grid[1] == 16);
     CHECK(plan80.grid[2] == 2);
     CHECK(plan80.block[0] == 256);
-    CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, true, true, true>");
+    CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, 2, true, true, true>");
 }
 
 TEST_CASE("flash_attention through the problem factory", "[validation][flash]") {

@@ -164,10 +164,11 @@ public:
         const char* causal = p_.causal ? "true" : "false";
         const char* window = p_.window_left >= 0 ? "true" : "false";
         if (c.kernel == kFlashSm90) {
-            plan.name_expression = fmt::format("tileops::flash_attention_sm90_kernel<{}, {}, {}, {}, {}, {}, {}>", type,
-                                               p_.head_dim, c.block_n, c.stages, c.pingpong ? "true" : "false", causal,
-                                               window);
-            plan.kind = static_cast<unsigned>(c.block_n);  // the K/V boxes' rows; 0 means the sm_80 kernel
+            plan.name_expression = fmt::format("tileops::flash_attention_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type,
+                                               p_.head_dim, c.block_n, c.stages, c.block_m / 64,
+                                               c.pingpong ? "true" : "false", causal, window);
+            // The rows of the Q and K/V boxes of the tensor maps; 0 means the sm_80 kernel.
+            plan.kind = static_cast<unsigned>(c.block_m) << 16 | static_cast<unsigned>(c.block_n);
         } else {
             plan.name_expression = fmt::format("tileops::flash_attention_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type,
                                                p_.head_dim, c.block_m, c.block_n, c.warps, c.stages, causal, window);
@@ -342,15 +343,16 @@ void FlashAttention::launch_with(const detail::ResolvedLaunch& launch, Inputs in
         detail::launch(launch, params, stream, *this);
         return;
     }
-    // The TMA kernel: Q in boxes of 128 rows, K and V in boxes of block_n (= kind) rows.
+    // The TMA kernel: Q in boxes of block_m rows, K and V in boxes of block_n rows (kind).
+    const unsigned block_m = launch.kind >> 16, block_n = launch.kind & 0xffff;
     const int64_t batch = p.varlen ? 1 : p.batch;
     const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
     alignas(64) CUtensorMap map_q = detail::attention_tensor_map(args.q, p.dtype, p.head_dim, rows_q, p.num_heads, batch,
-                                                                 p.q_seq_stride, p.q_head_stride, p.q_batch_stride, 128);
+                                                                 p.q_seq_stride, p.q_head_stride, p.q_batch_stride, block_m);
     alignas(64) CUtensorMap map_k = detail::attention_tensor_map(args.k, p.dtype, p.head_dim, rows_k, p.num_kv_heads, batch,
-                                                                 p.k_seq_stride, p.k_head_stride, p.k_batch_stride, launch.kind);
+                                                                 p.k_seq_stride, p.k_head_stride, p.k_batch_stride, block_n);
     alignas(64) CUtensorMap map_v = detail::attention_tensor_map(args.v, p.dtype, p.head_dim, rows_k, p.num_kv_heads, batch,
-                                                                 p.v_seq_stride, p.v_head_stride, p.v_batch_stride, launch.kind);
+                                                                 p.v_seq_stride, p.v_head_stride, p.v_batch_stride, block_n);
     void* params[] = {&map_q, &map_k, &map_v, &args};
     detail::launch(launch, params, stream, *this);
 }

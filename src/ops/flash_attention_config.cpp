@@ -7,8 +7,8 @@
 namespace tileops::detail {
 namespace {
 
-constexpr int kSm90Rows = 128;  // kFlashSm90Rows in flash_attention_sm90.cuh
-constexpr int kSm90Warps = 12;
+// The sm_90 kernel: 64 query rows per consumer warpgroup, plus a producer warpgroup.
+int sm90_warps(int block_m) { return block_m / 16 + 4; }
 
 }  // namespace
 
@@ -53,8 +53,8 @@ Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {
     if (device.sm() != 90) return flash_sm80_heuristic(s).to_config();
     FlashConfig c;
     c.kernel = kFlashSm90;
-    c.block_m = kSm90Rows;
-    c.warps = kSm90Warps;
+    c.block_m = s.head_dim == 64 ? 192 : 128;  // head dim 64: three consumers hide the softmax better
+    c.warps = sm90_warps(c.block_m);
     c.block_n = s.head_dim == 256 ? 64 : 128;
     c.stages = 2;
     c.pingpong = 1;
@@ -69,9 +69,11 @@ std::vector<Config> flash_search_space(const FlashShape& s, const DeviceInfo& de
     };
     // On sm_90 the TMA kernel takes every problem and the sm_80 kernel is only slower: not searched.
     if (device.sm() == 90) {
-        for (int block_n : {64, 128})
-            for (int stages : {2, 3})
-                for (int pingpong : {0, 1}) add({kFlashSm90, kSm90Rows, block_n, kSm90Warps, stages, pingpong});
+        for (int block_m : {128, 192})
+            for (int block_n : {64, 128})
+                for (int stages : {2, 3})
+                    for (int pingpong : {0, 1})
+                        add({kFlashSm90, block_m, block_n, sm90_warps(block_m), stages, pingpong});
         return space;
     }
     for (int block_m : {64, 128})
@@ -90,9 +92,10 @@ std::optional<std::string> flash_invalid_reason(const FlashShape& s, const Confi
     }
     if (c.kernel == kFlashSm90) {
         if (device.sm() != 90) return fmt::format("kernel 1 (TMA, wgmma) needs sm_90, the device is {}", device.arch());
-        if (c.block_m != kSm90Rows || c.warps != kSm90Warps)
-            return fmt::format("kernel 1 runs {} query rows with {} warps, not {} with {}", kSm90Rows, kSm90Warps,
-                               c.block_m, c.warps);
+        if (c.block_m != 128 && !(c.block_m == 192 && s.head_dim == 64))
+            return fmt::format("kernel 1: block_m = {} is not 128 (or 192 at head dim 64)", c.block_m);
+        if (c.warps != sm90_warps(c.block_m))
+            return fmt::format("kernel 1 runs {} query rows with {} warps, not {}", c.block_m, sm90_warps(c.block_m), c.warps);
         if (c.block_n != 64 && c.block_n != 128) return fmt::format("kernel 1: block_n = {} is not 64 or 128", c.block_n);
         if (c.stages < 2 || c.stages > 4) return fmt::format("kernel 1: stages = {} is not in [2, 4]", c.stages);
         if (c.pingpong != 0 && c.pingpong != 1) return fmt::format("kernel 1: pingpong = {} is not 0 or 1", c.pingpong);
