@@ -133,6 +133,8 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     const FlashAttention d256(with([](auto& p) { p.head_dim = 256; }));
     CHECK_THAT(*d256.model().invalid_reason(big, a100), ContainsSubstring("bytes of shared memory"));
     CHECK_THAT(*model.invalid_reason({{"kernel", 0}}, a100), ContainsSubstring("block_m"));
+    const Config spilling{{"kernel", 0}, {"block_m", 128}, {"block_n", 128}, {"warps", 4}, {"stages", 2}};
+    CHECK_THAT(*model.invalid_reason(spilling, a100), ContainsSubstring("warps of 32 rows spill registers"));
     const detail::LaunchPlan plan = model.plan(tma, 1, h100);
     CHECK(plan.block[0] == 384);
     CHECK(plan.grid[0] == 132);  // persistent: 8 x 16 x 2 work tiles over the SMs

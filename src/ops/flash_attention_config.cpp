@@ -108,6 +108,10 @@ std::optional<std::string> flash_invalid_reason(const FlashShape& s, const Confi
         if (c.block_m % (16 * c.warps) != 0)
             return fmt::format("kernel 0: block_m = {} is not a multiple of 16 rows per warp ({} warps)", c.block_m, c.warps);
         if (c.stages < 2 || c.stages > 3) return fmt::format("kernel 0: stages = {} is not 2 or 3", c.stages);
+        // Warps of 32 rows hold twice the accumulators: with 128-key tiles or head dim 256 they spill.
+        if (c.block_m / c.warps == 32 && (c.block_n == 128 || s.head_dim == 256))
+            return fmt::format("kernel 0: warps of 32 rows spill registers with block_n = {} at head dim {}", c.block_n,
+                               s.head_dim);
     } else {
         return fmt::format("kernel = {} is not 0 (sm_80) or 1 (sm_90)", c.kernel);
     }
