@@ -31,13 +31,19 @@
 // block; BM / WARPS a multiple of 16), BN (keys per tile: 32, 64, 128), WARPS, STAGES (1 to 3 K/V
 // buffers; 2 is the main case), CAUSAL, WINDOW (mask options; see common/attention.cuh).
 //
-// Intended configurations (HEAD_DIM: BM x BN, WARPS, STAGES), fp32 O accumulators per thread
-// = (BM / WARPS / 16) * HEAD_DIM / 2:
-//   64:  128 x 64 or 128 x 128, 8 warps (or 4 warps of 32 rows), 2 or 3 stages;
-//   128: 128 x 64, 8 warps, 2 stages (the default); 128 x 32/64, 4 warps of 32 rows; 64 x 64/128, 4 warps;
-//   256: 64 x 64, 4 warps, 2 stages (the default); 64 x 32, 4 warps; 128 x 64, 8 warps where the shared
-//        memory allows (sm_80: 160 KiB for 2 stages).
-// Warps of 32 rows with HEAD_DIM = 256 (128 O accumulators per m tile, 256 in all) compile but spill.
+// Intended configurations, HEAD_DIM: BM x BN, WARPS, STAGES (registers per thread, sm_80, ptxas of
+// CUDA 13; fp32 O accumulators per thread = (BM / WARPS / 16) * HEAD_DIM / 2):
+//   64:  128 x 64, 8 warps, 2 or 3 stages (123); 128 x 128, 8 warps (158); 128 x 64, 4 warps of 32 rows
+//        (198); 64 x 64, 4 warps (123); 128 x 32, 8 warps (98); all without spills.
+//   128: 128 x 64, 8 warps, 2 stages, the default (158, no spills); 64 x 64 and 64 x 128, 4 warps (162,
+//        205); 128 x 32, 8 warps, 3 stages (135); 128 x 32, 4 warps of 32 rows (255, no spills);
+//        128 x 64, 4 warps of 32 rows (255 and 8-12 bytes of spills, one to three 4-byte local loads per
+//        key tile; the fastest of these on an H100 all the same).
+//   256: 64 x 64 or 64 x 32, 4 warps, 2 stages, the default (255, no spills); 128 x 32 or 128 x 64,
+//        8 warps (255, no spills) where the shared memory allows.
+// Not intended: 4 warps of 32 rows with BN = 128 (spills: about 25 bytes at HEAD_DIM 64, 700 at 128)
+// or with HEAD_DIM = 256 (256 O accumulators per thread: kilobytes). They compile and are correct.
+// STAGES = 1 (FlashAttention-2's single K and V buffer) works and saves shared memory; 3 rarely helps.
 #pragma once
 
 #include "common/attention.cuh"
@@ -65,8 +71,8 @@ __device__ __forceinline__ void flash_sm80_ldmatrix_x4_trans(unsigned (&r)[4], u
 // Its chunk in shared memory is (C + bit) ^ phase = (C & ~7) + ((C & 7) ^ bit ^ phase). Rows start
 // at multiples of 128 bytes (the shared buffer is 128-byte aligned and rows are HEAD_DIM * 2 >= 128
 // bytes), so address bits 4-6 are the chunk within a 128-byte line: the address is the lane's base
-// (its row, chunk bit ^ phase) XOR ((C & 7) << 4), plus constant multiples of 128 bytes. One
-// register per operand, one XOR per load.
+// (its row, chunk bit ^ phase) XOR ((C & 7) << 4), plus constant multiples of 128 bytes: one
+// register per operand (K and V share one), one XOR per load.
 template <int HEAD_DIM>
 struct FlashSm80Fragments {
     unsigned base;
@@ -121,6 +127,8 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
     // of later tiles (see the order above).
     constexpr int kPending = 2 * STAGES - 2;
 
+    // 128-byte aligned (dynamic shared memory starts at least that aligned): FlashSm80Fragments' XOR
+    // addressing relies on it.
     extern __shared__ __align__(128) unsigned char flash_sm80_shared[];
     T* q_tile = reinterpret_cast<T*>(flash_sm80_shared);
     T* k_ring = q_tile + BM * HEAD_DIM;
