@@ -23,7 +23,7 @@ TEST_CASE("every FlashAttention config of the search space compiles for sm_80 an
         FlashAttention op(p);
         const detail::OpModel& model = op.model();
         const auto space = model.search_space(device);
-        REQUIRE(space.size() >= 4);
+        REQUIRE(space.size() >= 2);  // head dim 256 on sm_90a: block_n 64, 2 stages, with or without pingpong
         for (const Config& config : space) {
             const detail::LaunchPlan plan = model.plan(config, 1, device);
             kernels[plan.template_file].insert(plan.name_expression);
