@@ -22,13 +22,9 @@
 
 using namespace tileops;
 using tileops::test::DeviceMatrix;
+using tileops::test::shared_runtime;
 
 namespace {
-
-Runtime& shared_runtime() {
-    static Runtime runtime;
-    return runtime;
-}
 
 // Host copies of a decode problem's operands, its device buffers, and the reference.
 struct DecodeCase {

@@ -24,13 +24,9 @@
 
 using namespace tileops;
 using tileops::test::DeviceMatrix;
+using tileops::test::shared_runtime;
 
 namespace {
-
-Runtime& shared_runtime() {
-    static Runtime runtime;
-    return runtime;
-}
 
 struct FlashCase {
     FlashAttentionProblem p;

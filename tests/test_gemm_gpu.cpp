@@ -15,13 +15,9 @@
 
 using namespace tileops;
 using tileops::test::DeviceMatrix;
+using tileops::test::shared_runtime;
 
 namespace {
-
-Runtime& shared_runtime() {
-    static Runtime runtime;
-    return runtime;
-}
 
 // fp32 outputs of 16-bit inputs are accurate to the fp32 accumulation; 16-bit outputs to their
 // rounding (the reference is rounded the same way, so only accumulation-order flips remain).

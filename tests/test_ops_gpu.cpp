@@ -13,13 +13,9 @@
 
 using namespace tileops;
 using tileops::test::DeviceMatrix;
+using tileops::test::shared_runtime;
 
 namespace {
-
-Runtime& shared_runtime() {
-    static Runtime runtime;
-    return runtime;
-}
 
 struct Shape {
     int64_t rows, cols;

@@ -15,6 +15,11 @@
 namespace tileops::test {
 namespace fs = std::filesystem;
 
+Runtime& shared_runtime() {
+    static Runtime runtime;
+    return runtime;
+}
+
 bool have_gpu() { return runtime::device_count() > 0; }
 
 TempDir::TempDir() {

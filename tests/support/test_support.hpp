@@ -9,12 +9,17 @@
 
 #include <catch2/catch_test_macros.hpp>
 
+#include "tileops/runtime.hpp"
 #include "tileops/tensor.hpp"
 
 namespace tileops::test {
 
 // True when a CUDA driver and device are present.
 bool have_gpu();
+
+// One runtime (device 0, default caches) for the GPU tests of the whole test program, created on
+// first use: kernels compiled for one test are found by the next.
+Runtime& shared_runtime();
 
 // GPU tests call this first: SKIP (not pass) where no device is found.
 #define TILEOPS_REQUIRE_GPU() \
