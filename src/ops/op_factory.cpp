@@ -1,6 +1,7 @@
 #include "ops/op_factory.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -18,6 +19,17 @@ std::vector<std::string> split(const std::string& text, char separator) {
     while (std::getline(stream, part, separator))
         if (!part.empty()) parts.push_back(part);
     return parts;
+}
+
+// The number after `prefix` in a flag like "page16" or "window128"; nullopt when the flag is not
+// the prefix followed by a number.
+std::optional<long long> flag_number(const std::string& flag, const std::string& prefix) {
+    if (flag.size() <= prefix.size() || flag.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+    try {
+        return std::stoll(flag.substr(prefix.size()));
+    } catch (...) {
+        return std::nullopt;
+    }
 }
 
 struct DTypes {
@@ -104,14 +116,7 @@ std::unique_ptr<Op> make_decode_attention(const ProblemSpec& spec) {
     p.max_kv_len = spec.shape[5];
     p.dtype = parse_dtype(spec.dtype);
     for (const std::string& flag : split(spec.flags, ',')) {
-        long long page = 0;
-        if (flag.rfind("page", 0) == 0) {
-            try {
-                page = std::stoll(flag.substr(4));
-            } catch (...) {
-                page = 0;
-            }
-        }
+        const long long page = flag_number(flag, "page").value_or(0);
         if (page <= 0) throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to decode_attention", flag));
         p.page_size = page;
         p.max_pages_per_seq = (p.max_kv_len + page - 1) / page;
@@ -136,14 +141,7 @@ std::unique_ptr<Op> make_flash_attention(const ProblemSpec& spec) {
     p.seqlen_k = spec.shape[5];
     p.dtype = parse_dtype(spec.dtype);
     for (const std::string& flag : split(spec.flags, ',')) {
-        long long window = -1;
-        if (flag.rfind("window", 0) == 0 && flag.size() > 6) {
-            try {
-                window = std::stoll(flag.substr(6));
-            } catch (...) {
-                window = -1;
-            }
-        }
+        const long long window = flag_number(flag, "window").value_or(-1);
         if (flag == "causal") p.causal = true;
         else if (flag == "varlen") p.varlen = true, p.total_q = p.batch * p.seqlen_q, p.total_k = p.batch * p.seqlen_k;
         else if (window >= 0) p.window_left = window;
