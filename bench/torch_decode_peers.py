@@ -13,22 +13,7 @@ import json
 import torch
 import torch.nn.functional as F
 
-
-def time_ms(fn, repeats):
-    flush = torch.ones(32 << 20, dtype=torch.int32, device="cuda")
-    for _ in range(3):
-        fn()
-    times = []
-    for i in range(repeats):
-        flush.sum()  # a read: leaves L2 clean (a fill would leave ~50 MB of dirty lines to write back in the timed run)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
+from torch_timing import time_ms
 
 
 def main():

@@ -22,6 +22,8 @@ import argparse
 import json
 import warnings
 
+from torch_timing import time_ms
+
 DTYPES = ("bf16", "fp16")
 LENGTHS = [(16, 1024), (4, 4096), (2, 8192), (1, 16384)]  # (batch, seqlen): 16k tokens each
 
@@ -80,24 +82,6 @@ def parse_only(text):
     kv_heads = positive(heads[1]) if len(heads) == 2 else num_heads
     return [make_case(positive(dims[0]), num_heads, kv_heads, positive(dims[2]), positive(dims[3]), dtype, causal)
             for dtype in dtypes for causal in causals]
-
-
-def time_ms(fn, repeats):
-    import torch
-    flush = torch.ones(32 << 20, dtype=torch.int32, device="cuda")
-    for _ in range(3):
-        fn()
-    times = []
-    for i in range(repeats):
-        flush.sum()  # a read: leaves L2 clean (a fill would leave ~50 MB of dirty lines to write back in the timed run)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def ways(q, k, v):

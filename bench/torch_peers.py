@@ -12,6 +12,8 @@ import json
 import torch
 import torch.nn.functional as F
 
+from torch_timing import time_ms
+
 SHAPES = [(16384, 1024), (16384, 4096), (4096, 16384), (1024, 65536), (256, 262144), (65536, 4096)]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -40,23 +42,6 @@ OPS = {
     "add": (lambda a, b: a + b, 2, 1, 0),
     "mul": (lambda a, b: a * b, 2, 1, 0),
 }
-
-
-def time_ms(fn, repeats):
-    flush = torch.ones(32 << 20, dtype=torch.int32, device="cuda")
-    for _ in range(3):
-        fn()
-    times = []
-    for i in range(repeats):
-        flush.sum()  # a read: leaves L2 clean (a fill would leave ~50 MB of dirty lines to write back in the timed run)
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def main():

@@ -1,0 +1,22 @@
+"""Timing of torch peers, the same method as the C++ benchmarks (bench_common.hpp): CUDA events,
+3 warm-up runs, a 128 MB read before each timed run so inputs come from HBM, median."""
+
+
+def time_ms(fn, repeats):
+    """Median milliseconds of fn() over `repeats` timed runs."""
+    import torch  # here, so that scripts can list their cases without torch
+
+    flush = torch.ones(32 << 20, dtype=torch.int32, device="cuda")
+    for _ in range(3):
+        fn()
+    times = []
+    for _ in range(repeats):
+        flush.sum()  # a read: leaves L2 clean (a fill would leave ~50 MB of dirty lines to write back in the timed run)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    times.sort()
+    return times[len(times) // 2]
