@@ -114,7 +114,7 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
 }
 
 FlashShape flash_shape(const FlashAttentionProblem& p) {
-    return {p.batch, p.num_heads, p.head_dim, p.seqlen_q, p.seqlen_k, static_cast<int>(dtype_size(p.dtype)), p.causal};
+    return {p.head_dim, static_cast<int>(dtype_size(p.dtype))};
 }
 
 // Elements spanned by a tensor of `outer` x `rows` x `heads` rows of head_dim with these strides.

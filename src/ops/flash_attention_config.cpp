@@ -10,6 +10,19 @@ namespace {
 // The sm_90 kernel: 64 query rows per consumer warpgroup, plus a producer warpgroup.
 int sm90_warps(int block_m) { return block_m / 16 + 4; }
 
+// The heuristic's config for the sm_80 kernel.
+FlashConfig flash_sm80_heuristic(const FlashShape& s) {
+    FlashConfig c;
+    c.kernel = kFlashSm80;
+    c.stages = 2;
+    if (s.head_dim == 256) {
+        c.block_m = 64, c.block_n = 64, c.warps = 4;
+    } else {
+        c.block_m = 128, c.block_n = 64, c.warps = 8;
+    }
+    return c;
+}
+
 }  // namespace
 
 FlashConfig FlashConfig::from(const Config& config) {
@@ -35,18 +48,6 @@ size_t FlashConfig::shared_bytes(const FlashShape& s) const {
     // sm_90: barriers (full/empty for Q, per K and V buffer and for the work slot), the slot, and
     // 1024 bytes to align the tiles to the swizzle's period (FlashSm90Layout::kBytes).
     return kernel == kFlashSm90 ? tiles + (5 + 4 * stages) * 8 + 1024 : tiles;
-}
-
-FlashConfig flash_sm80_heuristic(const FlashShape& s) {
-    FlashConfig c;
-    c.kernel = kFlashSm80;
-    c.stages = 2;
-    if (s.head_dim == 256) {
-        c.block_m = 64, c.block_n = 64, c.warps = 4;
-    } else {
-        c.block_m = 128, c.block_n = 64, c.warps = 8;
-    }
-    return c;
 }
 
 Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {

@@ -22,11 +22,11 @@ namespace tileops::detail {
 constexpr int kFlashSm80 = 0;
 constexpr int kFlashSm90 = 1;
 
-// What the config choice needs to know about a problem.
+// What the config choice needs to know about a problem (tile sizes depend on the head dim only;
+// sequence lengths and masks change the grid, not the config).
 struct FlashShape {
-    long long batch, num_heads, head_dim, seqlen_q, seqlen_k;
+    long long head_dim;
     int element_bytes;
-    bool causal;
 };
 
 struct FlashConfig {
@@ -41,8 +41,6 @@ struct FlashConfig {
 };
 
 Config flash_heuristic(const FlashShape& shape, const DeviceInfo& device);
-// The heuristic's config for the sm_80 kernel (also the fallback when TMA cannot take a problem).
-FlashConfig flash_sm80_heuristic(const FlashShape& shape);
 std::vector<Config> flash_search_space(const FlashShape& shape, const DeviceInfo& device);
 std::optional<std::string> flash_invalid_reason(const FlashShape& shape, const Config& config, const DeviceInfo& device);
 
