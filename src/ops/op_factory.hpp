@@ -12,12 +12,13 @@ namespace tileops::detail {
 
 struct ProblemSpec {
     std::string op;                // rmsnorm, layernorm, softmax, log_softmax, gelu, gelu_tanh, silu, silu_mul, add, mul,
-                                   // decode_attention, gemm
+                                   // decode_attention, gemm, flash_attention
     std::vector<long long> shape;  // {rows, cols}; decode_attention: {batch, heads, kv_heads, head_dim, q_len, max_kv_len};
-                                   // gemm: {m, n, k} or {batch, m, n, k}
+                                   // gemm: {m, n, k} or {batch, m, n, k};
+                                   // flash_attention: {batch, heads, kv_heads, head_dim, seqlen_q, seqlen_k}
     std::string dtype;             // "bf16" or "bf16->fp32"
     std::string flags;             // "" or a comma-separated list: residual, broadcast_b; decode_attention: pageN;
-                                   // gemm: nt, beta, bias, gelu, silu
+                                   // gemm: nt, beta, bias, gelu, silu; flash_attention: causal, windowN, varlen
 };
 
 // Throws InvalidArgument naming what is wrong (unknown op, bad shape, bad dtype, unknown flag).
