@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build (release), then the steps named as arguments,
-# writing logs and JSON under $OUT (default ./gpu-out). Steps:
+# writing logs and JSON under $OUT (default ./gpu-out); TARGETS="a b" builds only those targets. Steps:
 #   tests   the [gpu] tests
 #   bench   bench_memory_ops (all ops and shapes)
 #   quick   bench_memory_ops --quick
@@ -21,7 +21,7 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export TILEOPS_CACHE_DIR=${TILEOPS_CACHE_DIR:-/tmp/tileops-cache}
 cmake -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 &&
-  cmake --build build-gpu -j"$(nproc)" >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+  cmake --build build-gpu -j"$(nproc)" ${TARGETS:+--target $TARGETS} >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$OUT/gpu.csv"
 status=0
 for step in "$@"; do

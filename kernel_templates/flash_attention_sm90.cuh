@@ -7,7 +7,8 @@
 // Warpgroup 0 is the producer: one thread loads each work tile's Q, then K and V tiles of BN keys into
 // a ring of STAGES shared buffers with TMA (128-byte swizzled boxes of 64 head-dim columns), each
 // K and V buffer guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer
-// warp is done with it); Q has the same pair. Warpgroups 1.. are consumers, 64 query rows each:
+// warp is done with it); Q has the same pair. With two Q buffers the next work tile's Q loads
+// while the consumers finish this one, so no work tile starts by waiting for its queries. Warpgroups 1.. are consumers, 64 query rows each:
 //   S = Q K^T       wgmma, both operands in shared memory, fp32 accumulators in registers;
 //   P = softmax(S)  online, in registers: exp2 with the scale folded in, the running max and sum
 //                   per row, the output rescaled only through one multiply per tile;
@@ -26,7 +27,8 @@
 //
 // Template parameters: T (__half, __nv_bfloat16), HEAD_DIM (64, 128, 256), BN (keys per tile: 64
 // or 128), STAGES (K/V buffers in the ring), CONSUMERS (2, or 3 at head dim 64, where the MMAs
-// per tile are cheap next to the softmax), PINGPONG, CAUSAL, WINDOW. Shared memory:
+// per tile are cheap next to the softmax), Q_BUFFERS (1 or 2: the host picks 2 where they fit),
+// PINGPONG, CAUSAL, WINDOW. Shared memory:
 // flash_sm90_shared_bytes below (host: ops/flash_attention_config.cpp computes the same).
 #pragma once
 
@@ -111,21 +113,21 @@ __device__ __forceinline__ void fence_fragments(unsigned (&p)[BN / 16][4]) {
         for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(p[kk][r])::"memory");
 }
 
-template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS>
+template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS>
 struct FlashSm90Layout {
-    static constexpr int kQ = 64 * CONSUMERS * HEAD_DIM;  // elements: 64 query rows per consumer
+    static constexpr int kQ = 64 * CONSUMERS * HEAD_DIM;  // elements of one Q buffer: 64 query rows per consumer
     static constexpr int kKV = BN * HEAD_DIM;
-    static constexpr size_t kBarrierOffset = (static_cast<size_t>(kQ) + 2 * STAGES * kKV) * sizeof(T);
-    // Q, the K ring, the V ring, then barriers: q_full, q_empty, full_k, full_v, empty_k, empty_v,
-    // work_full, work_empty, and the work slot; plus 1024 bytes so the tiles can start on a
-    // 1024-byte boundary (the swizzle's period).
-    static constexpr size_t kBytes = kBarrierOffset + (5 + 4 * STAGES) * 8 + 1024;
+    static constexpr size_t kBarrierOffset = (static_cast<size_t>(Q_BUFFERS) * kQ + 2 * STAGES * kKV) * sizeof(T);
+    // The Q buffers, the K ring, the V ring, then barriers: q_full, q_empty (one per Q buffer),
+    // full_k, full_v, empty_k, empty_v, work_full, work_empty, and the work slot; plus 1024 bytes
+    // so the tiles can start on a 1024-byte boundary (the swizzle's period).
+    static constexpr size_t kBytes = kBarrierOffset + (2 * Q_BUFFERS + 3 + 4 * STAGES) * 8 + 1024;
 };
 
 // The shared-memory buffers and their barriers.
 template <typename T>
 struct FlashSm90Shared {
-    T* q;
+    T* q;  // Q_BUFFERS buffers of Layout::kQ elements
     T* ring_k;
     T* ring_v;
     unsigned long long *q_full, *q_empty, *full_k, *full_v, *empty_k, *empty_v;
@@ -227,7 +229,7 @@ struct RingPosition {
 };
 
 // The producer's single thread: Q, then K and V tiles, of every work tile of this block.
-template <typename T, int HEAD_DIM, int BM, int BN, int STAGES, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int BM, int BN, int STAGES, int Q_BUFFERS, bool CAUSAL, bool WINDOW>
 __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, const TensorMap* map_q,
                                                    const TensorMap* map_k, const TensorMap* map_v,
                                                    const FlashSm90Shared<T>& sh, int q_tiles, int work_count) {
@@ -237,7 +239,7 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
     tma_prefetch_descriptor(map_k);
     tma_prefetch_descriptor(map_v);
     RingPosition<STAGES> ring;
-    unsigned q_phase = 0;
+    RingPosition<Q_BUFFERS> q_ring;
     FlashSm90Queue<CAUSAL> queue;
     for (int w; (w = queue.produce(p, sh.work, sh.work_full, sh.work_empty)) < work_count;) {
         FlashSm90Work work;
@@ -245,13 +247,15 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
         // Tensor maps are 4-D: (head dim, rows, heads, batch); varlen has one batch entry of every packed row.
         const int batch_index = p.cu_seqlens_q != nullptr ? 0 : work.b;
         const int kv_head = work.h / p.group;
-        mbarrier_wait(sh.q_empty, q_phase ^ 1);  // the consumers' last S of the previous tile is done
-        q_phase ^= 1;
-        mbarrier_arrive_expect_tx(sh.q_full, BM * HEAD_DIM * sizeof(T));
+        // The consumers' last S of the work tile that used this buffer before is done.
+        unsigned long long* q_full = &sh.q_full[q_ring.stage];
+        mbarrier_wait(&sh.q_empty[q_ring.stage], q_ring.phase ^ 1);
+        mbarrier_arrive_expect_tx(q_full, BM * HEAD_DIM * sizeof(T));
 #pragma unroll
         for (int box = 0; box < HEAD_DIM / 64; ++box)
-            tma_load_4d(sh.q + box * BM * 64, map_q, sh.q_full, box * 64,
+            tma_load_4d(sh.q + q_ring.stage * BM * HEAD_DIM + box * BM * 64, map_q, q_full, box * 64,
                         static_cast<int>(work.seq.q_first) + work.m0, work.h, batch_index);
+        q_ring.advance();
         for (int tile = work.first_tile; tile < work.end_tile; ++tile) {
             const int key_row = static_cast<int>(work.seq.k_first) + tile * BN;
             const int s = ring.stage;
@@ -272,14 +276,13 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
 }
 
 // A consumer warpgroup: 64 query rows of every work tile of this block.
-template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, bool PINGPONG, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool PINGPONG, bool CAUSAL,
+          bool WINDOW>
 __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const FlashSm90Shared<T>& sh,
                                                    int consumer, int q_tiles, int work_count) {
     constexpr int kKV = BN * HEAD_DIM;
     const int t = static_cast<int>(threadIdx.x) % 128;
     const bool warp_leader = t % 32 == 0;
-    const T* q_rows = sh.q + consumer * 64 * 64;  // 64 rows into each 64-column box of Q
-
     constexpr int BM = 64 * CONSUMERS;
     // Pingpong: consumer c issues after barrier 1 + c completes (its own 128 threads and the
     // previous consumer's), then lets the next one go: turns go round 0, 1, .., CONSUMERS - 1.
@@ -294,7 +297,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
 
     // K and V buffers are filled in the same order; V is consumed one tile behind K.
     RingPosition<STAGES> k_ring, v_ring;
-    unsigned q_phase = 0;
+    RingPosition<Q_BUFFERS> q_ring;  // advanced for the work tiles that see keys, as the producer's
     float o[HEAD_DIM / 2];
     float s[BN / 2];
     unsigned pv[BN / 16][4];
@@ -310,6 +313,8 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
 #pragma unroll
         for (int i = 0; i < HEAD_DIM / 2; ++i) o[i] = 0.0f;
         float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+        // This warpgroup's rows of the work tile's Q buffer: 64 rows into each 64-column box.
+        const T* q_rows = sh.q + q_ring.stage * BM * HEAD_DIM + consumer * 64 * 64;
 
         // S = Q K^T of the tile in `stage`, issued (not waited for).
         auto issue_scores = [&](int stage) {
@@ -336,7 +341,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             wgmma_fence_registers(s);
             if (warp_leader) {
                 mbarrier_arrive(&sh.empty_k[k_ring.stage]);
-                if (tile == work.end_tile - 1) mbarrier_arrive(sh.q_empty);
+                if (tile == work.end_tile - 1) mbarrier_arrive(&sh.q_empty[q_ring.stage]);
             }
             k_ring.advance();
         };
@@ -364,8 +369,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
         };
 
         if (work.first_tile < work.end_tile) {
-            mbarrier_wait(sh.q_full, q_phase);
-            q_phase ^= 1;
+            mbarrier_wait(&sh.q_full[q_ring.stage], q_ring.phase);
             mbarrier_wait(&sh.full_k[k_ring.stage], k_ring.phase);
             my_turn();
             issue_scores(k_ring.stage);
@@ -404,6 +408,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             their_turn();
             wgmma_wait<0>();
             values_done();
+            q_ring.advance();
         }
 
         // Each row's sum over its quad, then O / sum, stored as T pairs; rows of other sequences
@@ -434,7 +439,8 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     if (PINGPONG && consumer == 0) named_barrier_sync(1, 256);
 }
 
-template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, bool PINGPONG, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool PINGPONG, bool CAUSAL,
+          bool WINDOW>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     flash_attention_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                                 const __grid_constant__ TensorMap map_v, const FlashAttentionArgs p) {
@@ -442,7 +448,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
     static_assert(STAGES >= 2, "K/V tiles are double-buffered at least");
     static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM == 64), "two consumers, or three at head dim 64");
-    using Layout = FlashSm90Layout<T, HEAD_DIM, BN, STAGES, CONSUMERS>;
+    static_assert(Q_BUFFERS == 1 || Q_BUFFERS == 2, "one or two Q buffers");
+    using Layout = FlashSm90Layout<T, HEAD_DIM, BN, STAGES, CONSUMERS, Q_BUFFERS>;
     constexpr int BM = 64 * CONSUMERS;
     constexpr unsigned kConsumerWarps = 4 * CONSUMERS;
 
@@ -450,11 +457,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     unsigned char* base = flash_shared + ((1024 - (shared_address(flash_shared) & 1023)) & 1023);
     FlashSm90Shared<T> sh;
     sh.q = reinterpret_cast<T*>(base);
-    sh.ring_k = sh.q + Layout::kQ;
+    sh.ring_k = sh.q + Q_BUFFERS * Layout::kQ;
     sh.ring_v = sh.ring_k + STAGES * Layout::kKV;
     sh.q_full = reinterpret_cast<unsigned long long*>(base + Layout::kBarrierOffset);
-    sh.q_empty = sh.q_full + 1;
-    sh.full_k = sh.q_empty + 1;
+    sh.q_empty = sh.q_full + Q_BUFFERS;
+    sh.full_k = sh.q_empty + Q_BUFFERS;
     sh.full_v = sh.full_k + STAGES;
     sh.empty_k = sh.full_v + STAGES;
     sh.empty_v = sh.empty_k + STAGES;
@@ -463,8 +470,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     sh.work = reinterpret_cast<int*>(sh.work_empty + 1);
 
     if (threadIdx.x == 0) {
-        mbarrier_init(sh.q_full, 1);
-        mbarrier_init(sh.q_empty, kConsumerWarps);  // one arrive per consumer warp
+        for (int b = 0; b < Q_BUFFERS; ++b) {
+            mbarrier_init(&sh.q_full[b], 1);
+            mbarrier_init(&sh.q_empty[b], kConsumerWarps);  // one arrive per consumer warp
+        }
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(&sh.full_k[s], 1);
             mbarrier_init(&sh.full_v[s], 1);
@@ -493,10 +502,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     if (warpgroup == 0) {
         warpgroup_registers_release<kProducerRegisters>();
         if (threadIdx.x == 0)
-            flash_sm90_produce<T, HEAD_DIM, BM, BN, STAGES, CAUSAL, WINDOW>(p, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
+            flash_sm90_produce<T, HEAD_DIM, BM, BN, STAGES, Q_BUFFERS, CAUSAL, WINDOW>(p, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
     } else {
         warpgroup_registers_claim<kConsumerRegisters>();
-        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CONSUMERS, PINGPONG, CAUSAL, WINDOW>(p, sh, warpgroup - 1, q_tiles, work_count);
+        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CONSUMERS, Q_BUFFERS, PINGPONG, CAUSAL, WINDOW>(p, sh, warpgroup - 1, q_tiles, work_count);
     }
 }
 

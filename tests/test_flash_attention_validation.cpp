@@ -144,7 +144,7 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK(plan80.grid[1] == 16);
     CHECK(plan80.grid[2] == 2);
     CHECK(plan80.block[0] == 256);
-    CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, 2, true, true, true>");
+    CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, 2, 2, true, true, true>");
 }
 
 TEST_CASE("flash_attention through the problem factory", "[validation][flash]") {

@@ -164,9 +164,9 @@ public:
         const char* causal = p_.causal ? "true" : "false";
         const char* window = p_.window_left >= 0 ? "true" : "false";
         if (c.kernel == kFlashSm90) {
-            plan.name_expression = fmt::format("tileops::flash_attention_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type,
-                                               p_.head_dim, c.block_n, c.stages, c.block_m / 64,
-                                               c.pingpong ? "true" : "false", causal, window);
+            plan.name_expression = fmt::format("tileops::flash_attention_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                               type, p_.head_dim, c.block_n, c.stages, c.block_m / 64,
+                                               c.q_buffers(shape_), c.pingpong ? "true" : "false", causal, window);
             // The rows of the Q and K/V boxes of the tensor maps; 0 means the sm_80 kernel.
             plan.kind = static_cast<unsigned>(c.block_m) << 16 | static_cast<unsigned>(c.block_n);
         } else {

@@ -44,10 +44,22 @@ Config FlashConfig::to_config() const {
 }
 
 size_t FlashConfig::shared_bytes(const FlashShape& s) const {
-    const size_t tiles = static_cast<size_t>(block_m + 2 * stages * block_n) * s.head_dim * s.element_bytes;
-    // sm_90: barriers (full/empty for Q, per K and V buffer and for the work slot), the slot, and
-    // 1024 bytes to align the tiles to the swizzle's period (FlashSm90Layout::kBytes).
-    return kernel == kFlashSm90 ? tiles + (5 + 4 * stages) * 8 + 1024 : tiles;
+    if (kernel != kFlashSm90) return static_cast<size_t>(block_m + 2 * stages * block_n) * s.head_dim * s.element_bytes;
+    return sm90_shared_bytes(s, q_buffers(s));
+}
+
+// sm_90: Q_BUFFERS Q tiles and the K and V rings, then barriers (full/empty per Q and per K and
+// V buffer, full/empty for the work slot) and the slot, and 1024 bytes to align the tiles to the
+// swizzle's period (FlashSm90Layout::kBytes).
+size_t FlashConfig::sm90_shared_bytes(const FlashShape& s, int q_tiles) const {
+    const size_t tiles = static_cast<size_t>(q_tiles * block_m + 2 * stages * block_n) * s.head_dim * s.element_bytes;
+    return tiles + (2 * q_tiles + 3 + 4 * stages) * 8 + 1024;
+}
+
+// Two Q buffers let the producer load the next work tile's queries while the consumers still
+// work on this one; where they do not fit in shared memory (large head dims, deep rings), one.
+int FlashConfig::q_buffers(const FlashShape& s) const {
+    return sm90_shared_bytes(s, 2) <= kSm90SharedBytes ? 2 : 1;
 }
 
 Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {

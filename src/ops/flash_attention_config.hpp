@@ -21,6 +21,8 @@ namespace tileops::detail {
 
 constexpr int kFlashSm80 = 0;
 constexpr int kFlashSm90 = 1;
+// Shared memory a block may opt into on every sm_90 part (H100, H200, GH200): 227 KB.
+constexpr size_t kSm90SharedBytes = 227 * 1024;
 
 // What the config choice needs to know about a problem (tile sizes depend on the head dim only;
 // sequence lengths and masks change the grid, not the config).
@@ -38,6 +40,10 @@ struct FlashConfig {
     Config to_config() const;
     int threads() const { return warps * 32; }
     size_t shared_bytes(const FlashShape& shape) const;
+    int q_buffers(const FlashShape& shape) const;  // sm_90 kernel: Q tiles in shared memory (1 or 2)
+
+private:
+    size_t sm90_shared_bytes(const FlashShape& shape, int q_tiles) const;
 };
 
 Config flash_heuristic(const FlashShape& shape, const DeviceInfo& device);
