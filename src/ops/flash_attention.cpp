@@ -177,6 +177,7 @@ public:
         if (c.kernel == kFlashSm90) {
             // Persistent: one block per SM at most, each taking every gridDim.x-th work tile.
             plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(q_tiles * p_.num_heads * p_.batch, device.sm_count));
+            plan.persistent = true;
         } else {
             plan.grid[0] = static_cast<unsigned>(q_tiles);
             plan.grid[1] = static_cast<unsigned>(p_.num_heads);

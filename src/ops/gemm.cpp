@@ -181,6 +181,7 @@ public:
                                   ((p_.n + c.block_n - 1) / c.block_n) * p_.batch;
             plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(units, device.sm_count / c.cluster) * c.cluster);
             plan.cluster = static_cast<unsigned>(c.cluster);
+            plan.persistent = true;
             plan.kind = static_cast<unsigned>(c.block_m) << 16 | static_cast<unsigned>(c.block_n) |
                         (c.cluster == 2 ? kPairedKind : 0u);
         } else {

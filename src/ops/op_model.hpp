@@ -21,6 +21,10 @@ struct LaunchPlan {
     unsigned block[3] = {1, 1, 1};
     unsigned cluster = 1;          // CTAs per cluster along x (sm_90+)
     unsigned shared_bytes = 0;     // dynamic shared memory
+    // The kernel walks its work in steps of gridDim.x (a persistent grid sized to the device):
+    // the runtime shrinks grid[0] to the blocks (clusters) that can be resident at once, because
+    // a block that waits for another to leave would run its share of the work after everyone else.
+    bool persistent = false;
     // Op-specific data launch_with() needs beside the function and geometry (GEMM: 0 for the sm_80
     // kernel; for the TMA kernel, its tile block_m << 16 | block_n, the boxes of its tensor maps).
     unsigned kind = 0;

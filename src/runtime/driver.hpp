@@ -37,6 +37,7 @@ namespace tileops::runtime {
     X(cuFuncSetAttribute, CUDA_VERSION)           \
     X(cuFuncGetAttribute, CUDA_VERSION)           \
     X(cuOccupancyMaxActiveBlocksPerMultiprocessor, CUDA_VERSION)           \
+    X(cuOccupancyMaxActiveClusters, CUDA_VERSION) \
     X(cuLaunchKernel, CUDA_VERSION)               \
     X(cuLaunchKernelEx, CUDA_VERSION)             \
     X(cuTensorMapEncodeTiled, CUDA_VERSION)       \

@@ -138,7 +138,51 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     if (plan.shared_bytes > 48 * 1024)
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(
             launch.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(plan.shared_bytes)));
+    if (plan.persistent) launch.grid[0] = resident_grid(model, launch);
     return launch;
+}
+
+// How many blocks of a persistent launch can be resident at once (at most its planned grid).
+// Clusters are placed within one GPC, and GPCs differ in how many SMs they have enabled: on a
+// 132-SM H100, fewer than 66 clusters of two may fit, so the count comes from the driver.
+unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& launch) {
+    const runtime::DriverApi& api = runtime::driver();
+    unsigned resident = 0;
+    if (launch.cluster > 1) {
+        CUlaunchAttribute attribute{};
+        attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attribute.value.clusterDim.x = launch.cluster;
+        attribute.value.clusterDim.y = 1;
+        attribute.value.clusterDim.z = 1;
+        CUlaunchConfig config{};
+        config.gridDimX = launch.grid[0];
+        config.gridDimY = launch.grid[1];
+        config.gridDimZ = launch.grid[2];
+        config.blockDimX = launch.block[0];
+        config.blockDimY = launch.block[1];
+        config.blockDimZ = launch.block[2];
+        config.sharedMemBytes = launch.shared_bytes;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        int clusters = 0;
+        TILEOPS_CU_CHECK(api.cuOccupancyMaxActiveClusters(&clusters, launch.function, &config));
+        resident = static_cast<unsigned>(std::max(clusters, 0)) * launch.cluster;
+    } else {
+        int per_sm = 0;
+        TILEOPS_CU_CHECK(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, launch.function, static_cast<int>(launch.block[0] * launch.block[1] * launch.block[2]),
+            launch.shared_bytes));
+        resident = static_cast<unsigned>(std::max(per_sm, 0)) * static_cast<unsigned>(device_.sm_count);
+    }
+    if (resident == 0)
+        throw Unsupported(fmt::format("tileops::{}: no block of {} threads{} with {} bytes of shared memory fits on {}",
+                                      model.op_name(), launch.block[0],
+                                      launch.cluster > 1 ? fmt::format(" in clusters of {}", launch.cluster) : "",
+                                      launch.shared_bytes, device_.name));
+    if (resident < launch.grid[0])
+        spdlog::debug("tileops: {}: persistent grid of {} blocks cut to the {} that can be resident", model.op_name(),
+                      launch.grid[0], resident);
+    return std::min(launch.grid[0], resident);
 }
 
 const ResolvedLaunch& RuntimeImpl::resolve(const Op& op, int vec) {

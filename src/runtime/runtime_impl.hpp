@@ -49,6 +49,7 @@ public:
     const LoadedKernel& kernel(const LaunchPlan& plan);
     // Resolves a config's launch for `model` without an Op (autotuner).
     ResolvedLaunch resolve_config(const OpModel& model, const Config& config, int vec);
+    unsigned resident_grid(const OpModel& model, const ResolvedLaunch& launch);
 
 private:
     const ResolvedLaunch& resolve(const Op& op, int vec);
