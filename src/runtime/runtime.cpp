@@ -213,8 +213,7 @@ RuntimeStats Runtime::stats() const { return impl_->stats(); }
 
 std::string Runtime::explain(const Op& op) {
     const tuning::ConfigChoice& choice = impl_->choice(op);
-    std::string config;
-    for (const auto& [name, value] : choice.config) config += fmt::format("{}{}={}", config.empty() ? "" : " ", name, value);
+    const std::string config = tuning::config_text(choice.config);
     return fmt::format("{} on {} ({}): config {{{}}} from {}{}{}", op.describe(), impl_->device().name,
                        impl_->device().arch(), config, tuning::to_string(choice.source),
                        choice.origin.empty() ? "" : " " + choice.origin,

@@ -151,6 +151,8 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
             TimingStats stats = timer.time(launch, options.warmup, options.repeats);
             outcome.median_us = stats.median_us;
             outcome.spread_us = stats.spread_us();
+            spdlog::debug("tileops: {} candidate {}: {:.2f} us (grid {})", model.op_name(),
+                          config_text(candidates[i]), stats.median_us, launches[i].grid[0]);
         } catch (const DriverError& e) {
             outcome.ok = false;
             outcome.failure = fmt::format("launch: {}", e.what());

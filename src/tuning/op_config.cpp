@@ -1,5 +1,7 @@
 #include "tuning/op_config.hpp"
 
+#include <fmt/format.h>
+
 #include "codegen/template_registry.hpp"
 
 namespace tileops::tuning {
@@ -12,6 +14,12 @@ ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& mode
     return resolver.choose(
         tuning_key_for(model, device), [&] { return model.heuristic(device); },
         [&](const TuningEntry& entry) { return model.invalid_reason(entry.config, device); });
+}
+
+std::string config_text(const Config& config) {
+    std::string text;
+    for (const auto& [name, value] : config) text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, value);
+    return text;
 }
 
 }  // namespace tileops::tuning

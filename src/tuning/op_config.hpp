@@ -13,4 +13,7 @@ TuningKey tuning_key_for(const detail::OpModel& model, const DeviceInfo& device)
 
 ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& model, const DeviceInfo& device);
 
+// "name=value name=value ...", in the config's (alphabetical) order: for logs and tables.
+std::string config_text(const Config& config);
+
 }  // namespace tileops::tuning

@@ -35,12 +35,6 @@ bool matches_filters(const TuningEntry& entry, const cxxopts::ParseResult& args)
     return true;
 }
 
-std::string config_text(const Config& config) {
-    std::string text;
-    for (const auto& [name, value] : config) text += fmt::format("{}{}={}", text.empty() ? "" : " ", name, value);
-    return text;
-}
-
 nlohmann::json config_json(const Config& config) {
     nlohmann::json object = nlohmann::json::object();
     for (const auto& [name, value] : config) object[name] = value;

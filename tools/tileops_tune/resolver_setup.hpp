@@ -10,6 +10,7 @@
 
 #include "tileops/tuning_db.hpp"
 #include "tuning/config_choice.hpp"
+#include "tuning/op_config.hpp"
 
 namespace tileops::cli {
 
@@ -23,7 +24,7 @@ tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<
 void add_filter_options(cxxopts::Options& options);
 bool matches_filters(const TuningEntry& entry, const cxxopts::ParseResult& args);
 
-std::string config_text(const Config& config);
+using tuning::config_text;
 nlohmann::json config_json(const Config& config);
 // The entry as JSON, as the database stores it.
 nlohmann::json entry_json(const TuningEntry& entry);
