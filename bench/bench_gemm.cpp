@@ -2,6 +2,7 @@
 // buffers: square problems and the projections of Llama-3 8B/70B at decode and prefill batch sizes.
 //
 //   bench_gemm [--json out.json] [--repeats N] [--quick] [--large] [--dtype bf16|fp16] [--layout nt|nn]
+//              [--only MxNxK]
 //
 // Timing: bench_common's time_ms (CUDA events, warm-up, median; L2 flushed by a read before each
 // timed run: small-M problems are bound by reading B, which must come from HBM).
@@ -71,6 +72,7 @@ int run(int argc, char** argv) {
     std::string json_path;
     int repeats = 20;
     bool quick = false, large = false;
+    std::string only;  // MxNxK: that shape alone (profiling)
     DType dtype = DType::bf16;
     GemmLayout layout = GemmLayout::nt;
     for (int i = 1; i < argc; ++i) {
@@ -79,11 +81,12 @@ int run(int argc, char** argv) {
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
         else if (arg == "--quick") quick = true;
         else if (arg == "--large") large = true;
+        else if (arg == "--only" && i + 1 < argc) only = argv[++i];
         else if (arg == "--dtype" && i + 1 < argc) dtype = parse_dtype(argv[++i]);
         else if (arg == "--layout" && i + 1 < argc) layout = std::string(argv[++i]) == "nn" ? GemmLayout::nn : GemmLayout::nt;
         else {
             fmt::print(stderr, "usage: bench_gemm [--json out.json] [--repeats N] [--quick] [--large] [--dtype bf16|fp16] "
-                               "[--layout nt|nn]\n");
+                               "[--layout nt|nn] [--only MxNxK]\n");
             return 2;
         }
     }
@@ -112,6 +115,14 @@ int run(int argc, char** argv) {
         for (int64_t m : ms) shapes.push_back({proj.name, m, proj.n, proj.k});
     }
 
+    if (!only.empty()) {
+        long long m = 0, n = 0, k = 0;
+        if (std::sscanf(only.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 1 || n < 1 || k < 1) {
+            fmt::print(stderr, "--only wants MxNxK, got {}\n", only);
+            return 2;
+        }
+        shapes = {{"only", m, n, k}};
+    }
     DeviceBuffer flush(2 * static_cast<size_t>(std::max(device.l2_bytes, 1 << 20)));
     nlohmann::json json;
     json["device"] = device.name;

@@ -176,8 +176,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
                 grouped_tile<(GROUP_M + CLUSTER_M - 1) / CLUSTER_M>(tile % tiles_per_batch, units_m, tiles_n, unit_m, tile_n);
                 const int tile_m = unit_m * CLUSTER_M + static_cast<int>(rank);
                 for (int kt = 0; kt < k_tiles; ++kt) {
-                    if constexpr (CLUSTER_M == 2) mbarrier_wait_cluster(&empty[stage], phase ^ 1);
-                    else mbarrier_wait(&empty[stage], phase ^ 1);
+                    mbarrier_wait(&empty[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
                     tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
                     if constexpr (CLUSTER_M == 2) {
