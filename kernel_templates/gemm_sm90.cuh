@@ -10,8 +10,11 @@
 // owns BM / CONSUMERS rows of the tile and multiplies with wgmma (m64 x BN x k16) into fp32
 // registers, keeping one group of wgmmas in flight while releasing the previous buffer. The
 // producer gives up registers (setmaxnreg) so the consumers can hold their accumulators.
-// The epilogue (alpha, beta * C, bias, activation) stores from registers while the producer
-// already loads the next tile.
+// The epilogue (alpha, beta * C, bias, activation) runs while the producer already loads the next
+// tile. A 16-bit D goes through shared memory: each consumer writes its rows there (swizzled like
+// the operand tiles, so without bank conflicts) and one of its threads stores them with TMA, which
+// runs on while the consumer starts the next tile's MMAs; the buffer is reused only after that
+// store has read it. An fp32 D is stored from registers.
 //
 // CLUSTER_M = 2 runs the blocks in pairs (a cluster) on vertically adjacent tiles that share their
 // B tile: each block loads half of B and multicasts it into both, halving B's L2 traffic. Then a
@@ -29,14 +32,30 @@
 
 namespace tileops {
 
+// Output tiles of 16-bit types go through shared memory and TMA stores (see above), in boxes of
+// 64 columns; narrower tiles store from registers. Host: gemm_sm90_stores_with_tma.
+template <typename TOut, int BN>
+__host__ __device__ constexpr bool gemm_sm90_tma_store() {
+    return sizeof(TOut) == 2 && BN % 64 == 0;
+}
+
+// Where D[r, c] of a consumer's ROWS x BN output tile lies in its shared-memory buffer: boxes of
+// 64 rows x 64 columns (the TMA store's box), row-major by atom then column block, each box
+// 128-byte swizzled (the 16-byte chunk index XOR the row's index mod 8).
+template <int BN>
+__device__ __forceinline__ int gemm_out_offset(int r, int c) {
+    const int box = (r / 64) * (BN / 64) + c / 64, row = r % 64, chunk = (c % 64) / 8;
+    return box * 64 * 64 + row * 64 + ((chunk ^ (row % 8)) * 8) + c % 8;
+}
+
 // The consumer warpgroups' part: waits for stages, multiplies, frees stages, stores tiles.
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int CLUSTER_M,
           int GROUP_M, bool HAS_C, bool BIAS, int ACT>
-__device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const T* ring_a, const T* ring_b,
-                                                  unsigned long long* full, unsigned long long* empty, int consumer,
-                                                  unsigned rank, long long first_unit, long long unit_stride,
-                                                  long long tiles, long long tiles_per_batch, int units_m, int tiles_n,
-                                                  int k_tiles) {
+__device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const TensorMap* map_d, const T* ring_a,
+                                                  const T* ring_b, TOut* out_tiles, unsigned long long* full,
+                                                  unsigned long long* empty, int consumer, unsigned rank,
+                                                  long long first_unit, long long unit_stride, long long tiles,
+                                                  long long tiles_per_batch, int units_m, int tiles_n, int k_tiles) {
     constexpr int kRows = BM / CONSUMERS;
     constexpr int kAtoms = kRows / 64;
     constexpr int kTileA = BM * BK, kTileB = BN * BK;
@@ -94,6 +113,43 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const T* ri
         TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
         const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
         const long long n0 = static_cast<long long>(tile_n) * BN;
+        if constexpr (gemm_sm90_tma_store<TOut, BN>()) {
+            // This consumer's rows, through its buffer: wait until the previous tile's store has
+            // read it, fill it, make the writes visible to TMA, and store (boxes past M or N are clipped).
+            TOut* out = out_tiles + consumer * kRows * BN;
+            const int row0 = tile_m * BM + consumer * kRows;
+            if (t == 0) tma_store_wait_read<0>();
+            named_barrier_sync(1 + consumer, 128);
+#pragma unroll
+            for (int atom = 0; atom < kAtoms; ++atom) {
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int r = atom * 64 + (t / 32) * 16 + (t % 32) / 4 + half * 8;
+                    const long long row = row0 + r;
+                    const TOut* c_row = HAS_C && row < p.m ? C + row * p.ldc : nullptr;
+#pragma unroll
+                    for (int j = 0; j < BN / 8; ++j) {
+                        const int c = j * 8 + (t % 4) * 2;
+                        float v[2] = {acc[atom][4 * j + 2 * half], acc[atom][4 * j + 2 * half + 1]};
+                        // C and bias are read only inside the matrix; what lies outside is not stored.
+                        if (row < p.m && n0 + c < p.n) gemm_epilogue_pair<T, TOut, HAS_C, BIAS, ACT>(p, c_row, n0 + c, v);
+                        store_vec<TOut, 2>(out + gemm_out_offset<BN>(r, c), v);
+                    }
+                }
+            }
+            fence_proxy_async();
+            named_barrier_sync(1 + consumer, 128);
+            if (t == 0) {
+#pragma unroll
+                for (int atom = 0; atom < kAtoms; ++atom)
+#pragma unroll
+                    for (int box = 0; box < BN / 64; ++box)
+                        tma_store_3d(map_d, out + (atom * (BN / 64) + box) * 64 * 64, static_cast<int>(n0) + box * 64,
+                                     row0 + atom * 64, static_cast<int>(batch));
+                tma_store_commit();
+            }
+            continue;
+        }
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom) {
 #pragma unroll
@@ -118,7 +174,8 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const T* ri
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int CLUSTER_M,
           int GROUP_M, bool HAS_C, bool BIAS, int ACT>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
-    gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b, const GemmArgs p) {
+    gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
+                     const __grid_constant__ TensorMap map_d, const GemmArgs p) {
     static_assert(B_NT || BN % 64 == 0, "an N-major B tile is loaded in boxes of 64 columns");
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "blocks run alone or in pairs");
     static_assert(CLUSTER_M == 1 || (B_NT ? BN % 16 == 0 : BN % 128 == 0), "B splits in two halves");
@@ -135,7 +192,10 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     unsigned char* base = gemm_shared + ((1024 - (shared_address(gemm_shared) & 1023)) & 1023);
     T* ring_a = reinterpret_cast<T*>(base);
     T* ring_b = ring_a + STAGES * kTileA;
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(ring_b + STAGES * kTileB);
+    // The output tile's buffer (16-bit D only; host: GemmConfig::shared_bytes), then the barriers.
+    TOut* out_tiles = reinterpret_cast<TOut*>(ring_b + STAGES * kTileB);
+    constexpr int kOutTile = gemm_sm90_tma_store<TOut, BN>() ? BM * BN : 0;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutTile);
     unsigned long long* empty = full + STAGES;
 
     if (threadIdx.x == 0) {
@@ -168,6 +228,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         if (threadIdx.x == 0) {
             tma_prefetch_descriptor(&map_a);
             tma_prefetch_descriptor(&map_b);
+            if constexpr (gemm_sm90_tma_store<TOut, BN>()) tma_prefetch_descriptor(&map_d);
             int stage = 0;
             unsigned phase = 0;
             for (long long tile = first_unit; tile < tiles; tile += unit_stride) {
@@ -208,8 +269,10 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     } else {
         if constexpr (kReallocate) warpgroup_registers_claim<232>();
         gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT>(
-            p, ring_a, ring_b, full, empty, warpgroup - 1, rank, first_unit, unit_stride, tiles, tiles_per_batch, units_m,
-            tiles_n, k_tiles);
+            p, &map_d, ring_a, ring_b, out_tiles, full, empty, warpgroup - 1, rank, first_unit, unit_stride, tiles,
+            tiles_per_batch, units_m, tiles_n, k_tiles);
+        // Shared memory must outlive the reads of the last TMA store.
+        if (gemm_sm90_tma_store<TOut, BN>() && threadIdx.x % 128 == 0) tma_store_wait_all();
     }
     // Neither block of a pair may leave while the other can still write into its shared memory.
     if constexpr (CLUSTER_M == 2) {

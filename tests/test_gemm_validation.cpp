@@ -106,8 +106,15 @@ TEST_CASE("Gemm narrows its copies for unaligned rows and pointers", "[validatio
     CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == 1);
     odd.lda = 132;
     CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == 4);
-    // D's alignment does not narrow the copies (the epilogue stores element pairs when it can).
-    CHECK(aligned.vector_width({kA, kB}, {static_cast<char*>(kD) + 2}) == 8);
+    // A 16-bit D is stored with TMA by the sm_90 kernel: its alignment counts too. An fp32 D is
+    // stored from registers (element pairs where it can), and its alignment does not narrow anything.
+    CHECK(aligned.vector_width({kA, kB}, {static_cast<char*>(kD) + 2}) == 1);
+    GemmProblem unaligned_ldd = problem(64, 128, 256);
+    unaligned_ldd.ldd = 130;
+    CHECK(Gemm(unaligned_ldd).vector_width({kA, kB}, {kD}) == 2);
+    GemmProblem fp32_out = problem(64, 128, 256);
+    fp32_out.out_dtype = DType::fp32;
+    CHECK(Gemm(fp32_out).vector_width({kA, kB}, {static_cast<char*>(kD) + 4}) == 8);
 }
 
 TEST_CASE("Gemm tuning keys carry layout, epilogue and batch; the factory builds them back", "[validation][gemm]") {

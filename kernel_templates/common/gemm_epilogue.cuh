@@ -46,19 +46,28 @@ __device__ __forceinline__ void grouped_tile(long long id, int tiles_m, int tile
     tile_n = in_group / rows;
 }
 
-// Writes D[row, col] and D[row, col + 1] (those that are inside N) from two accumulators.
+// act(alpha * v + beta * C + bias) for D[row, col] and D[row, col + 1] in place; the second only
+// where col + 1 is inside N (C and bias are not read past it).
 template <typename T, typename TOut, bool HAS_C, bool BIAS, int ACT>
-__device__ __forceinline__ void gemm_store_pair(const GemmArgs& p, TOut* d_row, const TOut* c_row, long long col,
-                                                float v0, float v1) {
-    float v[2] = {v0 * p.alpha, v1 * p.alpha};
+__device__ __forceinline__ void gemm_epilogue_pair(const GemmArgs& p, const TOut* c_row, long long col, float (&v)[2]) {
     const bool both = col + 1 < p.n;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
         if (j == 1 && !both) break;
+        v[j] *= p.alpha;
         if constexpr (BIAS) v[j] += to_float(static_cast<const T*>(p.bias)[col + j]);
         if constexpr (HAS_C) v[j] += p.beta * to_float(c_row[col + j]);
         v[j] = gemm_activation<ACT>(v[j]);
     }
+}
+
+// Writes D[row, col] and D[row, col + 1] (those that are inside N) from two accumulators.
+template <typename T, typename TOut, bool HAS_C, bool BIAS, int ACT>
+__device__ __forceinline__ void gemm_store_pair(const GemmArgs& p, TOut* d_row, const TOut* c_row, long long col,
+                                                float v0, float v1) {
+    float v[2] = {v0, v1};
+    gemm_epilogue_pair<T, TOut, HAS_C, BIAS, ACT>(p, c_row, col, v);
+    const bool both = col + 1 < p.n;
     TOut* out = d_row + col;
     if (both && (reinterpret_cast<unsigned long long>(out) % (2 * sizeof(TOut))) == 0) {
         Vec<TOut, 2> pair;

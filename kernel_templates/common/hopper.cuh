@@ -109,6 +109,32 @@ __device__ __forceinline__ void tma_load_4d(void* shared, const TensorMap* map, 
         : "memory");
 }
 
+// --- TMA stores (bulk groups: issued, committed, then waited for by the issuing thread) ---
+
+// Stores a box of the 3-D tensor map from shared memory; elements outside the tensor are skipped.
+// The shared memory must have been written before by this thread or made visible to it, and be
+// ordered for the async proxy (fence_proxy_async).
+__device__ __forceinline__ void tma_store_3d(const TensorMap* map, const void* shared, int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+                     reinterpret_cast<unsigned long long>(map)),
+                 "r"(shared_address(shared)), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N committed store groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+
+// Waits until every committed store group has finished (written to global memory).
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+
+// Orders this thread's earlier shared-memory writes before later async-proxy (TMA) accesses.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 // The same, written to the same shared-memory offset of every block of the cluster in `mask`,
 // completing bytes on each one's barrier at the offset of `bar`.
 __device__ __forceinline__ void tma_load_3d_multicast(void* shared, const TensorMap* map, unsigned long long* bar, int c0,

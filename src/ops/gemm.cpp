@@ -109,10 +109,13 @@ class GemmModel final : public OpModel {
 public:
     explicit GemmModel(const GemmProblem& p)
         : p_(p),
-          shape_{p.batch, p.m, p.n, p.k, dtype_size(p.dtype), nt(p)},
-          // 16-byte copies need every row of A and B to start 16 bytes apart from the last.
+          shape_{p.batch, p.m, p.n, p.k, dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
+          // 16-byte copies need every row of A and B (and of D, where the TMA kernel stores it with
+          // TMA) to start 16 bytes apart from the last.
           shape_vec_(widest_dividing_vector(8, {p.lda, p.ldb, p.batch > 1 ? p.batch_stride_a : 0,
-                                                p.batch > 1 ? p.batch_stride_b : 0})) {}
+                                                p.batch > 1 ? p.batch_stride_b : 0,
+                                                shape_.out_bytes == 2 ? p.ldd : 0,
+                                                shape_.out_bytes == 2 && p.batch > 1 ? p.batch_stride_d : 0})) {}
 
     std::string op_name() const override { return "gemm"; }
     std::string template_file() const override { return "gemm.cuh"; }
@@ -165,7 +168,7 @@ public:
         // TMA needs 16-byte aligned rows and pointers: anything else runs on the sm_80 kernel.
         if (c.kernel == kGemmSm90 && vec < 8) c = gemm_sm80_heuristic(shape_, device);
         LaunchPlan plan;
-        plan.shared_bytes = c.shared_bytes(shape_.in_bytes);
+        plan.shared_bytes = c.shared_bytes(shape_);
         plan.block[0] = static_cast<unsigned>(c.threads());
         const std::string types = fmt::format("{}, {}, {}", device_type_name(p_.dtype), device_type_name(*p_.out_dtype),
                                               nt(p_) ? "true" : "false");
@@ -274,7 +277,10 @@ int bind(const GemmProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
     }
     const size_t in_bytes = dtype_size(p.dtype);
     int vec = widest_aligned_vector(shape_vec, a.data(), in_bytes);
-    return widest_aligned_vector(vec, b.data(), in_bytes);
+    vec = widest_aligned_vector(vec, b.data(), in_bytes);
+    // A 16-bit D may be stored with TMA by the sm_90 kernel (gemm_sm90_stores_with_tma).
+    if (dtype_size(out) == 2) vec = widest_aligned_vector(vec, d.data(), 2);
+    return vec;
 }
 
 // The kernels' argument block; the same layout as tileops::GemmArgs in common/gemm_epilogue.cuh.
@@ -291,9 +297,9 @@ struct GemmKernelArgs {
     float alpha, beta;
 };
 
-// A 3-D (cols, rows, batch) tensor map of 16-bit elements, loaded in boxes of 64 columns (128
-// bytes, swizzled 128B to match wgmma's shared-memory layout) x box_rows rows. Elements outside
-// the matrix read as zeros, which is what ragged tiles need.
+// A 3-D (cols, rows, batch) tensor map of 16-bit elements, in boxes of 64 columns (128 bytes,
+// swizzled 128B to match wgmma's shared-memory layout) x box_rows rows. Elements outside the
+// matrix read as zeros (what ragged tiles need) and are not written by stores.
 CUtensorMap tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                        int64_t stride, unsigned box_rows) {
     CUtensorMap map;
@@ -342,7 +348,11 @@ void Gemm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outp
     alignas(64) CUtensorMap map_b =
         detail::nt(p) ? detail::tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.batch, p.batch_stride_b, b_rows)
                       : detail::tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.batch, p.batch_stride_b, 64);
-    void* params[] = {&map_a, &map_b, &args};
+    // A 16-bit D is stored from shared memory in boxes of 64 x 64; the kernel ignores map_d otherwise.
+    alignas(64) CUtensorMap map_d = dtype_size(*p.out_dtype) == 2
+                                        ? detail::tensor_map(args.d, *p.out_dtype, p.m, p.n, p.ldd, p.batch, p.batch_stride_d, 64)
+                                        : map_a;
+    void* params[] = {&map_a, &map_b, &map_d, &args};
     detail::launch(launch, params, stream, *this);
 }
 

@@ -58,10 +58,14 @@ Config GemmConfig::to_config() const {
     return c;
 }
 
-unsigned GemmConfig::shared_bytes(size_t in_bytes) const {
-    const size_t ring = static_cast<size_t>(stages) * (block_m + block_n) * block_k * in_bytes;
-    return static_cast<unsigned>(ring + (kernel == kGemmSm90 ? kSm90SharedExtra : 0));
+unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
+    const size_t ring = static_cast<size_t>(stages) * (block_m + block_n) * block_k * s.in_bytes;
+    if (kernel != kGemmSm90) return static_cast<unsigned>(ring);
+    const size_t out_tile = gemm_sm90_stores_with_tma(s, *this) ? static_cast<size_t>(block_m) * block_n * s.out_bytes : 0;
+    return static_cast<unsigned>(ring + out_tile + kSm90SharedExtra);
 }
+
+bool gemm_sm90_stores_with_tma(const GemmShape& s, const GemmConfig& c) { return s.out_bytes == 2 && c.block_n % 64 == 0; }
 
 int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
     return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
@@ -75,7 +79,7 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
     if (c.stages < 2 || c.stages > 8) return fmt::format("stages = {} is not in [2, 8]", c.stages);
     if (c.threads() > device.max_threads_per_block)
         return fmt::format("{} threads exceed the device's {}", c.threads(), device.max_threads_per_block);
-    const unsigned shared = c.shared_bytes(s.in_bytes);
+    const unsigned shared = c.shared_bytes(s);
     if (shared > static_cast<unsigned>(device.max_shared_memory_per_block_optin))
         return fmt::format("needs {} bytes of shared memory, the device allows {}", shared,
                            device.max_shared_memory_per_block_optin);

@@ -24,6 +24,7 @@ struct GemmShape {
     int64_t batch, m, n, k;
     size_t in_bytes;   // element size of A and B
     bool b_nt;
+    size_t out_bytes;  // element size of C and D
 };
 
 struct GemmConfig {
@@ -39,8 +40,9 @@ struct GemmConfig {
     static GemmConfig from(const Config& config);  // throws InvalidArgument naming a missing key
     Config to_config() const;
     int threads() const { return kernel == kGemmSm90 ? (consumers + 1) * 128 : warps_m * warps_n * 32; }
-    // Dynamic shared memory of a launch (operand ring; kernel 1 adds its barriers).
-    unsigned shared_bytes(size_t in_bytes) const;
+    // Dynamic shared memory of a launch: the operand ring; kernel 1 adds its barriers and, for
+    // 16-bit outputs, the output tile it stores with TMA.
+    unsigned shared_bytes(const GemmShape& shape) const;
 };
 
 // The sm_80 kernel's default for a problem (also the fallback of the sm_90 kernel when TMA cannot
@@ -50,6 +52,11 @@ GemmConfig gemm_heuristic(const GemmShape& shape, const DeviceInfo& device);
 std::vector<GemmConfig> gemm_search_space(const GemmShape& shape, const DeviceInfo& device);
 std::optional<std::string> gemm_invalid_reason(const GemmConfig& config, const GemmShape& shape,
                                                const DeviceInfo& device);
+
+// Whether kernel 1 stages the output tile in shared memory and stores it with TMA: 16-bit outputs
+// in tiles of a multiple of 64 columns (gemm_sm90_tma_store in gemm_sm90.cuh); others are stored
+// from registers. A 16-bit D must have 16-byte aligned rows for kernel 1 (GemmModel's vec).
+bool gemm_sm90_stores_with_tma(const GemmShape& shape, const GemmConfig& config);
 
 // Blocks of a launch: tiles x batch for kernel 0; kernel 1 is persistent (at most one block per SM).
 int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);
