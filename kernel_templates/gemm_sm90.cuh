@@ -11,10 +11,11 @@
 // registers, keeping one group of wgmmas in flight while releasing the previous buffer. The
 // producer gives up registers (setmaxnreg) so the consumers can hold their accumulators.
 // The epilogue (alpha, beta * C, bias, activation) runs while the producer already loads the next
-// tile. A 16-bit D goes through shared memory: each consumer writes its rows there (swizzled like
-// the operand tiles, so without bank conflicts) and one of its threads stores them with TMA, which
-// runs on while the consumer starts the next tile's MMAs; the buffer is reused only after that
-// store has read it. An fp32 D is stored from registers.
+// tile. A 16-bit D goes through shared memory: each consumer writes its rows there in boxes of
+// 64 x 64 (swizzled like the operand tiles, so without bank conflicts) and one of its threads
+// stores each box with TMA, which runs on while the consumer writes the next box or starts the
+// next tile's MMAs; each of its two box buffers is reused only after the store from it has read
+// it. An fp32 D is stored from registers.
 //
 // CLUSTER_M = 2 runs the blocks in pairs (a cluster) on vertically adjacent tiles that share their
 // B tile: each block loads half of B and multicasts it into both, halving B's L2 traffic. Then a
@@ -39,14 +40,10 @@ __host__ __device__ constexpr bool gemm_sm90_tma_store() {
     return sizeof(TOut) == 2 && BN % 64 == 0;
 }
 
-// Where D[r, c] of a consumer's ROWS x BN output tile lies in its shared-memory buffer: boxes of
-// 64 rows x 64 columns (the TMA store's box), row-major by atom then column block, each box
-// 128-byte swizzled (the 16-byte chunk index XOR the row's index mod 8).
-template <int BN>
-__device__ __forceinline__ int gemm_out_offset(int r, int c) {
-    const int box = (r / 64) * (BN / 64) + c / 64, row = r % 64, chunk = (c % 64) / 8;
-    return box * 64 * 64 + row * 64 + ((chunk ^ (row % 8)) * 8) + c % 8;
-}
+// Where D[r, c] of a 64 x 64 output box lies in its shared-memory buffer: 128-byte rows, swizzled
+// like the operand tiles (the 16-byte chunk index XOR the row's index mod 8), so that the pairs a
+// warp writes at once fall in different banks and TMA reads the box with the same 128B swizzle.
+__device__ __forceinline__ int gemm_out_offset(int r, int c) { return r * 64 + (((c / 8) ^ (r % 8)) * 8) + c % 8; }
 
 // The consumer warpgroups' part: waits for stages, multiplies, frees stages, stores tiles.
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int CLUSTER_M,
@@ -71,6 +68,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
     const int t = static_cast<int>(threadIdx.x) % 128;
     const bool warp_leader = t % 32 == 0;
     float acc[kAtoms][BN / 2];
+    int out_slot = 0;  // which of this consumer's two output buffers the next box uses
     int stage = 0;
     unsigned phase = 0;
     for (long long tile = first_unit; tile < tiles; tile += unit_stride) {
@@ -114,39 +112,38 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
         const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
         const long long n0 = static_cast<long long>(tile_n) * BN;
         if constexpr (gemm_sm90_tma_store<TOut, BN>()) {
-            // This consumer's rows, through its buffer: wait until the previous tile's store has
-            // read it, fill it, make the writes visible to TMA, and store (boxes past M or N are clipped).
-            TOut* out = out_tiles + consumer * kRows * BN;
+            // This consumer's rows in boxes of 64 x 64, through two buffers taken in turn: wait
+            // until the store that used this one (two boxes ago) has read it, fill it, make the
+            // writes visible to TMA, store (what lies past M or N is clipped).
             const int row0 = tile_m * BM + consumer * kRows;
-            if (t == 0) tma_store_wait_read<0>();
-            named_barrier_sync(1 + consumer, 128);
 #pragma unroll
-            for (int atom = 0; atom < kAtoms; ++atom) {
+            for (int box = 0; box < kAtoms * (BN / 64); ++box) {
+                const int atom = box / (BN / 64), col0 = (box % (BN / 64)) * 64;
+                TOut* buffer = out_tiles + (consumer * 2 + out_slot) * 64 * 64;
+                if (t == 0) tma_store_wait_read<1>();
+                named_barrier_sync(1 + consumer, 128);
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
-                    const int r = atom * 64 + (t / 32) * 16 + (t % 32) / 4 + half * 8;
-                    const long long row = row0 + r;
+                    const int r = (t / 32) * 16 + (t % 32) / 4 + half * 8;
+                    const long long row = row0 + atom * 64 + r;
                     const TOut* c_row = HAS_C && row < p.m ? C + row * p.ldc : nullptr;
 #pragma unroll
-                    for (int j = 0; j < BN / 8; ++j) {
-                        const int c = j * 8 + (t % 4) * 2;
+                    for (int jj = 0; jj < 8; ++jj) {
+                        const int j = col0 / 8 + jj, c = jj * 8 + (t % 4) * 2;
                         float v[2] = {acc[atom][4 * j + 2 * half], acc[atom][4 * j + 2 * half + 1]};
                         // C and bias are read only inside the matrix; what lies outside is not stored.
-                        if (row < p.m && n0 + c < p.n) gemm_epilogue_pair<T, TOut, HAS_C, BIAS, ACT>(p, c_row, n0 + c, v);
-                        store_vec<TOut, 2>(out + gemm_out_offset<BN>(r, c), v);
+                        if (row < p.m && n0 + col0 + c < p.n)
+                            gemm_epilogue_pair<T, TOut, HAS_C, BIAS, ACT>(p, c_row, n0 + col0 + c, v);
+                        store_vec<TOut, 2>(buffer + gemm_out_offset(r, c), v);
                     }
                 }
-            }
-            fence_proxy_async();
-            named_barrier_sync(1 + consumer, 128);
-            if (t == 0) {
-#pragma unroll
-                for (int atom = 0; atom < kAtoms; ++atom)
-#pragma unroll
-                    for (int box = 0; box < BN / 64; ++box)
-                        tma_store_3d(map_d, out + (atom * (BN / 64) + box) * 64 * 64, static_cast<int>(n0) + box * 64,
-                                     row0 + atom * 64, static_cast<int>(batch));
-                tma_store_commit();
+                fence_proxy_async();
+                named_barrier_sync(1 + consumer, 128);
+                if (t == 0) {
+                    tma_store_3d(map_d, buffer, static_cast<int>(n0) + col0, row0 + atom * 64, static_cast<int>(batch));
+                    tma_store_commit();
+                }
+                out_slot ^= 1;
             }
             continue;
         }
@@ -192,10 +189,10 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     unsigned char* base = gemm_shared + ((1024 - (shared_address(gemm_shared) & 1023)) & 1023);
     T* ring_a = reinterpret_cast<T*>(base);
     T* ring_b = ring_a + STAGES * kTileA;
-    // The output tile's buffer (16-bit D only; host: GemmConfig::shared_bytes), then the barriers.
+    // Two 64 x 64 output buffers per consumer (16-bit D only; host: GemmConfig::shared_bytes), then the barriers.
     TOut* out_tiles = reinterpret_cast<TOut*>(ring_b + STAGES * kTileB);
-    constexpr int kOutTile = gemm_sm90_tma_store<TOut, BN>() ? BM * BN : 0;
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutTile);
+    constexpr int kOutBuffers = gemm_sm90_tma_store<TOut, BN>() ? CONSUMERS * 2 * 64 * 64 : 0;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutBuffers);
     unsigned long long* empty = full + STAGES;
 
     if (threadIdx.x == 0) {

@@ -61,8 +61,9 @@ Config GemmConfig::to_config() const {
 unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
     const size_t ring = static_cast<size_t>(stages) * (block_m + block_n) * block_k * s.in_bytes;
     if (kernel != kGemmSm90) return static_cast<unsigned>(ring);
-    const size_t out_tile = gemm_sm90_stores_with_tma(s, *this) ? static_cast<size_t>(block_m) * block_n * s.out_bytes : 0;
-    return static_cast<unsigned>(ring + out_tile + kSm90SharedExtra);
+    // Two 64 x 64 output boxes per consumer warpgroup.
+    const size_t out_boxes = gemm_sm90_stores_with_tma(s, *this) ? static_cast<size_t>(consumers) * 2 * 64 * 64 * s.out_bytes : 0;
+    return static_cast<unsigned>(ring + out_boxes + kSm90SharedExtra);
 }
 
 bool gemm_sm90_stores_with_tma(const GemmShape& s, const GemmConfig& c) { return s.out_bytes == 2 && c.block_n % 64 == 0; }
