@@ -45,12 +45,53 @@ __host__ __device__ constexpr bool gemm_sm90_tma_store() {
 // warp writes at once fall in different banks and TMA reads the box with the same 128B swizzle.
 __device__ __forceinline__ int gemm_out_offset(int r, int c) { return r * 64 + (((c / 8) ^ (r % 8)) * 8) + c % 8; }
 
+// The first of the K tiles [0, k_tiles) that split `split` of `splits` multiplies (the last split ends at k_tiles).
+__device__ __forceinline__ int gemm_split_begin(int k_tiles, int split, int splits) {
+    return static_cast<int>(static_cast<long long>(k_tiles) * split / splits);
+}
+
+// Split K (p.split_k > 1): the splits of a tile run on different blocks at once. Each writes its
+// fp32 accumulators to its slot of p.partials (in fragment order: thread t's value i at i * 128 + t,
+// coalesced) and counts itself in p.split_counters[tile]; the one that arrives last adds the
+// others' slots to its accumulators, puts the counter back to zero for the next launch and
+// returns true (it stores the tile); the others return false. Called by every consumer thread.
+template <int CONSUMERS, int VALUES>
+__device__ __forceinline__ bool gemm_reduce_splits(const GemmArgs& p, float* acc, long long tile, int split, int consumer,
+                                                   int t, volatile int* flag) {
+    constexpr int kBlockValues = CONSUMERS * VALUES * 128;
+    float* mine = p.partials + (tile * p.split_k + split) * kBlockValues + consumer * VALUES * 128 + t;
+#pragma unroll
+    for (int i = 0; i < VALUES; ++i) __stcg(mine + i * 128, acc[i]);
+    __threadfence();
+    // Barrier 1 + CONSUMERS (1..CONSUMERS are the consumers' own): every consumer thread has written.
+    named_barrier_sync(1 + CONSUMERS, 128 * CONSUMERS);
+    if (consumer == 0 && t == 0) {
+        const int arrived = atomicAdd(&p.split_counters[tile], 1);
+        const bool last = arrived == p.split_k - 1;
+        if (last) p.split_counters[tile] = 0;
+        *flag = last;
+    }
+    named_barrier_sync(1 + CONSUMERS, 128 * CONSUMERS);
+    const bool last = *flag != 0;
+    // Nobody may overwrite the flag before everyone has read it.
+    named_barrier_sync(1 + CONSUMERS, 128 * CONSUMERS);
+    if (!last) return false;
+    __threadfence();
+    for (int other = 0; other < p.split_k; ++other) {
+        if (other == split) continue;
+        const float* theirs = p.partials + (tile * p.split_k + other) * kBlockValues + consumer * VALUES * 128 + t;
+#pragma unroll
+        for (int i = 0; i < VALUES; ++i) acc[i] += __ldcg(theirs + i * 128);
+    }
+    return true;
+}
+
 // The consumer warpgroups' part: waits for stages, multiplies, frees stages, stores tiles.
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int CLUSTER_M,
           int GROUP_M, bool HAS_C, bool BIAS, int ACT>
 __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const TensorMap* map_d, const T* ring_a,
                                                   const T* ring_b, TOut* out_tiles, unsigned long long* full,
-                                                  unsigned long long* empty, int consumer, unsigned rank,
+                                                  unsigned long long* empty, volatile int* split_flag, int consumer, unsigned rank,
                                                   long long first_unit, long long unit_stride, long long tiles,
                                                   long long tiles_per_batch, int units_m, int tiles_n, int k_tiles) {
     constexpr int kRows = BM / CONSUMERS;
@@ -71,13 +112,16 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
     int out_slot = 0;  // which of this consumer's two output buffers the next box uses
     int stage = 0;
     unsigned phase = 0;
-    for (long long tile = first_unit; tile < tiles; tile += unit_stride) {
+    for (long long unit = first_unit; unit < tiles * p.split_k; unit += unit_stride) {
+        const long long tile = unit % tiles;
+        const int split = static_cast<int>(unit / tiles);
         const long long batch = tile / tiles_per_batch;
         int unit_m, tile_n;
         grouped_tile<(GROUP_M + CLUSTER_M - 1) / CLUSTER_M>(tile % tiles_per_batch, units_m, tiles_n, unit_m, tile_n);
         const int tile_m = unit_m * CLUSTER_M + static_cast<int>(rank);
+        const int kt_begin = gemm_split_begin(k_tiles, split, p.split_k), kt_end = gemm_split_begin(k_tiles, split + 1, p.split_k);
         int previous = -1;
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        for (int kt = kt_begin; kt < kt_end; ++kt) {
             mbarrier_wait(&full[stage], phase);
             const T* tile_a = ring_a + stage * kTileA + consumer * kRows * BK;
             const unsigned long long desc_b =
@@ -93,7 +137,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
                 for (int atom = 0; atom < kAtoms; ++atom) {
                     const unsigned long long desc_a = wgmma_descriptor_sw128(tile_a + atom * 64 * BK);
                     wgmma_m64k16<T, BN, B_NT ? 0 : 1>(acc[atom], desc_a + 2 * kk, desc_b + kStepB * kk,
-                                                      kt > 0 || kk > 0 ? 1 : 0);
+                                                      kt > kt_begin || kk > 0 ? 1 : 0);
                 }
             }
             wgmma_commit();
@@ -107,6 +151,10 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom) wgmma_fence_registers(acc[atom]);
         if (warp_leader) release(previous);
+        // Split K: only the last split of a tile to finish stores it, adding the others' partial sums.
+        if (p.split_k > 1 &&
+            !gemm_reduce_splits<CONSUMERS, kAtoms * (BN / 2)>(p, &acc[0][0], tile, split, consumer, t, split_flag))
+            continue;
 
         TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
         const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
@@ -194,6 +242,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     constexpr int kOutBuffers = gemm_sm90_tma_store<TOut, BN>() ? CONSUMERS * 2 * 64 * 64 : 0;
     unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutBuffers);
     unsigned long long* empty = full + STAGES;
+    volatile int* split_flag = reinterpret_cast<volatile int*>(empty + STAGES);  // gemm_reduce_splits' broadcast
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -228,12 +277,15 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
             if constexpr (gemm_sm90_tma_store<TOut, BN>()) tma_prefetch_descriptor(&map_d);
             int stage = 0;
             unsigned phase = 0;
-            for (long long tile = first_unit; tile < tiles; tile += unit_stride) {
+            for (long long unit = first_unit; unit < tiles * p.split_k; unit += unit_stride) {
+                const long long tile = unit % tiles;
+                const int split = static_cast<int>(unit / tiles);
                 const int batch = static_cast<int>(tile / tiles_per_batch);
                 int unit_m, tile_n;
                 grouped_tile<(GROUP_M + CLUSTER_M - 1) / CLUSTER_M>(tile % tiles_per_batch, units_m, tiles_n, unit_m, tile_n);
                 const int tile_m = unit_m * CLUSTER_M + static_cast<int>(rank);
-                for (int kt = 0; kt < k_tiles; ++kt) {
+                const int kt_end = gemm_split_begin(k_tiles, split + 1, p.split_k);
+                for (int kt = gemm_split_begin(k_tiles, split, p.split_k); kt < kt_end; ++kt) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
                     tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
@@ -266,7 +318,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     } else {
         if constexpr (kReallocate) warpgroup_registers_claim<232>();
         gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT>(
-            p, &map_d, ring_a, ring_b, out_tiles, full, empty, warpgroup - 1, rank, first_unit, unit_stride, tiles,
+            p, &map_d, ring_a, ring_b, out_tiles, full, empty, split_flag, warpgroup - 1, rank, first_unit, unit_stride, tiles,
             tiles_per_batch, units_m, tiles_n, k_tiles);
         // Shared memory must outlive the reads of the last TMA store.
         if (gemm_sm90_tma_store<TOut, BN>() && threadIdx.x % 128 == 0) tma_store_wait_all();

@@ -2,14 +2,19 @@
 // outputs, ragged shapes (1, 7, 127, 129, 1000), both layouts, fp16 and bf16 inputs, every output
 // dtype, alpha / beta / bias / activations, batches, padded and misaligned operands, and large
 // problems checked on a sample of their outputs.
+#include <array>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <fmt/format.h>
 
+#include "ops/op_model.hpp"
+#include "runtime/runtime_impl.hpp"
 #include "support/device_tensor.hpp"
+#include "tuning/op_config.hpp"
 #include "support/test_support.hpp"
 #include "tileops/tileops.hpp"
 
@@ -52,6 +57,7 @@ struct Case {
     size_t misalign = 0;      // bytes A and B are shifted off 16-byte alignment
     bool in_place = false;    // C is D
     int64_t samples = 0;      // 0: check every output; else this many random ones
+    std::optional<Config> config;  // run this config (twice, D poisoned in between) instead of the runtime's choice
 };
 
 std::string describe(const Case& c) {
@@ -94,7 +100,17 @@ void run_case(Case c) {
     }
     if (p.bias) inputs.emplace_back(dbias.data());
     OutputArg output(dd.data());
-    op.run(shared_runtime(), Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
+    if (c.config) {
+        // Twice: what a launch leaves behind (split-K counters) must not change the next one's result.
+        INFO("config " << tuning::config_text(*c.config));
+        const detail::ResolvedLaunch launch = shared_runtime().impl().resolve_config(op.model(), *c.config, 8);
+        for (int repeat = 0; repeat < 2; ++repeat) {
+            dd.poison();
+            op.launch_with(launch, Inputs(inputs.data(), inputs.size()), Outputs(&output, 1), nullptr);
+        }
+    } else {
+        op.run(shared_runtime(), Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
+    }
     const std::vector<double> got = dd.download();
     std::vector<double> out_values, ref_values;
     if (c.samples == 0) {
@@ -199,4 +215,27 @@ TEST_CASE("Gemm on large problems, sampled", "[gpu][gemm]") {
     run_case({make(1, 14336, 4096, layout, DType::fp16), 0, 0, false, 2000});
     run_case({make(64, 4096, 14336, layout, DType::bf16), 0, 0, false, 2000});
     run_case({make(3001, 2999, 1031, layout, DType::bf16), 0, 0, false, 3000});
+}
+
+TEST_CASE("Gemm: every sm_90 config of the search space, split K included, on ragged problems", "[gpu][gemm]") {
+    TILEOPS_REQUIRE_GPU();
+    Runtime& runtime = shared_runtime();
+    if (runtime.device().sm() != 90) SKIP("the TMA kernel needs sm_90");
+    const GemmLayout layout = GENERATE(GemmLayout::nn, GemmLayout::nt);
+    // Few tiles and long K (the search space adds split K), then more tiles than SMs; with C,
+    // bias and an activation so that the reduction feeds the whole epilogue; fp32 and bf16 out.
+    for (const auto& [m, n, k] : {std::array<int64_t, 3>{1, 1000, 2000}, {100, 520, 1500}, {300, 4104, 264}}) {
+        for (DType out : {DType::bf16, DType::fp32}) {
+            GemmProblem p = make(m, n, k, layout, DType::bf16, out);
+            p.has_c = true, p.beta = 0.5f, p.bias = true, p.epilogue = GemmEpilogue::silu;
+            const std::vector<Config> space = Gemm(p).model().search_space(runtime.device());
+            for (const Config& config : space) {
+                if (config.at("kernel") != 1) continue;
+                Case c{p};
+                c.config = config;
+                c.samples = m * n * k > 10'000'000 ? 2000 : 0;  // the CPU reference of every output is slow
+                run_case(c);
+            }
+        }
+    }
 }

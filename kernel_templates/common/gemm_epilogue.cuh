@@ -20,6 +20,11 @@ struct GemmArgs {
     long long batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d;
     long long batch;
     float alpha, beta;
+    // sm_90 kernel, split K (gemm_reduce_splits): splits per tile (1: none), the fp32 partial
+    // tiles and the per-tile counters (zero between launches) in the op's workspace.
+    int split_k;
+    float* partials;
+    int* split_counters;
 };
 
 // ACT: 0 none, 1 GELU (erf form), 2 SiLU.

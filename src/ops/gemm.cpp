@@ -34,6 +34,9 @@ namespace {
 constexpr int64_t kMaxBatch = 65535;  // gridDim.z of the sm_80 kernel
 // LaunchPlan::kind flag of the TMA kernel run in block pairs (each block loads half of a B tile).
 constexpr unsigned kPairedKind = 1u << 15;
+// The rest of a TMA launch's kind: block_n in the low bits, split_k above it.
+constexpr unsigned kBlockNKindMask = 0x3ff;
+constexpr unsigned kSplitKindShift = 10, kSplitKindMask = 0x1f;
 
 bool nt(const GemmProblem& p) { return p.layout == GemmLayout::nt; }
 int64_t b_rows(const GemmProblem& p) { return nt(p) ? p.n : p.k; }
@@ -142,9 +145,12 @@ public:
         return restrict_sm90(gemm_heuristic(shape_, device), device).to_config();
     }
     std::vector<Config> search_space(const DeviceInfo& device) const override {
+        // On sm_90, where the TMA kernel can take the problem, the sm_80 kernel is only slower (a
+        // third of its speed on H100) and slow to compile: not searched.
+        const bool tma = device.sm() == 90 && !sm90_refusal(GemmConfig{kGemmSm90});
         std::vector<Config> space;
         for (const GemmConfig& c : gemm_search_space(shape_, device))
-            if (!sm90_refusal(c)) space.push_back(c.to_config());
+            if (!sm90_refusal(c) && !(tma && c.kernel == kGemmSm80)) space.push_back(c.to_config());
         return space;
     }
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
@@ -156,6 +162,10 @@ public:
         }
         if (auto reason = sm90_refusal(c)) return reason;
         return gemm_invalid_reason(c, shape_, device);
+    }
+    // Split K: the tiles' counters and partial sums (gemm_reduce_splits in gemm_sm90.cuh).
+    size_t workspace_bytes(const Config& config) const override {
+        return gemm_split_workspace_bytes(GemmConfig::from(config), shape_);
     }
     std::vector<int> vector_widths(const Config& config) const override {
         std::vector<int> widths;
@@ -181,12 +191,12 @@ public:
                             c.block_k, c.stages, c.consumers, c.cluster, c.group_m, epilogue);
             // Persistent: one block per SM at most, each (pair) walking units of `cluster` tiles.
             const int64_t units = (p_.m + c.block_m * c.cluster - 1) / (c.block_m * c.cluster) *
-                                  ((p_.n + c.block_n - 1) / c.block_n) * p_.batch;
+                                  ((p_.n + c.block_n - 1) / c.block_n) * p_.batch * c.split_k;
             plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(units, device.sm_count / c.cluster) * c.cluster);
             plan.cluster = static_cast<unsigned>(c.cluster);
             plan.persistent = true;
             plan.kind = static_cast<unsigned>(c.block_m) << 16 | static_cast<unsigned>(c.block_n) |
-                        (c.cluster == 2 ? kPairedKind : 0u);
+                        static_cast<unsigned>(c.split_k) << kSplitKindShift | (c.cluster == 2 ? kPairedKind : 0u);
         } else {
             plan.template_file = template_file();
             plan.name_expression =
@@ -295,6 +305,9 @@ struct GemmKernelArgs {
     long long batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d;
     long long batch;
     float alpha, beta;
+    int split_k;
+    float* partials;
+    int* split_counters;
 };
 
 // A 3-D (cols, rows, batch) tensor map of 16-bit elements, in boxes of 64 columns (128 bytes,
@@ -335,14 +348,22 @@ void Gemm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outp
                                 outputs[0].data(),
                                 p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd,
                                 p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d,
-                                p.batch, p.alpha, p.beta};
+                                p.batch, p.alpha, p.beta, 1, nullptr, nullptr};
     if (launch.kind == 0) {
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);
         return;
     }
     // The TMA kernel: A is loaded block_m rows at a time, B block_n rows (N x K) or 64 rows of K (K x N).
-    const unsigned block_m = launch.kind >> 16, block_n = launch.kind & 0x7fff;
+    const unsigned block_m = launch.kind >> 16, block_n = launch.kind & detail::kBlockNKindMask;
+    args.split_k = static_cast<int>((launch.kind >> detail::kSplitKindShift) & detail::kSplitKindMask);
+    if (args.split_k > 1) {
+        // The workspace: the tiles' counters, padded to 256 bytes, then the partial tiles.
+        auto* workspace = static_cast<char*>(launch.workspace_data());
+        const int64_t tiles = (p.m + block_m - 1) / block_m * ((p.n + block_n - 1) / block_n) * p.batch;
+        args.split_counters = reinterpret_cast<int*>(workspace);
+        args.partials = reinterpret_cast<float*>(workspace + (tiles * sizeof(int) + 255) / 256 * 256);
+    }
     const unsigned b_rows = (launch.kind & detail::kPairedKind) ? block_n / 2 : block_n;  // pairs load half each
     alignas(64) CUtensorMap map_a = detail::tensor_map(args.a, p.dtype, p.m, p.k, p.lda, p.batch, p.batch_stride_a, block_m);
     alignas(64) CUtensorMap map_b =

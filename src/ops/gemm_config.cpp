@@ -38,6 +38,7 @@ GemmConfig GemmConfig::from(const Config& config) {
     if (c.kernel == kGemmSm90) {
         c.consumers = static_cast<int>(config_value(config, "consumers", op));
         c.cluster = static_cast<int>(config_value(config, "cluster", op));
+        c.split_k = static_cast<int>(config_value(config, "split_k", op));
     } else {
         c.warps_m = static_cast<int>(config_value(config, "warps_m", op));
         c.warps_n = static_cast<int>(config_value(config, "warps_n", op));
@@ -51,6 +52,7 @@ Config GemmConfig::to_config() const {
     if (kernel == kGemmSm90) {
         c["consumers"] = consumers;
         c["cluster"] = cluster;
+        c["split_k"] = split_k;
     } else {
         c["warps_m"] = warps_m;
         c["warps_n"] = warps_n;
@@ -67,6 +69,13 @@ unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
 }
 
 bool gemm_sm90_stores_with_tma(const GemmShape& s, const GemmConfig& c) { return s.out_bytes == 2 && c.block_n % 64 == 0; }
+
+size_t gemm_split_workspace_bytes(const GemmConfig& c, const GemmShape& s) {
+    if (c.kernel != kGemmSm90 || c.split_k == 1) return 0;
+    const auto tiles = static_cast<size_t>(gemm_tiles(c, s));
+    const size_t counters = (tiles * sizeof(int) + 255) / 256 * 256;
+    return counters + tiles * c.split_k * c.block_m * c.block_n * sizeof(float);
+}
 
 int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
     return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
@@ -116,6 +125,10 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
         if (c.block_k != 64) return fmt::format("block_k = {} is not 64 (one 128-byte swizzled row)", c.block_k);
         if (rows * c.block_n / 128 > 128)
             return fmt::format("a consumer's tile {} x {} needs more than 128 accumulators a thread", rows, c.block_n);
+        if (c.split_k < 1 || c.split_k > kGemmMaxSplitK) return fmt::format("split_k = {} is not in [1, {}]", c.split_k, kGemmMaxSplitK);
+        if (c.split_k > 1 && c.cluster != 1) return fmt::format("split_k = {} needs cluster = 1", c.split_k);
+        if (c.split_k > ceil_div(s.k, c.block_k))
+            return fmt::format("split_k = {} is more than the {} K steps of {}", c.split_k, ceil_div(s.k, c.block_k), c.block_k);
     }
     if (gemm_tiles(c, s) / s.batch > 0x7fffffffLL) return "too many tiles for one launch";
     return std::nullopt;
@@ -171,11 +184,16 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         c.stages = 8;
         while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
         if (gemm_invalid_reason(c, s, device)) continue;
-        const double waves = static_cast<double>((gemm_tiles(c, s) + device.sm_count - 1) / device.sm_count);
-        const double time = waves * t.bm * t.bn / t.efficiency;
-        // Block pairs (cluster = 2) stay out of the default: they are correct but ran at half the
-        // speed of single blocks on H100 (bench/README.md); the tuner may still pick them.
-        if (best_time == 0 || time < best_time) best = c, best_time = time;
+        // Tiles for at most half the SMs (small M): split K over up to 8 blocks per tile, keeping
+        // at least 8 K steps per split. A split's share of a wave counts 1 / split; writing and
+        // adding the partial tiles costs ~10% per split.
+        const int64_t tile_count = gemm_tiles(c, s), k_steps = ceil_div(s.k, c.block_k);
+        for (int split : {1, 2, 3, 4, 6, 8}) {
+            if (split > 1 && (2 * tile_count > device.sm_count || k_steps < 8 * split)) break;
+            const double waves = static_cast<double>(ceil_div(tile_count * split, device.sm_count)) / split;
+            const double time = waves * t.bm * t.bn / t.efficiency * (1.0 + 0.1 * (split - 1));
+            if (best_time == 0 || time < best_time) best = c, best.split_k = split, best_time = time;
+        }
     }
     return best_time == 0 ? gemm_sm80_heuristic(s, device) : best;
 }
@@ -219,6 +237,13 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
             c.kernel = kGemmSm90;
             c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.stages = t.stages;
             add(c);
+            // Split K where the tiles leave SMs idle.
+            if (gemm_tiles(c, s) < device.sm_count)
+                for (int split : {2, 4, 8}) {
+                    c.split_k = split;
+                    add(c);
+                }
+            c.split_k = 1;
             if (t.bm >= 128 && s.m >= 2 * t.bm) {
                 c.cluster = 2;
                 add(c);

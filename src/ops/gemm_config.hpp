@@ -5,7 +5,8 @@
 //            group_m, vec
 //   kernel 1 (gemm_sm90.cuh, sm_90 only): block_m, block_n, block_k, stages, consumers (warpgroups
 //            doing the MMAs; one more warpgroup loads with TMA), cluster (1, or 2: block pairs
-//            sharing B tiles through TMA multicast), group_m, vec (always 8)
+//            sharing B tiles through TMA multicast), split_k (blocks sharing a tile's K steps,
+//            for problems with fewer tiles than SMs), group_m, vec (always 8)
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 namespace tileops::detail {
 
 enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1 };
+constexpr int kGemmMaxSplitK = 16;
 
 struct GemmShape {
     int64_t batch, m, n, k;
@@ -33,6 +35,7 @@ struct GemmConfig {
     int warps_m = 2, warps_n = 2;  // kernel 0
     int consumers = 2;             // kernel 1
     int cluster = 1;               // kernel 1
+    int split_k = 1;               // kernel 1: blocks sharing each tile's K steps (gemm_reduce_splits)
     int stages = 4;
     int group_m = 8;
     int vec = 8;
@@ -57,6 +60,10 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& config, const G
 // in tiles of a multiple of 64 columns (gemm_sm90_tma_store in gemm_sm90.cuh); others are stored
 // from registers. A 16-bit D must have 16-byte aligned rows for kernel 1 (GemmModel's vec).
 bool gemm_sm90_stores_with_tma(const GemmShape& shape, const GemmConfig& config);
+
+// Kernel 1 with split_k > 1: a counter per tile (padded to 256 bytes), then split_k fp32 partial
+// tiles per tile. 0 otherwise.
+size_t gemm_split_workspace_bytes(const GemmConfig& config, const GemmShape& shape);
 
 // Blocks of a launch: tiles x batch for kernel 0; kernel 1 is persistent (at most one block per SM).
 int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);

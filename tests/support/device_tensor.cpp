@@ -7,8 +7,10 @@ namespace tileops::test {
 DeviceMatrix::DeviceMatrix(DType dtype, int64_t rows, int64_t cols, int64_t stride, size_t byte_offset)
     : dtype_(dtype), rows_(rows), cols_(cols), stride_(stride == 0 ? cols : stride), offset_(byte_offset),
       buffer_(byte_offset + static_cast<size_t>((rows - 1) * stride_ + cols) * dtype_size(dtype)) {
-    buffer_.fill_bytes(0xff);
+    poison();
 }
+
+void DeviceMatrix::poison() { buffer_.fill_bytes(0xff); }
 
 void DeviceMatrix::upload(const std::vector<double>& values) {
     const size_t element = dtype_size(dtype_);

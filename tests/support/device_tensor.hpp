@@ -15,6 +15,7 @@ class DeviceMatrix {
 public:
     // Poisoned (all bits set: NaN in every float dtype) everywhere.
     DeviceMatrix(DType dtype, int64_t rows, int64_t cols, int64_t stride = 0, size_t byte_offset = 0);
+    void poison();  // every byte back to 0xff
 
     void upload(const std::vector<double>& values);  // rows*cols values, row-major
     std::vector<double> download() const;            // rows*cols values
