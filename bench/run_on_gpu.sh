@@ -14,6 +14,8 @@
 #   flash_tune  tileops-tune tune of the flash benchmark's problems into $OUT/flash_tuned.json (later
 #               steps of the same call use it: TILEOPS_TUNING_DB)
 #   gemm_tests  the [gpu][gemm] tests only
+#   gemm_tune   tileops-tune tune of the GEMM benchmark's problems into $OUT/gemm_tuned.json (later
+#               steps of the same call use it: TILEOPS_TUNING_DB)
 #   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +69,11 @@ for step in "$@"; do
     flash_tests)
       timeout ${FLASH_TESTS_TIMEOUT:-300} ./build-gpu/tests/tileops_tests "[gpu][flash]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/flash_tests.log"
       grep -E 'failed|FAILED|SIG|error' "$OUT/flash_tests.log" | head -40; tail -2 "$OUT/flash_tests.log" ;;
+    gemm_tune)
+      ./build-gpu/tools/tileops-tune tune --workload bench/tune_gemm.json --db "$OUT/gemm_tuned.json" \
+        --budget ${GEMM_TUNE_BUDGET:-5} --repeats 10 > "$OUT/gemm_tune.log" 2> "$OUT/gemm_tune_err.log" || status=1
+      export TILEOPS_TUNING_DB="$OUT/gemm_tuned.json"
+      tail -62 "$OUT/gemm_tune.log" | cut -c1-200 ;;
     gemm_tests)
       timeout 300 ./build-gpu/tests/tileops_tests "[gpu][gemm]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gemm_tests.log"
       grep -E 'failed|FAILED|SIG|error' "$OUT/gemm_tests.log" | head -30; tail -2 "$OUT/gemm_tests.log" ;;
