@@ -16,6 +16,7 @@
 #   gemm_tests  the [gpu][gemm] tests only
 #   gemm_tune   tileops-tune tune of the GEMM benchmark's problems into $OUT/gemm_tuned.json (later
 #               steps of the same call use it: TILEOPS_TUNING_DB)
+#   mla     bench_mla_decode and torch on the same problems, merged into a table; mla_tests the [gpu][mla] tests
 #   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +78,15 @@ for step in "$@"; do
     gemm_tests)
       timeout 300 ./build-gpu/tests/tileops_tests "[gpu][gemm]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gemm_tests.log"
       grep -E 'failed|FAILED|SIG|error' "$OUT/gemm_tests.log" | head -30; tail -2 "$OUT/gemm_tests.log" ;;
+    mla_tests)
+      timeout 300 ./build-gpu/tests/tileops_tests "[gpu][mla]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/mla_tests.log"
+      grep -E 'failed|FAILED|SIG|error' "$OUT/mla_tests.log" | head -30; tail -2 "$OUT/mla_tests.log" ;;
+    mla)
+      timeout ${MLA_TIMEOUT:-200} ./build-gpu/bench/bench_mla_decode --json "$OUT/mla.json" > "$OUT/mla.log" 2>&1 || status=1
+      cat "$OUT/mla.log"
+      PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_mla_peers.py --json "$OUT/torch_mla.json" --ours "$OUT/mla.json" \
+        > "$OUT/torch_mla.log" 2>&1 || status=1
+      grep '^|' "$OUT/torch_mla.log" | tee "$OUT/mla.md"; tail -3 "$OUT/torch_mla.log" ;;
     gemm|gemm_quick)
       extra=""; [ "$step" = gemm_quick ] && extra="--quick"
       timeout ${GEMM_TIMEOUT:-400} ./build-gpu/bench/bench_gemm $extra --json "$OUT/gemm.json" > "$OUT/gemm.log" 2>&1 || status=1

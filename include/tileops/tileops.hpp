@@ -8,6 +8,7 @@
 #include "tileops/flash_attention.hpp"
 #include "tileops/gemm.hpp"
 #include "tileops/layernorm.hpp"
+#include "tileops/mla_decode.hpp"
 #include "tileops/op.hpp"
 #include "tileops/rmsnorm.hpp"
 #include "tileops/runtime.hpp"

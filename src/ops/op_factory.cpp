@@ -50,7 +50,7 @@ DTypes parse_dtypes(const std::string& text) {
 const std::vector<std::string>& known_ops() {
     static const std::vector<std::string> ops = {"rmsnorm", "layernorm", "softmax", "log_softmax", "gelu",
                                                  "gelu_tanh", "silu", "silu_mul", "add", "mul", "decode_attention", "gemm",
-                                                 "flash_attention"};
+                                                 "flash_attention", "mla_decode"};
     return ops;
 }
 
@@ -150,12 +150,35 @@ std::unique_ptr<Op> make_flash_attention(const ProblemSpec& spec) {
     return std::make_unique<FlashAttention>(p);
 }
 
+// mla_decode: shape batch x heads x q_len x max_kv_len; flag pageN for a paged cache of N-token
+// pages (a page pool of exactly batch x pages per sequence).
+std::unique_ptr<Op> make_mla_decode(const ProblemSpec& spec) {
+    if (spec.shape.size() != 4)
+        throw InvalidArgument(fmt::format(
+            "tileops: mla_decode needs a shape batch x heads x q_len x max_kv_len, got {} dimension(s)", spec.shape.size()));
+    MlaDecodeProblem p;
+    p.batch = spec.shape[0];
+    p.num_heads = spec.shape[1];
+    p.q_len = spec.shape[2];
+    p.max_kv_len = spec.shape[3];
+    p.dtype = parse_dtype(spec.dtype);
+    for (const std::string& flag : split(spec.flags, ',')) {
+        const long long page = flag_number(flag, "page").value_or(0);
+        if (page <= 0) throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to mla_decode (pageN)", flag));
+        p.page_size = page;
+        p.max_pages_per_seq = (p.max_kv_len + page - 1) / page;
+        p.num_pages = p.batch * p.max_pages_per_seq;
+    }
+    return std::make_unique<MlaDecode>(p);
+}
+
 std::unique_ptr<Op> make_op(const ProblemSpec& spec) {
     if (std::find(known_ops().begin(), known_ops().end(), spec.op) == known_ops().end())
         throw InvalidArgument(fmt::format("tileops: unknown op '{}' (known: {})", spec.op, fmt::join(known_ops(), ", ")));
     if (spec.op == "decode_attention") return make_decode_attention(spec);
     if (spec.op == "gemm") return make_gemm(spec);
     if (spec.op == "flash_attention") return make_flash_attention(spec);
+    if (spec.op == "mla_decode") return make_mla_decode(spec);
     if (spec.shape.size() != 2)
         throw InvalidArgument(fmt::format("tileops: {} needs a shape rows x cols, got {} dimension(s)", spec.op,
                                           spec.shape.size()));

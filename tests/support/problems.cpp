@@ -72,6 +72,22 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
                 if (variant == 2) p.window_left = 512, p.varlen = true, p.total_q = p.total_k = 8192;
                 ops.push_back(std::make_unique<FlashAttention>(p));
             }
+    // MLA decode: both dtypes, few and many heads (block_m 16 and 64), speculative tokens, paged.
+    for (DType dtype : {DType::fp16, DType::bf16})
+        for (auto [heads, q_len, page_size] : {std::tuple{16, 1, 0}, {128, 1, 64}, {32, 2, 16}}) {
+            MlaDecodeProblem p;
+            p.batch = 4;
+            p.num_heads = heads;
+            p.q_len = q_len;
+            p.max_kv_len = 4097;
+            p.dtype = dtype;
+            if (page_size > 0) {
+                p.page_size = page_size;
+                p.max_pages_per_seq = (p.max_kv_len + page_size - 1) / page_size;
+                p.num_pages = p.batch * p.max_pages_per_seq;
+            }
+            ops.push_back(std::make_unique<MlaDecode>(p));
+        }
     return ops;
 }
 
