@@ -35,6 +35,7 @@ struct MlaDecodeKernelArgs {
     long long page_table_stride;
     long long o_batch_stride, o_token_stride, o_head_stride;
     int num_heads, q_len, num_pages, max_kv_len;
+    int num_splits;
     float scale_log2;
     float scale;
 };
@@ -65,13 +66,20 @@ public:
         const MlaLaunch l = mla_launch(shape_, config);
         LaunchPlan plan;
         plan.template_file = template_file();
-        plan.name_expression = fmt::format("tileops::mla_decode_kernel<{}, {}, {}, {}, {}>", device_type_name(p_.dtype),
+        plan.name_expression = fmt::format("tileops::mla_decode_sm80_kernel<{}, {}, {}, {}, {}>", device_type_name(p_.dtype),
                                            l.block_m, l.block_n, l.stages, p_.page_size);
         plan.grid[0] = static_cast<unsigned>(l.splits);
         plan.grid[1] = static_cast<unsigned>(l.row_blocks);
         plan.grid[2] = static_cast<unsigned>(p_.batch);
         plan.block[0] = static_cast<unsigned>(l.threads);
         plan.shared_bytes = static_cast<unsigned>(l.shared_bytes);
+        if (l.splits > 1) {  // the merge: a block of 128 threads per (row, sequence)
+            plan.follow_up_name_expression =
+                fmt::format("tileops::mla_merge_kernel<{}, {}>", device_type_name(p_.dtype), l.block_m);
+            plan.follow_up_grid[0] = static_cast<unsigned>(p_.q_len * p_.num_heads);
+            plan.follow_up_grid[1] = static_cast<unsigned>(p_.batch);
+            plan.follow_up_block[0] = 128;
+        }
         return plan;
     }
 
@@ -214,6 +222,7 @@ void MlaDecode::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs,
     args.q_len = static_cast<int>(p.q_len);
     args.num_pages = static_cast<int>(p.num_pages);
     args.max_kv_len = static_cast<int>(p.max_kv_len);
+    args.num_splits = static_cast<int>(launch.grid[0]);
     args.scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
     args.scale = p.scale;
     void* params[] = {&args};

@@ -15,6 +15,8 @@ constexpr size_t kRowBytes = (MlaDecode::kKeyDim + 8) * 2;
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 256;
 constexpr long long kMaxSplits = 64;
+// The merge kernel holds a weight per split in shared memory (kMlaMaxSplits in mla_decode_common.cuh).
+constexpr long long kMaxConfigSplits = 256;
 
 long long max_useful_splits(const MlaShape& s) {
     return std::clamp((s.max_kv_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit, 1LL, kMaxSplits);
@@ -54,9 +56,7 @@ MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
     const size_t tiles = static_cast<size_t>(std::max(l.block_m, 0) + std::max(l.stages, 0) * std::max(l.block_n, 0)) * kRowBytes;
     const size_t exchange = static_cast<size_t>(warps) * std::max(l.block_n, 0) / 8 * 32 * 16;
     const size_t flags = static_cast<size_t>(std::max(l.stages, 0) * std::max(l.block_n, 0));
-    // The split merge reuses the memory for its weights: block_m x (splits + 1) floats.
-    const size_t merge = l.splits > 1 ? static_cast<size_t>(l.block_m) * (l.splits + 1) * sizeof(float) : 0;
-    l.shared_bytes = (std::max(tiles + exchange + flags, merge) + 15) / 16 * 16;
+    l.shared_bytes = (tiles + exchange + flags + 15) / 16 * 16;
     return l;
 }
 
@@ -116,7 +116,8 @@ std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& c
     if (!one_of(l.block_m, {16, 32, 64})) return fmt::format("block_m = {} is not 16, 32 or 64", l.block_m);
     if (!one_of(l.block_n, {16, 32, 64})) return fmt::format("block_n = {} is not 16, 32 or 64", l.block_n);
     if (l.stages < 2 || l.stages > 8) return fmt::format("stages = {} is not in [2, 8]", l.stages);
-    if (l.splits < 1 || l.splits > 1024) return fmt::format("splits = {} is not in [1, 1024]", l.splits);
+    if (l.splits < 1 || l.splits > kMaxConfigSplits)
+        return fmt::format("splits = {} is not in [1, {}]", l.splits, kMaxConfigSplits);
     if (l.row_blocks > 65535) return "row blocks exceed the grid's y limit (65535)";
     if (device.max_shared_memory_per_block_optin > 0 &&
         l.shared_bytes > static_cast<size_t>(device.max_shared_memory_per_block_optin))
@@ -130,7 +131,7 @@ size_t mla_workspace_bytes(const MlaShape& s, const MlaLaunch& l) {
     if (l.splits <= 1) return 0;
     const size_t slots = static_cast<size_t>(s.batch * l.row_blocks);
     const size_t partial_rows = slots * l.splits * l.block_m;
-    return (partial_rows * (MlaDecode::kLatentDim + 1) + slots) * sizeof(float);
+    return partial_rows * (MlaDecode::kLatentDim + 1) * sizeof(float);  // partial outputs, then their lse
 }
 
 }  // namespace tileops::detail

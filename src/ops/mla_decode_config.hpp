@@ -3,7 +3,7 @@
 //
 // Tunables: block_m (query rows per CTA: 16, 32 or 64; two warps per 16 rows), block_n (keys per
 // tile: 16, 32 or 64), stages (key tiles in the cp.async ring), splits (CTAs sharing one
-// sequence's keys; 1: no workspace, no merge).
+// sequence's keys, 1-256; more than 1: a workspace of partial results and a merge kernel).
 #pragma once
 
 #include <cstddef>

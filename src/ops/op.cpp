@@ -53,6 +53,10 @@ void launch(const ResolvedLaunch& launch, void** args, CUstream stream, const Op
         config.numAttrs = 1;
         status = cu.cuLaunchKernelEx(&config, launch.function, args, nullptr);
     }
+    if (status == CUDA_SUCCESS && launch.follow_up != nullptr)
+        status = cu.cuLaunchKernel(launch.follow_up, launch.follow_up_grid[0], launch.follow_up_grid[1],
+                                   launch.follow_up_grid[2], launch.follow_up_block[0], launch.follow_up_block[1],
+                                   launch.follow_up_block[2], 0, stream, args, nullptr);
     if (status != CUDA_SUCCESS)
         runtime::throw_driver_error(status, fmt::format("launching {}", op.describe()).c_str(), __FILE__, __LINE__);
 }

@@ -28,6 +28,19 @@ struct LaunchPlan {
     // Op-specific data launch_with() needs beside the function and geometry (GEMM: 0 for the sm_80
     // kernel; for the TMA kernel, its tile block_m << 16 | block_n, the boxes of its tensor maps).
     unsigned kind = 0;
+    // A second kernel of the same template file, launched right after the first on the same stream
+    // with the same arguments and no dynamic shared memory (e.g. the merge of split partial
+    // results, spread over many blocks); empty: none.
+    std::string follow_up_name_expression;
+    unsigned follow_up_grid[3] = {1, 1, 1};
+    unsigned follow_up_block[3] = {1, 1, 1};
+
+    // Every kernel this plan launches (one or two name expressions).
+    std::vector<std::string> name_expressions() const {
+        std::vector<std::string> names{name_expression};
+        if (!follow_up_name_expression.empty()) names.push_back(follow_up_name_expression);
+        return names;
+    }
 };
 
 // How tools fill an input operand: random values in [-2, 2] (never all zeros), or, for int32

@@ -32,6 +32,10 @@ struct ResolvedLaunch {
     std::shared_ptr<runtime::DeviceBuffer> workspace;
     void* workspace_data() const noexcept { return workspace ? workspace->data() : nullptr; }
     unsigned kind = 0;  // LaunchPlan::kind
+    // LaunchPlan's follow-up kernel, or null.
+    CUfunction follow_up = nullptr;
+    unsigned follow_up_grid[3] = {1, 1, 1};
+    unsigned follow_up_block[3] = {1, 1, 1};
 };
 
 // Vector widths 1, 2, 4, 8, 16 elements map to slots 0..4.
@@ -50,7 +54,8 @@ struct OpState {
     tuning::ConfigChoice choice;
 };
 
-// Launches on `stream`: cuLaunchKernel, or cuLaunchKernelEx when the kernel runs in clusters.
+// Launches on `stream`: cuLaunchKernel, or cuLaunchKernelEx when the kernel runs in clusters; then
+// the follow-up kernel, if any, with the same arguments.
 // Throws DriverError (naming the op) when the launch is refused.
 void launch(const ResolvedLaunch& launch, void** args, CUstream stream, const Op& op);
 

@@ -132,6 +132,15 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
         TILEOPS_CU_CHECK(runtime::driver().cuCtxSynchronize());
     }
     launch.kind = plan.kind;
+    if (!plan.follow_up_name_expression.empty()) {
+        LaunchPlan follow_up = plan;
+        follow_up.name_expression = plan.follow_up_name_expression;
+        launch.follow_up = kernel(follow_up).function;
+        for (int i = 0; i < 3; ++i) {
+            launch.follow_up_grid[i] = plan.follow_up_grid[i];
+            launch.follow_up_block[i] = plan.follow_up_block[i];
+        }
+    }
     if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(launch.function,
                                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));

@@ -35,7 +35,7 @@ struct Kernel {
 void add_kernels(const detail::OpModel& model, const Config& config, const DeviceInfo& device, std::set<Kernel>& out) {
     for (int vec : model.vector_widths(config)) {
         detail::LaunchPlan plan = model.plan(config, vec, device);
-        out.insert({plan.template_file, plan.name_expression});
+        for (const std::string& name : plan.name_expressions()) out.insert({plan.template_file, name});
     }
 }
 

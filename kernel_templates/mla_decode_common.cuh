@@ -1,0 +1,256 @@
+// What the MLA decode kernels (mla_decode_sm80.cuh, mla_decode_sm90.cuh) share: the argument block,
+// which keys a block works on, the copies of query rows and key tiles into shared memory, the
+// store of finished rows (or of split partial results), and the kernel that merges the splits.
+//
+//   o[b, i, h] = softmax_j(scale * q[b, i, h] . kv[b, j]) kv[b, j, :512]
+//   over the keys j <= len[b] - q_len + i (query token i of q_len sits at position len - q_len + i).
+//
+// A row is one (query token, query head) pair: row = token * num_heads + head. With one KV head
+// for all heads, the rows of a sequence are the M dimension of two matrix products per key tile
+// (S = Q K^T over 576 dims, O += P V over 512), which run on the tensor cores.
+//
+// Both kernels give each 16 rows two warps (sm_90: warp w of each of two warpgroups): `half` 0 and
+// 1 split the 576 score dims (288 each) and the 512 output columns (256 each); the two add their
+// partial scores through shared memory and run the same online softmax on the full scores.
+//
+// Splits (flash decoding): the key tiles of a sequence are divided among gridDim.x CTAs; each
+// writes its normalized partial output and natural-log lse to the workspace, and a follow-up
+// kernel (mla_merge_kernel, one block per row) merges them.
+#pragma once
+
+#include "common/attention.cuh"
+#include "common/mma_sm80.cuh"
+#include "common/types.cuh"
+
+namespace tileops {
+
+constexpr int kMlaValueDim = 512;  // latent dims: the values and the output
+constexpr int kMlaKeyDim = 576;    // latent + rope dims: the queries and keys
+constexpr int kMlaChunks = kMlaKeyDim / 8;  // 16-byte chunks of a row: 72
+
+// The same layout as MlaDecodeKernelArgs in src/ops/mla_decode.cpp.
+struct MlaDecodeArgs {
+    const void* q;               // [batch, q_len, num_heads, 576] with strides
+    const void* kv;              // [batch, max_kv_len, 576] or paged [num_pages, page_size, 576]
+    const int* lengths;          // [batch]
+    const int* page_table;       // [batch, page_table_stride] (paged)
+    void* out;                   // [batch, q_len, num_heads, 512] with strides
+    float* lse;                  // [batch, q_len, num_heads] or null
+    float* workspace;            // splits: partial outputs [slots][splits][BLOCK_M][512], then their lse
+    long long q_batch_stride, q_token_stride, q_head_stride;
+    long long kv_outer_stride, kv_token_stride;  // outer: between sequences, or pages when paged
+    long long page_table_stride;
+    long long o_batch_stride, o_token_stride, o_head_stride;
+    int num_heads, q_len, num_pages, max_kv_len;
+    int num_splits;              // gridDim.x of the main kernel
+    float scale_log2;            // softmax scale * log2(e)
+    float scale;
+};
+
+// The keys of the block at rows [row0, row0 + BLOCK_M) of `batch`, and this split's key tiles.
+struct MlaKeys {
+    int len;         // the sequence's cached tokens (clamped to the cache)
+    int kv_end;      // keys the block's last row sees (the most of any row)
+    int full_end;    // keys its first row sees (every row sees these)
+    int first_tile;  // this split's tiles of BLOCK_N keys: [first_tile, first_tile + num_tiles)
+    int num_tiles;
+};
+
+template <int BLOCK_M, int BLOCK_N>
+__device__ __forceinline__ MlaKeys mla_keys(const MlaDecodeArgs& p, int row0, int batch, int split, int num_splits) {
+    MlaKeys k;
+    const int len = p.lengths[batch];
+    k.len = len < 0 ? 0 : len > p.max_kv_len ? p.max_kv_len : len;  // no read leaves the cache
+    const int total_rows = p.q_len * p.num_heads;
+    const int last_row = min(row0 + BLOCK_M, total_rows) - 1;
+    k.kv_end = max(0, k.len - p.q_len + last_row / p.num_heads + 1);
+    k.full_end = max(0, k.len - p.q_len + row0 / p.num_heads + 1);
+    const int tiles = (k.kv_end + BLOCK_N - 1) / BLOCK_N;
+    const int per_split = (tiles + num_splits - 1) / num_splits;
+    k.first_tile = split * per_split;
+    k.num_tiles = max(0, min(tiles, k.first_tile + per_split) - k.first_tile);
+    return k;
+}
+
+// Keys of row `row` (past the problem's rows: as many as the block's last row).
+__device__ __forceinline__ int mla_row_end(const MlaDecodeArgs& p, const MlaKeys& k, int row) {
+    return row < p.q_len * p.num_heads ? max(0, k.len - p.q_len + row / p.num_heads + 1) : k.kv_end;
+}
+
+// Starts cp.async copies of the block's BLOCK_M query rows (zeros past the problem's rows) into
+// shared memory; `at(r, c)` is where chunk c of row r goes.
+template <typename T, int BLOCK_M, int THREADS, typename At>
+__device__ __forceinline__ void mla_load_q(const MlaDecodeArgs& p, int row0, int batch, At at) {
+    const T* q = static_cast<const T*>(p.q);
+    const int total_rows = p.q_len * p.num_heads;
+    for (int idx = threadIdx.x; idx < BLOCK_M * kMlaChunks; idx += THREADS) {
+        const int r = idx / kMlaChunks, c = idx % kMlaChunks, row = row0 + r;
+        const bool valid = row < total_rows;
+        const T* src = valid ? q + batch * p.q_batch_stride + (row / p.num_heads) * p.q_token_stride +
+                                   (row % p.num_heads) * p.q_head_stride + c * 8
+                             : q;
+        cp_async<16>(at(r, c), src, valid ? 16 : 0);
+    }
+}
+
+// Starts cp.async copies of the BLOCK_N keys from `n0` into shared memory; keys past kv_end or
+// behind a page table entry outside [0, num_pages) are zero-filled and flagged unusable in
+// key_ok[0 .. BLOCK_N).
+template <typename T, int BLOCK_N, int THREADS, int PAGE_SIZE, typename At>
+__device__ __forceinline__ void mla_load_keys(const MlaDecodeArgs& p, const MlaKeys& k, int batch, int n0,
+                                              unsigned char* key_ok, At at) {
+    const T* kv = static_cast<const T*>(p.kv);
+    const int* pages = PAGE_SIZE > 0 ? p.page_table + batch * p.page_table_stride : nullptr;
+    for (int idx = threadIdx.x; idx < BLOCK_N * kMlaChunks; idx += THREADS) {
+        const int r = idx / kMlaChunks, c = idx % kMlaChunks, token = n0 + r;
+        bool valid = token < k.kv_end;
+        long long offset;
+        if constexpr (PAGE_SIZE > 0) {
+            const int page = valid ? __ldg(pages + token / PAGE_SIZE) : 0;
+            valid = valid && page >= 0 && page < p.num_pages;
+            offset = static_cast<long long>(page) * p.kv_outer_stride + (token % PAGE_SIZE) * p.kv_token_stride;
+        } else {
+            offset = batch * p.kv_outer_stride + static_cast<long long>(token) * p.kv_token_stride;
+        }
+        cp_async<16>(at(r, c), valid ? kv + offset + c * 8 : kv, valid ? 16 : 0);
+        if (c == 0) key_ok[r] = valid;
+    }
+}
+
+// Masks the scores of one warp's 16 rows x BLOCK_N keys (m16n8 accumulator layout: s[j][2h + e] is
+// row quad_row + 8h, key 8j + quad_col + e) and runs the online softmax step on them: the running
+// max and sum are brought up to date, o (kBlocksO accumulators of 16 x 8) rescaled, and s replaced
+// by the probabilities. `mask` is false when every key of the tile is usable and visible to every row.
+template <int BLOCK_N, int BLOCKS_O>
+__device__ __forceinline__ void mla_softmax_step(float (&s)[BLOCK_N / 8][4], float (&o)[BLOCKS_O][4], float (&row_max)[2],
+                                                 float (&row_sum)[2], bool mask, const int (&row_end)[2], int n0,
+                                                 const unsigned char* key_ok, float scale_log2) {
+    const int quad_col = (threadIdx.x % 4) * 2;
+    if (mask) {
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int local = j * 8 + quad_col + e, key = n0 + local;
+                const bool ok = key_ok[local] != 0;
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    if (!ok || key >= row_end[h]) s[j][2 * h + e] = -INFINITY;
+            }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float m = row_max[h];
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j) m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        const float rescale = attention_rescale(row_max[h], m, scale_log2);
+        row_max[h] = m;
+        const float shift = attention_shift(m, scale_log2);
+        float sum = row_sum[h] * rescale;
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 8; ++j)
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                const float x = fast_exp2(fmaf(s[j][e], scale_log2, -shift));
+                s[j][e] = x;
+                sum += x;
+            }
+        row_sum[h] = sum;
+#pragma unroll
+        for (int j = 0; j < BLOCKS_O; ++j) {
+            o[j][2 * h] *= rescale;
+            o[j][2 * h + 1] *= rescale;
+        }
+    }
+}
+
+// Stores this thread's part of the finished rows: rows row0 + 16 pair + quad_row (+ 8), output
+// columns 256 half + 8j + quad_col (+ 1), from 32 accumulators of 16 x 8 (o[j][2h], o[j][2h + 1]).
+// Without splits the normalized output (and lse) goes to `out`; with splits, to the workspace.
+template <typename T, int BLOCK_M>
+__device__ __forceinline__ void mla_store_rows(const MlaDecodeArgs& p, const float (&o)[32][4], const float (&row_max)[2],
+                                               const float (&row_sum)[2], int row0, int batch, int pair, int half) {
+    const int lane = threadIdx.x % 32, quad_row = lane / 4, quad_col = (lane % 4) * 2;
+    const int total_rows = p.q_len * p.num_heads;
+    const int col0 = half * (kMlaValueDim / 2) + quad_col;
+    const long long slot = static_cast<long long>(batch) * gridDim.y + blockIdx.y;
+    const long long partial_rows = static_cast<long long>(p.num_splits) * gridDim.y * gridDim.z * BLOCK_M;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float sum = row_sum[h];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const float lse = attention_lse(row_max[h], sum, p.scale);
+        const int local = pair * 16 + quad_row + h * 8, row = row0 + local;
+        if (p.num_splits == 1) {
+            if (row >= total_rows) continue;
+            T* dst = static_cast<T*>(p.out) + batch * p.o_batch_stride + (row / p.num_heads) * p.o_token_stride +
+                     (row % p.num_heads) * p.o_head_stride + col0;
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+                *reinterpret_cast<unsigned*>(dst + j * 8) = pack_pair<T>(o[j][2 * h] * inverse, o[j][2 * h + 1] * inverse);
+            if (p.lse != nullptr && half == 0 && lane % 4 == 0) p.lse[static_cast<long long>(batch) * total_rows + row] = lse;
+        } else {
+            const long long at = (slot * p.num_splits + blockIdx.x) * BLOCK_M + local;
+            float* dst = p.workspace + at * kMlaValueDim + col0;
+#pragma unroll
+            for (int j = 0; j < 32; ++j)
+                *reinterpret_cast<float2*>(dst + j * 8) = make_float2(o[j][2 * h] * inverse, o[j][2 * h + 1] * inverse);
+            if (half == 0 && lane % 4 == 0) p.workspace[partial_rows * kMlaValueDim + at] = lse;
+        }
+    }
+}
+
+// The merge of split partial results: block (row, batch) of 128 threads, each thread 4 of the
+// row's 512 columns; the weights of the splits from their lse through shared memory. Grid:
+// (q_len * num_heads, batch). BLOCK_M is the main kernel's (the workspace's row blocks).
+constexpr int kMlaMaxSplits = 256;
+template <typename T, int BLOCK_M>
+__global__ void __launch_bounds__(128) mla_merge_kernel(const MlaDecodeArgs p) {
+    __shared__ float weights[kMlaMaxSplits];
+    __shared__ float merged_lse;
+    const int row = blockIdx.x, batch = blockIdx.y, splits = p.num_splits;
+    const int total_rows = p.q_len * p.num_heads;
+    const int row_blocks = (total_rows + BLOCK_M - 1) / BLOCK_M;
+    const long long slot = static_cast<long long>(batch) * row_blocks + row / BLOCK_M;
+    const long long first = slot * splits * BLOCK_M + row % BLOCK_M;  // this row's partial of split 0
+    const long long partial_rows = static_cast<long long>(splits) * row_blocks * gridDim.y * BLOCK_M;
+    const float* lse = p.workspace + partial_rows * kMlaValueDim;
+    for (int s = threadIdx.x; s < splits; s += 128) weights[s] = __ldcg(lse + first + static_cast<long long>(s) * BLOCK_M);
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float m = -INFINITY;
+        for (int s = threadIdx.x; s < splits; s += 32) m = fmaxf(m, weights[s]);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
+        const float base = m == -INFINITY ? 0.0f : m;
+        float sum = 0.0f;
+        for (int s = threadIdx.x; s < splits; s += 32) sum += __expf(weights[s] - base);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        __syncwarp();
+        for (int s = threadIdx.x; s < splits; s += 32) weights[s] = __expf(weights[s] - base) * inverse;
+        if (threadIdx.x == 0) merged_lse = sum > 0.0f ? base + __logf(sum) : -INFINITY;
+    }
+    __syncthreads();
+    const int c = threadIdx.x * 4;
+    const float* part = p.workspace + first * kMlaValueDim + c;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (int s = 0; s < splits; ++s) {
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(part + static_cast<long long>(s) * BLOCK_M * kMlaValueDim));
+        const float w = weights[s];
+        acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+    }
+    T* dst = static_cast<T*>(p.out) + batch * p.o_batch_stride + (row / p.num_heads) * p.o_token_stride +
+             (row % p.num_heads) * p.o_head_stride + c;
+    const uint2 packed = make_uint2(pack_pair<T>(acc.x, acc.y), pack_pair<T>(acc.z, acc.w));
+    *reinterpret_cast<uint2*>(dst) = packed;
+    if (p.lse != nullptr && threadIdx.x == 0) p.lse[static_cast<long long>(batch) * total_rows + row] = merged_lse;
+}
+
+}  // namespace tileops
