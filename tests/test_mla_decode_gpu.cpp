@@ -246,11 +246,11 @@ TEST_CASE("Every MlaDecode config in the search space is correct, run after run"
     const auto in = buffers.inputs(c);
     const auto out = buffers.outputs(c);
     std::vector<Config> configs = op.model().search_space(runtime.device());
-    configs.push_back({{"block_m", 16}, {"block_n", 16}, {"stages", 5}, {"splits", 256}});  // most splits empty
+    configs.push_back({{"kernel", 0}, {"block_m", 16}, {"block_n", 16}, {"stages", 5}, {"splits", 256}});  // most splits empty
     REQUIRE(configs.size() > 10);
     for (const Config& config : configs) {
-        INFO(fmt::format("config block_m {} block_n {} stages {} splits {}", config.at("block_m"), config.at("block_n"),
-                         config.at("stages"), config.at("splits")));
+        INFO(fmt::format("config kernel {} block_m {} block_n {} stages {} splits {}", config.at("kernel"), config.at("block_m"),
+                         config.at("block_n"), config.at("stages"), config.at("splits")));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
         // Twice: the split counters must be back at zero after a launch.
         for (int repeat = 0; repeat < 2; ++repeat) {

@@ -66,8 +66,11 @@ public:
         const MlaLaunch l = mla_launch(shape_, config);
         LaunchPlan plan;
         plan.template_file = template_file();
-        plan.name_expression = fmt::format("tileops::mla_decode_sm80_kernel<{}, {}, {}, {}, {}>", device_type_name(p_.dtype),
-                                           l.block_m, l.block_n, l.stages, p_.page_size);
+        const char* type = device_type_name(p_.dtype);
+        plan.name_expression =
+            l.kernel == 1 ? fmt::format("tileops::mla_decode_sm90_kernel<{}, {}, {}, {}>", type, l.block_n, l.stages, p_.page_size)
+                          : fmt::format("tileops::mla_decode_sm80_kernel<{}, {}, {}, {}, {}>", type, l.block_m, l.block_n,
+                                        l.stages, p_.page_size);
         plan.grid[0] = static_cast<unsigned>(l.splits);
         plan.grid[1] = static_cast<unsigned>(l.row_blocks);
         plan.grid[2] = static_cast<unsigned>(p_.batch);
@@ -75,7 +78,7 @@ public:
         plan.shared_bytes = static_cast<unsigned>(l.shared_bytes);
         if (l.splits > 1) {  // the merge: a block of 128 threads per (row, sequence)
             plan.follow_up_name_expression =
-                fmt::format("tileops::mla_merge_kernel<{}, {}>", device_type_name(p_.dtype), l.block_m);
+                fmt::format("tileops::mla_merge_kernel<{}, {}>", type, l.block_m);
             plan.follow_up_grid[0] = static_cast<unsigned>(p_.q_len * p_.num_heads);
             plan.follow_up_grid[1] = static_cast<unsigned>(p_.batch);
             plan.follow_up_block[0] = 128;

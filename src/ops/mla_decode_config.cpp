@@ -10,8 +10,10 @@
 namespace tileops::detail {
 namespace {
 
-// Must match kernel_templates/mla_decode.cuh: shared-memory rows of 576 elements padded by 16 bytes.
-constexpr size_t kRowBytes = (MlaDecode::kKeyDim + 8) * 2;
+// Must match the kernels: shared-memory rows of 576 elements, padded by 16 bytes (mla_decode_sm80.cuh)
+// or swizzled in boxes of 64 dims (mla_decode_sm90.cuh, 1024 bytes of alignment slack).
+constexpr size_t kPaddedRowBytes = (MlaDecode::kKeyDim + 8) * 2;
+constexpr size_t kSwizzledRowBytes = MlaDecode::kKeyDim * 2;
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 256;
 constexpr long long kMaxSplits = 64;
@@ -27,11 +29,11 @@ bool one_of(long long value, std::initializer_list<long long> allowed) {
 }
 
 // Largest number of stages whose shared memory fits the device, at least 2.
-long long stages_that_fit(const MlaShape& s, long long block_m, long long block_n, long long most,
+long long stages_that_fit(const MlaShape& s, long long kernel, long long block_m, long long block_n, long long most,
                           const DeviceInfo& device) {
     if (device.max_shared_memory_per_block_optin <= 0) return most;
     for (long long stages = most; stages > 2; --stages) {
-        const Config probe{{"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", 1}};
+        const Config probe{{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", 1}};
         if (mla_launch(s, probe).shared_bytes <= static_cast<size_t>(device.max_shared_memory_per_block_optin))
             return stages;
     }
@@ -45,6 +47,7 @@ MlaShape mla_shape(const MlaDecodeProblem& p) { return {p.batch, p.num_heads, p.
 MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
     const std::string op = "mla_decode";
     MlaLaunch l;
+    l.kernel = static_cast<int>(config_value(config, "kernel", op));
     l.block_m = static_cast<int>(config_value(config, "block_m", op));
     l.block_n = static_cast<int>(config_value(config, "block_n", op));
     l.stages = static_cast<int>(config_value(config, "stages", op));
@@ -53,7 +56,8 @@ MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
     const int warps = std::max(l.block_m, 0) / 16 * 2;
     l.threads = warps * 32;
     // Q tile, key ring, the warp pairs' score exchange (a float4 per lane and 8 keys), key flags.
-    const size_t tiles = static_cast<size_t>(std::max(l.block_m, 0) + std::max(l.stages, 0) * std::max(l.block_n, 0)) * kRowBytes;
+    const size_t rows = static_cast<size_t>(std::max(l.block_m, 0) + std::max(l.stages, 0) * std::max(l.block_n, 0));
+    const size_t tiles = l.kernel == 1 ? 1024 + rows * kSwizzledRowBytes : rows * kPaddedRowBytes;
     const size_t exchange = static_cast<size_t>(warps) * std::max(l.block_n, 0) / 8 * 32 * 16;
     const size_t flags = static_cast<size_t>(std::max(l.stages, 0) * std::max(l.block_n, 0));
     l.shared_bytes = (tiles + exchange + flags + 15) / 16 * 16;
@@ -63,9 +67,11 @@ MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
 Config mla_heuristic(const MlaShape& s, const DeviceInfo& device) {
     const long long rows = s.rows();
     const long long block_m = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
+    // The wgmma kernel reads Q from shared memory without re-loading it into registers every tile.
+    const long long kernel = device.arch() == "sm_90a" && block_m == 64 ? 1 : 0;
     const long long block_n = 32;
-    const long long stages = stages_that_fit(s, block_m, block_n, 3, device);
-    const Config base{{"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", 1}};
+    const long long stages = stages_that_fit(s, kernel, block_m, block_n, 3, device);
+    const Config base{{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", 1}};
     const MlaLaunch l = mla_launch(s, base);
     // CTAs an SM holds (shared memory; 64K registers at up to 255 a thread), then the fewest splits
     // whose last wave is at least 85% full (128 blocks on 132 SMs need none), else the fullest.
@@ -89,7 +95,7 @@ Config mla_heuristic(const MlaShape& s, const DeviceInfo& device) {
             splits = candidate;
         }
     }
-    return {{"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", splits}};
+    return {{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", splits}};
 }
 
 std::vector<Config> mla_search_space(const MlaShape& s, const DeviceInfo& device) {
@@ -105,14 +111,26 @@ std::vector<Config> mla_search_space(const MlaShape& s, const DeviceInfo& device
         for (long long block_n : {16, 32, 64})
             for (long long stages : {2, 3, 4})
                 for (long long splits : split_options)
-                    configs.push_back({{"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", splits}});
+                    configs.push_back({{"kernel", 0}, {"block_m", block_m}, {"block_n", block_n}, {"stages", stages},
+                                       {"splits", splits}});
+    if (device.arch() == "sm_90a")
+        for (long long block_n : {32, 64})
+            for (long long stages : {2, 3, 4})
+                for (long long splits : split_options)
+                    configs.push_back({{"kernel", 1}, {"block_m", 64}, {"block_n", block_n}, {"stages", stages},
+                                       {"splits", splits}});
     return configs;
 }
 
 std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& config, const DeviceInfo& device) {
-    for (const char* key : {"block_m", "block_n", "stages", "splits"})
+    for (const char* key : {"kernel", "block_m", "block_n", "stages", "splits"})
         if (config.find(key) == config.end()) return fmt::format("config has no '{}'", key);
     const MlaLaunch l = mla_launch(s, config);
+    if (l.kernel != 0 && l.kernel != 1) return fmt::format("kernel = {} is not 0 (mma.sync) or 1 (wgmma)", l.kernel);
+    if (l.kernel == 1 && device.arch() != "sm_90a")
+        return fmt::format("kernel 1 (wgmma) needs sm_90a, the device is {}", device.arch());
+    if (l.kernel == 1 && (l.block_m != 64 || (l.block_n != 32 && l.block_n != 64)))
+        return fmt::format("kernel 1 (wgmma) takes block_m 64 and block_n 32 or 64, got {} and {}", l.block_m, l.block_n);
     if (!one_of(l.block_m, {16, 32, 64})) return fmt::format("block_m = {} is not 16, 32 or 64", l.block_m);
     if (!one_of(l.block_n, {16, 32, 64})) return fmt::format("block_n = {} is not 16, 32 or 64", l.block_n);
     if (l.stages < 2 || l.stages > 8) return fmt::format("stages = {} is not in [2, 8]", l.stages);
