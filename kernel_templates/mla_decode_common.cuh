@@ -95,14 +95,19 @@ __device__ __forceinline__ void mla_load_q(const MlaDecodeArgs& p, int row0, int
 
 // Starts cp.async copies of the BLOCK_N keys from `n0` into shared memory; keys past kv_end or
 // behind a page table entry outside [0, num_pages) are zero-filled and flagged unusable in
-// key_ok[0 .. BLOCK_N).
+// key_ok[0 .. BLOCK_N). Eight threads share a key row: thread g of the eight copies chunks
+// g, g + 8, ..., g + 64, so every copy instruction of a warp reads 128 contiguous bytes of each of
+// its four rows, and a thread finds its row (a page table lookup when paged) once per tile.
+// `at(r, g, j)` is where chunk 8 j + g of row r goes.
 template <typename T, int BLOCK_N, int THREADS, int PAGE_SIZE, typename At>
 __device__ __forceinline__ void mla_load_keys(const MlaDecodeArgs& p, const MlaKeys& k, int batch, int n0,
                                               unsigned char* key_ok, At at) {
+    static_assert(THREADS % 8 == 0, "eight threads per key row");
     const T* kv = static_cast<const T*>(p.kv);
     const int* pages = PAGE_SIZE > 0 ? p.page_table + batch * p.page_table_stride : nullptr;
-    for (int idx = threadIdx.x; idx < BLOCK_N * kMlaChunks; idx += THREADS) {
-        const int r = idx / kMlaChunks, c = idx % kMlaChunks, token = n0 + r;
+    const int g = threadIdx.x % 8;
+    for (int r = threadIdx.x / 8; r < BLOCK_N; r += THREADS / 8) {
+        const int token = n0 + r;
         bool valid = token < k.kv_end;
         long long offset;
         if constexpr (PAGE_SIZE > 0) {
@@ -112,8 +117,10 @@ __device__ __forceinline__ void mla_load_keys(const MlaDecodeArgs& p, const MlaK
         } else {
             offset = batch * p.kv_outer_stride + static_cast<long long>(token) * p.kv_token_stride;
         }
-        cp_async<16>(at(r, c), valid ? kv + offset + c * 8 : kv, valid ? 16 : 0);
-        if (c == 0) key_ok[r] = valid;
+        const T* src = valid ? kv + offset + g * 8 : kv;
+#pragma unroll
+        for (int j = 0; j < kMlaChunks / 8; ++j) cp_async<16>(at(r, g, j), valid ? src + j * 64 : kv, valid ? 16 : 0);
+        if (g == 0) key_ok[r] = valid;
     }
 }
 

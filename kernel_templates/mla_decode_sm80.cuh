@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(c
         T* tile = ring + stage * BLOCK_N * kMlaRowElems;
         mla_load_keys<T, BLOCK_N, THREADS, PAGE_SIZE>(p, keys, batch, (keys.first_tile + index) * BLOCK_N,
                                                       key_ok + stage * BLOCK_N,
-                                                      [&](int r, int c) { return tile + r * kMlaRowElems + c * 8; });
+                                                      [&](int r, int g, int j) { return tile + r * kMlaRowElems + (j * 8 + g) * 8; });
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {

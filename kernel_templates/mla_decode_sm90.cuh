@@ -34,6 +34,20 @@ __device__ __forceinline__ unsigned mla_k_step(int kk) {  // descriptor units (1
     return static_cast<unsigned>((kk / 4) * ROWS * 128 + (kk % 4) * 32) >> 4;
 }
 
+// Issues the 18 wgmmas of warpgroup HALF's partial scores (dims 288 HALF .. + 287): with HALF a
+// constant, every descriptor step is an immediate.
+template <typename T, int BLOCK_N, int HALF>
+__device__ __forceinline__ void mla_sm90_scores(float (&s)[BLOCK_N / 2], unsigned long long q_desc,
+                                                unsigned long long k_desc) {
+    constexpr int kSteps = kMlaKeyDim / 16 / 2;
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+        constexpr int first = HALF * kSteps;
+        wgmma_m64k16<T, BLOCK_N, 0>(s, q_desc + mla_k_step<64>(first + i), k_desc + mla_k_step<BLOCK_N>(first + i),
+                                    i > 0 ? 1 : 0);
+    }
+}
+
 template <typename T, int BLOCK_N, int STAGES, int PAGE_SIZE>
 __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecodeArgs p) {
     static_assert(BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N is 32 or 64 (wgmma widths with a wrapper)");
@@ -42,7 +56,6 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
     constexpr int kBlocksN = BLOCK_N / 8;
     constexpr unsigned kRowBytes = kMlaKeyDim * 2;  // 1152
     constexpr unsigned kQBytes = BLOCK_M * kRowBytes, kTileBytes = BLOCK_N * kRowBytes;
-    constexpr int kHalfSteps = kMlaKeyDim / 16 / 2;  // k-steps of 16 dims per warpgroup: 18
 
     extern __shared__ unsigned char mla_shared_raw[];
     // wgmma's 128-byte swizzle repeats every 1024 bytes: tiles start at 1024-byte boundaries.
@@ -62,7 +75,9 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
         unsigned char* tile = ring + stage * kTileBytes;
         mla_load_keys<T, BLOCK_N, THREADS, PAGE_SIZE>(p, keys, batch, (keys.first_tile + index) * BLOCK_N,
                                                       key_ok + stage * BLOCK_N,
-                                                      [&](int r, int c) { return tile + mla_swizzled<BLOCK_N>(r, c); });
+                                                      [&](int r, int g, int j) {
+                                                          return tile + j * BLOCK_N * 128 + r * 128 + ((g ^ (r % 8)) << 4);
+                                                      });
     };
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -103,12 +118,8 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
         float(&s_flat)[BLOCK_N / 2] = reinterpret_cast<float(&)[BLOCK_N / 2]>(s);
         const unsigned long long k_desc = wgmma_descriptor_sw128(tile);
         wgmma_fence();
-#pragma unroll
-        for (int i = 0; i < kHalfSteps; ++i) {
-            const int kk = half * kHalfSteps + i;
-            wgmma_m64k16<T, BLOCK_N, 0>(s_flat, q_desc + mla_k_step<BLOCK_M>(kk), k_desc + mla_k_step<BLOCK_N>(kk),
-                                        i > 0 ? 1 : 0);
-        }
+        if (half == 0) mla_sm90_scores<T, BLOCK_N, 0>(s_flat, q_desc, k_desc);
+        else mla_sm90_scores<T, BLOCK_N, 1>(s_flat, q_desc, k_desc);
         wgmma_commit();
         wgmma_wait<0>();
         wgmma_fence_registers(s_flat);
