@@ -145,6 +145,7 @@ __device__ __forceinline__ void mla_softmax_step(float (&s)[BLOCK_N / 8][4], flo
                     if (!ok || key >= row_end[h]) s[j][2 * h + e] = -INFINITY;
             }
     }
+    float rescale[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float m = row_max[h];
@@ -152,10 +153,10 @@ __device__ __forceinline__ void mla_softmax_step(float (&s)[BLOCK_N / 8][4], flo
         for (int j = 0; j < BLOCK_N / 8; ++j) m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        const float rescale = attention_rescale(row_max[h], m, scale_log2);
+        rescale[h] = attention_rescale(row_max[h], m, scale_log2);
         row_max[h] = m;
         const float shift = attention_shift(m, scale_log2);
-        float sum = row_sum[h] * rescale;
+        float sum = row_sum[h] * rescale[h];
 #pragma unroll
         for (int j = 0; j < BLOCK_N / 8; ++j)
 #pragma unroll
@@ -165,10 +166,14 @@ __device__ __forceinline__ void mla_softmax_step(float (&s)[BLOCK_N / 8][4], flo
                 sum += x;
             }
         row_sum[h] = sum;
+    }
+    // The output follows only when a row's max grew (rare after the first tiles; decided for the
+    // whole warp so the branch does not diverge): 4 x BLOCKS_O multiplies a thread saved per tile.
+    if (__any_sync(0xffffffffu, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
 #pragma unroll
         for (int j = 0; j < BLOCKS_O; ++j) {
-            o[j][2 * h] *= rescale;
-            o[j][2 * h + 1] *= rescale;
+            o[j][0] *= rescale[0], o[j][1] *= rescale[0];
+            o[j][2] *= rescale[1], o[j][3] *= rescale[1];
         }
     }
 }

@@ -23,6 +23,11 @@
 
 namespace tileops {
 
+template <int N>
+struct MlaConstant {
+    static constexpr int value = N;
+};
+
 // Byte offset of 16-byte chunk c of row r in a tile of ROWS rows stored as 9 boxes of 64 dims.
 template <int ROWS>
 __device__ __forceinline__ unsigned mla_swizzled(int r, int c) {
@@ -51,7 +56,7 @@ __device__ __forceinline__ void mla_sm90_scores(float (&s)[BLOCK_N / 2], unsigne
 template <typename T, int BLOCK_N, int STAGES, int PAGE_SIZE>
 __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecodeArgs p) {
     static_assert(BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N is 32 or 64 (wgmma widths with a wrapper)");
-    static_assert(STAGES >= 2, "at least two stages");
+    static_assert(STAGES >= 3, "three stages at least: P V of a tile runs while the tile after next is copied");
     constexpr int BLOCK_M = 64, THREADS = 256;
     constexpr int kBlocksN = BLOCK_N / 8;
     constexpr unsigned kRowBytes = kMlaKeyDim * 2;  // 1152
@@ -98,31 +103,37 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
     float(&o_flat)[128] = reinterpret_cast<float(&)[128]>(o);
     const unsigned long long q_desc = wgmma_descriptor_sw128(q_tile);
 
-    int stage = 0;
-    for (int index = 0; index < keys.num_tiles; ++index) {
-        const int n0 = (keys.first_tile + index) * BLOCK_N;
-        // This tile has landed for every thread (and is visible to the tensor cores' async proxy), and
-        // every warpgroup is done with the previous tile: its stage is free, and the exchange area.
-        cp_async_wait<STAGES - 2>();
+    // The tile loop, software-pipelined so that the tensor cores run P V of tile t and the scores of
+    // tile t + 1 back to back while the CUDA cores do the exchange and softmax in between:
+    //   wait (S_t, PV_{t-1}) -> exchange, softmax_t -> issue PV_t -> barrier (tile t + 1 landed,
+    //   tile t - 1's stage free) -> copy tile t + STAGES - 1 into it -> issue S_{t+1}.
+    unsigned pv[BLOCK_N / 16][4];
+    float s[kBlocksN][4];
+    float(&s_flat)[BLOCK_N / 2] = reinterpret_cast<float(&)[BLOCK_N / 2]>(s);
+    // Waits until every thread's copies but the last `pending` groups have landed, and makes them
+    // visible to the tensor cores' async proxy. Group k copies tile k.
+    auto tile_ready = [&](auto pending) {
+        cp_async_wait<decltype(pending)::value>();
         fence_proxy_async();
         __syncthreads();
-        {
-            const int ahead = index + STAGES - 1;
-            if (ahead < keys.num_tiles) load_tile(ahead, (stage + STAGES - 1) % STAGES);
-            cp_async_commit();
-        }
-        unsigned char* tile = ring + stage * kTileBytes;
-
-        // Partial scores over this warpgroup's 288 dims.
-        float s[kBlocksN][4];
-        float(&s_flat)[BLOCK_N / 2] = reinterpret_cast<float(&)[BLOCK_N / 2]>(s);
-        const unsigned long long k_desc = wgmma_descriptor_sw128(tile);
+    };
+    auto issue_scores = [&](int stage) {
+        const unsigned long long k_desc = wgmma_descriptor_sw128(ring + stage * kTileBytes);
         wgmma_fence();
         if (half == 0) mla_sm90_scores<T, BLOCK_N, 0>(s_flat, q_desc, k_desc);
         else mla_sm90_scores<T, BLOCK_N, 1>(s_flat, q_desc, k_desc);
         wgmma_commit();
-        wgmma_wait<0>();
+    };
+    if (keys.num_tiles > 0) {
+        tile_ready(MlaConstant<STAGES - 2>{});  // tile 0 of the STAGES - 1 copied ahead
+        issue_scores(0);
+    }
+    int stage = 0;
+    for (int index = 0; index < keys.num_tiles; ++index) {
+        const int n0 = (keys.first_tile + index) * BLOCK_N;
+        wgmma_wait<0>();  // S of this tile, and P V of the previous one
         wgmma_fence_registers(s_flat);
+        wgmma_fence_registers(o_flat);
 
         // The full scores: each warp adds the other warpgroup's partial sums for the same rows.
 #pragma unroll
@@ -140,7 +151,6 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
 
         // O += P V: P from registers (the accumulator layout is the A fragment layout), V = the first
         // 512 dims of the tile, N-major in boxes of 64 columns; this warpgroup's 4 boxes.
-        unsigned pv[BLOCK_N / 16][4];
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
             pv[kk][0] = pack_pair<T>(s[2 * kk][0], s[2 * kk][1]);
@@ -148,15 +158,26 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
             pv[kk][2] = pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
             pv[kk][3] = pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         }
-        const unsigned long long v_desc = wgmma_descriptor_sw128_mn(tile + half * 4 * BLOCK_N * 128, BLOCK_N * 128);
+        const unsigned long long v_desc =
+            wgmma_descriptor_sw128_mn(ring + stage * kTileBytes + half * 4 * BLOCK_N * 128, BLOCK_N * 128);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) wgmma_rs_m64k16<T, 256, 1>(o_flat, pv[kk], v_desc + kk * 128, 1);
         wgmma_commit();
-        wgmma_wait<0>();
-        wgmma_fence_registers(o_flat);
+
         stage = stage + 1 == STAGES ? 0 : stage + 1;
+        if (index + 1 < keys.num_tiles) {
+            // Every thread is past the previous tile's P V (waited above) and this tile's exchange:
+            // the previous tile's stage and the exchange area are free.
+            tile_ready(MlaConstant<STAGES - 3>{});  // tile index + 1: later tiles may still be in flight
+            const int ahead = index + STAGES - 1;
+            if (ahead < keys.num_tiles) load_tile(ahead, (stage + STAGES - 2) % STAGES);
+            cp_async_commit();
+            issue_scores(stage);
+        }
     }
+    wgmma_wait<0>();
+    wgmma_fence_registers(o_flat);
     cp_async_wait<0>();
     mla_store_rows<T, BLOCK_M>(p, o, row_max, row_sum, row0, batch, pair, half);
 }

@@ -115,7 +115,7 @@ std::vector<Config> mla_search_space(const MlaShape& s, const DeviceInfo& device
                                        {"splits", splits}});
     if (device.arch() == "sm_90a")
         for (long long block_n : {32, 64})
-            for (long long stages : {2, 3, 4})
+            for (long long stages : {3, 4})
                 for (long long splits : split_options)
                     configs.push_back({{"kernel", 1}, {"block_m", 64}, {"block_n", block_n}, {"stages", stages},
                                        {"splits", splits}});
@@ -131,6 +131,9 @@ std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& c
         return fmt::format("kernel 1 (wgmma) needs sm_90a, the device is {}", device.arch());
     if (l.kernel == 1 && (l.block_m != 64 || (l.block_n != 32 && l.block_n != 64)))
         return fmt::format("kernel 1 (wgmma) takes block_m 64 and block_n 32 or 64, got {} and {}", l.block_m, l.block_n);
+    if (l.kernel == 1 && l.stages < 3)
+        return fmt::format("kernel 1 (wgmma) needs stages >= 3 (P V of a tile overlaps the copy of the one after next), got {}",
+                           l.stages);
     if (!one_of(l.block_m, {16, 32, 64})) return fmt::format("block_m = {} is not 16, 32 or 64", l.block_m);
     if (!one_of(l.block_n, {16, 32, 64})) return fmt::format("block_n = {} is not 16, 32 or 64", l.block_n);
     if (l.stages < 2 || l.stages > 8) return fmt::format("stages = {} is not in [2, 8]", l.stages);
