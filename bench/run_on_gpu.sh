@@ -16,7 +16,9 @@
 #   gemm_tests  the [gpu][gemm] tests only
 #   gemm_tune   tileops-tune tune of the GEMM benchmark's problems into $OUT/gemm_tuned.json (later
 #               steps of the same call use it: TILEOPS_TUNING_DB)
-#   mla     bench_mla_decode and torch on the same problems, merged into a table; mla_tests the [gpu][mla] tests
+#   mla     bench_mla_decode and torch on the same problems, merged into a table; mla_tests the [gpu][mla] tests;
+#           mla_tune: tileops-tune tune of the benchmark's problems into $OUT/mla_tuned.json (later steps use it)
+#   rest_tests  the [gpu] tests but flash and GEMM (runtime, memory-bound ops, decode, MLA)
 #   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,6 +83,14 @@ for step in "$@"; do
     mla_tests)
       timeout 300 ./build-gpu/tests/tileops_tests "[gpu][mla]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/mla_tests.log"
       grep -E 'failed|FAILED|SIG|error' "$OUT/mla_tests.log" | head -30; tail -2 "$OUT/mla_tests.log" ;;
+    mla_tune)
+      ./build-gpu/tools/tileops-tune tune --workload bench/tune_mla_decode.json --db "$OUT/mla_tuned.json" \
+        --budget ${MLA_TUNE_BUDGET:-6} --repeats 10 > "$OUT/mla_tune.log" 2> "$OUT/mla_tune_err.log" || status=1
+      export TILEOPS_TUNING_DB="$OUT/mla_tuned.json"
+      tail -20 "$OUT/mla_tune.log" | cut -c1-160 ;;
+    rest_tests)
+      timeout ${REST_TESTS_TIMEOUT:-400} ./build-gpu/tests/tileops_tests "[gpu]~[flash]~[gemm]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/rest_tests.log"
+      grep -E 'failed|FAILED|SIG|error' "$OUT/rest_tests.log" | head -30; tail -2 "$OUT/rest_tests.log" ;;
     mla)
       timeout ${MLA_TIMEOUT:-200} ./build-gpu/bench/bench_mla_decode --json "$OUT/mla.json" > "$OUT/mla.log" 2>&1 || status=1
       cat "$OUT/mla.log"
