@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
+#include <numeric>
 #include <cstdint>
+
+#include <fmt/format.h>
 
 #include "runtime/compiler.hpp"
 #include "util/host_dtype.hpp"
@@ -137,6 +141,34 @@ double host_us_per_call(const std::function<void()>& fn, int calls) {
         rounds.push_back(std::chrono::duration<double, std::micro>(stop - start).count() / calls);
     }
     return median(rounds);
+}
+
+runtime::DeviceBuffer int_buffer(const std::vector<int32_t>& values) {
+    runtime::DeviceBuffer buffer(values.size() * sizeof(int32_t));
+    buffer.upload(values.data(), buffer.size());
+    return buffer;
+}
+
+std::vector<int32_t> shuffled_pages(int64_t num_pages) {
+    std::vector<int32_t> table(static_cast<size_t>(num_pages));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937_64(42));
+    return table;
+}
+
+std::vector<int64_t> parse_dims(const std::string& text) {
+    std::vector<int64_t> dims;
+    for (size_t at = 0; at <= text.size();) {
+        const size_t x = std::min(text.find('x', at), text.size());
+        dims.push_back(std::stoll(text.substr(at, x - at)));
+        at = x + 1;
+    }
+    return dims;
+}
+
+void print_device(const DeviceInfo& device, double copy_gbps) {
+    fmt::print("device: {} ({}), {} SMs; device-to-device copy {:.0f} GB/s\n", device.name, device.arch(), device.sm_count,
+               copy_gbps);
 }
 
 }  // namespace tileops::bench

@@ -4,11 +4,14 @@
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"
+#include "tileops/device_info.hpp"
 #include "tileops/tensor.hpp"
 
 namespace tileops::bench {
@@ -24,6 +27,19 @@ double time_ms(const std::function<void()>& fn, runtime::DeviceBuffer& flush, in
 
 // A buffer of `bytes` filled with values in [-2, 2) as `dtype` stores them (never zeros).
 runtime::DeviceBuffer random_buffer(size_t bytes, DType dtype);
+
+// A device buffer holding `values` (e.g. sequence lengths or a page table).
+runtime::DeviceBuffer int_buffer(const std::vector<int32_t>& values);
+
+// A page table of `num_pages` entries: every page of the pool once, shuffled (pages of a sequence
+// scattered over the pool, as a serving engine's allocator leaves them).
+std::vector<int32_t> shuffled_pages(int64_t num_pages);
+
+// "64x128x8192" -> {64, 128, 8192} (a problem named on the command line, e.g. --only).
+std::vector<int64_t> parse_dims(const std::string& text);
+
+// The device, its arch and SM count and the copy bandwidth, as the benchmarks print them first.
+void print_device(const DeviceInfo& device, double copy_gbps);
 
 // Device-to-device copy bandwidth in GB/s (bytes read + bytes written), over 1 GiB.
 double measure_copy_bandwidth(int repeats);

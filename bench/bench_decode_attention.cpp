@@ -34,12 +34,6 @@ struct Case {
     double kv_bytes() const { return 2.0 * batch * len * kv_heads * head_dim * 2; }  // K and V, bf16
 };
 
-DeviceBuffer int_buffer(const std::vector<int32_t>& values) {
-    DeviceBuffer buffer(values.size() * sizeof(int32_t));
-    buffer.upload(values.data(), buffer.size());
-    return buffer;
-}
-
 nlohmann::json run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int repeats) {
     DecodeAttentionProblem p;
     p.batch = c.batch;
@@ -53,9 +47,7 @@ nlohmann::json run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int rep
         p.page_size = c.page;
         p.max_pages_per_seq = (c.len + c.page - 1) / c.page;
         p.num_pages = c.batch * p.max_pages_per_seq;
-        table.resize(static_cast<size_t>(p.num_pages));
-        std::iota(table.begin(), table.end(), 0);
-        std::shuffle(table.begin(), table.end(), std::mt19937_64(42));
+        table = shuffled_pages(p.num_pages);
     }
     if (c.heads_outer) {
         p.kv_head_stride = c.len * c.head_dim;
@@ -95,14 +87,8 @@ int main(int argc, char** argv) try {
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
         else if (arg == "--quick") quick = true;
-        else if (arg == "--only" && i + 1 < argc) {
-            std::string text = argv[++i];
-            for (size_t at = 0; at <= text.size();) {
-                const size_t x = std::min(text.find('x', at), text.size());
-                only.push_back(std::stoll(text.substr(at, x - at)));
-                at = x + 1;
-            }
-        } else {
+        else if (arg == "--only" && i + 1 < argc) only = parse_dims(argv[++i]);
+        else {
             fmt::print(stderr, "usage: bench_decode_attention [--json out.json] [--repeats N] [--quick] "
                                "[--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]\n");
             return 2;
@@ -115,8 +101,7 @@ int main(int argc, char** argv) try {
     Runtime rt;
     const DeviceInfo& device = rt.device();
     const double copy_gbps = measure_copy_bandwidth(repeats);
-    fmt::print("device: {} ({}), {} SMs; device-to-device copy {:.0f} GB/s\n", device.name, device.arch(),
-               device.sm_count, copy_gbps);
+    print_device(device, copy_gbps);
     std::vector<Case> cases;
     const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 32} : std::vector<int64_t>{1, 8, 32, 128};
     const std::vector<int64_t> lens = quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{1024, 4096, 16384, 65536};

@@ -129,8 +129,7 @@ int run(int argc, char** argv) {
     Runtime rt;
     const DeviceInfo& device = rt.device();
     const double copy_gbps = measure_copy_bandwidth(repeats);
-    fmt::print("device: {} ({}), {} SMs; device-to-device copy {:.0f} GB/s\n", device.name, device.arch(),
-               device.sm_count, copy_gbps);
+    print_device(device, copy_gbps);
 
     const int64_t shapes[][2] = {{16384, 1024}, {16384, 4096}, {4096, 16384}, {1024, 65536}, {256, 262144}, {65536, 4096}};
     std::vector<std::string> ops = {"rmsnorm", "rmsnorm_residual", "layernorm", "softmax", "log_softmax",

@@ -124,6 +124,38 @@ __device__ __forceinline__ void mla_load_keys(const MlaDecodeArgs& p, const MlaK
     }
 }
 
+// Waits for the other warp serving the same rows (64 threads) at named barrier `id` (1..4; 0 is
+// __syncthreads).
+__device__ __forceinline__ void mla_pair_barrier(int id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
+
+// The full scores of the warp's 16 rows: adds the partial sums of `partner` (the warp with the other
+// half of the dims, same fragment layout) through `exchange` (a float4 per lane and 8 keys per warp),
+// meeting it at named barrier `barrier_id`. The caller keeps the exchange area from being written
+// again before the partner has read it (a block-wide barrier per tile).
+template <int BLOCKS_N>
+__device__ __forceinline__ void mla_add_partner_scores(float (&s)[BLOCKS_N][4], float4* exchange, int warp, int partner,
+                                                       int barrier_id) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < BLOCKS_N; ++j) exchange[(warp * BLOCKS_N + j) * 32 + lane] = make_float4(s[j][0], s[j][1], s[j][2], s[j][3]);
+    mla_pair_barrier(barrier_id);
+#pragma unroll
+    for (int j = 0; j < BLOCKS_N; ++j) {
+        const float4 other = exchange[(partner * BLOCKS_N + j) * 32 + lane];
+        s[j][0] += other.x, s[j][1] += other.y, s[j][2] += other.z, s[j][3] += other.w;
+    }
+}
+
+// P of keys 16 kk .. 16 kk + 15 as the A fragment of an MMA (mma.sync m16n8k16 or wgmma with A from
+// registers): the accumulators of key blocks 2 kk and 2 kk + 1, packed to 16-bit pairs.
+template <typename T, int BLOCKS_N>
+__device__ __forceinline__ void mla_p_fragment(const float (&s)[BLOCKS_N][4], int kk, unsigned (&a)[4]) {
+    a[0] = pack_pair<T>(s[2 * kk][0], s[2 * kk][1]);
+    a[1] = pack_pair<T>(s[2 * kk][2], s[2 * kk][3]);
+    a[2] = pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[3] = pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
 // Masks the scores of one warp's 16 rows x BLOCK_N keys (m16n8 accumulator layout: s[j][2h + e] is
 // row quad_row + 8h, key 8j + quad_col + e) and runs the online softmax step on them: the running
 // max and sum are brought up to date, o (kBlocksO accumulators of 16 x 8) rescaled, and s replaced

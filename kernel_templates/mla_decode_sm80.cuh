@@ -36,10 +36,6 @@ __device__ __forceinline__ void mla_ldmatrix_x4_trans(unsigned (&r)[4], unsigned
                  : "r"(address));
 }
 
-// Waits for the other warp serving the same rows (64 threads) at named barrier `id` (1..4; 0 is
-// __syncthreads).
-__device__ __forceinline__ void mla_pair_barrier(int id) { asm volatile("bar.sync %0, 64;\n" ::"r"(id) : "memory"); }
-
 template <typename T, int BLOCK_M, int BLOCK_N, int STAGES, int PAGE_SIZE>
 __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(const MlaDecodeArgs p) {
     static_assert(BLOCK_M == 16 || BLOCK_M == 32 || BLOCK_M == 64, "BLOCK_M is 16, 32 or 64");
@@ -126,16 +122,7 @@ __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(c
                 mma_16816<T>(s[j + 1], a, b1);
             }
         }
-        // The full scores: each warp of the pair adds the other's partial sums (same fragment layout).
-#pragma unroll
-        for (int j = 0; j < kBlocksN; ++j)
-            exchange[(warp * kBlocksN + j) * 32 + lane] = make_float4(s[j][0], s[j][1], s[j][2], s[j][3]);
-        mla_pair_barrier(1 + pair);
-#pragma unroll
-        for (int j = 0; j < kBlocksN; ++j) {
-            const float4 other = exchange[((warp ^ PAIRS) * kBlocksN + j) * 32 + lane];
-            s[j][0] += other.x, s[j][1] += other.y, s[j][2] += other.z, s[j][3] += other.w;
-        }
+        mla_add_partner_scores(s, exchange, warp, warp ^ PAIRS, 1 + pair);
 
         // Masks (paged tiles may hold unusable keys anywhere), then the online softmax step.
         const bool mask = PAGE_SIZE > 0 || n0 + BLOCK_N > keys.full_end;
@@ -147,10 +134,7 @@ __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(c
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
             unsigned pf[4];
-            pf[0] = pack_pair<T>(s[2 * kk][0], s[2 * kk][1]);
-            pf[1] = pack_pair<T>(s[2 * kk][2], s[2 * kk][3]);
-            pf[2] = pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pf[3] = pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            mla_p_fragment<T>(s, kk, pf);
 #pragma unroll
             for (int j = 0; j < kBlocksV; j += 2) {
                 unsigned r[4];

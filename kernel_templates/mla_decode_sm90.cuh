@@ -136,15 +136,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
         wgmma_fence_registers(o_flat);
 
         // The full scores: each warp adds the other warpgroup's partial sums for the same rows.
-#pragma unroll
-        for (int j = 0; j < kBlocksN; ++j)
-            exchange[(warp * kBlocksN + j) * 32 + lane] = make_float4(s[j][0], s[j][1], s[j][2], s[j][3]);
-        named_barrier_sync(1 + pair, 64);
-#pragma unroll
-        for (int j = 0; j < kBlocksN; ++j) {
-            const float4 other = exchange[((warp ^ 4) * kBlocksN + j) * 32 + lane];
-            s[j][0] += other.x, s[j][1] += other.y, s[j][2] += other.z, s[j][3] += other.w;
-        }
+        mla_add_partner_scores(s, exchange, warp, warp ^ 4, 1 + pair);
 
         const bool mask = PAGE_SIZE > 0 || n0 + BLOCK_N > keys.full_end;
         mla_softmax_step<BLOCK_N, 32>(s, o, row_max, row_sum, mask, row_end, n0, key_ok + stage * BLOCK_N, p.scale_log2);
@@ -152,12 +144,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
         // O += P V: P from registers (the accumulator layout is the A fragment layout), V = the first
         // 512 dims of the tile, N-major in boxes of 64 columns; this warpgroup's 4 boxes.
 #pragma unroll
-        for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-            pv[kk][0] = pack_pair<T>(s[2 * kk][0], s[2 * kk][1]);
-            pv[kk][1] = pack_pair<T>(s[2 * kk][2], s[2 * kk][3]);
-            pv[kk][2] = pack_pair<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            pv[kk][3] = pack_pair<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
+        for (int kk = 0; kk < BLOCK_N / 16; ++kk) mla_p_fragment<T>(s, kk, pv[kk]);
         const unsigned long long v_desc =
             wgmma_descriptor_sw128_mn(ring + stage * kTileBytes + half * 4 * BLOCK_N * 128, BLOCK_N * 128);
         wgmma_fence();

@@ -183,11 +183,7 @@ void check_result(const DecodeCase& c, const DecodeBuffers& buffers) {
     CHECK(gaps_poisoned);
     if (c.p.return_lse) {
         const std::vector<double> lse = buffers.lse.download();
-        double worst = 0;
-        for (size_t i = 0; i < lse.size(); ++i) {
-            if (std::isinf(ref_lse[i])) worst = std::max(worst, lse[i] == ref_lse[i] ? 0.0 : INFINITY);
-            else worst = std::max(worst, std::abs(lse[i] - ref_lse[i]) / std::max(1.0, std::abs(ref_lse[i])));
-        }
+        const double worst = test::lse_error(lse, ref_lse);
         INFO("lse: worst relative error " << worst);
         CHECK(worst <= 1e-4);
     }

@@ -97,16 +97,9 @@ private:
     DecodeShape shape_;
 };
 
-void check_range(const char* name, int64_t value, int64_t low, int64_t high) {
-    if (value < low || value > high)
-        throw InvalidArgument(fmt::format("tileops::{}: {} must be in [{}, {}], got {}", kOp, name, low, high, value));
-}
+void check_range(const char* name, int64_t value, int64_t low, int64_t high) { check_in_range(kOp, name, value, low, high); }
 
-int64_t default_stride(const char* name, int64_t stride, int64_t packed) {
-    if (stride == 0) return packed;
-    if (stride < 0) throw InvalidArgument(fmt::format("tileops::{}: {} must be >= 0, got {}", kOp, name, stride));
-    return stride;
-}
+int64_t default_stride(const char* name, int64_t stride, int64_t packed) { return stride_or_packed(kOp, name, stride, packed); }
 
 DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
     constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();

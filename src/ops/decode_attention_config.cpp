@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "ops/op_model.hpp"
+#include "ops/split_heuristic.hpp"
 #include "tileops/decode_attention.hpp"
 #include "tileops/tensor.hpp"
 
@@ -66,20 +67,7 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     // least 85% full (a wave a fifth full cost the batch-8 benchmark shapes a quarter of their
     // bandwidth); otherwise the fullest last wave.
     const long long slots = 2LL * std::max(device.sm_count, 1);
-    long long splits = 1;
-    double best = 0;
-    for (long long candidate = 1; candidate <= max_useful_splits(s); ++candidate) {
-        const long long total = ctas * candidate;
-        const double fill = static_cast<double>(total) / static_cast<double>((total + slots - 1) / slots * slots);
-        if (total >= slots && fill >= 0.85) {
-            splits = candidate;
-            break;
-        }
-        if (fill > best + 1e-9) {
-            best = fill;
-            splits = candidate;
-        }
-    }
+    const long long splits = splits_filling_waves(ctas, slots, max_useful_splits(s), 0.85, true);
     return {{"rows", rows}, {"warps", warps}, {"unroll", unroll}, {"stages", stages}, {"splits", splits}};
 }
 

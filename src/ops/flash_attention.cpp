@@ -25,14 +25,10 @@ namespace {
 constexpr const char* kOp = "FlashAttention";
 constexpr double kLog2e = 1.4426950408889634;
 
-void check_range(const char* name, int64_t value, int64_t low, int64_t high) {
-    if (value < low || value > high)
-        throw InvalidArgument(fmt::format("tileops::{}: {} must be in [{}, {}], got {}", kOp, name, low, high, value));
-}
+void check_range(const char* name, int64_t value, int64_t low, int64_t high) { check_in_range(kOp, name, value, low, high); }
 
-int64_t stride_or(const char* name, int64_t stride, int64_t packed) {
-    if (stride == 0) return packed;
-    if (stride < 0) throw InvalidArgument(fmt::format("tileops::{}: {} must be >= 0, got {}", kOp, name, stride));
+int64_t stride_or(const char* name, int64_t given, int64_t packed) {
+    const int64_t stride = stride_or_packed(kOp, name, given, packed);
     if (stride % 8 != 0)
         throw InvalidArgument(fmt::format("tileops::{}: {} = {} must be a multiple of 8 elements (16 bytes)", kOp, name, stride));
     return stride;

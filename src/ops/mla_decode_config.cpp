@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "ops/op_model.hpp"
+#include "ops/split_heuristic.hpp"
 #include "tileops/mla_decode.hpp"
 
 namespace tileops::detail {
@@ -80,21 +81,7 @@ Config mla_heuristic(const MlaShape& s, const DeviceInfo& device) {
                                                                        65536 / (l.threads * 255LL)),
                                                    1, 8);
     const long long slots = per_sm * std::max(device.sm_count, 1);
-    const long long ctas = s.batch * l.row_blocks;
-    long long splits = 1;
-    double best = 0;
-    for (long long candidate = 1; candidate <= max_useful_splits(s); ++candidate) {
-        const long long total = ctas * candidate;
-        const double fill = static_cast<double>(total) / static_cast<double>((total + slots - 1) / slots * slots);
-        if (fill >= 0.85) {
-            splits = candidate;
-            break;
-        }
-        if (fill > best + 1e-9) {
-            best = fill;
-            splits = candidate;
-        }
-    }
+    const long long splits = splits_filling_waves(s.batch * l.row_blocks, slots, max_useful_splits(s), 0.85, false);
     return {{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", splits}};
 }
 

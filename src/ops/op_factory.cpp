@@ -98,6 +98,23 @@ std::unique_ptr<Op> make_gemm(const ProblemSpec& spec) {
     return std::make_unique<Gemm>(problem);
 }
 
+// A paged cache from the flags of a decode problem: pageN (N-token pages, a page pool of exactly
+// batch x pages per sequence) is the only flag those ops take.
+struct PagedCache {
+    long long page_size = 0, max_pages_per_seq = 0, num_pages = 0;
+};
+PagedCache paged_cache(const ProblemSpec& spec, long long batch, long long max_kv_len) {
+    PagedCache cache;
+    for (const std::string& flag : split(spec.flags, ',')) {
+        const long long page = flag_number(flag, "page").value_or(0);
+        if (page <= 0) throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to {} (pageN)", flag, spec.op));
+        cache.page_size = page;
+        cache.max_pages_per_seq = (max_kv_len + page - 1) / page;
+        cache.num_pages = batch * cache.max_pages_per_seq;
+    }
+    return cache;
+}
+
 }  // namespace
 
 // decode_attention: shape batch x heads x kv_heads x head_dim x q_len x max_kv_len; flag pageN
@@ -115,13 +132,8 @@ std::unique_ptr<Op> make_decode_attention(const ProblemSpec& spec) {
     p.q_len = spec.shape[4];
     p.max_kv_len = spec.shape[5];
     p.dtype = parse_dtype(spec.dtype);
-    for (const std::string& flag : split(spec.flags, ',')) {
-        const long long page = flag_number(flag, "page").value_or(0);
-        if (page <= 0) throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to decode_attention", flag));
-        p.page_size = page;
-        p.max_pages_per_seq = (p.max_kv_len + page - 1) / page;
-        p.num_pages = p.batch * p.max_pages_per_seq;
-    }
+    const PagedCache cache = paged_cache(spec, p.batch, p.max_kv_len);
+    p.page_size = cache.page_size, p.max_pages_per_seq = cache.max_pages_per_seq, p.num_pages = cache.num_pages;
     return std::make_unique<DecodeAttention>(p);
 }
 
@@ -162,13 +174,8 @@ std::unique_ptr<Op> make_mla_decode(const ProblemSpec& spec) {
     p.q_len = spec.shape[2];
     p.max_kv_len = spec.shape[3];
     p.dtype = parse_dtype(spec.dtype);
-    for (const std::string& flag : split(spec.flags, ',')) {
-        const long long page = flag_number(flag, "page").value_or(0);
-        if (page <= 0) throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to mla_decode (pageN)", flag));
-        p.page_size = page;
-        p.max_pages_per_seq = (p.max_kv_len + page - 1) / page;
-        p.num_pages = p.batch * p.max_pages_per_seq;
-    }
+    const PagedCache cache = paged_cache(spec, p.batch, p.max_kv_len);
+    p.page_size = cache.page_size, p.max_pages_per_seq = cache.max_pages_per_seq, p.num_pages = cache.num_pages;
     return std::make_unique<MlaDecode>(p);
 }
 

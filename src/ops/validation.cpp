@@ -97,4 +97,15 @@ int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts) {
     return vec;
 }
 
+void check_in_range(const char* op, const char* name, int64_t value, int64_t low, int64_t high) {
+    if (value < low || value > high)
+        throw InvalidArgument(fmt::format("tileops::{}: {} must be in [{}, {}], got {}", op, name, low, high, value));
+}
+
+int64_t stride_or_packed(const char* op, const char* name, int64_t stride, int64_t packed) {
+    if (stride == 0) return packed;
+    if (stride < 0) throw InvalidArgument(fmt::format("tileops::{}: {} must be >= 0, got {}", op, name, stride));
+    return stride;
+}
+
 }  // namespace tileops::detail

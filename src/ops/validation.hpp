@@ -16,6 +16,13 @@ void check_extent(const char* op, int64_t rows, int64_t cols);
 // The row stride to use: `stride`, or `cols` when it is 0. Rejects strides shorter than a row.
 int64_t row_stride(const char* op, const char* argument, int64_t stride, int64_t cols);
 
+// A problem field in [low, high]: "tileops::<op>: <name> must be in [low, high], got v".
+void check_in_range(const char* op, const char* name, int64_t value, int64_t low, int64_t high);
+
+// A stride given in a problem: `packed` when it is 0 (the packed layout's), else the stride itself,
+// which must not be negative.
+int64_t stride_or_packed(const char* op, const char* name, int64_t stride, int64_t packed);
+
 // Throws when the argument list does not have `expected` entries; `names` lists them for the message.
 void check_count(const char* op, const char* which, size_t given, size_t expected, const char* names);
 

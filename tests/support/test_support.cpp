@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -111,6 +112,15 @@ int run_self(const std::vector<std::string>& args, const std::vector<std::pair<s
     int status = 0;
     ::waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+double lse_error(const std::vector<double>& lse, const std::vector<double>& ref) {
+    double worst = lse.size() == ref.size() ? 0.0 : INFINITY;
+    for (size_t i = 0; i < std::min(lse.size(), ref.size()); ++i) {
+        if (std::isinf(ref[i])) worst = std::max(worst, lse[i] == ref[i] ? 0.0 : INFINITY);
+        else worst = std::max(worst, std::abs(lse[i] - ref[i]) / std::max(1.0, std::abs(ref[i])));
+    }
+    return worst;
 }
 
 }  // namespace tileops::test

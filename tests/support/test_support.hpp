@@ -64,6 +64,10 @@ std::vector<double> random_values(size_t count, uint64_t seed, double lo = -2.0,
 // ||out - ref|| / ||ref|| over the entries where `mask` (if given) is true; +inf on any NaN.
 double relative_error(const std::vector<double>& out, const std::vector<double>& ref);
 
+// Worst error of a log-sum-exp per row against the reference: relative to max(1, |ref|), and +inf
+// where the reference is -inf (a row that saw no key) and the result is not exactly that.
+double lse_error(const std::vector<double>& lse, const std::vector<double>& ref);
+
 // The project's tolerances: fp32 1e-5, fp16 1e-3, bf16 1.6e-2 (relative, norm-wise).
 double tolerance(DType dtype);
 
