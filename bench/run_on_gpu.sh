@@ -96,7 +96,7 @@ for step in "$@"; do
       cat "$OUT/mla.log"
       PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_mla_peers.py --json "$OUT/torch_mla.json" --ours "$OUT/mla.json" \
         > "$OUT/torch_mla.log" 2>&1 || status=1
-      grep '^|' "$OUT/torch_mla.log" | tee "$OUT/mla.md"; tail -3 "$OUT/torch_mla.log" ;;
+      grep '^|' "$OUT/torch_mla.log" | tee "$OUT/mla.md"; grep -v '^[|{]' "$OUT/torch_mla.log" | tail -3 ;;
     gemm|gemm_quick)
       extra=""; [ "$step" = gemm_quick ] && extra="--quick"
       timeout ${GEMM_TIMEOUT:-400} ./build-gpu/bench/bench_gemm $extra --json "$OUT/gemm.json" > "$OUT/gemm.log" 2>&1 || status=1
