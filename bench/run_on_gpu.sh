@@ -29,11 +29,22 @@ cmake -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 &
   cmake --build build-gpu -j"$(nproc)" ${TARGETS:+--target $TARGETS} >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temperature.gpu --format=csv > "$OUT/gpu.csv"
 status=0
+# The [gpu] tests matching FILTER into $OUT/NAME.log; prints the failures and the summary.
+run_tests() {  # NAME FILTER TIMEOUT
+  timeout "$3" ./build-gpu/tests/tileops_tests "$2" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/$1.log"
+  grep -E 'failed|FAILED|SIG|error' "$OUT/$1.log" | head -40; tail -2 "$OUT/$1.log"
+  grep -q '^All tests passed' "$OUT/$1.log" || status=1
+}
+# tileops-tune tune of WORKLOAD into $OUT/NAME_tuned.json; later steps of the call use it.
+run_tune() {  # NAME WORKLOAD BUDGET LINES
+  ./build-gpu/tools/tileops-tune tune --workload "$2" --db "$OUT/$1_tuned.json" --budget "$3" --repeats 10 \
+    > "$OUT/$1_tune.log" 2> "$OUT/$1_tune_err.log" || status=1
+  export TILEOPS_TUNING_DB="$OUT/$1_tuned.json"
+  tail -"$4" "$OUT/$1_tune.log" | cut -c1-200
+}
 for step in "$@"; do
   case $step in
-    tests)
-      timeout 540 ./build-gpu/tests/tileops_tests "[gpu]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gpu_tests.log"
-      grep -E 'failed|SIG' "$OUT/gpu_tests.log" | head -20; tail -2 "$OUT/gpu_tests.log" ;;
+    tests) run_tests gpu_tests "[gpu]" 540 ;;
     bench) timeout 400 ./build-gpu/bench/bench_memory_ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
       tail -n +1 "$OUT/bench.log" | awk '{print}' | tail -140 ;;
     quick) timeout 200 ./build-gpu/bench/bench_memory_ops --quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
@@ -64,33 +75,13 @@ for step in "$@"; do
       PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_flash_peers.py $extra --json "$OUT/torch_flash.json" \
         > "$OUT/torch_flash.log" 2>&1 || status=1
       python3 bench/compare_flash_attention.py "$OUT/flash.json" "$OUT/torch_flash.json" | tee "$OUT/flash.md" ;;
-    flash_tune)
-      ./build-gpu/tools/tileops-tune tune --workload bench/tune_flash_attention.json --db "$OUT/flash_tuned.json" \
-        --budget 8 --repeats 10 > "$OUT/flash_tune.log" 2> "$OUT/flash_tune_err.log" || status=1
-      export TILEOPS_TUNING_DB="$OUT/flash_tuned.json"
-      tail -45 "$OUT/flash_tune.log" ;;
-    flash_tests)
-      timeout ${FLASH_TESTS_TIMEOUT:-300} ./build-gpu/tests/tileops_tests "[gpu][flash]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/flash_tests.log"
-      grep -E 'failed|FAILED|SIG|error' "$OUT/flash_tests.log" | head -40; tail -2 "$OUT/flash_tests.log" ;;
-    gemm_tune)
-      ./build-gpu/tools/tileops-tune tune --workload bench/tune_gemm.json --db "$OUT/gemm_tuned.json" \
-        --budget ${GEMM_TUNE_BUDGET:-5} --repeats 10 > "$OUT/gemm_tune.log" 2> "$OUT/gemm_tune_err.log" || status=1
-      export TILEOPS_TUNING_DB="$OUT/gemm_tuned.json"
-      tail -62 "$OUT/gemm_tune.log" | cut -c1-200 ;;
-    gemm_tests)
-      timeout 300 ./build-gpu/tests/tileops_tests "[gpu][gemm]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/gemm_tests.log"
-      grep -E 'failed|FAILED|SIG|error' "$OUT/gemm_tests.log" | head -30; tail -2 "$OUT/gemm_tests.log" ;;
-    mla_tests)
-      timeout 300 ./build-gpu/tests/tileops_tests "[gpu][mla]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/mla_tests.log"
-      grep -E 'failed|FAILED|SIG|error' "$OUT/mla_tests.log" | head -30; tail -2 "$OUT/mla_tests.log" ;;
-    mla_tune)
-      ./build-gpu/tools/tileops-tune tune --workload bench/tune_mla_decode.json --db "$OUT/mla_tuned.json" \
-        --budget ${MLA_TUNE_BUDGET:-6} --repeats 10 > "$OUT/mla_tune.log" 2> "$OUT/mla_tune_err.log" || status=1
-      export TILEOPS_TUNING_DB="$OUT/mla_tuned.json"
-      tail -20 "$OUT/mla_tune.log" | cut -c1-160 ;;
-    rest_tests)
-      timeout ${REST_TESTS_TIMEOUT:-400} ./build-gpu/tests/tileops_tests "[gpu]~[flash]~[gemm]" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/rest_tests.log"
-      grep -E 'failed|FAILED|SIG|error' "$OUT/rest_tests.log" | head -30; tail -2 "$OUT/rest_tests.log" ;;
+    flash_tune) run_tune flash bench/tune_flash_attention.json 8 45 ;;
+    flash_tests) run_tests flash_tests "[gpu][flash]" "${FLASH_TESTS_TIMEOUT:-300}" ;;
+    gemm_tune) run_tune gemm bench/tune_gemm.json "${GEMM_TUNE_BUDGET:-5}" 62 ;;
+    gemm_tests) run_tests gemm_tests "[gpu][gemm]" 300 ;;
+    mla_tests) run_tests mla_tests "[gpu][mla]" 300 ;;
+    mla_tune) run_tune mla bench/tune_mla_decode.json "${MLA_TUNE_BUDGET:-6}" 20 ;;
+    rest_tests) run_tests rest_tests "[gpu]~[flash]~[gemm]" "${REST_TESTS_TIMEOUT:-400}" ;;
     mla)
       timeout ${MLA_TIMEOUT:-200} ./build-gpu/bench/bench_mla_decode --json "$OUT/mla.json" > "$OUT/mla.log" 2>&1 || status=1
       cat "$OUT/mla.log"

@@ -168,15 +168,9 @@ void check_result(const DecodeCase& c, const DecodeBuffers& buffers) {
     const std::vector<double>& ref_out = c.reference_out();
     const std::vector<double>& ref_lse = c.reference_lse();
     const std::vector<double> stored = buffers.out.download();
-    const int64_t d = c.p.head_dim;
-    std::vector<double> out;
-    bool gaps_poisoned = true;
-    for (int64_t row = 0; row < c.p.batch * c.p.q_len * c.p.num_heads; ++row)
-        for (int64_t e = 0; e < c.out_head_stride; ++e) {
-            const double value = stored[static_cast<size_t>(row * c.out_head_stride + e)];
-            if (e < d) out.push_back(value);
-            else gaps_poisoned = gaps_poisoned && std::isnan(value);
-        }
+    bool gaps_poisoned = false;
+    const std::vector<double> out = test::row_prefixes(stored, c.p.batch * c.p.q_len * c.p.num_heads, c.p.head_dim,
+                                                       c.out_head_stride, gaps_poisoned);
     const double error = test::relative_error(out, test::round_to(c.p.dtype, ref_out));
     INFO(label(c) << ": relative error " << error << " (tolerance " << test::tolerance(c.p.dtype) << ")");
     CHECK(error <= test::tolerance(c.p.dtype));

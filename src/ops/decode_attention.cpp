@@ -35,10 +35,7 @@ public:
 
     Config heuristic(const DeviceInfo& device) const override { return decode_heuristic(shape_, device); }
     std::vector<Config> search_space(const DeviceInfo& device) const override {
-        std::vector<Config> configs;
-        for (const Config& config : decode_search_space(shape_, device))
-            if (!invalid_reason(config, device)) configs.push_back(config);
-        return configs;
+        return valid_configs(decode_search_space(shape_, device), device);
     }
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
         return decode_invalid_reason(shape_, config, device);

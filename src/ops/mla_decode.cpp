@@ -52,10 +52,7 @@ public:
 
     Config heuristic(const DeviceInfo& device) const override { return mla_heuristic(shape_, device); }
     std::vector<Config> search_space(const DeviceInfo& device) const override {
-        std::vector<Config> configs;
-        for (const Config& config : mla_search_space(shape_, device))
-            if (!invalid_reason(config, device)) configs.push_back(config);
-        return configs;
+        return valid_configs(mla_search_space(shape_, device), device);
     }
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
         return mla_invalid_reason(shape_, config, device);

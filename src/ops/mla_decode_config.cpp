@@ -43,7 +43,7 @@ long long stages_that_fit(const MlaShape& s, long long kernel, long long block_m
 
 }  // namespace
 
-MlaShape mla_shape(const MlaDecodeProblem& p) { return {p.batch, p.num_heads, p.q_len, p.max_kv_len, p.page_size}; }
+MlaShape mla_shape(const MlaDecodeProblem& p) { return {p.batch, p.num_heads, p.q_len, p.max_kv_len}; }
 
 MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
     const std::string op = "mla_decode";

@@ -22,7 +22,7 @@ namespace tileops::detail {
 
 // What the config choice needs to know about an MLA decode problem.
 struct MlaShape {
-    long long batch, num_heads, q_len, max_kv_len, page_size;
+    long long batch, num_heads, q_len, max_kv_len;
     long long rows() const { return num_heads * q_len; }
 };
 MlaShape mla_shape(const MlaDecodeProblem& problem);

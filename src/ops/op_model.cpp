@@ -7,6 +7,13 @@
 
 namespace tileops::detail {
 
+std::vector<Config> OpModel::valid_configs(const std::vector<Config>& candidates, const DeviceInfo& device) const {
+    std::vector<Config> configs;
+    for (const Config& config : candidates)
+        if (!invalid_reason(config, device)) configs.push_back(config);
+    return configs;
+}
+
 std::string OpModel::describe() const {
     std::string text = fmt::format("{} {} {}", op_name(), fmt::join(shape(), "x"), dtype_key());
     if (!flags().empty()) text += " [" + flags() + "]";

@@ -93,6 +93,10 @@ public:
     // "rmsnorm 8192x4096 bf16 [residual]".
     std::string describe() const;
     TuningKey tuning_key(const std::string& arch, const std::string& template_hash) const;
+
+protected:
+    // The candidates invalid_reason() accepts on `device` (for search_space()).
+    std::vector<Config> valid_configs(const std::vector<Config>& candidates, const DeviceInfo& device) const;
 };
 
 // The C++ type name of a dtype inside templates: "float", "__half", "__nv_bfloat16".

@@ -3,6 +3,19 @@
 #include <tuple>
 
 namespace tileops::test {
+namespace {
+
+// A decode problem's cache as pages of `page_size` tokens (0: contiguous), a pool of exactly
+// batch x pages per sequence.
+template <typename Problem>
+void page_cache(Problem& p, int64_t page_size) {
+    if (page_size == 0) return;
+    p.page_size = page_size;
+    p.max_pages_per_seq = (p.max_kv_len + page_size - 1) / page_size;
+    p.num_pages = p.batch * p.max_pages_per_seq;
+}
+
+}  // namespace
 
 std::vector<std::unique_ptr<Op>> representative_ops() {
     std::vector<std::unique_ptr<Op>> ops;
@@ -34,11 +47,7 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
                     p.q_len = q_len;
                     p.max_kv_len = 4097;
                     p.dtype = dtype;
-                    if (page_size > 0) {
-                        p.page_size = page_size;
-                        p.max_pages_per_seq = (p.max_kv_len + page_size - 1) / page_size;
-                        p.num_pages = p.batch * p.max_pages_per_seq;
-                    }
+                    page_cache(p, page_size);
                     ops.push_back(std::make_unique<DecodeAttention>(p));
                 }
     // GEMM (each kernel takes seconds to compile, so few problems; the whole GEMM search space has
@@ -81,11 +90,7 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
             p.q_len = q_len;
             p.max_kv_len = 4097;
             p.dtype = dtype;
-            if (page_size > 0) {
-                p.page_size = page_size;
-                p.max_pages_per_seq = (p.max_kv_len + page_size - 1) / page_size;
-                p.num_pages = p.batch * p.max_pages_per_seq;
-            }
+            page_cache(p, page_size);
             ops.push_back(std::make_unique<MlaDecode>(p));
         }
     return ops;

@@ -114,6 +114,19 @@ int run_self(const std::vector<std::string>& args, const std::vector<std::pair<s
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+std::vector<double> row_prefixes(const std::vector<double>& stored, int64_t rows, int64_t width, int64_t stride,
+                                 bool& gaps_poisoned) {
+    std::vector<double> out;
+    gaps_poisoned = true;
+    for (int64_t row = 0; row < rows; ++row)
+        for (int64_t e = 0; e < stride; ++e) {
+            const double value = stored.at(static_cast<size_t>(row * stride + e));
+            if (e < width) out.push_back(value);
+            else gaps_poisoned = gaps_poisoned && std::isnan(value);
+        }
+    return out;
+}
+
 double lse_error(const std::vector<double>& lse, const std::vector<double>& ref) {
     double worst = lse.size() == ref.size() ? 0.0 : INFINITY;
     for (size_t i = 0; i < std::min(lse.size(), ref.size()); ++i) {

@@ -64,6 +64,12 @@ std::vector<double> random_values(size_t count, uint64_t seed, double lo = -2.0,
 // ||out - ref|| / ||ref|| over the entries where `mask` (if given) is true; +inf on any NaN.
 double relative_error(const std::vector<double>& out, const std::vector<double>& ref);
 
+// The first `width` values of each of `rows` rows `stride` apart in `stored` (a downloaded
+// buffer); `gaps_poisoned` tells whether every value after them up to the next row's start (the
+// last row's too) is still NaN, i.e. untouched by the kernel.
+std::vector<double> row_prefixes(const std::vector<double>& stored, int64_t rows, int64_t width, int64_t stride,
+                                 bool& gaps_poisoned);
+
 // Worst error of a log-sum-exp per row against the reference: relative to max(1, |ref|), and +inf
 // where the reference is -inf (a row that saw no key) and the result is not exactly that.
 double lse_error(const std::vector<double>& lse, const std::vector<double>& ref);
