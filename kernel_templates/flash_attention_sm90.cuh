@@ -319,10 +319,15 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
         // S = Q K^T of the tile in `stage`, issued (not waited for).
         auto issue_scores = [&](int stage) {
             const T* k = sh.ring_k + stage * kKV;
+            // Opaque to the compiler, so that it rebuilds the descriptors here instead of keeping
+            // them for every stage in registers across the loop (the three-consumer causal kernel
+            // spilled 80 bytes for them).
+            const T* q = q_rows;
+            asm volatile("" : "+l"(q), "+l"(k));
             wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < HEAD_DIM / 16; ++kk)
-                wgmma_m64k16<T, BN, 0>(s, wgmma_descriptor_sw128(q_rows) + k_major_step<BM>(kk),
+                wgmma_m64k16<T, BN, 0>(s, wgmma_descriptor_sw128(q) + k_major_step<BM>(kk),
                                        wgmma_descriptor_sw128(k) + k_major_step<BN>(kk), kk > 0 ? 1 : 0);
             wgmma_commit();
         };
@@ -336,13 +341,11 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_m64k16<T, HEAD_DIM, 1>(o, pv[kk], desc_v + kk * 128, 1);
             wgmma_commit();
         };
-        // S of `tile` has landed in registers: its K buffer is free, and after the last tile Q too.
-        auto scores_done = [&](int tile) {
+        // S of `tile` has landed in registers: its K buffer is free. (The Q buffer is freed after
+        // the epilogue, which stages the output in it.)
+        auto scores_done = [&] {
             wgmma_fence_registers(s);
-            if (warp_leader) {
-                mbarrier_arrive(&sh.empty_k[k_ring.stage]);
-                if (tile == work.end_tile - 1) mbarrier_arrive(&sh.q_empty[q_ring.stage]);
-            }
+            if (warp_leader) mbarrier_arrive(&sh.empty_k[k_ring.stage]);
             k_ring.advance();
         };
         // P V has finished: its V buffer and the P registers are free.
@@ -375,7 +378,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             issue_scores(k_ring.stage);
             their_turn();
             wgmma_wait<0>();
-            scores_done(work.first_tile);
+            scores_done();
             float scale[2];
             softmax(work.first_tile, scale);
             pack_probabilities<T, BN>(s, pv);
@@ -388,7 +391,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
                 issue_values(v_ring.stage);
                 their_turn();
                 wgmma_wait<1>();  // the scores are in; P V of the previous tile may still run
-                scores_done(tile);
+                scores_done();
                 softmax(tile, scale);
                 wgmma_wait<0>();
                 values_done();
@@ -408,31 +411,85 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             their_turn();
             wgmma_wait<0>();
             values_done();
-            q_ring.advance();
         }
 
-        // Each row's sum over its quad, then O / sum, stored as T pairs; rows of other sequences
-        // or past the end are not stored.
+        // Each row's sum over its quad, then O / sum. The work tile's coordinates are decoded again
+        // from its index rather than kept in registers through the loop.
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 1);
             row_sum[half] += __shfl_xor_sync(0xffffffffu, row_sum[half], 2);
         }
+        asm volatile("" : "+r"(w));
+        flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, w, q_tiles, work);
+        const bool has_keys = work.first_tile < work.end_tile;
+        float inverse[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
+            inverse[half] = row_sum[half] > 0.0f ? 1.0f / row_sum[half] : 0.0f;
             const int r = row + half * 8;
-            if (r >= work.seq.len_q) continue;
-            const float inverse = row_sum[half] > 0.0f ? 1.0f / row_sum[half] : 0.0f;
-            T* out = static_cast<T*>(p.o) + work.b * p.o_batch_stride + (work.seq.q_first + r) * p.o_row_stride +
-                     work.h * p.o_head_stride + (t % 4) * 2;
-#pragma unroll
-            for (int j = 0; j < HEAD_DIM / 8; ++j) {
-                const unsigned pair = pack_pair<T>(o[4 * j + 2 * half] * inverse, o[4 * j + 2 * half + 1] * inverse);
-                *reinterpret_cast<unsigned*>(out + 8 * j) = pair;
-            }
-            if (p.lse != nullptr && t % 4 == 0)
+            if (p.lse != nullptr && t % 4 == 0 && r < work.seq.len_q)
                 p.lse[work.b * p.lse_batch_stride + work.h * p.lse_head_stride + work.seq.q_first + r] =
                     attention_lse(row_max[half], row_sum[half], p.scale);
+        }
+        T* const out_tile = static_cast<T*>(p.o) + work.b * p.o_batch_stride + work.seq.q_first * p.o_row_stride +
+                            work.h * p.o_head_stride;
+        const bool vector_stores =
+            ((reinterpret_cast<unsigned long long>(p.o) |
+              static_cast<unsigned long long>(p.o_row_stride | p.o_head_stride | p.o_batch_stride) * sizeof(T)) & 15) == 0;
+        if (has_keys && vector_stores) {
+            // Each warp stages its 16 rows in its own rows of the work tile's Q buffer (no longer
+            // read: the last S is done), in the buffer's 128-byte swizzled layout so that the
+            // 4-byte writes of the accumulator layout are free of bank conflicts, then stores
+            // whole 16-byte pieces of rows: a store instruction covers full rows instead of
+            // 16 bytes of eight rows.
+            constexpr int kChunks = HEAD_DIM / 8;  // 16-byte pieces of a row
+            // Opaque, so that the compiler computes the addresses below here rather than hoisting
+            // them out of the work loop into registers that the loop needs.
+            int lane = t % 32;
+            asm volatile("" : "+r"(lane));
+            unsigned char* staging = reinterpret_cast<unsigned char*>(sh.q + q_ring.stage * BM * HEAD_DIM) +
+                                     (consumer * 64 + (t / 32) * 16) * 128;
+            auto piece = [&](int warp_row, int chunk) {  // byte offset of a 16-byte piece in the staging rows
+                return (chunk / 8) * (BM * 128) + warp_row * 128 + (((chunk % 8) ^ (warp_row % 8)) * 16);
+            };
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int warp_row = lane / 4 + half * 8;
+#pragma unroll
+                for (int j = 0; j < kChunks; ++j) {
+                    const unsigned pair = pack_pair<T>(o[4 * j + 2 * half] * inverse[half], o[4 * j + 2 * half + 1] * inverse[half]);
+                    *reinterpret_cast<unsigned*>(staging + piece(warp_row, j) + (lane % 4) * 4) = pair;
+                }
+            }
+            __syncwarp();
+            const int warp_row0 = rows0 + (t / 32) * 16;  // the warp's first row in the sequence
+#pragma unroll
+            for (int i = 0; i < 16 * kChunks / 32; ++i) {
+                const int index = i * 32 + lane, warp_row = index / kChunks, chunk = index % kChunks;
+                if (warp_row0 + warp_row < work.seq.len_q)
+                    *reinterpret_cast<int4*>(out_tile + (warp_row0 + warp_row) * p.o_row_stride + chunk * 8) =
+                        *reinterpret_cast<const int4*>(staging + piece(warp_row, chunk));
+            }
+            __syncwarp();
+        } else {
+            // Rows that see no key (their tile loaded no Q buffer) or an output not 16-byte aligned:
+            // T pairs straight from the accumulators.
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = row + half * 8;
+                if (r >= work.seq.len_q) continue;
+                T* out = out_tile + r * p.o_row_stride + (t % 4) * 2;
+#pragma unroll
+                for (int j = 0; j < HEAD_DIM / 8; ++j)
+                    *reinterpret_cast<unsigned*>(out + 8 * j) =
+                        pack_pair<T>(o[4 * j + 2 * half] * inverse[half], o[4 * j + 2 * half + 1] * inverse[half]);
+            }
+        }
+        if (has_keys) {
+            // The staging reads are done: the producer may load the Q of a later work tile here.
+            if (warp_leader) mbarrier_arrive(&sh.q_empty[q_ring.stage]);
+            q_ring.advance();
         }
     }
     // Consumer 0's barrier got one arrival more than it was waited for (the start): take it.
