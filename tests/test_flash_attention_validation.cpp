@@ -127,6 +127,12 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     const FlashAttention d64(with([](auto& p) { p.head_dim = 64; }));
     CHECK_FALSE(d64.model().invalid_reason(odd, h100).has_value());
     CHECK(d64.model().heuristic(h100).at("block_m") == 192);
+    // Short causal sequences at head dim 64 keep 128-row tiles (with three stages); long ones 192.
+    const FlashAttention d64_causal(with([](auto& p) { p.head_dim = 64, p.causal = true; }));
+    CHECK(d64_causal.model().heuristic(h100).at("block_m") == 128);
+    CHECK(d64_causal.model().heuristic(h100).at("stages") == 3);
+    const FlashAttention d64_causal_4k(with([](auto& p) { p.head_dim = 64, p.causal = true, p.seqlen_q = 4096; }));
+    CHECK(d64_causal_4k.model().heuristic(h100).at("block_m") == 192);
     odd["warps"] = 12;
     CHECK_THAT(*d64.model().invalid_reason(odd, h100), ContainsSubstring("runs 192 query rows with 16 warps, not 12"));
     Config big{{"kernel", 0}, {"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"stages", 3}};

@@ -110,7 +110,7 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
 }
 
 FlashShape flash_shape(const FlashAttentionProblem& p) {
-    return {p.head_dim, static_cast<int>(dtype_size(p.dtype))};
+    return {p.head_dim, static_cast<int>(dtype_size(p.dtype)), p.causal, p.seqlen_q};
 }
 
 // Elements spanned by a tensor of `outer` x `rows` x `heads` rows of head_dim with these strides.

@@ -29,6 +29,8 @@ constexpr size_t kSm90SharedBytes = 227 * 1024;
 struct FlashShape {
     long long head_dim;
     int element_bytes;
+    bool causal = false;
+    long long seqlen_q = 0;  // the longest query sequence
 };
 
 struct FlashConfig {
