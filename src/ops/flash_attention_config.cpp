@@ -69,11 +69,11 @@ Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {
     // Head dim 64: three consumers hide the softmax better, except on short causal sequences,
     // where 192-row tiles waste more on the diagonal and past the end (H100, 1k causal: 128 rows
     // and three stages took 127 us, 192 rows 136-147).
-    const bool short_causal = s.causal && s.seqlen_q <= 1024;
-    c.block_m = s.head_dim == 64 && !short_causal ? 192 : 128;
+    const bool short_causal_d64 = s.head_dim == 64 && s.causal && s.seqlen_q <= 1024;
+    c.block_m = s.head_dim == 64 && !short_causal_d64 ? 192 : 128;
     c.warps = sm90_warps(c.block_m);
     c.block_n = s.head_dim == 256 ? 64 : 128;
-    c.stages = s.head_dim == 64 && short_causal ? 3 : 2;
+    c.stages = short_causal_d64 ? 3 : 2;
     c.pingpong = 1;
     return c.to_config();
 }
