@@ -14,19 +14,16 @@
 
 namespace tileops {
 
-template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, int VEC, int ITEMS, int CLUSTER>
+template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, int VEC, int ITEMS, int CLUSTER,
+          bool PREFETCH>
 __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     layernorm_kernel(const T* x, long long x_stride, const T* weight, const T* bias, TOut* y, long long y_stride,
                      long long rows, long long cols, float eps) {
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
     __shared__ RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK> scratch;
-    const Layout at;
-    const bool active = at.row < rows;
-    const T* x_row = x + at.row * x_stride;
-    TOut* y_row = y + at.row * y_stride;
     const float inv_cols = 1.0f / static_cast<float>(cols);
 
-    auto store_y = [&](long long col, const Vec<T, VEC>& raw, float mean, float scale) {
+    auto store_y = [&](TOut* y_row, long long col, const Vec<T, VEC>& raw, float mean, float scale) {
         float v[VEC], w[VEC], b[VEC];
         unpack(raw, v);
         load_vec<T, VEC>(weight + col, w);
@@ -37,40 +34,42 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     };
 
     if constexpr (ITEMS > 0) {
-        Vec<T, VEC> held[ITEMS];
-        float sum = 0.0f;
+        const T* const x_bases[1] = {x};
+        const long long x_strides[1] = {x_stride};
+        for_each_row_group<Layout, T, VEC, ITEMS, 1, PREFETCH>(
+            rows, cols, x_bases, x_strides, [&](const Layout& at, const Vec<T, VEC> (&held)[1][ITEMS]) {
+                const bool active = at.row < rows;
+                float sum = 0.0f;  // held vectors past the row are zeros
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const long long col = at.column(i);
-            if (active && col < cols) {
-                held[i] = load_raw<T, VEC>(x_row + col);
-            } else {
+                for (int i = 0; i < ITEMS; ++i) {
+                    float v[VEC];
+                    unpack(held[0][i], v);
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) held[i].v[k] = from_float<T>(0.0f);
-            }
-            float v[VEC];
-            unpack(held[i], v);
+                    for (int k = 0; k < VEC; ++k) sum += v[k];
+                }
+                const float mean = row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum, scratch) * inv_cols;
+                float squares = 0.0f;
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) sum += v[k];
-        }
-        const float mean = row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum, scratch) * inv_cols;
-        float squares = 0.0f;
+                for (int i = 0; i < ITEMS; ++i) {
+                    if (!(active && at.column(i) < cols)) continue;  // padding is not part of the row
+                    float v[VEC];
+                    unpack(held[0][i], v);
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            if (!(active && at.column(i) < cols)) continue;  // padding is not part of the row
-            float v[VEC];
-            unpack(held[i], v);
+                    for (int k = 0; k < VEC; ++k) squares += (v[k] - mean) * (v[k] - mean);
+                }
+                const float var =
+                    row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(squares, scratch) * inv_cols;
+                const float scale = rsqrtf(var + eps);
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) squares += (v[k] - mean) * (v[k] - mean);
-        }
-        const float var = row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(squares, scratch) * inv_cols;
-        const float scale = rsqrtf(var + eps);
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const long long col = at.column(i);
-            if (active && col < cols) store_y(col, held[i], mean, scale);
-        }
+                for (int i = 0; i < ITEMS; ++i) {
+                    const long long col = at.column(i);
+                    if (active && col < cols) store_y(y + at.row * y_stride, col, held[0][i], mean, scale);
+                }
+            });
     } else {
+        const Layout at;
+        const bool active = at.row < rows;
+        const T* x_row = x + at.row * x_stride;
         const float shift = active ? to_float(x_row[0]) : 0.0f;
         float sum = 0.0f, squares = 0.0f;
         if (active) {
@@ -92,7 +91,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         const float mean = shift + mean_shifted;
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
-                store_y(col, load_raw<T, VEC>(x_row + col), mean, scale);
+                store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), mean, scale);
         }
     }
 }

@@ -16,7 +16,8 @@
 
 namespace tileops {
 
-template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, int VEC, int ITEMS, int CLUSTER, bool LOG>
+template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, int VEC, int ITEMS, int CLUSTER, bool LOG,
+          bool PREFETCH>
 __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     softmax_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows, long long cols) {
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
@@ -24,14 +25,10 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     constexpr float kLn2 = 0.6931471805599453f;
     const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
     __shared__ RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK> scratch;
-    const Layout at;
-    const bool active = at.row < rows;
-    const T* x_row = x + at.row * x_stride;
-    TOut* y_row = y + at.row * y_stride;
 
     // Writes the VEC outputs at `col` from the inputs, the row max (pre-scaled by log2 e) and
     // log2 of the row's sum of exponentials.
-    auto store_y = [&](long long col, const Vec<T, VEC>& raw, float max_scaled, float log2_sum) {
+    auto store_y = [&](TOut* y_row, long long col, const Vec<T, VEC>& raw, float max_scaled, float log2_sum) {
         float v[VEC];
         unpack(raw, v);
 #pragma unroll
@@ -43,37 +40,44 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     };
 
     if constexpr (ITEMS > 0) {
-        Vec<T, VEC> held[ITEMS];
-        float max = neg_inf;
+        const T* const x_bases[1] = {x};
+        const long long x_strides[1] = {x_stride};
+        for_each_row_group<Layout, T, VEC, ITEMS, 1, PREFETCH>(
+            rows, cols, x_bases, x_strides, [&](const Layout& at, const Vec<T, VEC> (&held)[1][ITEMS]) {
+                const bool active = at.row < rows;
+                float max = neg_inf;
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const long long col = at.column(i);
-            if (active && col < cols) {
-                held[i] = load_raw<T, VEC>(x_row + col);
-                float v[VEC];
-                unpack(held[i], v);
+                for (int i = 0; i < ITEMS; ++i) {
+                    if (!(active && at.column(i) < cols)) continue;  // padding is not part of the row
+                    float v[VEC];
+                    unpack(held[0][i], v);
 #pragma unroll
-                for (int k = 0; k < VEC; ++k) max = fmaxf(max, v[k]);
-            }
-        }
-        const float max_scaled = row_reduce<MaxOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(max, scratch) * kLog2e;
-        float sum = 0.0f;
+                    for (int k = 0; k < VEC; ++k) max = fmaxf(max, v[k]);
+                }
+                const float max_scaled =
+                    row_reduce<MaxOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(max, scratch) * kLog2e;
+                float sum = 0.0f;
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            if (!(active && at.column(i) < cols)) continue;
-            float v[VEC];
-            unpack(held[i], v);
+                for (int i = 0; i < ITEMS; ++i) {
+                    if (!(active && at.column(i) < cols)) continue;
+                    float v[VEC];
+                    unpack(held[0][i], v);
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
-        }
-        const float log2_sum = __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum, scratch));
+                    for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
+                }
+                const float log2_sum =
+                    __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum, scratch));
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const long long col = at.column(i);
-            if (active && col < cols) store_y(col, held[i], max_scaled, log2_sum);
-        }
+                for (int i = 0; i < ITEMS; ++i) {
+                    const long long col = at.column(i);
+                    if (active && col < cols) store_y(y + at.row * y_stride, col, held[0][i], max_scaled, log2_sum);
+                }
+            });
     } else {
         // Online statistics: `sum` is relative to this thread's running max.
+        const Layout at;
+        const bool active = at.row < rows;
+        const T* x_row = x + at.row * x_stride;
         float max = neg_inf, sum = 0.0f;
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC) {
@@ -96,7 +100,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         const float log2_sum = __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(rescaled, scratch));
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
-                store_y(col, load_raw<T, VEC>(x_row + col), row_max * kLog2e, log2_sum);
+                store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), row_max * kLog2e, log2_sum);
         }
     }
 }

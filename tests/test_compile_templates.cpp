@@ -28,3 +28,22 @@ TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[c
     }
     test::compile_all(kernels, arch);
 }
+
+TEST_CASE("row-op kernels that prefetch compile for sm_80 and sm_90a", "[compile]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    std::map<std::string, std::set<std::string>> kernels;
+    for (const auto& op : test::representative_ops()) {
+        const detail::OpModel& model = op->model();
+        Config config = model.heuristic(device);
+        if (!config.count("prefetch")) continue;  // not a row op
+        config["prefetch"] = 1;
+        if (model.invalid_reason(config, device)) continue;  // streaming mode, or too much shared memory
+        INFO(model.describe());
+        for (int vec : model.vector_widths(config))
+            for (const std::string& name : model.plan(config, vec, device).name_expressions())
+                kernels[model.template_file()].insert(name);
+    }
+    CHECK(kernels.size() == 3);  // rmsnorm, layernorm and softmax kernels
+    test::compile_all(kernels, arch);
+}

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "support/device_tensor.hpp"
+#include "support/row_reference.hpp"
 #include "support/test_support.hpp"
 #include "tileops/tileops.hpp"
 
@@ -61,17 +62,9 @@ TEST_CASE("RmsNorm matches a double-precision reference", "[gpu][rmsnorm]") {
             op.run(shared_runtime(), {dx.data(), dr.data(), dw.data()}, {dy.data(), dsum.data()});
         else
             op.run(shared_runtime(), {dx.data(), dw.data()}, {dy.data()});
-        std::vector<double> y_ref(x.size()), sum_ref(x.size());
-        for (int64_t i = 0; i < s.rows; ++i) {
-            double ms = 0;
-            for (int64_t j = 0; j < s.cols; ++j) {
-                double h = x[i * s.cols + j] + (residual ? r[i * s.cols + j] : 0.0);
-                sum_ref[i * s.cols + j] = h;
-                ms += h * h;
-            }
-            const double inv = 1.0 / std::sqrt(ms / s.cols + 1e-5);
-            for (int64_t j = 0; j < s.cols; ++j) y_ref[i * s.cols + j] = sum_ref[i * s.cols + j] * inv * w[j];
-        }
+        std::vector<double> sum_ref;
+        const auto y_ref =
+            test::rmsnorm_reference(x, residual ? r : std::vector<double>{}, w, s.rows, s.cols, 1e-5, &sum_ref);
         const std::string what = label(residual ? "rmsnorm+residual" : "rmsnorm", s, dtype, pad);
         expect_close(dy.download(), y_ref, dtype, what);
         CHECK(dy.gaps_untouched());
@@ -112,12 +105,7 @@ TEST_CASE("RmsNorm writes fp32 output from bf16 input", "[gpu][rmsnorm]") {
     dx.upload(x);
     dw.upload(w);
     op.run(shared_runtime(), {dx.data(), dw.data()}, {dy.data()});
-    std::vector<double> ref(x.size());
-    for (int64_t i = 0; i < rows; ++i) {
-        double ms = 0;
-        for (int64_t j = 0; j < cols; ++j) ms += x[i * cols + j] * x[i * cols + j];
-        for (int64_t j = 0; j < cols; ++j) ref[i * cols + j] = x[i * cols + j] / std::sqrt(ms / cols + 1e-6) * w[j];
-    }
+    const auto ref = test::rmsnorm_reference(x, {}, w, rows, cols, 1e-6);
     // fp32 output of a bf16 computation: the inputs are exact, so only fp32 rounding remains.
     expect_close(dy.download(), ref, DType::fp32, "rmsnorm bf16->fp32");
 }
@@ -140,16 +128,7 @@ TEST_CASE("LayerNorm matches a double-precision reference", "[gpu][layernorm]") 
         dw.upload(w);
         db.upload(b);
         op.run(shared_runtime(), {dx.data(), dw.data(), db.data()}, {dy.data()});
-        std::vector<double> ref(x.size());
-        for (int64_t i = 0; i < s.rows; ++i) {
-            double mean = 0, var = 0;
-            for (int64_t j = 0; j < s.cols; ++j) mean += x[i * s.cols + j];
-            mean /= s.cols;
-            for (int64_t j = 0; j < s.cols; ++j) var += (x[i * s.cols + j] - mean) * (x[i * s.cols + j] - mean);
-            var /= s.cols;
-            for (int64_t j = 0; j < s.cols; ++j)
-                ref[i * s.cols + j] = (x[i * s.cols + j] - mean) / std::sqrt(var + 1e-5) * w[j] + b[j];
-        }
+        const auto ref = test::layernorm_reference(x, w, b, s.rows, s.cols, 1e-5);
         expect_close(dy.download(), ref, dtype, label("layernorm", s, dtype, pad));
         CHECK(dy.gaps_untouched());
     }
@@ -169,16 +148,7 @@ TEST_CASE("Softmax and log-softmax match a double-precision reference", "[gpu][s
         DeviceMatrix dx(dtype, s.rows, s.cols, stride), dy(dtype, s.rows, s.cols, stride);
         dx.upload(x);
         op.run(shared_runtime(), {dx.data()}, {dy.data()});
-        std::vector<double> ref(x.size());
-        for (int64_t i = 0; i < s.rows; ++i) {
-            double max = -INFINITY, sum = 0;
-            for (int64_t j = 0; j < s.cols; ++j) max = std::max(max, x[i * s.cols + j]);
-            for (int64_t j = 0; j < s.cols; ++j) sum += std::exp(x[i * s.cols + j] - max);
-            for (int64_t j = 0; j < s.cols; ++j) {
-                const double v = x[i * s.cols + j] - max;
-                ref[i * s.cols + j] = log ? v - std::log(sum) : std::exp(v) / sum;
-            }
-        }
+        const auto ref = test::softmax_reference(x, s.rows, s.cols, log);
         expect_close(dy.download(), ref, dtype, label(log ? "log_softmax" : "softmax", s, dtype, pad));
         CHECK(dy.gaps_untouched());
     }

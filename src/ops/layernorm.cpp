@@ -32,8 +32,8 @@ public:
 
 private:
     std::string name_expression(const RowLaunch& l) const override {
-        return fmt::format("tileops::layernorm_kernel<{}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
-                           l.rows_per_block, l.vec, l.items, l.cluster);
+        return fmt::format("tileops::layernorm_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
+                           l.rows_per_block, l.vec, l.items, l.cluster, l.prefetch);
     }
     LayerNormProblem problem_;
 };

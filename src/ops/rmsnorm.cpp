@@ -33,9 +33,10 @@ public:
     }
 
 private:
+    RowInputs inputs() const override { return {dtype_size(problem_.dtype), residual_ ? 2 : 1}; }
     std::string name_expression(const RowLaunch& l) const override {
-        return fmt::format("tileops::rmsnorm_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
-                           l.rows_per_block, l.vec, l.items, l.cluster, residual_ ? "true" : "false");
+        return fmt::format("tileops::rmsnorm_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
+                           l.rows_per_block, l.vec, l.items, l.cluster, residual_, l.prefetch);
     }
     RmsNormProblem problem_;
     bool residual_;

@@ -29,12 +29,13 @@ RowConfig RowConfig::from(const Config& config, const std::string& op) {
     row.vec = static_cast<int>(config_value(config, "vec", op));
     row.items = static_cast<int>(config_value(config, "items", op));
     row.cluster = static_cast<int>(config_value(config, "cluster", op));
+    if (auto it = config.find("prefetch"); it != config.end()) row.prefetch = static_cast<int>(it->second);
     return row;
 }
 
 Config RowConfig::to_config() const {
     return {{"threads_per_row", threads_per_row}, {"rows_per_block", rows_per_block}, {"vec", vec},
-            {"items", items}, {"cluster", cluster}};
+            {"items", items}, {"cluster", cluster}, {"prefetch", prefetch}};
 }
 
 namespace {
@@ -42,6 +43,12 @@ namespace {
 // Vectors a thread may hold at `vec` elements of `element_bytes` in a block of `block_threads`.
 int max_items(int vec, size_t element_bytes, int block_threads) {
     return held_bytes_limit(block_threads) / static_cast<int>(vec * element_bytes);
+}
+
+// Shared memory of the two prefetch stages of a block at vector width `vec`.
+int64_t prefetch_bytes(const RowConfig& c, int vec, RowInputs inputs) {
+    return 2 * int64_t{inputs.count} * c.items * c.threads_per_row * c.rows_per_block * vec *
+           static_cast<int64_t>(inputs.element_bytes);
 }
 
 }  // namespace
@@ -81,7 +88,7 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& de
 }
 
 std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, size_t element_bytes,
-                                              const DeviceInfo& device) {
+                                              RowInputs inputs, const DeviceInfo& device) {
     if (!is_pow2(c.threads_per_row) || c.threads_per_row > 1024)
         return fmt::format("threads_per_row = {} is not a power of two in [1, 1024]", c.threads_per_row);
     if (c.rows_per_block < 1 || int64_t{c.threads_per_row} * c.rows_per_block > device.max_threads_per_block)
@@ -101,10 +108,20 @@ std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, 
     if (c.items > 0 && int64_t{c.cluster} * c.threads_per_row * c.vec * c.items < cols)
         return fmt::format("holds {} elements per row, fewer than cols = {}",
                            int64_t{c.cluster} * c.threads_per_row * c.vec * c.items, cols);
+    if (c.prefetch != 0 && c.prefetch != 1) return fmt::format("prefetch = {} is not 0 or 1", c.prefetch);
+    if (c.prefetch == 1) {
+        if (c.items == 0) return "prefetch needs register mode (items > 0)";
+        if (device.sm() < 80) return "prefetch needs cp.async (sm_80 or newer)";
+        if (c.vec * inputs.element_bytes < 4) return "prefetch needs vectors of at least 4 bytes (cp.async)";
+        if (const int64_t bytes = prefetch_bytes(c, c.vec, inputs); bytes > device.max_shared_memory_per_block_optin)
+            return fmt::format("prefetch needs {} bytes of shared memory, more than the {} a block may have", bytes,
+                               device.max_shared_memory_per_block_optin);
+    }
     return std::nullopt;
 }
 
-std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device) {
+std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
+                                     const DeviceInfo& device) {
     std::vector<Config> space;
     std::set<Config> seen;
     const int max_vec = static_cast<int>(16 / element_bytes);
@@ -119,24 +136,26 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
                     if (tpr * rpb > 1024 || tpr * rpb < 32) continue;
                     if (cluster > 1 && rpb != 1) continue;
                     if (rpb > 1 && rpb > rows) continue;
-                    RowConfig c{tpr, rpb, vec, static_cast<int>(needed), cluster};
-                    if (row_invalid_reason(c, cols, element_bytes, device)) continue;
-                    if (seen.insert(c.to_config()).second) space.push_back(c.to_config());
+                    for (int prefetch : {0, 1}) {
+                        RowConfig c{tpr, rpb, vec, static_cast<int>(needed), cluster, prefetch};
+                        if (row_invalid_reason(c, cols, element_bytes, inputs, device)) continue;
+                        if (seen.insert(c.to_config()).second) space.push_back(c.to_config());
+                    }
                 }
             }
         }
     }
     // Streaming configs, for rows too long for registers and as a fallback.
     for (int tpr : {256, 512, 1024}) {
-        RowConfig c{tpr, 1, max_vec, 0, 1};
-        if (!row_invalid_reason(c, cols, element_bytes, device) && seen.insert(c.to_config()).second)
+        RowConfig c{tpr, 1, max_vec, 0, 1, 0};
+        if (!row_invalid_reason(c, cols, element_bytes, inputs, device) && seen.insert(c.to_config()).second)
             space.push_back(c.to_config());
     }
     return space;
 }
 
-RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols) {
-    RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, 0, 0};
+RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, RowInputs inputs) {
+    RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, c.prefetch == 1, 0, 0, 0};
     if (c.items > 0) {
         launch.items = static_cast<int>(ceil_div(cols, int64_t{c.cluster} * c.threads_per_row * vec));
         // A narrower vector needs more items for the same bytes held; past 32 items the unrolled
@@ -147,6 +166,8 @@ RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols) {
             launch.cluster = 1;
         }
     }
+    // cp.async copies 4 bytes at least: narrower vectors (misaligned pointers) load directly.
+    if (launch.items == 0 || vec * inputs.element_bytes < 4) launch.prefetch = false;
     if (launch.cluster > 1) {
         launch.rows_per_block = 1;
         launch.grid = static_cast<unsigned>(rows * launch.cluster);
@@ -154,6 +175,11 @@ RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols) {
         launch.grid = static_cast<unsigned>(ceil_div(rows, launch.rows_per_block));
     }
     launch.block = static_cast<unsigned>(launch.threads_per_row * launch.rows_per_block);
+    if (launch.prefetch) {
+        RowConfig held = c;
+        held.items = launch.items;
+        launch.shared_bytes = static_cast<unsigned>(prefetch_bytes(held, vec, inputs));
+    }
     return launch;
 }
 
@@ -172,12 +198,14 @@ std::string RowOpModel::dtype_key() const {
     return fmt::format("{}->{}", dtype_name(dtype_), dtype_name(out_dtype_));
 }
 
+size_t RowOpModel::element_bytes() const { return std::max(dtype_size(dtype_), dtype_size(out_dtype_)); }
+
 Config RowOpModel::heuristic(const DeviceInfo& device) const {
-    return row_heuristic(cols_, std::max(dtype_size(dtype_), dtype_size(out_dtype_)), device).to_config();
+    return row_heuristic(cols_, element_bytes(), device).to_config();
 }
 
 std::vector<Config> RowOpModel::search_space(const DeviceInfo& device) const {
-    return row_search_space(rows_, cols_, std::max(dtype_size(dtype_), dtype_size(out_dtype_)), device);
+    return row_search_space(rows_, cols_, element_bytes(), inputs(), device);
 }
 
 std::optional<std::string> RowOpModel::invalid_reason(const Config& config, const DeviceInfo& device) const {
@@ -187,7 +215,7 @@ std::optional<std::string> RowOpModel::invalid_reason(const Config& config, cons
     } catch (const std::exception& e) {
         return std::string(e.what());
     }
-    return row_invalid_reason(row, cols_, std::max(dtype_size(dtype_), dtype_size(out_dtype_)), device);
+    return row_invalid_reason(row, cols_, element_bytes(), inputs(), device);
 }
 
 std::vector<int> RowOpModel::vector_widths(const Config& config) const {
@@ -195,13 +223,15 @@ std::vector<int> RowOpModel::vector_widths(const Config& config) const {
 }
 
 LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) const {
-    RowLaunch launch = row_launch(RowConfig::from(config, op_name()), vec, rows_, cols_);
+    RowLaunch launch = row_launch(RowConfig::from(config, op_name()), vec, rows_, cols_, inputs());
     LaunchPlan plan;
     plan.template_file = template_file();
     plan.name_expression = name_expression(launch);
     plan.grid[0] = launch.grid;
     plan.block[0] = launch.block;
     plan.cluster = static_cast<unsigned>(launch.cluster);
+    plan.shared_bytes = launch.shared_bytes;
+    plan.persistent = launch.prefetch;  // the blocks walk the rows in steps of the resident grid
     return plan;
 }
 

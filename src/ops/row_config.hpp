@@ -20,6 +20,9 @@ struct RowConfig {
     int vec = 8;                // widest vector width (elements); narrowed at run time for odd shapes
     int items = 4;              // vectors each thread holds; 0: streaming (re-reads the row, any length)
     int cluster = 1;            // CTAs per row (sm_90+, rows_per_block == 1, up to kMaxCluster)
+    // 1: a persistent grid whose blocks copy their next rows into shared memory (cp.async, sm_80+)
+    // while they work on the current ones; register mode only. Optional in a config (default 0).
+    int prefetch = 0;
 
     static RowConfig from(const Config& config, const std::string& op);
     Config to_config() const;
@@ -29,7 +32,16 @@ struct RowConfig {
 // `items` when `vec` is narrower; rows too long for registers fall back to streaming.
 struct RowLaunch {
     int threads_per_row, rows_per_block, vec, items, cluster;
+    bool prefetch;
     unsigned grid, block;
+    unsigned shared_bytes;  // the prefetch stages
+};
+
+// The input rows a row op reads (x, and the residual for RMSNorm with the residual add): what
+// its prefetch stages hold, in the inputs' storage type.
+struct RowInputs {
+    size_t element_bytes;
+    int count = 1;
 };
 
 // Bytes of its row a thread may hold in registers (in the storage type) without spilling: the
@@ -39,10 +51,11 @@ inline constexpr int held_bytes_limit(int block_threads) { return block_threads 
 inline constexpr int kMaxCluster = 16;
 
 RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& device);
-std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device);
+std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
+                                     const DeviceInfo& device);
 std::optional<std::string> row_invalid_reason(const RowConfig& config, int64_t cols, size_t element_bytes,
-                                              const DeviceInfo& device);
-RowLaunch row_launch(const RowConfig& config, int vec, int64_t rows, int64_t cols);
+                                              RowInputs inputs, const DeviceInfo& device);
+RowLaunch row_launch(const RowConfig& config, int vec, int64_t rows, int64_t cols, RowInputs inputs);
 // Vector widths a row op may launch with: the config's, narrowed by what divides cols and strides.
 std::vector<int> row_vector_widths(const RowConfig& config, int shape_vec);
 
@@ -72,6 +85,10 @@ protected:
     virtual std::string name_expression(const RowLaunch& launch) const = 0;
     // "T, TOut" as template arguments.
     std::string type_arguments() const;
+    // The input rows the kernel reads (what its prefetch stages hold).
+    virtual RowInputs inputs() const { return {dtype_size(dtype_), 1}; }
+    // The widest of the input and output elements (the configs' vector widths are sized by it).
+    size_t element_bytes() const;
 
     int64_t rows_, cols_;
     DType dtype_, out_dtype_;

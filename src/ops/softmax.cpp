@@ -30,8 +30,8 @@ public:
 
 private:
     std::string name_expression(const RowLaunch& l) const override {
-        return fmt::format("tileops::softmax_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
-                           l.rows_per_block, l.vec, l.items, l.cluster, log_ ? "true" : "false");
+        return fmt::format("tileops::softmax_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
+                           l.rows_per_block, l.vec, l.items, l.cluster, log_ ? "true" : "false", l.prefetch);
     }
     SoftmaxProblem problem_;
     bool log_;
