@@ -156,6 +156,7 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
 // 132-SM H100, fewer than 66 clusters of two may fit, so the count comes from the driver.
 unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& launch) {
     const runtime::DriverApi& api = runtime::driver();
+    make_current();  // the occupancy queries need the device's context on this thread
     unsigned resident = 0;
     if (launch.cluster > 1) {
         CUlaunchAttribute attribute{};
