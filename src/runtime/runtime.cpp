@@ -144,7 +144,9 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(launch.function,
                                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
-    if (plan.shared_bytes > 48 * 1024)
+    // Dynamic shared memory past 48 KB needs an opt-in, and so does a smaller amount when the
+    // kernel's static shared memory takes the total past 48 KB: opt in to whatever is asked.
+    if (plan.shared_bytes > 0)
         TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(
             launch.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(plan.shared_bytes)));
     if (plan.persistent) launch.grid[0] = resident_grid(model, launch);

@@ -52,7 +52,10 @@ int cmd_warm(int argc, char** argv) {
                 "db", "tuning database(s) whose entries for the arch to compile", cxxopts::value<std::vector<std::string>>())(
                 "cache-dir", "kernel cache directory (default: TILEOPS_CACHE_DIR or the user cache)",
                 cxxopts::value<std::string>())("j,jobs", "parallel compilations (default: all cores)",
-                                               cxxopts::value<unsigned>()->default_value("0"));
+                                               cxxopts::value<unsigned>()->default_value("0"))(
+                "search-space",
+                "compile every config of each workload problem's search space (what `tune` times), so that a "
+                "tuning run spends its budget timing, not compiling");
         },
         [](const cxxopts::ParseResult& args) {
             const std::string arch = target_arch(args);
@@ -77,13 +80,17 @@ int cmd_warm(int argc, char** argv) {
                     ++entries;
                 }
             }
-            // Kernels of every workload problem, with the config the runtime would choose.
+            // Kernels of every workload problem, with the config the runtime would choose (and,
+            // with --search-space, every config `tune` would time).
             tuning::ConfigResolver resolver = make_resolver(arch, dbs);
+            const bool search_space = args.count("search-space") > 0;
             for (const auto& spec : problems) {
                 auto op = detail::make_op(spec);
                 const detail::OpModel& model = op->model();
                 tuning::ConfigChoice choice = tuning::choose_config(resolver, model, device);
                 add_kernels(model, choice.config, device, kernels);
+                if (search_space)
+                    for (const Config& config : model.search_space(device)) add_kernels(model, config, device, kernels);
             }
 
             std::filesystem::path cache_dir =
