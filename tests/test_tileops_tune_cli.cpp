@@ -379,6 +379,50 @@ TEST_CASE("tileops-tune: merge -o writes the union, the faster entry per key", "
     CHECK_FALSE(fs::exists(mixed));
 }
 
+TEST_CASE("tileops-tune: merge --drop-stale leaves out entries of other template versions", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // Fleet A's entries carry a made-up template hash: no version of this library would use them.
+    // A fresh entry with the current rmsnorm template hash is the one that survives.
+    TuningEntry fresh;
+    fresh.key = TuningKey{"rmsnorm", {512, 4096}, "bf16", "", "sm_90a",
+                          tileops::codegen::TemplateRegistry::instance().template_hash("rmsnorm.cuh")};
+    fresh.config = {{"cluster", 1}, {"items", 2}, {"rows_per_block", 1}, {"threads_per_row", 256}, {"vec", 8}};
+    fresh.median_us = 12.0;  // slower than fleet A's stale 10.5 us: being current wins, not speed
+    fresh.device = "Test GPU";
+    fresh.tuned_at = "2026-11-24T00:00:00Z";
+    TuningDb fresh_db;
+    fresh_db.meta().arch = "sm_90a";
+    fresh_db.upsert(fresh);
+    const fs::path fresh_path = dir.path() / "fresh.json";
+    fresh_db.save(fresh_path);
+
+    const fs::path out = dir.path() / "shipped.json";
+    const ToolResult merged =
+        run_tool({"merge", "--drop-stale", "-o", out.string(), fixture("cli_fleet_a.json").string(), fresh_path.string()});
+    INFO(merged.err);
+    REQUIRE(merged.status == 0);
+    CHECK_THAT(merged.out, ContainsSubstring("1 entries written to " + out.string() + " (3 stale dropped)"));
+    CHECK_THAT(merged.err, ContainsSubstring("dropped softmax 1024x1024 fp32 sm_90a: tuned with another version"));
+    const TuningDb result = TuningDb::load(out);
+    REQUIRE(result.entries().size() == 1);
+    CHECK(result.entries().front() == fresh);
+
+    // --json lists what was dropped and why; without --drop-stale nothing is.
+    const ToolResult as_json = run_tool({"merge", "--drop-stale", "--json", "-o", out.string(),
+                                         fixture("cli_fleet_a.json").string(), fresh_path.string()});
+    REQUIRE(as_json.status == 0);
+    const json summary = parse_json(as_json.out);
+    CHECK(summary.at("entries") == 1);
+    REQUIRE(summary.at("dropped").size() == 3);
+    CHECK(summary.at("dropped")[0].at("why").get<std::string>().find("another version") != std::string::npos);
+    const ToolResult kept_all =
+        run_tool({"merge", "--json", "-o", out.string(), fixture("cli_fleet_a.json").string(), fresh_path.string()});
+    REQUIRE(kept_all.status == 0);
+    CHECK(parse_json(kept_all.out).at("entries") == 4);  // both rmsnorm entries: their keys differ by hash
+    CHECK(parse_json(kept_all.out).at("dropped").empty());
+}
+
 TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shape or the heuristic", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;

@@ -63,7 +63,12 @@ void OperandBuffers::poison_outputs() {
 }
 
 std::vector<float> OperandBuffers::download_outputs() const {
+    // Outputs of long-row problems reach 10^8 elements: size the vector once.
+    size_t count = 0;
+    for (const auto& spec : specs_)
+        if (spec.output) count += static_cast<size_t>(spec.rows == 0 ? 1 : spec.rows) * static_cast<size_t>(spec.cols);
     std::vector<float> values;
+    values.reserve(count);
     for (size_t i = 0; i < specs_.size(); ++i) {
         if (!specs_[i].output) continue;
         const auto& spec = specs_[i];

@@ -1,8 +1,14 @@
-// tileops-tune list / show: what a database holds, as a table or JSON.
+// tileops-tune list / show / merge: what a database holds, as a table or JSON; databases merged
+// into one to ship.
+#include <optional>
+#include <string>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "codegen/template_registry.hpp"
+#include "ops/op_factory.hpp"
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
 #include "util/file_util.hpp"
@@ -23,6 +29,19 @@ void add_db_argument(cxxopts::Options& options) {
 TuningDb load_db(const cxxopts::ParseResult& args) {
     if (!args.count("db")) throw InvalidArgument("give the database file");
     return TuningDb::load(args["db"].as<std::string>());
+}
+
+// Why this library would never use an entry (tuned with another version of its op's kernel
+// template, or for an op or shape it does not know), or nullopt when it would.
+std::optional<std::string> stale_reason(const TuningEntry& e) {
+    try {
+        auto op = detail::make_op({e.key.op, e.key.shape, e.key.dtype, e.key.flags});
+        if (e.key.template_hash != codegen::TemplateRegistry::instance().template_hash(op->model().template_file()))
+            return "tuned with another version of the kernel template";
+        return std::nullopt;
+    } catch (const std::exception& error) {
+        return fmt::format("not a problem of this library: {}", error.what());
+    }
 }
 
 }  // namespace
@@ -95,6 +114,8 @@ int cmd_merge(int argc, char** argv) {
         "merge", "Merge tuning databases into one, keeping the faster entry per key (never across archs).", argc, argv,
         [](cxxopts::Options& options) {
             options.add_options()("o,output", "the merged database to write", cxxopts::value<std::string>())(
+                "drop-stale", "leave out entries this library would never use (tuned with another version of the "
+                "kernel templates): what a database shipped with this version should hold")(
                 "inputs", "databases to merge", cxxopts::value<std::vector<std::string>>());
             options.parse_positional({"inputs"});
             options.positional_help("A.json B.json ...");
@@ -108,12 +129,28 @@ int cmd_merge(int argc, char** argv) {
                 if (db.meta().sources.empty()) db.meta().sources = {path};
                 merged = TuningDb::merge(merged, db);
             }
+            nlohmann::json dropped = nlohmann::json::array();
+            if (args.count("drop-stale")) {
+                TuningDb kept;
+                kept.meta() = merged.meta();
+                for (const TuningEntry& e : merged.entries()) {
+                    if (auto why = stale_reason(e)) {
+                        dropped.push_back({{"entry", e.key.to_string()}, {"why", *why}});
+                        if (!args.count("json")) fmt::print(stderr, "dropped {}: {}\n", e.key.to_string(), *why);
+                    } else {
+                        kept.upsert(e);
+                    }
+                }
+                merged = std::move(kept);
+            }
             const std::string output = args["output"].as<std::string>();
             util::write_file_atomic(output, merged.to_json());
             if (args.count("json"))
-                fmt::print("{}\n", nlohmann::json({{"output", output}, {"entries", merged.entries().size()}}).dump(2));
+                fmt::print("{}\n", nlohmann::json({{"output", output}, {"entries", merged.entries().size()}, {"dropped", dropped}})
+                                       .dump(2));
             else
-                fmt::print("{} entries written to {}\n", merged.entries().size(), output);
+                fmt::print("{} entries written to {}{}\n", merged.entries().size(), output,
+                           args.count("drop-stale") ? fmt::format(" ({} stale dropped)", dropped.size()) : "");
             return 0;
         });
 }
