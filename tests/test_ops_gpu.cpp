@@ -1,6 +1,7 @@
 // Each memory-bound op against a double-precision reference on the CPU, on random inputs, with
 // poisoned outputs, padded row strides and row lengths that are not multiples of any tile.
 #include <cmath>
+#include <limits>
 #include <memory>
 
 #include <catch2/catch_test_macros.hpp>
@@ -151,6 +152,47 @@ TEST_CASE("Softmax and log-softmax match a double-precision reference", "[gpu][s
         const auto ref = test::softmax_reference(x, s.rows, s.cols, log);
         expect_close(dy.download(), ref, dtype, label(log ? "log_softmax" : "softmax", s, dtype, pad));
         CHECK(dy.gaps_untouched());
+    }
+}
+
+TEST_CASE("Softmax of rows with -inf entries (masked attention scores)", "[gpu][softmax]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const DType dtype = GENERATE(DType::fp32, DType::bf16);
+    const bool log = GENERATE(false, true);
+    const double neg_inf = -std::numeric_limits<double>::infinity();
+    // Row 0 is all -inf (NaN out, as torch); row 1 has its first half masked, so whole warps,
+    // blocks or CTAs of a cluster see nothing but -inf; row 2 has every third entry masked.
+    for (Shape s : {Shape{37, 1000}, Shape{5, 4097}, Shape{3, 70001}, Shape{3, 262144}}) {
+        Softmax op({s.rows, s.cols, dtype, {}, log});
+        auto x = test::round_to(dtype, test::random_values(s.rows * s.cols, 43 + s.cols, -8.0, 8.0));
+        for (int64_t j = 0; j < s.cols; ++j) {
+            x[j] = neg_inf;
+            if (j < s.cols / 2) x[s.cols + j] = neg_inf;
+            if (j % 3 == 0) x[2 * s.cols + j] = neg_inf;
+        }
+        DeviceMatrix dx(dtype, s.rows, s.cols, s.cols), dy(dtype, s.rows, s.cols, s.cols);
+        dx.upload(x);
+        op.run(shared_runtime(), {dx.data()}, {dy.data()});
+        const std::vector<double> y = dy.download();
+        const std::vector<double> ref = test::softmax_reference(x, s.rows, s.cols, log);
+        const std::string what = label(log ? "log_softmax" : "softmax", s, dtype, 0);
+        INFO(what);
+        std::vector<double> unmasked_out, unmasked_ref;
+        int64_t nan_in_masked_row = 0, wrong_masked = 0;
+        for (int64_t i = 0; i < s.rows * s.cols; ++i) {
+            if (i < s.cols) {
+                nan_in_masked_row += std::isnan(y[i]);
+            } else if (x[i] == neg_inf) {
+                wrong_masked += log ? y[i] != neg_inf : y[i] != 0.0;
+            } else {
+                unmasked_out.push_back(y[i]);
+                unmasked_ref.push_back(ref[i]);
+            }
+        }
+        CHECK(nan_in_masked_row == s.cols);
+        CHECK(wrong_masked == 0);
+        expect_close(unmasked_out, unmasked_ref, dtype, what);
     }
 }
 

@@ -22,6 +22,7 @@
 #include "tuning/operand_buffers.hpp"
 #include "tuning/timing.hpp"
 #include "util/clock.hpp"
+#include "util/parallel_for.hpp"
 
 namespace tileops::tuning {
 namespace {
@@ -31,11 +32,28 @@ using Clock = std::chrono::steady_clock;
 
 // Norm-wise relative difference; +inf when any element is not finite (unwritten or broken).
 double relative_difference(const std::vector<float>& out, const std::vector<float>& ref) {
+    // Partial sums per chunk, added in chunk order: the same result whatever the thread count.
+    const size_t grain = 1 << 20;
+    std::vector<double> diffs(util::chunk_count(out.size(), grain)), norms(diffs.size());
+    std::vector<char> finite(diffs.size(), 1);
+    util::parallel_for_chunks(out.size(), grain, [&](size_t chunk, size_t begin, size_t end) {
+        double diff = 0, norm = 0;
+        for (size_t i = begin; i < end; ++i) {
+            if (!std::isfinite(out[i])) {
+                finite[chunk] = 0;
+                return;
+            }
+            diff += double(out[i] - ref[i]) * double(out[i] - ref[i]);
+            norm += double(ref[i]) * double(ref[i]);
+        }
+        diffs[chunk] = diff;
+        norms[chunk] = norm;
+    });
     double diff = 0, norm = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-        if (!std::isfinite(out[i])) return INFINITY;
-        diff += double(out[i] - ref[i]) * double(out[i] - ref[i]);
-        norm += double(ref[i]) * double(ref[i]);
+    for (size_t c = 0; c < diffs.size(); ++c) {
+        if (!finite[c]) return INFINITY;
+        diff += diffs[c];
+        norm += norms[c];
     }
     return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
 }

@@ -1,9 +1,11 @@
 #include "tuning/operand_buffers.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
 #include "util/host_dtype.hpp"
+#include "util/parallel_for.hpp"
 
 namespace tileops::tuning {
 namespace {
@@ -63,22 +65,28 @@ void OperandBuffers::poison_outputs() {
 }
 
 std::vector<float> OperandBuffers::download_outputs() const {
-    // Outputs of long-row problems reach 10^8 elements: size the vector once.
+    // Outputs of long-row problems reach 10^8 elements: one allocation, decoded on every core.
     size_t count = 0;
     for (const auto& spec : specs_)
         if (spec.output) count += static_cast<size_t>(spec.rows == 0 ? 1 : spec.rows) * static_cast<size_t>(spec.cols);
-    std::vector<float> values;
-    values.reserve(count);
+    std::vector<float> values(count);
+    size_t base = 0;
     for (size_t i = 0; i < specs_.size(); ++i) {
         if (!specs_[i].output) continue;
         const auto& spec = specs_[i];
         std::vector<uint8_t> host(buffers_[i].size());
         buffers_[i].download(host.data(), host.size());
         const size_t element = dtype_size(spec.dtype);
-        const long long rows = spec.rows == 0 ? 1 : spec.rows;
-        for (long long r = 0; r < rows; ++r)
-            for (long long c = 0; c < spec.cols; ++c)
-                values.push_back(util::decode_value(spec.dtype, &host[static_cast<size_t>(r * spec.stride + c) * element]));
+        const size_t rows = spec.rows == 0 ? 1 : static_cast<size_t>(spec.rows);
+        const size_t cols = static_cast<size_t>(spec.cols), stride = static_cast<size_t>(spec.stride);
+        util::parallel_for_chunks(rows, std::max<size_t>(1, (1 << 18) / std::max<size_t>(cols, 1)),
+                                  [&](size_t, size_t begin, size_t end) {
+                                      for (size_t r = begin; r < end; ++r)
+                                          for (size_t c = 0; c < cols; ++c)
+                                              values[base + r * cols + c] =
+                                                  util::decode_value(spec.dtype, &host[(r * stride + c) * element]);
+                                  });
+        base += rows * cols;
     }
     return values;
 }

@@ -1,0 +1,34 @@
+#include "util/parallel_for.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace tileops::util {
+
+size_t chunk_count(size_t n, size_t grain) {
+    grain = std::max<size_t>(grain, 1);
+    return n == 0 ? 0 : (n + grain - 1) / grain;
+}
+
+void parallel_for_chunks(size_t n, size_t grain, const std::function<void(size_t, size_t, size_t)>& body) {
+    const size_t chunks = chunk_count(n, grain);
+    const size_t size = chunks == 0 ? 0 : (n + chunks - 1) / chunks;
+    auto run = [&](size_t chunk) { body(chunk, std::min(n, chunk * size), std::min(n, (chunk + 1) * size)); };
+    const size_t threads = std::min<size_t>(chunks, std::max(1u, std::thread::hardware_concurrency()));
+    if (threads <= 1) {
+        for (size_t c = 0; c < chunks; ++c) run(c);
+        return;
+    }
+    std::atomic<size_t> next{0};
+    auto worker = [&] {
+        for (size_t c = next++; c < chunks; c = next++) run(c);
+    };
+    std::vector<std::thread> pool;
+    for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+}
+
+}  // namespace tileops::util
