@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     constexpr float kLog2e = 1.4426950408889634f;
     constexpr float kLn2 = 0.6931471805599453f;
     const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
-    __shared__ StatsScratch<MaxSumStats, THREADS_PER_ROW, ROWS_PER_BLOCK> scratch;
+    __shared__ RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK> scratch;
 
     // Writes the VEC outputs at `col` from the inputs, the row max (pre-scaled by log2 e) and
     // log2 of the row's sum of exponentials.
@@ -45,8 +45,6 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         for_each_row_group<Layout, T, VEC, ITEMS, 1, PREFETCH>(
             rows, cols, x_bases, x_strides, [&](const Layout& at, const Vec<T, VEC> (&held)[1][ITEMS]) {
                 const bool active = at.row < rows;
-                // This thread's max and sum of exponentials (two passes over registers), then
-                // one exchange for the whole row.
                 float max = neg_inf;
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
@@ -56,22 +54,19 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
 #pragma unroll
                     for (int k = 0; k < VEC; ++k) max = fmaxf(max, v[k]);
                 }
-                const float local_max = max * kLog2e;
+                const float max_scaled =
+                    row_reduce<MaxOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(max, scratch) * kLog2e;
                 float sum = 0.0f;
-                if (max != neg_inf) {  // else nothing to add, and x - max would be -inf - -inf
 #pragma unroll
-                    for (int i = 0; i < ITEMS; ++i) {
-                        if (!(active && at.column(i) < cols)) continue;
-                        float v[VEC];
-                        unpack(held[0][i], v);
+                for (int i = 0; i < ITEMS; ++i) {
+                    if (!(active && at.column(i) < cols)) continue;
+                    float v[VEC];
+                    unpack(held[0][i], v);
 #pragma unroll
-                        for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - local_max);
-                    }
+                    for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
                 }
-                const MaxSumStats row = row_reduce<MaxSumStats, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(
-                    MaxSumStats{{local_max, sum}}, scratch);
-                const float max_scaled = row.max();
-                const float log2_sum = __log2f(row.sum());
+                const float log2_sum =
+                    __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum, scratch));
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     const long long col = at.column(i);
@@ -100,12 +95,12 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 }
             }
         }
-        const MaxSumStats row = row_reduce<MaxSumStats, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(
-            MaxSumStats{{max * kLog2e, sum}}, scratch);
-        const float log2_sum = __log2f(row.sum());
+        const float row_max = row_reduce<MaxOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(max, scratch);
+        const float rescaled = max == neg_inf ? 0.0f : sum * exp2f((max - row_max) * kLog2e);
+        const float log2_sum = __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(rescaled, scratch));
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
-                store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), row.max(), log2_sum);
+                store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), row_max * kLog2e, log2_sum);
         }
     }
 }
