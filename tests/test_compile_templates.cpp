@@ -12,19 +12,30 @@
 
 using namespace tileops;
 
+namespace {
+
+// template file -> every name expression the ops produce (one NVRTC program per file).
+using KernelsByFile = std::map<std::string, std::set<std::string>>;
+
+// Adds the kernels `config` launches, at every vector width run() may pick.
+void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Config& config, const DeviceInfo& device) {
+    for (int vec : model.vector_widths(config))
+        for (const std::string& name : model.plan(config, vec, device).name_expressions())
+            kernels[model.template_file()].insert(name);
+}
+
+}  // namespace
+
 TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[compile]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
-    // template file -> every name expression the ops produce (one NVRTC program per file).
-    std::map<std::string, std::set<std::string>> kernels;
+    KernelsByFile kernels;
     for (const auto& op : test::representative_ops()) {
         const detail::OpModel& model = op->model();
-        Config config = model.heuristic(device);
+        const Config config = model.heuristic(device);
         INFO(model.describe());
         REQUIRE_FALSE(model.invalid_reason(config, device).has_value());
-        for (int vec : model.vector_widths(config))
-            for (const std::string& name : model.plan(config, vec, device).name_expressions())
-                kernels[model.template_file()].insert(name);
+        add_kernels(kernels, model, config, device);
     }
     test::compile_all(kernels, arch);
 }
@@ -32,7 +43,7 @@ TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[c
 TEST_CASE("row-op kernels that prefetch compile for sm_80 and sm_90a", "[compile]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
-    std::map<std::string, std::set<std::string>> kernels;
+    KernelsByFile kernels;
     for (const auto& op : test::representative_ops()) {
         const detail::OpModel& model = op->model();
         Config config = model.heuristic(device);
@@ -40,9 +51,7 @@ TEST_CASE("row-op kernels that prefetch compile for sm_80 and sm_90a", "[compile
         config["prefetch"] = 1;
         if (model.invalid_reason(config, device)) continue;  // streaming mode, or too much shared memory
         INFO(model.describe());
-        for (int vec : model.vector_widths(config))
-            for (const std::string& name : model.plan(config, vec, device).name_expressions())
-                kernels[model.template_file()].insert(name);
+        add_kernels(kernels, model, config, device);
     }
     CHECK(kernels.size() == 3);  // rmsnorm, layernorm and softmax kernels
     test::compile_all(kernels, arch);
