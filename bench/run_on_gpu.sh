@@ -5,7 +5,11 @@
 #   bench   bench_memory_ops (all ops and shapes)
 #   quick   bench_memory_ops --quick
 #   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
-#   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json
+#   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json (later steps use it), in
+#           three parts by row length; TUNE_BUDGET seconds a problem (12), TUNE_TIMEOUT a part (300).
+#           The budget covers compiling: compile the search space beforehand where cores are many
+#           (tileops-tune warm --arch sm_90a --workload bench/tune_memory_ops.json --search-space
+#           --cache-dir DIR), bring DIR along and set TILEOPS_CACHE_DIR to it.
 #   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
 #   decode  bench_decode_attention and torch SDPA on the same problems, merged into a table
 #   flash   bench_flash_attention and torch SDPA (flash and cuDNN backends) on the same cases, merged
@@ -50,10 +54,21 @@ for step in "$@"; do
     quick) timeout 200 ./build-gpu/bench/bench_memory_ops --quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
     torch) PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-560} python3 bench/torch_peers.py --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 || status=1
       tail -5 "$OUT/torch.log" ;;
-    tune)
-      ./build-gpu/tools/tileops-tune tune --workload bench/tune_memory_ops.json --db "$OUT/tuned.json" \
-        --budget 12 --repeats 10 > "$OUT/tune.log" 2> "$OUT/tune_err.log" || status=1
-      tail -35 "$OUT/tune.log" ;;
+    tune)  # in three parts by row length (a part cut by TUNE_TIMEOUT loses only itself), merged
+      python3 - "$OUT" <<'PY'
+import json, sys
+w = json.load(open("bench/tune_memory_ops.json"))
+for name, keep in (("short", lambda c: c <= 4096), ("mid", lambda c: 4096 < c <= 65536), ("long", lambda c: c > 65536)):
+    json.dump({"problems": [p for p in w["problems"] if keep(p["shape"][-1])]}, open(f"{sys.argv[1]}/tune_{name}.json", "w"))
+PY
+      for part in short mid long; do
+        timeout "${TUNE_TIMEOUT:-300}" ./build-gpu/tools/tileops-tune tune --workload "$OUT/tune_$part.json" \
+          --db "$OUT/tuned_$part.json" --budget "${TUNE_BUDGET:-12}" --repeats 10 \
+          > "$OUT/tune_$part.log" 2> "$OUT/tune_${part}_err.log" || status=1
+        tail -12 "$OUT/tune_$part.log" | cut -c1-200
+      done
+      ./build-gpu/tools/tileops-tune merge -o "$OUT/tuned.json" "$OUT"/tuned_*.json > /dev/null || status=1
+      export TILEOPS_TUNING_DB="$OUT/tuned.json" ;;
     cli)
       T=./build-gpu/tools/tileops-tune
       $T tune --op rmsnorm --shape 3000x5000 --dtype bf16 --db "$OUT/cli.json" --budget 8 --repeats 5 > "$OUT/cli.log" 2>&1 || status=1
