@@ -261,6 +261,35 @@ TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then fi
     CHECK_THAT(bad_arch.err, ContainsSubstring("sm_1"));
 }
 
+TEST_CASE("tileops-tune: warm --search-space compiles every config tune would time", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const fs::path cache = dir.path() / "kernels";
+    const std::vector<std::string> problem = {"--arch", "sm_90a", "--op",          "silu",        "--shape", "64x4096",
+                                              "--dtype", "bf16",  "--cache-dir", cache.string(), "--json"};
+    auto warm = [&](bool search_space) {
+        std::vector<std::string> args = {"warm"};
+        args.insert(args.end(), problem.begin(), problem.end());
+        if (search_space) args.push_back("--search-space");
+        const ToolResult r = run_tool(args);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        return parse_json(r.out);
+    };
+    const json space = warm(true);
+    const size_t kernels = space.at("kernels").get<size_t>();
+    CHECK(space.at("compiled").get<size_t>() == kernels);
+    CHECK(space.at("failed").empty());
+    CHECK(count_files(cache, ".cubin") == kernels);
+
+    // The heuristic's kernels are among them: a plain warm (what Op::run needs) finds all cached,
+    // and needs fewer kernels than the search space.
+    const json plain = warm(false);
+    CHECK(plain.at("kernels").get<size_t>() < kernels);
+    CHECK(plain.at("compiled").get<size_t>() == 0);
+    CHECK(plain.at("already_cached") == plain.at("kernels"));
+}
+
 TEST_CASE("tileops-tune: list and show print a database as a table and as JSON", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     const std::string db = fixture("cli_fleet_a.json").string();
