@@ -120,7 +120,7 @@ bool ConfigResolver::usable(const LoadedDb& db, const TuningEntry& entry, const 
     const std::string& tuned_nvrtc = entry.nvrtc_version.empty() ? db.db.meta().nvrtc_version : entry.nvrtc_version;
     std::optional<std::string> why;
     if (entry.key.template_hash != key.template_hash)
-        why = "stale: tuned with another version of the kernel template";
+        why = fmt::format("stale: {}", kStaleTemplateReason);
     else if (!options_.nvrtc_version.empty() && !tuned_nvrtc.empty() && tuned_nvrtc != options_.nvrtc_version)
         why = fmt::format("stale: tuned with NVRTC {}, this is {}", tuned_nvrtc, options_.nvrtc_version);
     else if (!db.db.meta().arch.empty() && db.db.meta().arch != key.arch)

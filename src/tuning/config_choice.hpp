@@ -24,6 +24,9 @@
 
 namespace tileops::tuning {
 
+// Why an entry tuned with another version of its op's kernel template is never used.
+inline constexpr const char* kStaleTemplateReason = "tuned with another version of the kernel template";
+
 enum class ConfigSource { memory, user_db, shipped_db, nearest, heuristic };
 std::string to_string(ConfigSource source);
 

@@ -3,11 +3,26 @@
 #include <fmt/format.h>
 
 #include "codegen/template_registry.hpp"
+#include "ops/op_factory.hpp"
 
 namespace tileops::tuning {
 
 TuningKey tuning_key_for(const detail::OpModel& model, const DeviceInfo& device) {
-    return model.tuning_key(device.arch(), codegen::TemplateRegistry::instance().template_hash(model.template_file()));
+    return model.tuning_key(device.arch(), current_template_hash(model));
+}
+
+std::string current_template_hash(const detail::OpModel& model) {
+    return codegen::TemplateRegistry::instance().template_hash(model.template_file());
+}
+
+std::optional<std::string> stale_entry_reason(const TuningEntry& entry) {
+    try {
+        auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
+        if (entry.key.template_hash != current_template_hash(op->model())) return std::string(kStaleTemplateReason);
+        return std::nullopt;
+    } catch (const std::exception& error) {
+        return fmt::format("not a problem of this library: {}", error.what());
+    }
 }
 
 ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& model, const DeviceInfo& device) {

@@ -3,6 +3,9 @@
 // runtime and tileops-tune, so both choose the same way.
 #pragma once
 
+#include <optional>
+#include <string>
+
 #include "ops/op_model.hpp"
 #include "tuning/config_choice.hpp"
 
@@ -10,6 +13,13 @@ namespace tileops::tuning {
 
 // The op's tuning key on `device`'s arch, with the current template hash.
 TuningKey tuning_key_for(const detail::OpModel& model, const DeviceInfo& device);
+
+// The content hash of the op's kernel template as this library embeds it.
+std::string current_template_hash(const detail::OpModel& model);
+
+// Why this library would never use `entry` on any device (tuned with another version of its op's
+// kernel template, or for a problem it does not know), or nullopt when it would.
+std::optional<std::string> stale_entry_reason(const TuningEntry& entry);
 
 ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& model, const DeviceInfo& device);
 

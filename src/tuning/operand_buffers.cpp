@@ -66,9 +66,10 @@ void OperandBuffers::poison_outputs() {
 
 std::vector<float> OperandBuffers::download_outputs() const {
     // Outputs of long-row problems reach 10^8 elements: one allocation, decoded on every core.
+    auto rows_of = [](const auto& spec) { return spec.rows == 0 ? size_t{1} : static_cast<size_t>(spec.rows); };
     size_t count = 0;
     for (const auto& spec : specs_)
-        if (spec.output) count += static_cast<size_t>(spec.rows == 0 ? 1 : spec.rows) * static_cast<size_t>(spec.cols);
+        if (spec.output) count += rows_of(spec) * static_cast<size_t>(spec.cols);
     std::vector<float> values(count);
     size_t base = 0;
     for (size_t i = 0; i < specs_.size(); ++i) {
@@ -77,7 +78,7 @@ std::vector<float> OperandBuffers::download_outputs() const {
         std::vector<uint8_t> host(buffers_[i].size());
         buffers_[i].download(host.data(), host.size());
         const size_t element = dtype_size(spec.dtype);
-        const size_t rows = spec.rows == 0 ? 1 : static_cast<size_t>(spec.rows);
+        const size_t rows = rows_of(spec);
         const size_t cols = static_cast<size_t>(spec.cols), stride = static_cast<size_t>(spec.stride);
         util::parallel_for_chunks(rows, std::max<size_t>(1, (1 << 18) / std::max<size_t>(cols, 1)),
                                   [&](size_t, size_t begin, size_t end) {

@@ -1,14 +1,11 @@
 // tileops-tune list / show / merge: what a database holds, as a table or JSON; databases merged
 // into one to ship.
-#include <optional>
 #include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "codegen/template_registry.hpp"
-#include "ops/op_factory.hpp"
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
 #include "util/file_util.hpp"
@@ -16,6 +13,7 @@
 #include "tileops_tune/commands.hpp"
 #include "tileops_tune/output.hpp"
 #include "tileops_tune/resolver_setup.hpp"
+#include "tuning/op_config.hpp"
 
 namespace tileops::cli {
 namespace {
@@ -29,19 +27,6 @@ void add_db_argument(cxxopts::Options& options) {
 TuningDb load_db(const cxxopts::ParseResult& args) {
     if (!args.count("db")) throw InvalidArgument("give the database file");
     return TuningDb::load(args["db"].as<std::string>());
-}
-
-// Why this library would never use an entry (tuned with another version of its op's kernel
-// template, or for an op or shape it does not know), or nullopt when it would.
-std::optional<std::string> stale_reason(const TuningEntry& e) {
-    try {
-        auto op = detail::make_op({e.key.op, e.key.shape, e.key.dtype, e.key.flags});
-        if (e.key.template_hash != codegen::TemplateRegistry::instance().template_hash(op->model().template_file()))
-            return "tuned with another version of the kernel template";
-        return std::nullopt;
-    } catch (const std::exception& error) {
-        return fmt::format("not a problem of this library: {}", error.what());
-    }
 }
 
 }  // namespace
@@ -134,7 +119,7 @@ int cmd_merge(int argc, char** argv) {
                 TuningDb kept;
                 kept.meta() = merged.meta();
                 for (const TuningEntry& e : merged.entries()) {
-                    if (auto why = stale_reason(e)) {
+                    if (auto why = tuning::stale_entry_reason(e)) {
                         dropped.push_back({{"entry", e.key.to_string()}, {"why", *why}});
                         if (!args.count("json")) fmt::print(stderr, "dropped {}: {}\n", e.key.to_string(), *why);
                     } else {

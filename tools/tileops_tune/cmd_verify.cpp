@@ -48,8 +48,8 @@ int cmd_verify(int argc, char** argv) {
                 try {
                     auto op = detail::make_op({e.key.op, e.key.shape, e.key.dtype, e.key.flags});
                     const detail::OpModel& model = op->model();
-                    if (tuning::tuning_key_for(model, device).template_hash != e.key.template_hash)
-                        throw Error("stale: tuned with another version of the kernel template");
+                    if (tuning::current_template_hash(model) != e.key.template_hash)
+                        throw Error(fmt::format("stale: {}", tuning::kStaleTemplateReason));
                     tuning::OperandBuffers buffers(model, 1);
                     const int vec = op->vector_width(buffers.inputs(), buffers.outputs());
                     detail::ResolvedLaunch launch = impl.resolve_config(model, e.config, vec);
