@@ -1,7 +1,7 @@
 // Times the memory-bound ops on the GPU: achieved bandwidth against the device's measured
 // copy bandwidth, and the host cost of Op::run on a cache hit against a raw cuLaunchKernel.
 //
-//   bench_memory_ops [--json out.json] [--repeats N] [--quick]
+//   bench_memory_ops [--json out.json] [--repeats N] [--quick] [--ops a,b,...]
 //
 // Timing: CUDA events around each launch, L2 flushed before each (so inputs come from HBM),
 // warm-up first, median of the repeats. Bytes are the fewest the op must move: each input read
@@ -13,6 +13,8 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -36,6 +38,18 @@ struct Case {
     int64_t rows, cols;
     DType dtype;
 };
+
+// "a,b,c" -> {"a", "b", "c"}
+std::vector<std::string> split_list(const std::string& list) {
+    std::vector<std::string> items;
+    size_t start = 0;
+    while (start <= list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        if (comma > start) items.push_back(list.substr(start, comma - start));
+        start = comma + 1;
+    }
+    return items;
+}
 
 struct Result {
     Case c;
@@ -115,14 +129,18 @@ int run(int argc, char** argv) {
     int repeats = 30;
     bool quick = false;
     bool launch_only = false;  // only the host cost of a launch
+    std::vector<std::string> only_ops;  // --ops: a subset of the ops, by name
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
         else if (arg == "--quick") quick = true;
         else if (arg == "--launch-only") launch_only = true;
+        else if (arg == "--ops" && i + 1 < argc) only_ops = split_list(argv[++i]);
         else {
-            fmt::print(stderr, "usage: bench_memory_ops [--json out.json] [--repeats N] [--quick] [--launch-only]\n");
+            fmt::print(stderr,
+                       "usage: bench_memory_ops [--json out.json] [--repeats N] [--quick] [--ops a,b,...] "
+                       "[--launch-only]\n");
             return 2;
         }
     }
@@ -135,6 +153,12 @@ int run(int argc, char** argv) {
     std::vector<std::string> ops = {"rmsnorm", "rmsnorm_residual", "layernorm", "softmax", "log_softmax",
                                     "gelu", "gelu_tanh", "silu", "silu_mul", "add", "mul"};
     if (quick) ops = {"rmsnorm", "softmax", "silu_mul"};
+    if (!only_ops.empty()) {
+        for (const std::string& name : only_ops)
+            if (std::find(ops.begin(), ops.end(), name) == ops.end())
+                throw std::invalid_argument(fmt::format("--ops: unknown op '{}'", name));
+        ops = only_ops;
+    }
     if (launch_only) ops.clear();
     DeviceBuffer flush(size_t{128} << 20);
     nlohmann::json json;

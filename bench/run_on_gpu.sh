@@ -2,11 +2,13 @@
 # One call on the GPU machine: configure and build (release), then the steps named as arguments,
 # writing logs and JSON under $OUT (default ./gpu-out); TARGETS="a b" builds only those targets. Steps:
 #   tests   the [gpu] tests
-#   bench   bench_memory_ops (all ops and shapes)
+#   bench   bench_memory_ops (all ops and shapes; BENCH_OPS=a,b only those ops)
+#   row_tests the [gpu] tests of the row ops (rmsnorm, layernorm, softmax); elementwise_tests: of the elementwise ops
 #   quick   bench_memory_ops --quick
 #   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
 #   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json (later steps use it), in
-#           three parts by row length; TUNE_BUDGET seconds a problem (12), TUNE_TIMEOUT a part (300).
+#           three parts by row length; TUNE_BUDGET seconds a problem (12), TUNE_TIMEOUT a part (300),
+#           TUNE_PARTS="short mid long" the parts to tune (cols <= 4096, <= 65536, longer).
 #           The budget covers compiling: compile the search space beforehand where cores are many
 #           (tileops-tune warm --arch sm_90a --workload bench/tune_memory_ops.json --search-space
 #           --cache-dir DIR), bring DIR along and set TILEOPS_CACHE_DIR to it.
@@ -49,7 +51,7 @@ run_tune() {  # NAME WORKLOAD BUDGET LINES
 for step in "$@"; do
   case $step in
     tests) run_tests gpu_tests "[gpu]" 540 ;;
-    bench) timeout 400 ./build-gpu/bench/bench_memory_ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
+    bench) timeout 400 ./build-gpu/bench/bench_memory_ops ${BENCH_OPS:+--ops "$BENCH_OPS"} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
       tail -n +1 "$OUT/bench.log" | awk '{print}' | tail -140 ;;
     quick) timeout 200 ./build-gpu/bench/bench_memory_ops --quick --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" ;;
     torch) PYTHONUNBUFFERED=1 timeout ${TORCH_TIMEOUT:-560} python3 bench/torch_peers.py --json "$OUT/torch.json" > "$OUT/torch.log" 2>&1 || status=1
@@ -61,13 +63,14 @@ w = json.load(open("bench/tune_memory_ops.json"))
 for name, keep in (("short", lambda c: c <= 4096), ("mid", lambda c: 4096 < c <= 65536), ("long", lambda c: c > 65536)):
     json.dump({"problems": [p for p in w["problems"] if keep(p["shape"][-1])]}, open(f"{sys.argv[1]}/tune_{name}.json", "w"))
 PY
-      for part in short mid long; do
+      for part in ${TUNE_PARTS:-short mid long}; do
         timeout "${TUNE_TIMEOUT:-300}" ./build-gpu/tools/tileops-tune tune --workload "$OUT/tune_$part.json" \
           --db "$OUT/tuned_$part.json" --budget "${TUNE_BUDGET:-12}" --repeats 10 \
           > "$OUT/tune_$part.log" 2> "$OUT/tune_${part}_err.log" || status=1
         tail -12 "$OUT/tune_$part.log" | cut -c1-200
       done
       ./build-gpu/tools/tileops-tune merge -o "$OUT/tuned.json" "$OUT"/tuned_*.json > /dev/null || status=1
+      for part in short mid long; do [ -f "$OUT/tune_$part.log" ] && cp "$OUT/tune_$part.log" "$OUT/tune_$part.txt"; done
       export TILEOPS_TUNING_DB="$OUT/tuned.json" ;;
     cli)
       T=./build-gpu/tools/tileops-tune
@@ -96,6 +99,8 @@ PY
     gemm_tests) run_tests gemm_tests "[gpu][gemm]" 300 ;;
     mla_tests) run_tests mla_tests "[gpu][mla]" 300 ;;
     mla_tune) run_tune mla bench/tune_mla_decode.json "${MLA_TUNE_BUDGET:-6}" 20 ;;
+    elementwise_tests) run_tests elementwise_tests "[elementwise]" "${ELEMENTWISE_TESTS_TIMEOUT:-200}" ;;
+    row_tests) run_tests row_tests "[rmsnorm],[layernorm],[softmax]" "${ROW_TESTS_TIMEOUT:-200}" ;;
     rest_tests) run_tests rest_tests "[gpu]~[flash]~[gemm]" "${REST_TESTS_TIMEOUT:-400}" ;;
     mla)
       timeout ${MLA_TIMEOUT:-200} ./build-gpu/bench/bench_mla_decode --json "$OUT/mla.json" > "$OUT/mla.log" 2>&1 || status=1

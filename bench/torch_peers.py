@@ -14,6 +14,12 @@ import torch.nn.functional as F
 
 from torch_timing import time_ms
 
+# One compiled function serves 12 shapes and dtypes per op: past dynamo's default limit of 8
+# recompiles it would silently run eager, so the limit is raised (its name changed in torch 2.6).
+for limit_name in ("recompile_limit", "cache_size_limit"):
+    if hasattr(torch._dynamo.config, limit_name):
+        setattr(torch._dynamo.config, limit_name, 64)
+
 SHAPES = [(16384, 1024), (16384, 4096), (4096, 16384), (1024, 65536), (256, 262144), (65536, 4096)]
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 

@@ -20,7 +20,9 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     layernorm_kernel(const T* x, long long x_stride, const T* weight, const T* bias, TOut* y, long long y_stride,
                      long long rows, long long cols, float eps) {
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
-    __shared__ RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK> scratch;
+    using Reducer = RowReducer<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
+    __shared__ typename Reducer::Shared reduce_shared;
+    Reducer reducer(reduce_shared);
     const float inv_cols = 1.0f / static_cast<float>(cols);
 
     auto store_y = [&](TOut* y_row, long long col, const Vec<T, VEC>& raw, float mean, float scale) {
@@ -47,7 +49,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
 #pragma unroll
                     for (int k = 0; k < VEC; ++k) sum += v[k];
                 }
-                const float mean = row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum, scratch) * inv_cols;
+                const float mean = reducer.template reduce<SumOp>(sum) * inv_cols;
                 float squares = 0.0f;
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
@@ -58,7 +60,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                     for (int k = 0; k < VEC; ++k) squares += (v[k] - mean) * (v[k] - mean);
                 }
                 const float var =
-                    row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(squares, scratch) * inv_cols;
+                    reducer.template reduce<SumOp>(squares) * inv_cols;
                 const float scale = rsqrtf(var + eps);
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
@@ -84,8 +86,8 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 }
             }
         }
-        const float mean_shifted = row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(sum, scratch) * inv_cols;
-        const float mean_squares = row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(squares, scratch) * inv_cols;
+        const float mean_shifted = reducer.template reduce<SumOp>(sum) * inv_cols;
+        const float mean_squares = reducer.template reduce<SumOp>(squares) * inv_cols;
         const float var = fmaxf(mean_squares - mean_shifted * mean_shifted, 0.0f);
         const float scale = rsqrtf(var + eps);
         const float mean = shift + mean_shifted;
@@ -94,6 +96,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), mean, scale);
         }
     }
+    reducer.finish();
 }
 
 }  // namespace tileops

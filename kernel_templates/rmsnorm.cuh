@@ -24,7 +24,9 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                    TOut* y, long long y_stride, T* sum_out, long long sum_stride, long long rows, long long cols,
                    float eps) {
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
-    __shared__ RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK> scratch;
+    using Reducer = RowReducer<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
+    __shared__ typename Reducer::Shared reduce_shared;
+    Reducer reducer(reduce_shared);
 
     // h = x (+ residual), rounded to T.
     auto combine = [](const Vec<T, VEC>& x_vec, const Vec<T, VEC>& r_vec) {
@@ -69,7 +71,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                     }
                 }
                 const float scale =
-                    rsqrtf(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum_sq, scratch) /
+                    rsqrtf(reducer.template reduce<SumOp>(sum_sq) /
                                static_cast<float>(cols) + eps);
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
@@ -96,7 +98,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 if constexpr (RESIDUAL) store_raw<T, VEC>(s_row + col, h);
             }
         }
-        const float scale = rsqrtf(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(sum_sq, scratch) /
+        const float scale = rsqrtf(reducer.template reduce<SumOp>(sum_sq) /
                                        static_cast<float>(cols) + eps);
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC) {
@@ -105,6 +107,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
             }
         }
     }
+    reducer.finish();
 }
 
 }  // namespace tileops

@@ -24,7 +24,9 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     constexpr float kLog2e = 1.4426950408889634f;
     constexpr float kLn2 = 0.6931471805599453f;
     const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
-    __shared__ RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK> scratch;
+    using Reducer = RowReducer<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
+    __shared__ typename Reducer::Shared reduce_shared;
+    Reducer reducer(reduce_shared);
 
     // Writes the VEC outputs at `col` from the inputs, the row max (pre-scaled by log2 e) and
     // log2 of the row's sum of exponentials.
@@ -55,7 +57,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                     for (int k = 0; k < VEC; ++k) max = fmaxf(max, v[k]);
                 }
                 const float max_scaled =
-                    row_reduce<MaxOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(max, scratch) * kLog2e;
+                    reducer.template reduce<MaxOp>(max) * kLog2e;
                 float sum = 0.0f;
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
@@ -66,7 +68,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                     for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
                 }
                 const float log2_sum =
-                    __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>(sum, scratch));
+                    __log2f(reducer.template reduce<SumOp>(sum));
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     const long long col = at.column(i);
@@ -95,14 +97,15 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 }
             }
         }
-        const float row_max = row_reduce<MaxOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(max, scratch);
+        const float row_max = reducer.template reduce<MaxOp>(max);
         const float rescaled = max == neg_inf ? 0.0f : sum * exp2f((max - row_max) * kLog2e);
-        const float log2_sum = __log2f(row_reduce<SumOp, THREADS_PER_ROW, ROWS_PER_BLOCK, 1>(rescaled, scratch));
+        const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
                 store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), row_max * kLog2e, log2_sum);
         }
     }
+    reducer.finish();
 }
 
 }  // namespace tileops

@@ -17,7 +17,8 @@ struct MaxOp {
     static __device__ __forceinline__ float apply(float a, float b) { return fmaxf(a, b); }
 };
 
-// Reduces over aligned groups of WIDTH lanes (a power of two <= 32); every lane gets the result.
+// Reduces over aligned groups of WIDTH lanes (a power of two <= 32); every lane gets the result,
+// bit for bit the same in every lane (each step combines the same two halves, in either order).
 template <typename Op, int WIDTH>
 __device__ __forceinline__ float warp_reduce(float v) {
 #pragma unroll
@@ -25,71 +26,156 @@ __device__ __forceinline__ float warp_reduce(float v) {
     return v;
 }
 
-// Shared scratch a row reduction needs: one float per warp of every row in the block.
-template <int THREADS_PER_ROW, int ROWS_PER_BLOCK>
-struct RowScratch {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+namespace cluster_exchange {
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ unsigned rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
+// The address of `local`'s counterpart in the shared memory of CTA `rank` of this cluster.
+__device__ __forceinline__ unsigned peer_address(const void* local, unsigned peer) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(peer));
+    return remote;
+}
+
+// Writes `value` into CTA `peer`'s copy of `slot` and counts its 4 bytes on that CTA's copy of
+// `barrier`: the peer learns the value has landed from its own barrier, with no cluster barrier.
+__device__ __forceinline__ void push(float* slot, unsigned long long* barrier, unsigned peer, float value) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                     peer_address(slot, peer)),
+                 "r"(__float_as_uint(value)), "r"(peer_address(barrier, peer))
+                 : "memory");
+}
+
+__device__ __forceinline__ void barrier_init(unsigned long long* barrier) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(barrier)) : "memory");
+}
+
+// The one local arrival a phase needs, and the bytes the peers' pushes must bring before it ends.
+__device__ __forceinline__ void barrier_expect(unsigned long long* barrier, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void barrier_wait(unsigned long long* barrier, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "wait_%=:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra wait_%=;\n"
+        "}\n" ::"r"(shared_address(barrier)),
+        "r"(parity)
+        : "memory");
+}
+
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+
+}  // namespace cluster_exchange
+#endif
+
+// Shared memory of a RowReducer. Everything is double-buffered by the parity of the reduction's
+// index, so a reduction never waits for the previous one's readers (see RowReducer).
+template <int THREADS_PER_ROW, int ROWS_PER_BLOCK, int CLUSTER>
+struct RowReduceShared {
     static constexpr int kWarpsPerRow = THREADS_PER_ROW > 32 ? THREADS_PER_ROW / 32 : 1;
-    float partial[ROWS_PER_BLOCK * kWarpsPerRow];
-    float cluster_partial;  // this CTA's share of a row split over a cluster
+    unsigned long long arrived[2];         // cluster: the peers' pushes of the CTA partials landed
+    float cluster_partial[2][CLUSTER];     // cluster: one slot per CTA of the cluster
+    float partial[2][ROWS_PER_BLOCK * kWarpsPerRow];  // one per warp of every row of the block
 };
 
+// Reduces one value per thread over the THREADS_PER_ROW threads of each row of the block and,
+// when CLUSTER > 1, over the CLUSTER CTAs that share the row; every thread gets its row's result.
+// Every thread of the block (rows past the end included) constructs it and makes the same
+// sequence of reduce calls; with CLUSTER > 1 every thread calls finish() before the kernel ends.
+//
+// The block stage is one __syncthreads: warps write their partials, then every lane reads them
+// (lane l the partial of warp l mod warps) and a butterfly finishes. Reduction k uses buffer k & 1,
+// so reduction k + 2 may overwrite buffer k & 1 only after every thread passed reduction k + 1's
+// __syncthreads, i.e. after it read reduction k's partials.
+//
+// The cluster stage has no cluster barrier: each CTA pushes its partial into slot `rank` of every
+// CTA's buffer with st.async, which counts the bytes on that CTA's mbarrier, and each CTA waits on
+// its own mbarrier (phase k >> 1 of barrier k & 1). A peer pushes reduction k + 2 only after it
+// received this CTA's push of reduction k + 1, which this CTA sends after it read reduction k, so a
+// slot is never overwritten early and a phase never receives the next phase's bytes. A push may
+// land before the local arrival that announces the phase's bytes; the mbarrier allows that.
+template <int THREADS_PER_ROW, int ROWS_PER_BLOCK, int CLUSTER>
+class RowReducer {
+public:
+    using Shared = RowReduceShared<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
+    static_assert(CLUSTER >= 1 && CLUSTER <= 32 && (CLUSTER & (CLUSTER - 1)) == 0,
+                  "CLUSTER must be a power of two up to 32");
+    static_assert(CLUSTER == 1 || (ROWS_PER_BLOCK == 1 && THREADS_PER_ROW >= CLUSTER),
+                  "a row split over a cluster needs one row per block and a thread per peer");
+
+    // With CLUSTER > 1 initialises the barriers and announces it to the cluster; the first reduce
+    // waits for the announcement of every peer, so the loads issued in between hide it.
+    __device__ __forceinline__ explicit RowReducer(Shared& shared) : shared_(shared) {
+        if constexpr (CLUSTER > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    return rank;
-}
-
-// All threads of all CTAs of the cluster; orders shared-memory writes before the barrier with
-// reads after it, across the cluster.
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// Reads `local`'s counterpart in the shared memory of CTA `rank` of this cluster.
-__device__ __forceinline__ float load_from_cta(const float* local, unsigned rank) {
-    unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(local));
-    unsigned remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
-    float value;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(value) : "r"(remote) : "memory");
-    return value;
-}
-#endif
-
-// Reduces `v` over the THREADS_PER_ROW threads of each row of the block and, when CLUSTER > 1,
-// over the CLUSTER CTAs that share the row. Every thread of the block must call it (rows past
-// the end included); every thread gets its row's result. Leaves `scratch` reusable.
-template <typename Op, int THREADS_PER_ROW, int ROWS_PER_BLOCK, int CLUSTER>
-__device__ __forceinline__ float row_reduce(float v, RowScratch<THREADS_PER_ROW, ROWS_PER_BLOCK>& scratch) {
-    constexpr int kWidth = THREADS_PER_ROW < 32 ? THREADS_PER_ROW : 32;
-    v = warp_reduce<Op, kWidth>(v);
-    if constexpr (THREADS_PER_ROW > 32) {
-        constexpr int kWarps = THREADS_PER_ROW / 32;
-        const int row_in_block = threadIdx.x / THREADS_PER_ROW;
-        const int warp_in_row = (threadIdx.x % THREADS_PER_ROW) / 32;
-        if ((threadIdx.x & 31) == 0) scratch.partial[row_in_block * kWarps + warp_in_row] = v;
-        __syncthreads();
-        v = Op::identity();
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) v = Op::apply(v, scratch.partial[row_in_block * kWarps + w]);
-        __syncthreads();
-    }
-    if constexpr (CLUSTER > 1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        static_assert(ROWS_PER_BLOCK == 1, "a row split over a cluster needs one row per block");
-        if (threadIdx.x == 0) scratch.cluster_partial = v;
-        cluster_sync();
-        v = Op::identity();
-#pragma unroll
-        for (int rank = 0; rank < CLUSTER; ++rank) v = Op::apply(v, load_from_cta(&scratch.cluster_partial, rank));
-        // No CTA may overwrite its partial (next reduction) or exit before every CTA has read it.
-        cluster_sync();
+            if (threadIdx.x == 0) {
+                cluster_exchange::barrier_init(&shared_.arrived[0]);
+                cluster_exchange::barrier_init(&shared_.arrived[1]);
+                asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+            }
+            cluster_exchange::cluster_arrive();
 #else
-        __trap();  // clusters need sm_90; the host never launches this
+            __trap();  // clusters need sm_90; the host never launches this
 #endif
+        }
     }
-    return v;
-}
+
+    template <typename Op>
+    __device__ __forceinline__ float reduce(float v) {
+        const unsigned buffer = count_ & 1u;
+        constexpr int kWidth = THREADS_PER_ROW < 32 ? THREADS_PER_ROW : 32;
+        v = warp_reduce<Op, kWidth>(v);
+        if constexpr (THREADS_PER_ROW > 32) {
+            constexpr int kWarps = THREADS_PER_ROW / 32;
+            float* row_partials = shared_.partial[buffer] + (threadIdx.x / THREADS_PER_ROW) * kWarps;
+            if ((threadIdx.x & 31) == 0) row_partials[(threadIdx.x % THREADS_PER_ROW) / 32] = v;
+            __syncthreads();
+            v = warp_reduce<Op, kWarps>(row_partials[(threadIdx.x & 31) % kWarps]);
+        }
+        if constexpr (CLUSTER > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            if (count_ == 0) cluster_exchange::cluster_wait();  // every peer's barriers are initialised
+            if (threadIdx.x < CLUSTER)
+                cluster_exchange::push(&shared_.cluster_partial[buffer][cluster_exchange::rank()],
+                                       &shared_.arrived[buffer], threadIdx.x, v);
+            if (threadIdx.x == 0) cluster_exchange::barrier_expect(&shared_.arrived[buffer], CLUSTER * sizeof(float));
+            cluster_exchange::barrier_wait(&shared_.arrived[buffer], (count_ >> 1) & 1u);
+            v = warp_reduce<Op, CLUSTER>(shared_.cluster_partial[buffer][(threadIdx.x & 31) % CLUSTER]);
+#endif
+        }
+        ++count_;
+        return v;
+    }
+
+    // With CLUSTER > 1: no CTA of the cluster exits while a push it sent may still be on its way.
+    __device__ __forceinline__ void finish() {
+        if constexpr (CLUSTER > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+            if (count_ == 0) cluster_exchange::cluster_wait();
+            cluster_exchange::cluster_arrive();
+            cluster_exchange::cluster_wait();
+#endif
+        }
+    }
+
+private:
+    Shared& shared_;
+    unsigned count_ = 0;  // reductions so far (the same in every thread)
+};
 
 }  // namespace tileops

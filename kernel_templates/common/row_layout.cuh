@@ -73,12 +73,13 @@ __device__ __forceinline__ void cp_async_small(void* shared, const void* global,
                  : "memory");
 }
 
-// The loads of a persistent block's next row group, in flight while it works on the current one.
+// The loads of a persistent block's next row groups, in flight while it works on the current one.
 // Each thread copies its ITEMS vectors of each of INPUTS input rows into shared memory with
 // cp.async and reads back only what it copied itself, so waiting for its own copies is enough
 // (no barrier): the loads stay in flight across the row's block and cluster barriers, where the
-// CTA would otherwise have nothing to read. Two stages (group parity): a stage is refilled one
-// group after it was read, when the values read from it are long consumed.
+// CTA would otherwise have nothing to read. Two stages, two groups ahead: a stage is refilled with
+// the group after next as soon as the thread has read it into registers (the same thread's
+// ld.shared comes first in program order; the cp.async writes only after a round trip to memory).
 // Slots: [stage][input][item][thread], consecutive threads in consecutive slots (no bank conflicts).
 template <typename T, int VEC, int ITEMS, int INPUTS, int THREADS>
 struct RowPrefetch {
@@ -136,18 +137,21 @@ __device__ __forceinline__ void for_each_row_group(long long rows, long long col
     if constexpr (PREFETCH) {
         extern __shared__ __align__(16) unsigned char row_prefetch_slots[];
         const RowPrefetch<T, VEC, ITEMS, INPUTS, Layout::kThreads> prefetch(row_prefetch_slots);
-        prefetch.copy(0, at, rows, cols, bases, strides);
+        Layout ahead = at;  // the group whose copies the next refill starts
+        prefetch.copy(0, ahead, rows, cols, bases, strides);
+        ahead.advance();
+        prefetch.copy(1, ahead, rows, cols, bases, strides);  // past the last group: no reads
+        ahead.advance();
         for (int stage = 0; at.group < groups; stage ^= 1) {
-            Layout next = at;
-            next.advance();
-            prefetch.copy(stage ^ 1, next, rows, cols, bases, strides);  // past the last group: no reads
-            cp_async_wait<1>();
+            cp_async_wait<1>();  // this group's copies landed; the next group's may be in flight
 #pragma unroll
             for (int j = 0; j < INPUTS; ++j)
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) held[j][i] = prefetch.held(stage, j, i);
+            prefetch.copy(stage, ahead, rows, cols, bases, strides);
+            ahead.advance();
             body(static_cast<const Layout&>(at), held);
-            at = next;
+            at.advance();
         }
         cp_async_wait<0>();  // no copy may still be writing when the block exits
     } else {

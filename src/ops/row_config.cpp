@@ -53,7 +53,7 @@ int64_t prefetch_bytes(const RowConfig& c, int vec, RowInputs inputs) {
 
 }  // namespace
 
-RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& device) {
+RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, const DeviceInfo& device) {
     RowConfig config;
     config.vec = static_cast<int>(16 / element_bytes);
     // About four 16-byte vectors in flight per thread: enough loads to cover memory latency.
@@ -63,24 +63,28 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& de
     config.rows_per_block = std::max(1, 256 / config.threads_per_row);
     config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
     if (config.items > max_items(config.vec, element_bytes, config.threads_per_row * config.rows_per_block)) {
-        // Longer than a block holds: split the row over a cluster of CTAs (sm_90). Measured on
-        // H100 (bench/README.md): 256-thread CTAs beat 512, and holding 64 bytes a thread (more CTAs
-        // resident, one loading while another reduces) beats 128, as long as the cluster stays
-        // within 8 CTAs; 16-CTA clusters come next; longer rows stream.
+        // Longer than a block holds: split the row over a cluster of CTAs (sm_90), 64 bytes a
+        // thread, persistent with the next two rows' copies in flight (prefetch). Measured on
+        // H100 (bench/README.md, 2026-11-25): 1024-thread CTAs within 5% of the tuned best on rows
+        // of 65536 and 262144 elements, where the best config without prefetch is 10-45% slower;
+        // smaller CTAs when two inputs' stages would not fit in shared memory; longer rows stream.
         config.rows_per_block = 1;
         config.items = 0;  // streaming, unless a cluster fits below
         const struct {
-            int threads, held, max_cluster;
-        } choices[] = {{256, 64, 8}, {256, 128, 8}, {256, 64, 16}, {256, 128, 16}, {512, 128, 16}};
+            int threads, held, max_cluster, prefetch;
+        } choices[] = {{1024, 64, 16, 1}, {512, 64, 16, 1}, {256, 64, 16, 1}, {256, 64, 16, 0}, {512, 128, 16, 0}};
         for (const auto& choice : choices) {
             const int per_thread = choice.held / static_cast<int>(config.vec * element_bytes);
             const int64_t ctas = ceil_div(cols, int64_t{choice.threads} * config.vec * per_thread);
-            if (device.sm() >= 90 && ctas <= choice.max_cluster) {
-                config.threads_per_row = choice.threads;
-                config.cluster = next_pow2(ctas);
-                config.items = static_cast<int>(ceil_div(cols, int64_t{config.cluster} * choice.threads * config.vec));
-                break;
-            }
+            if (device.sm() < 90 || ctas > choice.max_cluster) continue;
+            RowConfig c = config;
+            c.threads_per_row = choice.threads;
+            c.cluster = next_pow2(ctas);
+            c.items = static_cast<int>(ceil_div(cols, int64_t{c.cluster} * choice.threads * config.vec));
+            c.prefetch = choice.prefetch;
+            if (row_invalid_reason(c, cols, element_bytes, inputs, device)) continue;
+            config = c;
+            break;
         }
         if (config.items == 0) config.threads_per_row = 1024;
     }
@@ -201,7 +205,7 @@ std::string RowOpModel::dtype_key() const {
 size_t RowOpModel::element_bytes() const { return std::max(dtype_size(dtype_), dtype_size(out_dtype_)); }
 
 Config RowOpModel::heuristic(const DeviceInfo& device) const {
-    return row_heuristic(cols_, element_bytes(), device).to_config();
+    return row_heuristic(cols_, element_bytes(), inputs(), device).to_config();
 }
 
 std::vector<Config> RowOpModel::search_space(const DeviceInfo& device) const {

@@ -20,8 +20,9 @@ struct RowConfig {
     int vec = 8;                // widest vector width (elements); narrowed at run time for odd shapes
     int items = 4;              // vectors each thread holds; 0: streaming (re-reads the row, any length)
     int cluster = 1;            // CTAs per row (sm_90+, rows_per_block == 1, up to kMaxCluster)
-    // 1: a persistent grid whose blocks copy their next rows into shared memory (cp.async, sm_80+)
-    // while they work on the current ones; register mode only. Optional in a config (default 0).
+    // 1: a persistent grid whose blocks copy their next two row groups into shared memory
+    // (cp.async, sm_80+) while they work on the current one; register mode only. Optional in a
+    // config (default 0).
     int prefetch = 0;
 
     static RowConfig from(const Config& config, const std::string& op);
@@ -50,7 +51,7 @@ inline constexpr int held_bytes_limit(int block_threads) { return block_threads 
 // Largest cluster a row may be split over (16 needs the non-portable cluster size opt-in, sm_90).
 inline constexpr int kMaxCluster = 16;
 
-RowConfig row_heuristic(int64_t cols, size_t element_bytes, const DeviceInfo& device);
+RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, const DeviceInfo& device);
 std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
                                      const DeviceInfo& device);
 std::optional<std::string> row_invalid_reason(const RowConfig& config, int64_t cols, size_t element_bytes,
