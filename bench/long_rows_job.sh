@@ -6,6 +6,7 @@
 #   warm       compile the search spaces of every benchmark problem (bench/tune_memory_ops.json)
 #   tune:P     tileops-tune tune of part P (short: cols <= 4096, mid: <= 65536, long: longer) into
 #              .cache/rows/tuned_P.json (kept on a warm machine between calls); budget TUNE_BUDGET (10)
+#   bench_shipped  bench_memory_ops with the shipped database
 #   bench      bench_memory_ops with the parts tuned so far merged into one database
 #   tune_act   tileops-tune tune of the activations (bench/tune_activations.json) into .cache/rows/tuned_act.json
 #   rest_tests / elementwise_tests   the [gpu] tests but flash and GEMM / of the elementwise ops
@@ -39,6 +40,9 @@ for step in "$@"; do
       timeout "${TUNE_TIMEOUT:-300}" $T tune --workload "$W/part_$part.json" --db "$W/tuned_$part.json" \
         --budget "${TUNE_BUDGET:-10}" --repeats 10 > "$OUT/tune_$part.txt" 2> "$OUT/tune_${part}_err.log"
       say "tune $part: rc $?"; cut -c1-170 "$OUT/tune_$part.txt" | tee -a "$OUT/summary.txt"; cp "$W/tuned_$part.json" "$OUT/" ;;
+    bench_shipped) [ -x $T ] || bash bench/run_on_gpu.sh > "$OUT/build_step.log" 2>&1
+      timeout "${BENCH_TIMEOUT:-300}" ./build-gpu/bench/bench_memory_ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
+      say "bench (shipped database): rc $?"; grep -E '%|copy|launch' "$OUT/bench.log" | tail -80 >> "$OUT/summary.txt" ;;
     bench) $T merge -o "$W/tuned.json" "$W"/tuned_*.json > /dev/null
       TILEOPS_TUNING_DB="$W/tuned.json" timeout "${BENCH_TIMEOUT:-300}" ./build-gpu/bench/bench_memory_ops --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1
       say "bench: rc $?"; cp "$W/tuned.json" "$OUT/"; grep -E '%|copy|launch' "$OUT/bench.log" | tail -80 >> "$OUT/summary.txt" ;;
