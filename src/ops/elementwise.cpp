@@ -73,12 +73,12 @@ public:
     }
 
     Config heuristic(const DeviceInfo&) const override {
-        // add and mul: 16-byte accesses, four of them in flight per thread. The activations (an
-        // exponential and a reciprocal or more per element): 8-byte accesses, two per thread, so
-        // twice the threads share the arithmetic; measured on H100 (bench/README.md, 2026-11-25)
-        // within 2% of the tuned best at 16384 x 1024 and 16384 x 4096, where 16-byte x 4 was
-        // 2-7% slower. Fewer for short rows so that a block is not mostly idle.
-        const bool activation = problem_.op != ElementwiseOp::add && problem_.op != ElementwiseOp::mul;
+        // Binary ops: 16-byte accesses, four of them in flight per thread. The unary activations
+        // (an exponential and a reciprocal or more per element, one input stream): 8-byte
+        // accesses, two per thread, so twice the threads share the arithmetic. Measured on H100
+        // (bench/README.md, 2026-11-25): gelu fp32 8% and gelu_tanh / silu bf16 2-4% faster that
+        // way, silu_mul bf16 1-4% slower. Fewer for short rows so that a block is not mostly idle.
+        const bool activation = !is_binary(problem_.op);
         const long long vec = activation ? std::max(1LL, max_vec() / 2) : max_vec();
         long long unroll = activation ? 2 : 4;
         while (unroll > 1 && 256 * vec * unroll / 2 >= shape_.cols) unroll /= 2;
