@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/compiler.hpp"
+#include "tuning/l2_flush.hpp"
 #include "util/host_dtype.hpp"
 
 namespace tileops::bench {
@@ -38,62 +38,13 @@ double median(std::vector<double> v) {
     return v[v.size() / 2];
 }
 
-namespace {
-
-// Reads a buffer and writes nothing (the sum is stored only if it equals a value it cannot take):
-// after it, L2 holds clean lines of the buffer and nothing of the timed op's data. A memset would
-// leave L2 full of dirty lines whose write-back then lands inside the next timed run (about
-// 50 MB: ~17 us on an H100), which distorts every small problem.
-constexpr const char* kFlushSource = R"(
-extern "C" __global__ void read_to_flush_l2(const int4* data, unsigned long long n, int* sink) {
-    int acc = 0;
-    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
-         i += (unsigned long long)gridDim.x * blockDim.x) {
-        const int4 v = data[i];
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
-    }
-    if (acc == 0x7fffffff && sink != nullptr) *sink = acc;
-}
-)";
-
-struct L2Flusher {
-    runtime::Module module;
-    CUfunction function = nullptr;
-
-    L2Flusher() {
-        runtime::CompileRequest request;
-        request.source = kFlushSource;
-        request.source_name = "read_to_flush_l2.cu";
-        request.name_expressions = {"read_to_flush_l2"};
-        int major = 0, minor = 0;
-        CUdevice device = 0;
-        TILEOPS_CU_CHECK(cu().cuCtxGetDevice(&device));
-        TILEOPS_CU_CHECK(cu().cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
-        TILEOPS_CU_CHECK(cu().cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
-        request.arch = "sm_" + std::to_string(major * 10 + minor);
-        runtime::CompileResult result = runtime::compile(request);
-        module = runtime::Module(result.cubin);
-        function = module.function(result.lowered_names.at("read_to_flush_l2"));
-    }
-
-    void flush(const DeviceBuffer& buffer) const {
-        CUdeviceptr data = buffer.get();
-        unsigned long long n = buffer.size() / 16;
-        void* sink = nullptr;
-        void* args[] = {&data, &n, &sink};
-        TILEOPS_CU_CHECK(cu().cuLaunchKernel(function, 1024, 1, 1, 512, 1, 1, 0, nullptr, args, nullptr));
-    }
-};
-
-}  // namespace
-
 double time_ms(const std::function<void()>& fn, DeviceBuffer& flush, int repeats) {
-    static const L2Flusher flusher;
+    static const tuning::L2Flusher flusher;  // a read, not a memset: see tuning/l2_flush.hpp
     Timer timer;
     for (int i = 0; i < 3; ++i) fn();
     std::vector<double> times;
     for (int i = 0; i < repeats; ++i) {
-        flusher.flush(flush);
+        flusher.flush(flush, nullptr);
         TILEOPS_CU_CHECK(cu().cuEventRecord(timer.start, nullptr));
         fn();
         TILEOPS_CU_CHECK(cu().cuEventRecord(timer.stop, nullptr));

@@ -19,9 +19,8 @@ TimingStats summarize(std::vector<double> samples_us) {
     return stats;
 }
 
-KernelTimer::KernelTimer(size_t flush_bytes, CUstream stream) : stream_(stream) {
+KernelTimer::KernelTimer(size_t flush_bytes, CUstream stream) : flush_(flush_bytes), stream_(stream) {
     const auto& cu = runtime::driver();
-    flush_ = runtime::DeviceBuffer(flush_bytes);
     TILEOPS_CU_CHECK(cu.cuEventCreate(&start_, CU_EVENT_DEFAULT));
     TILEOPS_CU_CHECK(cu.cuEventCreate(&stop_, CU_EVENT_DEFAULT));
 }
@@ -34,7 +33,7 @@ KernelTimer::~KernelTimer() {
 
 double KernelTimer::time_once(const std::function<void()>& launch) {
     const auto& cu = runtime::driver();
-    TILEOPS_CU_CHECK(cu.cuMemsetD8Async(flush_.get(), pattern_++, flush_.size(), stream_));
+    flusher_.flush(flush_, stream_);
     TILEOPS_CU_CHECK(cu.cuEventRecord(start_, stream_));
     launch();
     TILEOPS_CU_CHECK(cu.cuEventRecord(stop_, stream_));

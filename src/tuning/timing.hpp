@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/device.hpp"
+#include "tuning/l2_flush.hpp"
 
 namespace tileops::tuning {
 
@@ -24,7 +25,7 @@ TimingStats summarize(std::vector<double> samples_us);
 
 class KernelTimer {
 public:
-    // `flush_bytes`: scratch written before each timed run (use twice the L2 size).
+    // `flush_bytes`: scratch read before each timed run (use twice the L2 size; see L2Flusher).
     explicit KernelTimer(size_t flush_bytes, CUstream stream = nullptr);
     ~KernelTimer();
     KernelTimer(const KernelTimer&) = delete;
@@ -36,10 +37,10 @@ public:
 
 private:
     runtime::DeviceBuffer flush_;
+    L2Flusher flusher_;
     CUstream stream_;
     CUevent start_ = nullptr;
     CUevent stop_ = nullptr;
-    unsigned char pattern_ = 0;
 };
 
 }  // namespace tileops::tuning

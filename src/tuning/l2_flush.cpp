@@ -1,0 +1,56 @@
+#include "tuning/l2_flush.hpp"
+
+#include <string>
+
+#include "runtime/compiler.hpp"
+#include "runtime/driver.hpp"
+
+namespace tileops::tuning {
+namespace {
+
+// Reads 16 bytes per step and writes nothing (the sum is stored only if it equals a value it
+// cannot take, so the loads are not optimized away).
+constexpr const char* kFlushSource = R"(
+extern "C" __global__ void read_to_flush_l2(const int4* data, unsigned long long n, int* sink) {
+    int acc = 0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+         i += (unsigned long long)gridDim.x * blockDim.x) {
+        const int4 v = data[i];
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x7fffffff && sink != nullptr) *sink = acc;
+}
+)";
+
+std::string current_device_arch() {
+    const auto& cu = runtime::driver();
+    CUdevice device = 0;
+    int major = 0, minor = 0;
+    TILEOPS_CU_CHECK(cu.cuCtxGetDevice(&device));
+    TILEOPS_CU_CHECK(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
+    TILEOPS_CU_CHECK(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
+    return "sm_" + std::to_string(major * 10 + minor);
+}
+
+}  // namespace
+
+L2Flusher::L2Flusher() {
+    runtime::CompileRequest request;
+    request.source = kFlushSource;
+    request.source_name = "read_to_flush_l2.cu";
+    request.name_expressions = {"read_to_flush_l2"};
+    request.arch = current_device_arch();
+    const runtime::CompileResult result = runtime::compile(request);
+    module_ = runtime::Module(result.cubin);
+    function_ = module_.function(result.lowered_names.at("read_to_flush_l2"));
+}
+
+void L2Flusher::flush(const runtime::DeviceBuffer& buffer, CUstream stream) const {
+    CUdeviceptr data = buffer.get();
+    unsigned long long n = buffer.size() / 16;
+    void* sink = nullptr;
+    void* args[] = {&data, &n, &sink};
+    TILEOPS_CU_CHECK(runtime::driver().cuLaunchKernel(function_, 1024, 1, 1, 512, 1, 1, 0, stream, args, nullptr));
+}
+
+}  // namespace tileops::tuning
