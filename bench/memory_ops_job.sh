@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device calls for the row-op work, sized to fit one call each (10 minutes), all outputs packed
+# Device calls for the memory-bound ops (row ops and elementwise), sized to fit one call each (10 minutes), all outputs packed
 # into $OUT/res.tgz (a call returns at most 8 files) with the summary in $OUT/summary.txt.
 # Steps, in order given:
 #   tests      build, then the row-op [gpu] tests (bench/run_on_gpu.sh row_tests)
