@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Device calls for the memory-bound ops (row ops and elementwise), sized to fit one call each (10 minutes), all outputs packed
-# into $OUT/res.tgz (a call returns at most 8 files) with the summary in $OUT/summary.txt.
+# Device calls for the memory-bound ops (row ops and elementwise), each sized to fit one call
+# (10 minutes), all outputs packed into $OUT/res.tgz (a call returns at most 8 files) with the
+# summary in $OUT/summary.txt.
 # Steps, in order given:
 #   tests      build, then the row-op [gpu] tests (bench/run_on_gpu.sh row_tests)
 #   warm       compile the search spaces of every benchmark problem (bench/tune_memory_ops.json)
