@@ -8,7 +8,6 @@
 
 #include <fmt/format.h>
 
-#include "tuning/l2_flush.hpp"
 #include "util/host_dtype.hpp"
 
 namespace tileops::bench {
@@ -17,43 +16,13 @@ using runtime::DeviceBuffer;
 
 const runtime::DriverApi& cu() { return runtime::driver(); }
 
-namespace {
-
-struct Timer {
-    CUevent start = nullptr, stop = nullptr;
-    Timer() {
-        TILEOPS_CU_CHECK(cu().cuEventCreate(&start, CU_EVENT_DEFAULT));
-        TILEOPS_CU_CHECK(cu().cuEventCreate(&stop, CU_EVENT_DEFAULT));
-    }
-    ~Timer() {
-        cu().cuEventDestroy(start);
-        cu().cuEventDestroy(stop);
-    }
-};
-
-}  // namespace
-
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
 }
 
-double time_ms(const std::function<void()>& fn, DeviceBuffer& flush, int repeats) {
-    static const tuning::L2Flusher flusher;  // a read, not a memset: see tuning/l2_flush.hpp
-    Timer timer;
-    for (int i = 0; i < 3; ++i) fn();
-    std::vector<double> times;
-    for (int i = 0; i < repeats; ++i) {
-        flusher.flush(flush, nullptr);
-        TILEOPS_CU_CHECK(cu().cuEventRecord(timer.start, nullptr));
-        fn();
-        TILEOPS_CU_CHECK(cu().cuEventRecord(timer.stop, nullptr));
-        TILEOPS_CU_CHECK(cu().cuEventSynchronize(timer.stop));
-        float ms = 0;
-        TILEOPS_CU_CHECK(cu().cuEventElapsedTime(&ms, timer.start, timer.stop));
-        times.push_back(ms);
-    }
-    return median(times);
+double time_ms(const std::function<void()>& fn, tuning::KernelTimer& timer, int repeats) {
+    return timer.time(fn, 3, repeats).median_us * 1e-3;
 }
 
 DeviceBuffer random_buffer(size_t bytes, DType dtype) {
@@ -71,11 +40,11 @@ DeviceBuffer random_buffer(size_t bytes, DType dtype) {
     return buffer;
 }
 
-double measure_copy_bandwidth(int repeats) {
+double measure_copy_bandwidth(tuning::KernelTimer& timer, int repeats) {
     const size_t bytes = size_t{1} << 30;
-    DeviceBuffer src(bytes), dst(bytes), flush(size_t{128} << 20);
+    DeviceBuffer src(bytes), dst(bytes);
     src.fill_bytes(1);
-    double ms = time_ms([&] { TILEOPS_CU_CHECK(cu().cuMemcpyDtoDAsync(dst.get(), src.get(), bytes, nullptr)); }, flush,
+    double ms = time_ms([&] { TILEOPS_CU_CHECK(cu().cuMemcpyDtoDAsync(dst.get(), src.get(), bytes, nullptr)); }, timer,
                         repeats);
     return 2.0 * bytes / (ms * 1e-3) / 1e9;
 }

@@ -13,6 +13,7 @@
 #include "runtime/driver.hpp"
 #include "tileops/device_info.hpp"
 #include "tileops/tensor.hpp"
+#include "tuning/timing.hpp"
 
 namespace tileops::bench {
 
@@ -21,9 +22,9 @@ const runtime::DriverApi& cu();
 double median(std::vector<double> values);
 
 // Median milliseconds of `fn` over `repeats` runs on the legacy stream, after 3 warm-up runs,
-// with `flush` (larger than L2) read before each timed run so that inputs come from HBM and no
-// dirty line of an earlier run is left to write back inside the timed one.
-double time_ms(const std::function<void()>& fn, runtime::DeviceBuffer& flush, int repeats);
+// timed as the tuner times (tuning::KernelTimer: L2 flushed by a read before each timed run, so
+// inputs come from HBM and no dirty line of an earlier run is written back inside the timed one).
+double time_ms(const std::function<void()>& fn, tuning::KernelTimer& timer, int repeats);
 
 // A buffer of `bytes` filled with values in [-2, 2) as `dtype` stores them (never zeros).
 runtime::DeviceBuffer random_buffer(size_t bytes, DType dtype);
@@ -42,7 +43,7 @@ std::vector<int64_t> parse_dims(const std::string& text);
 void print_device(const DeviceInfo& device, double copy_gbps);
 
 // Device-to-device copy bandwidth in GB/s (bytes read + bytes written), over 1 GiB.
-double measure_copy_bandwidth(int repeats);
+double measure_copy_bandwidth(tuning::KernelTimer& timer, int repeats);
 
 // Host microseconds per call of `fn`, averaged over many back-to-back calls.
 double host_us_per_call(const std::function<void()>& fn, int calls);

@@ -34,7 +34,7 @@ struct Case {
     double kv_bytes() const { return 2.0 * batch * len * kv_heads * head_dim * 2; }  // K and V, bf16
 };
 
-nlohmann::json run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int repeats) {
+nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, int repeats) {
     DecodeAttentionProblem p;
     p.batch = c.batch;
     p.num_heads = c.heads;
@@ -68,7 +68,7 @@ nlohmann::json run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int rep
         else
             op.run(rt, {q.data(), k.data(), v.data(), lengths.data()}, {out.data()});
     };
-    const double ms = time_ms(fn, flush, repeats);
+    const double ms = time_ms(fn, timer, repeats);
     const double gbps = c.kv_bytes() / (ms * 1e-3) / 1e9;
     return {{"layout", c.layout()}, {"batch", c.batch}, {"heads", c.heads}, {"kv_heads", c.kv_heads},
             {"head_dim", c.head_dim}, {"kv_len", c.len}, {"kv_bytes", c.kv_bytes()}, {"median_us", ms * 1e3},
@@ -100,7 +100,8 @@ int main(int argc, char** argv) try {
     }
     Runtime rt;
     const DeviceInfo& device = rt.device();
-    const double copy_gbps = measure_copy_bandwidth(repeats);
+    tuning::KernelTimer timer(device);
+    const double copy_gbps = measure_copy_bandwidth(timer, repeats);
     print_device(device, copy_gbps);
     std::vector<Case> cases;
     const std::vector<int64_t> batches = quick ? std::vector<int64_t>{1, 32} : std::vector<int64_t>{1, 8, 32, 128};
@@ -117,7 +118,6 @@ int main(int argc, char** argv) try {
     for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{32, 8}, {32, 32}})
         for (int64_t batch : {1, 32}) cases.push_back({batch, heads, kv_heads, 128, 4096, 0, true});
     if (!only.empty()) cases = {{only[0], only[1], only[2], 128, only[3], only.size() == 5 ? only[4] : 0}};
-    DeviceBuffer flush(size_t{128} << 20);
     nlohmann::json json;
     json["device"] = device.name;
     json["arch"] = device.arch();
@@ -125,7 +125,7 @@ int main(int argc, char** argv) try {
     fmt::print("{:<11} {:>5} {:>7} {:>6} {:>9} {:>10} {:>7} {:>7}\n", "layout", "batch", "heads", "kv_len", "KV MB",
                "time us", "GB/s", "% copy");
     for (const Case& c : cases) {
-        nlohmann::json r = run_case(rt, c, flush, repeats);
+        nlohmann::json r = run_case(rt, c, timer, repeats);
         r["fraction_of_copy"] = r["gbps"].get<double>() / copy_gbps;
         fmt::print("{:<11} {:>5} {:>7} {:>6} {:>9.1f} {:>10.1f} {:>7.0f} {:>6.1f}%   {}\n", c.layout(), c.batch,
                    fmt::format("{}/{}", c.heads, c.kv_heads), c.len, c.kv_bytes() / 1e6, r["median_us"].get<double>(),

@@ -142,7 +142,7 @@ bool all_finite(const DeviceBuffer& out, int64_t elements, DType dtype) {
     return true;
 }
 
-nlohmann::json run_case(Runtime& rt, const Case& c, const Operands& in, DeviceBuffer& out, DeviceBuffer& flush,
+nlohmann::json run_case(Runtime& rt, const Case& c, const Operands& in, DeviceBuffer& out, tuning::KernelTimer& timer,
                         int repeats) {
     FlashAttentionProblem p;
     p.batch = c.batch;
@@ -156,7 +156,7 @@ nlohmann::json run_case(Runtime& rt, const Case& c, const Operands& in, DeviceBu
     FlashAttention op(p);
     rt.prepare(op);  // compile before the warm-up runs
     out.fill_bytes(0xff);  // NaN in bf16 and fp16
-    const double ms = time_ms([&] { op.run(rt, {in.q(), in.k(), in.v()}, {out.data()}); }, flush, repeats);
+    const double ms = time_ms([&] { op.run(rt, {in.q(), in.k(), in.v()}, {out.data()}); }, timer, repeats);
     return {{"median_us", ms * 1e3}, {"tflops", c.flops() / (ms * 1e-3) / 1e12}, {"config", rt.explain(op)},
             {"output_finite", all_finite(out, c.q_elements(), c.dtype)}};
 }
@@ -201,7 +201,8 @@ int main(int argc, char** argv) try {
         inputs.try_emplace(dtype, dtype, elements, kv_max[dtype]);
         out_max = std::max(out_max, elements);
     }
-    DeviceBuffer out(static_cast<size_t>(out_max) * 2), flush(size_t{128} << 20);
+    DeviceBuffer out(static_cast<size_t>(out_max) * 2);
+    tuning::KernelTimer timer(device);
     nlohmann::json json;
     json["device"] = device.name;
     json["arch"] = device.arch();
@@ -214,7 +215,7 @@ int main(int argc, char** argv) try {
                             {"kv_heads", c.kv_heads},  {"seqlen", c.seqlen},     {"head_dim", c.head_dim},
                             {"dtype", dtype_name(c.dtype)}, {"causal", c.causal}, {"flops", c.flops()}};
         try {
-            r.update(run_case(rt, c, inputs.at(c.dtype), out, flush, repeats));
+            r.update(run_case(rt, c, inputs.at(c.dtype), out, timer, repeats));
             const std::string config = r["config"].get<std::string>();
             const size_t from = config.find("config {");
             fmt::print("{:<30} {:>10.1f} {:>8.1f}   {}{}\n", c.key(), r["median_us"].get<double>(),

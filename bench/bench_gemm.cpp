@@ -123,7 +123,7 @@ int run(int argc, char** argv) {
         }
         shapes = {{"only", m, n, k}};
     }
-    DeviceBuffer flush(2 * static_cast<size_t>(std::max(device.l2_bytes, 1 << 20)));
+    tuning::KernelTimer timer(device);
     nlohmann::json json;
     json["device"] = device.name;
     json["arch"] = device.arch();
@@ -139,7 +139,7 @@ int run(int argc, char** argv) {
         GemmProblem problem;
         problem.m = s.m, problem.n = s.n, problem.k = s.k, problem.dtype = dtype, problem.layout = layout;
         Gemm op(problem);
-        const double ours = time_ms([&] { op.run(rt, {a.data(), b.data()}, {d.data()}); }, flush, repeats);
+        const double ours = time_ms([&] { op.run(rt, {a.data(), b.data()}, {d.data()}); }, timer, repeats);
         // cuBLAS is column-major: D^T (N x M) = op(B)^T (N x K) * A^T (K x M), every matrix as stored.
         const float alpha = 1.0f, beta = 0.0f;
         const bool nt = layout == GemmLayout::nt;
@@ -152,7 +152,7 @@ int run(int argc, char** argv) {
                                           CUBLAS_GEMM_DEFAULT),
                              "cublasGemmEx");
             },
-            flush, repeats);
+            timer, repeats);
         const double flop = 2.0 * static_cast<double>(s.m) * s.n * s.k;
         const double ours_tflops = flop / (ours * 1e-3) / 1e12, theirs_tflops = flop / (theirs * 1e-3) / 1e12;
         std::string config = rt.explain(op);

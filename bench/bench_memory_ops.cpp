@@ -57,7 +57,7 @@ struct Result {
     double bytes = 0;
 };
 
-Result run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int repeats) {
+Result run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, int repeats) {
     const size_t element = dtype_size(c.dtype);
     const size_t matrix = static_cast<size_t>(c.rows * c.cols) * element;
     const size_t row = static_cast<size_t>(c.cols) * element;
@@ -105,7 +105,7 @@ Result run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int repeats) {
         }
         keep = std::move(op);
     }
-    result.ms = time_ms(fn, flush, repeats);
+    result.ms = time_ms(fn, timer, repeats);
     result.gbps = result.bytes / (result.ms * 1e-3) / 1e9;
     return result;
 }
@@ -146,7 +146,8 @@ int run(int argc, char** argv) {
     }
     Runtime rt;
     const DeviceInfo& device = rt.device();
-    const double copy_gbps = measure_copy_bandwidth(repeats);
+    tuning::KernelTimer timer(device);
+    const double copy_gbps = measure_copy_bandwidth(timer, repeats);
     print_device(device, copy_gbps);
 
     const int64_t shapes[][2] = {{16384, 1024}, {16384, 4096}, {4096, 16384}, {1024, 65536}, {256, 262144}, {65536, 4096}};
@@ -160,7 +161,6 @@ int run(int argc, char** argv) {
         ops = only_ops;
     }
     if (launch_only) ops.clear();
-    DeviceBuffer flush(size_t{128} << 20);
     nlohmann::json json;
     json["device"] = device.name;
     json["arch"] = device.arch();
@@ -169,7 +169,7 @@ int run(int argc, char** argv) {
     for (const std::string& op : ops)
         for (DType dtype : {DType::bf16, DType::fp32})
             for (const auto& s : shapes) {
-                Result r = run_case(rt, {op, s[0], s[1], dtype}, flush, repeats);
+                Result r = run_case(rt, {op, s[0], s[1], dtype}, timer, repeats);
                 TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
                 r.fraction_of_copy = r.gbps / copy_gbps;
                 fmt::print("{:<18} {:>14} {:>5} {:>10.1f} {:>9.0f} {:>6.1f}%\n", op, fmt::format("{}x{}", s[0], s[1]),

@@ -34,7 +34,7 @@ struct Case {
     double kv_bytes() const { return 2.0 * batch * len * MlaDecode::kKeyDim; }
 };
 
-nlohmann::json run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int repeats) {
+nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, int repeats) {
     MlaDecodeProblem p;
     p.batch = c.batch;
     p.num_heads = c.heads;
@@ -57,7 +57,7 @@ nlohmann::json run_case(Runtime& rt, const Case& c, DeviceBuffer& flush, int rep
         if (c.page > 0) op.run(rt, {q.data(), kv.data(), lengths.data(), pages.data()}, {out.data()});
         else op.run(rt, {q.data(), kv.data(), lengths.data()}, {out.data()});
     };
-    const double ms = time_ms(fn, flush, repeats);
+    const double ms = time_ms(fn, timer, repeats);
     return {{"layout", c.layout()}, {"batch", c.batch}, {"heads", c.heads}, {"kv_len", c.len},
             {"median_us", ms * 1e3}, {"tflops", c.flops() / (ms * 1e-3) / 1e12},
             {"kv_gbps", c.kv_bytes() / (ms * 1e-3) / 1e9}, {"config", rt.explain(op)}};
@@ -85,7 +85,8 @@ int main(int argc, char** argv) try {
     }
     Runtime rt;
     const DeviceInfo& device = rt.device();
-    const double copy_gbps = measure_copy_bandwidth(repeats);
+    tuning::KernelTimer timer(device);
+    const double copy_gbps = measure_copy_bandwidth(timer, repeats);
     print_device(device, copy_gbps);
     std::vector<Case> cases;
     for (int64_t page : {64, 0})
@@ -95,7 +96,6 @@ int main(int argc, char** argv) try {
     for (int64_t batch : {1, 8}) cases.push_back({batch, 128, 4096, 64});
     cases.push_back({1, 16, 32768, 64});
     if (!only.empty()) cases = {{only[0], only[1], only[2], only.size() == 4 ? only[3] : 0}};
-    DeviceBuffer flush(size_t{128} << 20);
     nlohmann::json json;
     json["device"] = device.name;
     json["arch"] = device.arch();
@@ -103,7 +103,7 @@ int main(int argc, char** argv) try {
     fmt::print("{:<11} {:>5} {:>5} {:>6} {:>10} {:>8} {:>8}\n", "layout", "batch", "heads", "kv_len", "time us", "TFLOP/s",
                "KV GB/s");
     for (const Case& c : cases) {
-        nlohmann::json r = run_case(rt, c, flush, repeats);
+        nlohmann::json r = run_case(rt, c, timer, repeats);
         fmt::print("{:<11} {:>5} {:>5} {:>6} {:>10.1f} {:>8.1f} {:>8.0f}   {}\n", c.layout(), c.batch, c.heads, c.len,
                    r["median_us"].get<double>(), r["tflops"].get<double>(), r["kv_gbps"].get<double>(),
                    r["config"].get<std::string>());

@@ -1,6 +1,5 @@
 // The tuner's timer on a GPU: its L2 flush (a read kernel compiled at run time) launches, and the
 // timings it returns are those of the timed work.
-#include <algorithm>
 #include <cmath>
 
 #include <catch2/catch_test_macros.hpp>
@@ -16,8 +15,7 @@ using namespace tileops;
 TEST_CASE("the tuner's timer flushes L2 by reading and times the launch it is given", "[gpu][tuning]") {
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = test::shared_runtime();  // makes the device's context current
-    const size_t l2 = static_cast<size_t>(std::max(runtime.device().l2_bytes, 1 << 20));
-    tuning::KernelTimer timer(2 * l2);
+    tuning::KernelTimer timer(runtime.device());
     const auto& cu = runtime::driver();
 
     // A 256 MB memset (~0.1 ms at HBM speed) and a 1 MB one: the timer must tell them apart.

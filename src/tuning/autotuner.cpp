@@ -139,7 +139,7 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
                                 result.candidates[0].failure));
 
     // 2. Check and time each candidate, one at a time.
-    KernelTimer timer(2 * static_cast<size_t>(std::max(device.l2_bytes, 1 << 20)));
+    KernelTimer timer(device);
     std::vector<float> reference;
     std::vector<detail::ResolvedLaunch> launches(candidates.size());
     const double tolerance = candidate_tolerance(model.dtype_key());

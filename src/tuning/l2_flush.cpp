@@ -1,7 +1,5 @@
 #include "tuning/l2_flush.hpp"
 
-#include <string>
-
 #include "runtime/compiler.hpp"
 #include "runtime/driver.hpp"
 
@@ -22,24 +20,14 @@ extern "C" __global__ void read_to_flush_l2(const int4* data, unsigned long long
 }
 )";
 
-std::string current_device_arch() {
-    const auto& cu = runtime::driver();
-    CUdevice device = 0;
-    int major = 0, minor = 0;
-    TILEOPS_CU_CHECK(cu.cuCtxGetDevice(&device));
-    TILEOPS_CU_CHECK(cu.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device));
-    TILEOPS_CU_CHECK(cu.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device));
-    return "sm_" + std::to_string(major * 10 + minor);
-}
-
 }  // namespace
 
-L2Flusher::L2Flusher() {
+L2Flusher::L2Flusher(const std::string& arch) {
     runtime::CompileRequest request;
     request.source = kFlushSource;
     request.source_name = "read_to_flush_l2.cu";
     request.name_expressions = {"read_to_flush_l2"};
-    request.arch = current_device_arch();
+    request.arch = arch;
     const runtime::CompileResult result = runtime::compile(request);
     module_ = runtime::Module(result.cubin);
     function_ = module_.function(result.lowered_names.at("read_to_flush_l2"));

@@ -7,15 +7,17 @@
 
 #include <cuda.h>
 
+#include <string>
+
 #include "runtime/device.hpp"
 
 namespace tileops::tuning {
 
 class L2Flusher {
 public:
-    // Compiles its kernel (NVRTC, for the current context's device); that context must be current
-    // when flushing.
-    L2Flusher();
+    // Compiles its kernel with NVRTC for `arch` (the current context's device, which must stay
+    // current when flushing).
+    explicit L2Flusher(const std::string& arch);
 
     // Enqueues a read of all of `buffer` (at least twice the L2 size) on `stream`.
     void flush(const runtime::DeviceBuffer& buffer, CUstream stream) const;

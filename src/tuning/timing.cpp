@@ -19,7 +19,8 @@ TimingStats summarize(std::vector<double> samples_us) {
     return stats;
 }
 
-KernelTimer::KernelTimer(size_t flush_bytes, CUstream stream) : flush_(flush_bytes), stream_(stream) {
+KernelTimer::KernelTimer(const DeviceInfo& device, CUstream stream)
+    : flush_(2 * static_cast<size_t>(std::max(device.l2_bytes, 1 << 20))), flusher_(device.arch()), stream_(stream) {
     const auto& cu = runtime::driver();
     TILEOPS_CU_CHECK(cu.cuEventCreate(&start_, CU_EVENT_DEFAULT));
     TILEOPS_CU_CHECK(cu.cuEventCreate(&stop_, CU_EVENT_DEFAULT));

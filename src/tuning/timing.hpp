@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/device.hpp"
+#include "tileops/device_info.hpp"
 #include "tuning/l2_flush.hpp"
 
 namespace tileops::tuning {
@@ -25,8 +26,9 @@ TimingStats summarize(std::vector<double> samples_us);
 
 class KernelTimer {
 public:
-    // `flush_bytes`: scratch read before each timed run (use twice the L2 size; see L2Flusher).
-    explicit KernelTimer(size_t flush_bytes, CUstream stream = nullptr);
+    // Times on `device` (its context current), reading twice its L2 size before each timed run
+    // (see L2Flusher).
+    explicit KernelTimer(const DeviceInfo& device, CUstream stream = nullptr);
     ~KernelTimer();
     KernelTimer(const KernelTimer&) = delete;
     KernelTimer& operator=(const KernelTimer&) = delete;

@@ -38,7 +38,7 @@ int cmd_verify(int argc, char** argv) {
             const DeviceInfo& device = runtime.device();
             detail::RuntimeImpl& impl = runtime.impl();
             const double max_drift = args["max-drift"].as<double>();
-            tuning::KernelTimer timer(2 * static_cast<size_t>(std::max(device.l2_bytes, 1 << 20)));
+            tuning::KernelTimer timer(device);
             std::vector<std::vector<std::string>> rows;
             nlohmann::json out = nlohmann::json::array();
             int bad = 0;
