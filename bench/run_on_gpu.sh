@@ -6,12 +6,15 @@
 #   row_tests the [gpu] tests of the row ops (rmsnorm, layernorm, softmax); elementwise_tests: of the elementwise ops
 #   quick   bench_memory_ops --quick
 #   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
-#   tune    tileops-tune tune of the benchmark shapes into $OUT/tuned.json (later steps use it), in
-#           three parts by row length; TUNE_BUDGET seconds a problem (12), TUNE_TIMEOUT a part (300),
-#           TUNE_PARTS="short mid long" the parts to tune (cols <= 4096, <= 65536, longer).
-#           The budget covers compiling: compile the search space beforehand where cores are many
-#           (tileops-tune warm --arch sm_90a --workload bench/tune_memory_ops.json --search-space
-#           --cache-dir DIR), bring DIR along and set TILEOPS_CACHE_DIR to it.
+#   warm    compile the search spaces of the benchmark shapes (bench/tune_memory_ops.json) into the
+#           kernel cache, so that tune's budget goes to timing; WARM_TIMEOUT (200)
+#   tune    tileops-tune tune of the benchmark shapes, in three parts by row length, merged with
+#           every part already in TUNE_DIR ($OUT) into TUNE_DIR/tuned.json (later steps use it);
+#           TUNE_BUDGET seconds a problem (12), TUNE_TIMEOUT a part (300), TUNE_PARTS="short mid
+#           long" the parts to tune (cols <= 4096, <= 65536, longer; empty: only merge). A
+#           TUNE_DIR and TILEOPS_CACHE_DIR inside the repo's ignored .cache/ survive between calls
+#           on a warm machine, so a tune too long for one call can be split over several.
+#   tune_act  tileops-tune tune of bench/tune_activations.json into $OUT/act_tuned.json (not used later)
 #   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
 #   decode  bench_decode_attention and torch SDPA on the same problems, merged into a table
 #   flash   bench_flash_attention and torch SDPA (flash and cuDNN backends) on the same cases, merged
@@ -26,10 +29,20 @@
 #           mla_tune: tileops-tune tune of the benchmark's problems into $OUT/mla_tuned.json (later steps use it)
 #   rest_tests  the [gpu] tests but flash and GEMM (runtime, memory-bound ops, decode, MLA)
 #   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
+# PACK=1: everything written goes into $OUT/res.tgz, with the step summaries in $OUT/summary.txt
+# (the device tool returns 8 files at most).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
+if [ "${PACK:-0}" = 1 ]; then  # run the steps into a scratch folder, then pack it
+  scratch=$(mktemp -d)
+  OUT=$scratch PACK=0 bash bench/run_on_gpu.sh "$@" 2>&1 | tee "$scratch/summary.txt"
+  rc=${PIPESTATUS[0]}
+  cp "$scratch/summary.txt" "$OUT/"; tar czf "$OUT/res.tgz" -C "$scratch" .
+  exit "$rc"
+fi
+TUNE_DIR=${TUNE_DIR:-$OUT}; mkdir -p "$TUNE_DIR"
 export TILEOPS_CACHE_DIR=${TILEOPS_CACHE_DIR:-/tmp/tileops-cache}
 cmake -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release > "$OUT/build.log" 2>&1 &&
   cmake --build build-gpu -j"$(nproc)" ${TARGETS:+--target $TARGETS} >> "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
@@ -63,15 +76,22 @@ w = json.load(open("bench/tune_memory_ops.json"))
 for name, keep in (("short", lambda c: c <= 4096), ("mid", lambda c: 4096 < c <= 65536), ("long", lambda c: c > 65536)):
     json.dump({"problems": [p for p in w["problems"] if keep(p["shape"][-1])]}, open(f"{sys.argv[1]}/tune_{name}.json", "w"))
 PY
-      for part in ${TUNE_PARTS:-short mid long}; do
+      for part in ${TUNE_PARTS-short mid long}; do
         timeout "${TUNE_TIMEOUT:-300}" ./build-gpu/tools/tileops-tune tune --workload "$OUT/tune_$part.json" \
-          --db "$OUT/tuned_$part.json" --budget "${TUNE_BUDGET:-12}" --repeats 10 \
-          > "$OUT/tune_$part.log" 2> "$OUT/tune_${part}_err.log" || status=1
-        tail -12 "$OUT/tune_$part.log" | cut -c1-200
+          --db "$TUNE_DIR/tuned_$part.json" --budget "${TUNE_BUDGET:-12}" --repeats 10 \
+          > "$OUT/tune_$part.txt" 2> "$OUT/tune_${part}_err.log" || status=1
+        tail -12 "$OUT/tune_$part.txt" | cut -c1-200
       done
-      ./build-gpu/tools/tileops-tune merge -o "$OUT/tuned.json" "$OUT"/tuned_*.json > /dev/null || status=1
-      for part in short mid long; do [ -f "$OUT/tune_$part.log" ] && cp "$OUT/tune_$part.log" "$OUT/tune_$part.txt"; done
-      export TILEOPS_TUNING_DB="$OUT/tuned.json" ;;
+      ./build-gpu/tools/tileops-tune merge -o "$TUNE_DIR/tuned.json" "$TUNE_DIR"/tuned_*.json > /dev/null || status=1
+      [ "$TUNE_DIR" = "$OUT" ] || cp "$TUNE_DIR"/tuned*.json "$OUT/"
+      export TILEOPS_TUNING_DB="$TUNE_DIR/tuned.json" ;;
+    warm) timeout "${WARM_TIMEOUT:-200}" ./build-gpu/tools/tileops-tune warm --arch sm_90a \
+        --workload bench/tune_memory_ops.json --search-space > "$OUT/warm.log" 2>&1; echo "warm: rc $?" ;;
+    tune_act)
+      timeout "${TUNE_TIMEOUT:-300}" ./build-gpu/tools/tileops-tune tune --workload bench/tune_activations.json \
+        --db "$OUT/act_tuned.json" --budget "${TUNE_BUDGET:-12}" --repeats 10 > "$OUT/act_tune.txt" 2> "$OUT/act_tune_err.log" \
+        || status=1
+      cut -c1-150 "$OUT/act_tune.txt" ;;
     cli)
       T=./build-gpu/tools/tileops-tune
       $T tune --op rmsnorm --shape 3000x5000 --dtype bf16 --db "$OUT/cli.json" --budget 8 --repeats 5 > "$OUT/cli.log" 2>&1 || status=1
