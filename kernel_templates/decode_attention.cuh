@@ -27,6 +27,7 @@
 #include <cuda/std/limits>
 
 #include "common/async_copy.cuh"
+#include "common/decode.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -38,20 +39,6 @@ struct DecodeLanes {
     static constexpr int TOKENS_PER_STEP = 32 / LANES;
     static_assert(HEAD_DIM % VEC == 0 && LANES <= 32 && 32 % LANES == 0, "unsupported head dim");
 };
-
-// The keys row `r` of the CTA may see: [begin, end). Rows past the problem's rows see none.
-struct VisibleKeys {
-    int begin, end;
-};
-
-__device__ __forceinline__ VisibleKeys visible_keys(int row, int total_rows, int group, int q_len, int len,
-                                                    int window_left) {
-    if (row >= total_rows) return {0, 0};
-    const int pos = len - q_len + row / group;  // absolute position of this row's query token
-    const int end = pos + 1 > 0 ? pos + 1 : 0;
-    const int begin = window_left >= 0 && pos - window_left > 0 ? pos - window_left : 0;
-    return {begin, end};
-}
 
 template <typename T, typename TKV, int HEAD_DIM, int ROWS, int WARPS, int UNROLL, int STAGES, int PAGE_SIZE>
 __global__ void __launch_bounds__(WARPS * 32)
@@ -66,7 +53,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     using Lanes = DecodeLanes<TKV, HEAD_DIM>;
     constexpr int VEC = Lanes::VEC, LANES = Lanes::LANES, TPS = Lanes::TOKENS_PER_STEP;
     constexpr int WARP_TOKENS = TPS * UNROLL;  // tokens a warp covers per iteration
-    constexpr float kLog2e = 1.4426950408889634f, kLn2 = 0.6931471805599453f;
     constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
 
     const int split = blockIdx.x, num_splits = gridDim.x;
@@ -97,27 +83,16 @@ __global__ void __launch_bounds__(WARPS * 32)
             const int token = row / group, head = kv_head * group + row % group;
             value = to_float(q[batch * q_batch_stride + token * q_token_stride + head * q_head_stride + d]);
         }
-        q_tile[r][d] = value * scale * (softcap > 0.0f ? 1.0f : kLog2e);
+        q_tile[r][d] = value * scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
     }
 
     VisibleKeys keys[ROWS];
-    int kv_begin = max_kv_len, kv_end = 0;
 #pragma unroll
-    for (int r = 0; r < ROWS; ++r) {
-        keys[r] = visible_keys(row0 + r, total_rows, group, q_len, len, window_left);
-        if (keys[r].end > keys[r].begin) {
-            kv_begin = min(kv_begin, keys[r].begin);
-            kv_end = max(kv_end, keys[r].end);
-        }
-    }
+    for (int r = 0; r < ROWS; ++r) keys[r] = visible_keys(row0 + r, total_rows, group, q_len, len, window_left);
     // Keys every row of the CTA sees: iterations inside this range need no masks.
-    int full_begin = 0, full_end = max_kv_len;
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r)
-        if (row0 + r < total_rows) {
-            full_begin = max(full_begin, keys[r].begin);
-            full_end = min(full_end, keys[r].end);
-        }
+    const DecodeKeyRange range = decode_key_range<ROWS>(row0, total_rows, group, q_len, len, window_left, max_kv_len);
+    const int kv_begin = range.any.begin, kv_end = range.any.end;
+    const int full_begin = range.all.begin, full_end = range.all.end;
     const int span = kv_end > kv_begin ? kv_end - kv_begin : 0;
     const int chunk = (span + num_splits - 1) / num_splits;
     const int chunk_begin = kv_begin + split * chunk;
@@ -221,7 +196,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-                for (int r = 0; r < ROWS; ++r) s[u][r] = softcap * tanhf(s[u][r] / softcap) * kLog2e;
+                for (int r = 0; r < ROWS; ++r) s[u][r] = softcap * tanhf(s[u][r] / softcap) * kDecodeLog2e;
         }
         // Masks, unless every token of the iteration is valid and visible to every row (the common
         // case, decided for the whole warp so that the branch does not diverge).
@@ -298,99 +273,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     }
     __syncthreads();
 
-    // This CTA's result per row: normalized output and log-sum-exp (log2 domain), or 0 and -inf
-    // when it saw no visible key.
-    const long long block_slot = static_cast<long long>(batch) * gridDim.y + blockIdx.y;
-    // Workspace (splits only): partial outputs [slots][splits][ROWS][HEAD_DIM], their lse
-    // [slots][splits][ROWS], then one counter per slot; a slot is a (batch, kv head, row block).
-    const long long partial_rows = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z * ROWS;
-    float* partial_out = workspace;
-    float* partial_lse = num_splits > 1 ? workspace + partial_rows * HEAD_DIM : nullptr;
-    unsigned* counters = num_splits > 1 ? reinterpret_cast<unsigned*>(partial_lse + partial_rows) : nullptr;
-    auto write_row = [&](int r, int d, float value, float row_lse2) {
-        const int row = row0 + r;
-        if (row >= total_rows) return;
-        const int token = row / group, head = kv_head * group + row % group;
-        out[batch * o_batch_stride + token * o_token_stride + head * o_head_stride + d] = from_float<T>(value);
-        if (lse != nullptr && d == 0)
-            lse[(static_cast<long long>(batch) * q_len + token) * (gridDim.y / row_blocks * group) + head] =
-                row_lse2 == kNegInf ? kNegInf : row_lse2 * kLn2;
-    };
-    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
-        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
-        float row_max = kNegInf;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) row_max = fmaxf(row_max, warp_m[w * ROWS + r]);
-        const float base_m = row_max == kNegInf ? 0.0f : row_max;
-        float sum = 0.0f, value = 0.0f;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            const float weight = exp2f(warp_m[w * ROWS + r] - base_m);
-            sum += warp_l[w * ROWS + r] * weight;
-            value += warp_out[(w * ROWS + r) * HEAD_DIM + d] * weight;
-        }
-        const float normalized = sum > 0.0f ? value / sum : 0.0f;
-        const float row_lse2 = sum > 0.0f ? base_m + log2f(sum) : kNegInf;
-        if (num_splits == 1) {
-            write_row(r, d, normalized, row_lse2);
-        } else {
-            const long long at = (block_slot * num_splits + split) * ROWS + r;
-            partial_out[at * HEAD_DIM + d] = normalized;
-            if (d == 0) partial_lse[at] = row_lse2;
-        }
-    }
-    if (num_splits == 1) return;
-
-    // The last CTA of this (batch, kv head, row block) to finish merges the splits.
-    __shared__ bool is_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned done = atomicAdd(&counters[block_slot], 1u);
-        is_last = done == static_cast<unsigned>(num_splits - 1);
-        if (is_last) counters[block_slot] = 0;  // every split has arrived: ready for the next launch
-    }
-    __syncthreads();
-    if (!is_last) return;
-    __threadfence();
-
-    // The merge, in three parallel steps through shared memory (reused once more): every split's
-    // lse loaded at once; per row its maximum and sum, the lse turned into weights; then each output
-    // element as a weighted sum of independent loads. A loop of dependent L2 reads per element
-    // would cost about a microsecond per 2 splits.
-    float* weights = warp_out;                       // [ROWS][num_splits]
-    float* row_lse2 = warp_out + ROWS * num_splits;  // [ROWS]
-    const long long slot_rows = block_slot * num_splits * ROWS;  // this slot's first partial row
-    for (int i = threadIdx.x; i < ROWS * num_splits; i += WARPS * 32) {
-        const int r = i / num_splits, s = i % num_splits;
-        weights[i] = __ldcg(partial_lse + slot_rows + static_cast<long long>(s) * ROWS + r);
-    }
-    __syncthreads();
-    for (int r = warp; r < ROWS; r += WARPS) {
-        float row_max = kNegInf;
-        for (int s = lane; s < num_splits; s += 32) row_max = fmaxf(row_max, weights[r * num_splits + s]);
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, offset));
-        const float base_m = row_max == kNegInf ? 0.0f : row_max;
-        float sum = 0.0f;
-        for (int s = lane; s < num_splits; s += 32) sum += exp2f(weights[r * num_splits + s] - base_m);
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int s = lane; s < num_splits; s += 32)
-            weights[r * num_splits + s] = exp2f(weights[r * num_splits + s] - base_m) * inverse;
-        if (lane == 0) row_lse2[r] = sum > 0.0f ? base_m + log2f(sum) : kNegInf;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
-        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
-        const float* w = weights + r * num_splits;
-        const float* part = partial_out + (slot_rows + r) * HEAD_DIM + d;
-        float value = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < num_splits; ++s) value += w[s] * __ldcg(part + static_cast<long long>(s) * ROWS * HEAD_DIM);
-        write_row(r, d, value, row_lse2[r]);
-    }
+    decode_finish<T, HEAD_DIM, ROWS, WARPS>(warp_out, {out, o_batch_stride, o_token_stride, o_head_stride, lse, workspace,
+                                                      group, q_len, row0, total_rows, kv_head, row_blocks, batch});
 }
 
 }  // namespace tileops

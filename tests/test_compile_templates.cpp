@@ -19,9 +19,10 @@ using KernelsByFile = std::map<std::string, std::set<std::string>>;
 
 // Adds the kernels `config` launches, at every vector width run() may pick.
 void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Config& config, const DeviceInfo& device) {
-    for (int vec : model.vector_widths(config))
-        for (const std::string& name : model.plan(config, vec, device).name_expressions())
-            kernels[model.template_file()].insert(name);
+    for (int vec : model.vector_widths(config)) {
+        const detail::LaunchPlan plan = model.plan(config, vec, device);
+        for (const std::string& name : plan.name_expressions()) kernels[plan.template_file].insert(name);
+    }
 }
 
 }  // namespace

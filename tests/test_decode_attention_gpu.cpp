@@ -19,6 +19,7 @@
 #include "support/device_tensor.hpp"
 #include "support/test_support.hpp"
 #include "tileops/tileops.hpp"
+#include "tuning/op_config.hpp"
 
 using namespace tileops;
 using tileops::test::DeviceMatrix;
@@ -267,11 +268,12 @@ TEST_CASE("Every DecodeAttention config in the search space is correct, run afte
     const auto in = buffers.inputs(c);
     const auto out = buffers.outputs(c);
     std::vector<Config> configs = op.model().search_space(runtime.device());
-    configs.push_back({{"rows", 1}, {"warps", 1}, {"unroll", 1}, {"stages", 3}, {"splits", 7}});
-    configs.push_back({{"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
+    configs.push_back({{"kernel", 0}, {"rows", 1}, {"warps", 1}, {"unroll", 1}, {"stages", 3}, {"splits", 7}});
+    configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
+    configs.push_back({{"kernel", 1}, {"warps", 1}, {"tile", 32}, {"stages", 5}, {"splits", 3}});
+    configs.push_back({{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 1000}});
     for (const Config& config : configs) {
-        INFO(fmt::format("config rows {} warps {} unroll {} stages {} splits {}", config.at("rows"), config.at("warps"),
-                         config.at("unroll"), config.at("stages"), config.at("splits")));
+        INFO("config " << tuning::config_text(config));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
         // Twice: the split counters must be back at zero after a launch.
         for (int repeat = 0; repeat < 2; ++repeat) {

@@ -1,11 +1,16 @@
 // DecodeAttention refuses bad problems and bad operands before any launch, naming what was wrong;
 // its configs, workspace and the problem factory behave as documented. No GPU needed.
+#include <map>
+#include <set>
+
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include "ops/decode_attention_config.hpp"
 #include "ops/op_factory.hpp"
 #include "ops/op_model.hpp"
+#include "support/compile_kernels.hpp"
 #include "tileops/tileops.hpp"
 
 using namespace tileops;
@@ -122,14 +127,41 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only with splits"
     // A long single sequence is split; a large batch of short ones is not.
     CHECK(DecodeAttention(with([](auto& q) { q.batch = 1; q.max_kv_len = 100000; })).model().heuristic(h100).at("splits") > 8);
     CHECK(DecodeAttention(with([](auto& q) { q.batch = 256; q.max_kv_len = 1024; })).model().heuristic(h100).at("splits") == 1);
+    // GQA takes the tensor-core kernel; one row per KV head (MHA, one token) the CUDA-core kernel.
+    CHECK(DecodeAttention(gqa()).model().heuristic(h100).at("kernel") == detail::kDecodeTensorCores);
+    CHECK(DecodeAttention(with([](auto& q) { q.num_heads = 8; })).model().heuristic(h100).at("kernel") ==
+          detail::kDecodeCudaCores);
     // Configs that cannot run are refused with a reason.
     DecodeAttention op(gqa());
-    Config bad = op.model().heuristic(h100);
-    bad["rows"] = 3;
+    Config bad{{"kernel", 0}, {"rows", 3}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1}};
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("rows = 3") != std::string::npos);
-    bad = op.model().heuristic(h100);
     bad.erase("stages");
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'stages'") != std::string::npos);
+    bad = op.model().heuristic(h100);
+    bad["tile"] = 24;
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("tile = 24") != std::string::npos);
+    bad["tile"] = 32;
+    bad["stages"] = 8;
+    bad["warps"] = 8;  // 8 x 8 x 16 KB of ring
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("shared memory") != std::string::npos);
+    bad.erase("kernel");
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'kernel'") != std::string::npos);
+}
+
+TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_80 and sm_90a", "[compile][decode]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    std::map<std::string, std::set<std::string>> kernels;
+    for (auto p : {gqa(), with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 64; }, paged()),
+                   with([](auto& q) { q.head_dim = 256, q.page_size = 64, q.max_pages_per_seq = 64; }, paged())}) {
+        DecodeAttention op(p);
+        for (const Config& config : op.model().search_space(device)) {
+            const detail::LaunchPlan plan = op.model().plan(config, 1, device);
+            for (const std::string& name : plan.name_expressions()) kernels[plan.template_file].insert(name);
+        }
+    }
+    CHECK(kernels.size() == 2);  // CUDA-core and tensor-core kernels
+    test::compile_all(kernels, arch);
 }
 
 TEST_CASE("decode_attention problems parse from tileops-tune's text form", "[decode]") {

@@ -1,5 +1,6 @@
 // Decode attention: problem checks, tuning key and kernel choice (DecodeAttentionModel), and
-// DecodeAttention::run. Kernel: kernel_templates/decode_attention.cuh.
+// DecodeAttention::run. Kernels: kernel_templates/decode_attention.cuh (CUDA cores) and
+// decode_attention_mma.cuh (tensor cores); configs: decode_attention_config.cpp.
 #include "tileops/decode_attention.hpp"
 
 #include <algorithm>
@@ -27,6 +28,10 @@ public:
 
     std::string op_name() const override { return "decode_attention"; }
     std::string template_file() const override { return "decode_attention.cuh"; }
+    // Two translation units: the kernels' shared-memory copy helpers come from different headers.
+    std::vector<std::string> template_files() const override {
+        return {"decode_attention.cuh", "decode_attention_mma.cuh"};
+    }
     std::vector<long long> shape() const override {
         return {p_.batch, p_.num_heads, p_.num_kv_heads, p_.head_dim, p_.q_len, p_.max_kv_len};
     }
@@ -45,10 +50,16 @@ public:
     LaunchPlan plan(const Config& config, int /*vec*/, const DeviceInfo& /*device*/) const override {
         const DecodeLaunch l = decode_launch(shape_, config);
         LaunchPlan plan;
-        plan.template_file = template_file();
         const char* type = device_type_name(p_.dtype);
-        plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type, type,
-                                           p_.head_dim, l.rows, l.warps, l.unroll, l.stages, p_.page_size);
+        if (l.kernel == kDecodeTensorCores) {
+            plan.template_file = "decode_attention_mma.cuh";
+            plan.name_expression = fmt::format("tileops::decode_attention_mma_kernel<{}, {}, {}, {}, {}, {}>", type,
+                                               p_.head_dim, l.warps, l.tile, l.stages, p_.page_size);
+        } else {
+            plan.template_file = template_file();
+            plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type, type,
+                                               p_.head_dim, l.rows, l.warps, l.unroll, l.stages, p_.page_size);
+        }
         plan.grid[0] = static_cast<unsigned>(l.splits);
         plan.grid[1] = static_cast<unsigned>(p_.num_kv_heads * l.row_blocks);
         plan.grid[2] = static_cast<unsigned>(p_.batch);

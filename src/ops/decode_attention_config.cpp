@@ -25,6 +25,9 @@ bool is_power_of_two_up_to(long long value, long long limit) {
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 128;
 constexpr long long kMaxSplits = 256;
+// Shared memory of an SM that CTAs can use, H100 and A100 alike (228 and 164 KB less the
+// driver's reserve): what decides whether two tensor-core CTAs fit.
+constexpr long long kSharedBytesPerSm = 160 * 1024;
 
 long long max_useful_splits(const DecodeShape& s) {
     return std::clamp((s.max_kv_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit, 1LL, kMaxSplits);
@@ -39,70 +42,124 @@ DecodeShape decode_shape(const DecodeAttentionProblem& p) {
 
 DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
     const std::string op = "decode_attention";
-    DecodeLaunch l;
-    l.rows = static_cast<int>(config_value(config, "rows", op));
+    DecodeLaunch l{};
+    l.kernel = static_cast<int>(config_value(config, "kernel", op));
     l.warps = static_cast<int>(config_value(config, "warps", op));
-    l.unroll = static_cast<int>(config_value(config, "unroll", op));
     l.stages = static_cast<int>(config_value(config, "stages", op));
     l.splits = static_cast<int>(config_value(config, "splits", op));
+    size_t ring = 0;
+    if (l.kernel == kDecodeTensorCores) {
+        l.rows = kDecodeMmaRows;
+        l.tile = static_cast<int>(config_value(config, "tile", op));
+        // Must match decode_attention_mma.cuh: per warp and stage, a tile of keys and one of
+        // values, and a word of valid pages; the query tile is static.
+        ring = static_cast<size_t>(l.warps) * l.stages * (2 * l.tile * shape.head_dim * shape.element_bytes + 4);
+        l.static_shared_bytes = static_cast<size_t>(kDecodeMmaRows) * shape.head_dim * shape.element_bytes;
+    } else {
+        l.rows = static_cast<int>(config_value(config, "rows", op));
+        l.unroll = static_cast<int>(config_value(config, "unroll", op));
+        // Must match decode_attention.cuh: 16 bytes per lane, key and value, per unroll step and
+        // stage, plus a byte of flags per lane and stage; the query tile (fp32) is static.
+        ring = static_cast<size_t>(l.warps) * l.stages * 32 * (l.unroll * 2 * 16 + 1);
+        l.static_shared_bytes = static_cast<size_t>(l.rows) * shape.head_dim * sizeof(float);
+    }
     l.row_blocks = l.rows > 0 ? (shape.rows_per_kv_head() + l.rows - 1) / l.rows : 0;
-    // Must match decode_attention.cuh: the ring (16 bytes per lane, key and value, per unroll step
-    // and stage, plus a byte of flags per lane and stage), later the warps' partial results.
-    const size_t ring = static_cast<size_t>(l.warps) * l.stages * 32 * (l.unroll * 2 * 16 + 1);
+    // The ring is reused for the warps' partial results, then for the split merge's weights.
     const size_t partial = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);
     const size_t merge = l.splits > 1 ? static_cast<size_t>(l.rows) * (l.splits + 1) * sizeof(float) : 0;
     l.dynamic_shared_bytes = std::max({ring, partial, merge});
     return l;
 }
 
+namespace {
+
+// Splits for `ctas` CTAs of which `per_sm` fit on an SM: the fewest that fill every slot with a
+// last wave at least 85% full (a wave a fifth full cost the batch-8 benchmark shapes a quarter
+// of their bandwidth); otherwise the fullest last wave.
+long long heuristic_splits(const DecodeShape& s, long long ctas, long long per_sm, const DeviceInfo& device) {
+    const long long slots = per_sm * std::max(device.sm_count, 1);
+    return splits_filling_waves(ctas, slots, max_useful_splits(s), 0.85, true);
+}
+
+}  // namespace
+
 Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
+    if (s.rows_per_kv_head() >= 2 && device.sm() >= 80) {
+        // Several rows per KV head (GQA, speculative tokens): the tensor-core kernel. A ring of
+        // about 96 KB (three stages of 16 keys for four warps at head dim <= 128, for two warps at
+        // 256) lets two CTAs share an SM of the H100.
+        const long long warps = s.head_dim == 256 ? 2 : 4;
+        const Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
+        const DecodeLaunch l = decode_launch(s, config);
+        const long long per_sm = std::clamp<long long>(
+            kSharedBytesPerSm / static_cast<long long>(l.dynamic_shared_bytes + l.static_shared_bytes + 1024), 1, 2);
+        Config with_splits = config;
+        with_splits["splits"] = heuristic_splits(s, s.batch * s.num_kv_heads * l.row_blocks, per_sm, device);
+        return with_splits;
+    }
     const long long rows = std::min(8LL, next_power_of_two(s.rows_per_kv_head()));
     // Loads run (stages - 1) x unroll steps ahead; many rows need registers for the scores. Two
     // stages of 8 warps beat deeper rings of fewer warps on the H100 (more CTAs fit per SM).
     const long long unroll = rows <= 2 ? 4 : 2;
-    const long long stages = 2;
-    const long long warps = 8;
     const long long ctas = s.batch * s.num_kv_heads * ((s.rows_per_kv_head() + rows - 1) / rows);
-    // Two 8-warp CTAs fit on an SM. The fewest splits that fill every slot with a last wave at
-    // least 85% full (a wave a fifth full cost the batch-8 benchmark shapes a quarter of their
-    // bandwidth); otherwise the fullest last wave.
-    const long long slots = 2LL * std::max(device.sm_count, 1);
-    const long long splits = splits_filling_waves(ctas, slots, max_useful_splits(s), 0.85, true);
-    return {{"rows", rows}, {"warps", warps}, {"unroll", unroll}, {"stages", stages}, {"splits", splits}};
+    return {{"kernel", kDecodeCudaCores}, {"rows", rows}, {"warps", 8}, {"unroll", unroll}, {"stages", 2},
+            {"splits", heuristic_splits(s, ctas, 2, device)}};
 }
 
 std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& device) {
-    const Config heuristic = decode_heuristic(s, device);
-    const long long rows0 = heuristic.at("rows");
-    std::vector<long long> row_options{rows0};
-    if (rows0 > 1) row_options.push_back(rows0 / 2);
     std::vector<long long> split_options;
     for (long long splits = 1; splits <= max_useful_splits(s); splits *= 2) split_options.push_back(splits);
+    const Config heuristic = decode_heuristic(s, device);
     if (std::find(split_options.begin(), split_options.end(), heuristic.at("splits")) == split_options.end())
         split_options.push_back(heuristic.at("splits"));
+
     std::vector<Config> configs;
+    const long long rows0 = std::min(8LL, next_power_of_two(s.rows_per_kv_head()));
+    std::vector<long long> row_options{rows0};
+    if (rows0 > 1) row_options.push_back(rows0 / 2);
     for (long long rows : row_options)
         for (long long warps : {4, 8})
             for (long long unroll : {1, 2, 4})
                 for (long long stages : {2, 4})
                     for (long long splits : split_options)
-                        configs.push_back({{"rows", rows}, {"warps", warps}, {"unroll", unroll}, {"stages", stages},
-                                           {"splits", splits}});
+                        configs.push_back({{"kernel", kDecodeCudaCores}, {"rows", rows}, {"warps", warps}, {"unroll", unroll},
+                                           {"stages", stages}, {"splits", splits}});
+    // The tensor-core kernel wastes the MMA rows a KV head does not fill: tried from two rows on.
+    if (s.rows_per_kv_head() >= 2 && device.sm() >= 80)
+        for (long long warps : {2, 4, 8})
+            for (long long tile : {16, 32})
+                for (long long stages : {2, 3, 4})
+                    for (long long splits : split_options)
+                        configs.push_back({{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile},
+                                           {"stages", stages}, {"splits", splits}});
     return configs;
 }
 
 std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Config& config, const DeviceInfo& device) {
-    for (const char* key : {"rows", "warps", "unroll", "stages", "splits"})
+    if (config.find("kernel") == config.end()) return "config has no 'kernel'";
+    const long long kernel = config.at("kernel");
+    if (kernel != kDecodeCudaCores && kernel != kDecodeTensorCores)
+        return fmt::format("kernel = {} is not 0 (CUDA cores) or 1 (tensor cores)", kernel);
+    const std::vector<const char*> keys = kernel == kDecodeTensorCores
+                                              ? std::vector<const char*>{"warps", "tile", "stages", "splits"}
+                                              : std::vector<const char*>{"rows", "warps", "unroll", "stages", "splits"};
+    for (const char* key : keys)
         if (config.find(key) == config.end()) return fmt::format("config has no '{}'", key);
     const DecodeLaunch l = decode_launch(s, config);
-    if (!is_power_of_two_up_to(l.rows, 8)) return fmt::format("rows = {} is not 1, 2, 4 or 8", l.rows);
     if (!is_power_of_two_up_to(l.warps, 16)) return fmt::format("warps = {} is not a power of two <= 16", l.warps);
-    if (!is_power_of_two_up_to(l.unroll, 8)) return fmt::format("unroll = {} is not 1, 2, 4 or 8", l.unroll);
     if (l.stages < 2 || l.stages > 8) return fmt::format("stages = {} is not in [2, 8]", l.stages);
-    if (l.rows * l.unroll > 32) return fmt::format("rows x unroll = {} scores per lane would spill", l.rows * l.unroll);
+    if (kernel == kDecodeTensorCores) {
+        if (device.sm() < 80) return fmt::format("kernel 1 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
+        if (l.tile != 16 && l.tile != 32) return fmt::format("tile = {} is not 16 or 32", l.tile);
+        if (l.warps > 8) return fmt::format("kernel 1: warps = {} is more than 8 (registers)", l.warps);
+    } else {
+        if (!is_power_of_two_up_to(l.rows, 8)) return fmt::format("rows = {} is not 1, 2, 4 or 8", l.rows);
+        if (!is_power_of_two_up_to(l.unroll, 8)) return fmt::format("unroll = {} is not 1, 2, 4 or 8", l.unroll);
+        if (l.rows * l.unroll > 32) return fmt::format("rows x unroll = {} scores per lane would spill", l.rows * l.unroll);
+    }
     if (l.splits < 1 || l.splits > 1024) return fmt::format("splits = {} is not in [1, 1024]", l.splits);
     if (s.num_kv_heads * l.row_blocks > 65535) return "kv heads x row blocks exceeds the grid's y limit (65535)";
-    const size_t shared = l.dynamic_shared_bytes + static_cast<size_t>(l.rows) * s.head_dim * sizeof(float);
+    const size_t shared = l.dynamic_shared_bytes + l.static_shared_bytes;
     if (device.max_shared_memory_per_block_optin > 0 && shared > static_cast<size_t>(device.max_shared_memory_per_block_optin))
         return fmt::format("needs {} bytes of shared memory, the device allows {}", shared,
                            device.max_shared_memory_per_block_optin);

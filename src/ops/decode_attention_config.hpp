@@ -1,10 +1,14 @@
 // Configs of the decode attention kernel: what each tunable means, the heuristic, the search
 // space, what a config costs in shared memory and workspace.
 //
-// Tunables: rows (query rows per CTA: (query token, query head) pairs of one KV head; 1, 2, 4
-// or 8), warps per CTA, unroll (16-byte key and value slices per lane and iteration), stages
-// (iterations in the shared-memory load ring; loads run stages - 1 iterations ahead), and splits
-// (CTAs sharing one sequence's KV length; 1: no workspace, no merge).
+// Two kernels (tunable `kernel`):
+//   0, CUDA cores (decode_attention.cuh): rows (query rows per CTA: (query token, query head)
+//      pairs of one KV head; 1, 2, 4 or 8), warps per CTA, unroll (16-byte key and value slices
+//      per lane and iteration), stages (iterations in the shared-memory load ring; loads run
+//      stages - 1 iterations ahead);
+//   1, tensor cores (decode_attention_mma.cuh, sm_80+): 16 query rows per CTA, warps, tile (keys
+//      per warp iteration, 16 or 32), stages.
+// Both: splits (CTAs sharing one sequence's KV length; 1: no workspace, no merge).
 #pragma once
 
 #include <cstddef>
@@ -29,10 +33,14 @@ struct DecodeShape {
 };
 DecodeShape decode_shape(const DecodeAttentionProblem& problem);
 
+constexpr int kDecodeCudaCores = 0, kDecodeTensorCores = 1;
+constexpr int kDecodeMmaRows = 16;  // the M of mma.sync m16n8k16
+
 struct DecodeLaunch {
-    int rows, warps, unroll, stages, splits;
+    int kernel, rows, warps, unroll, tile, stages, splits;  // unroll: kernel 0 only; tile: kernel 1 only
     long long row_blocks;            // CTAs along the query rows of one KV head
     size_t dynamic_shared_bytes;     // the load ring, reused for the warps' partial results
+    size_t static_shared_bytes;      // the query tile
 };
 // Reads a config (throws InvalidArgument when a tunable is missing).
 DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config);

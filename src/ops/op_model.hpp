@@ -69,6 +69,9 @@ public:
 
     virtual std::string op_name() const = 0;        // "rmsnorm"
     virtual std::string template_file() const = 0;  // "rmsnorm.cuh"
+    // Every template file the op's kernels come from, when they need more than one translation
+    // unit; a tuning entry depends on all of them.
+    virtual std::vector<std::string> template_files() const { return {template_file()}; }
     virtual std::vector<long long> shape() const = 0;
     virtual std::string dtype_key() const = 0;      // "bf16" or "bf16->fp32"
     virtual std::string flags() const = 0;          // layout/options that change the kernel, "" if none

@@ -4,6 +4,7 @@
 
 #include "codegen/template_registry.hpp"
 #include "ops/op_factory.hpp"
+#include "util/sha256.hpp"
 
 namespace tileops::tuning {
 
@@ -12,7 +13,12 @@ TuningKey tuning_key_for(const detail::OpModel& model, const DeviceInfo& device)
 }
 
 std::string current_template_hash(const detail::OpModel& model) {
-    return codegen::TemplateRegistry::instance().template_hash(model.template_file());
+    const codegen::TemplateRegistry& registry = codegen::TemplateRegistry::instance();
+    const std::vector<std::string> files = model.template_files();
+    if (files.size() == 1) return registry.template_hash(files.front());
+    util::Sha256 hash;
+    for (const std::string& file : files) hash.field(registry.template_hash(file));
+    return hash.hex_digest();
 }
 
 std::optional<std::string> stale_entry_reason(const TuningEntry& entry) {

@@ -1,0 +1,179 @@
+// What both decode attention kernels (decode_attention.cuh: CUDA cores, decode_attention_mma.cuh:
+// tensor cores) share: which keys a row sees, and how a CTA turns its warps' partial softmax
+// results into the output, or with split KV into a split's partial result that the last CTA of
+// the (batch, kv head, row block) merges.
+//
+// A row is one (query token, query head) pair of a KV head; a CTA holds ROWS of them, starting at
+// row0 of its KV head's group * q_len rows.
+#pragma once
+
+#include <cuda/std/limits>
+
+#include "common/types.cuh"
+
+namespace tileops {
+
+constexpr float kDecodeLog2e = 1.4426950408889634f;
+
+// The keys row `r` of the CTA may see: [begin, end). Rows past the problem's rows see none.
+struct VisibleKeys {
+    int begin, end;
+};
+
+__device__ __forceinline__ VisibleKeys visible_keys(int row, int total_rows, int group, int q_len, int len,
+                                                    int window_left) {
+    if (row >= total_rows) return {0, 0};
+    const int pos = len - q_len + row / group;  // absolute position of this row's query token
+    const int end = pos + 1 > 0 ? pos + 1 : 0;
+    const int begin = window_left >= 0 && pos - window_left > 0 ? pos - window_left : 0;
+    return {begin, end};
+}
+
+// The keys of a CTA's rows: `any` spans the keys some row sees, `all` the keys every row sees
+// (where no mask is needed); both empty (begin >= end) when no row sees a key.
+struct DecodeKeyRange {
+    VisibleKeys any, all;
+};
+
+template <int ROWS>
+__device__ __forceinline__ DecodeKeyRange decode_key_range(int row0, int total_rows, int group, int q_len, int len,
+                                                           int window_left, int max_kv_len) {
+    DecodeKeyRange range{{max_kv_len, 0}, {0, max_kv_len}};
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+        if (row0 + r >= total_rows) continue;
+        const VisibleKeys keys = visible_keys(row0 + r, total_rows, group, q_len, len, window_left);
+        if (keys.end > keys.begin) {
+            range.any.begin = min(range.any.begin, keys.begin);
+            range.any.end = max(range.any.end, keys.end);
+        }
+        range.all.begin = max(range.all.begin, keys.begin);
+        range.all.end = min(range.all.end, keys.end);
+    }
+    return range;
+}
+
+// Where a CTA's rows go: the output tensor, the optional log-sum-exp, and the split workspace.
+template <typename T>
+struct DecodeOutput {
+    T* out;
+    long long batch_stride, token_stride, head_stride;
+    float* lse;        // [batch, q_len, num_heads] natural log, or null
+    float* workspace;  // split KV only
+    int group, q_len, row0, total_rows, kv_head, row_blocks, batch;
+};
+
+// Turns the warps' partial results into the CTA's result. On entry, after a __syncthreads(),
+// `warp_out` holds each of the WARPS warps' unnormalized output [WARPS][ROWS][HEAD_DIM], followed by its
+// running maxima (log2 domain) and sums [WARPS][ROWS] each. With one split the rows are written
+// out; with several, each CTA writes its normalized partial output and log-sum-exp to the
+// workspace and the last CTA of the (batch, kv head, row block) to finish merges them (through an
+// atomic counter it resets, so the workspace is ready for the next launch). Shared memory from
+// `warp_out` on is reused for the merge: ROWS * (splits + 1) floats.
+template <typename T, int HEAD_DIM, int ROWS, int WARPS>
+__device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
+    constexpr int THREADS = WARPS * 32;
+    constexpr float kLn2 = 0.6931471805599453f;
+    constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
+    const int split = blockIdx.x, num_splits = gridDim.x;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
+    const float* warp_l = warp_m + WARPS * ROWS;
+
+    // This CTA's result per row: normalized output and log-sum-exp (log2 domain), or 0 and -inf
+    // when it saw no visible key.
+    const long long block_slot = static_cast<long long>(o.batch) * gridDim.y + blockIdx.y;
+    // Workspace (splits only): partial outputs [slots][splits][ROWS][HEAD_DIM], their lse
+    // [slots][splits][ROWS], then one counter per slot; a slot is a (batch, kv head, row block).
+    const long long partial_rows = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z * ROWS;
+    float* partial_out = o.workspace;
+    float* partial_lse = num_splits > 1 ? o.workspace + partial_rows * HEAD_DIM : nullptr;
+    unsigned* counters = num_splits > 1 ? reinterpret_cast<unsigned*>(partial_lse + partial_rows) : nullptr;
+    const int num_heads = gridDim.y / o.row_blocks * o.group;
+    auto write_row = [&](int r, int d, float value, float row_lse2) {
+        const int row = o.row0 + r;
+        if (row >= o.total_rows) return;
+        const int token = row / o.group, head = o.kv_head * o.group + row % o.group;
+        o.out[o.batch * o.batch_stride + token * o.token_stride + head * o.head_stride + d] = from_float<T>(value);
+        if (o.lse != nullptr && d == 0)
+            o.lse[(static_cast<long long>(o.batch) * o.q_len + token) * num_heads + head] =
+                row_lse2 == kNegInf ? kNegInf : row_lse2 * kLn2;
+    };
+    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += THREADS) {
+        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
+        float row_max = kNegInf;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) row_max = fmaxf(row_max, warp_m[w * ROWS + r]);
+        const float base_m = row_max == kNegInf ? 0.0f : row_max;
+        float sum = 0.0f, value = 0.0f;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float weight = exp2f(warp_m[w * ROWS + r] - base_m);
+            sum += warp_l[w * ROWS + r] * weight;
+            value += warp_out[(w * ROWS + r) * HEAD_DIM + d] * weight;
+        }
+        const float normalized = sum > 0.0f ? value / sum : 0.0f;
+        const float row_lse2 = sum > 0.0f ? base_m + log2f(sum) : kNegInf;
+        if (num_splits == 1) {
+            write_row(r, d, normalized, row_lse2);
+        } else {
+            const long long at = (block_slot * num_splits + split) * ROWS + r;
+            partial_out[at * HEAD_DIM + d] = normalized;
+            if (d == 0) partial_lse[at] = row_lse2;
+        }
+    }
+    if (num_splits == 1) return;
+
+    // The last CTA of this (batch, kv head, row block) to finish merges the splits.
+    __shared__ bool is_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned done = atomicAdd(&counters[block_slot], 1u);
+        is_last = done == static_cast<unsigned>(num_splits - 1);
+        if (is_last) counters[block_slot] = 0;  // every split has arrived: ready for the next launch
+    }
+    __syncthreads();
+    if (!is_last) return;
+    __threadfence();
+
+    // The merge, in three parallel steps through shared memory (reused once more): every split's
+    // lse loaded at once; per row its maximum and sum, the lse turned into weights; then each output
+    // element as a weighted sum of independent loads. A loop of dependent L2 reads per element
+    // would cost about a microsecond per 2 splits.
+    float* weights = warp_out;                       // [ROWS][num_splits]
+    float* row_lse2 = warp_out + ROWS * num_splits;  // [ROWS]
+    const long long slot_rows = block_slot * num_splits * ROWS;  // this slot's first partial row
+    for (int i = threadIdx.x; i < ROWS * num_splits; i += THREADS) {
+        const int r = i / num_splits, s = i % num_splits;
+        weights[i] = __ldcg(partial_lse + slot_rows + static_cast<long long>(s) * ROWS + r);
+    }
+    __syncthreads();
+    for (int r = warp; r < ROWS; r += WARPS) {
+        float row_max = kNegInf;
+        for (int s = lane; s < num_splits; s += 32) row_max = fmaxf(row_max, weights[r * num_splits + s]);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, offset));
+        const float base_m = row_max == kNegInf ? 0.0f : row_max;
+        float sum = 0.0f;
+        for (int s = lane; s < num_splits; s += 32) sum += exp2f(weights[r * num_splits + s] - base_m);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        for (int s = lane; s < num_splits; s += 32)
+            weights[r * num_splits + s] = exp2f(weights[r * num_splits + s] - base_m) * inverse;
+        if (lane == 0) row_lse2[r] = sum > 0.0f ? base_m + log2f(sum) : kNegInf;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += THREADS) {
+        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
+        const float* w = weights + r * num_splits;
+        const float* part = partial_out + (slot_rows + r) * HEAD_DIM + d;
+        float value = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < num_splits; ++s) value += w[s] * __ldcg(part + static_cast<long long>(s) * ROWS * HEAD_DIM);
+        write_row(r, d, value, row_lse2[r]);
+    }
+}
+
+}  // namespace tileops

@@ -1,0 +1,335 @@
+// Decode attention on the tensor cores (mma.sync m16n8k16, sm_80 and newer): the same op, grid
+// and split-KV merge as the CUDA-core kernel of decode_attention.cuh, for problems with several
+// query rows per KV head (GQA groups, speculative query tokens).
+//
+// The 16 rows of a CTA are the M dimension of both products: S = Q K^T (16 rows x TILE keys) and
+// O += P V (16 rows x HEAD_DIM). A row is one (query token, query head) of the KV head; rows past
+// the problem's are zero and see no key. Each warp walks its own tiles of TILE keys (tile t of
+// the split goes to warp t % WARPS) with its own online softmax, streaming the tiles' keys and
+// values through its own ring of STAGES stages in shared memory with cp.async (STAGES - 1 tiles
+// ahead). Only the warp's lanes touch its ring, so a __syncwarp orders copies and reads: no CTA
+// barrier in the loop. Per 16 keys and head dim 128, a warp issues 16 MMAs and 8 ldmatrix where
+// the CUDA-core kernel spends about a thousand instructions: the loop is bound by the loads.
+//
+// Rows of the ring are swizzled (common/mma_sm80.cuh: swizzled_offset) so that ldmatrix reads
+// without bank conflicts; keys feed S as the column operand, values feed O through ldmatrix.trans,
+// P goes from S's accumulators to O's row operand in registers (the FlashAttention-2 layout).
+//
+// Template parameters: T query/key/value/output type (__half or __nv_bfloat16), HEAD_DIM, WARPS,
+// TILE keys per warp iteration (16 or 32), STAGES, PAGE_SIZE tokens per page (0: contiguous).
+// Shared memory: the query tile (static, 16 x HEAD_DIM) and, dynamic, the largest of the rings
+// (WARPS * STAGES * 2 * TILE * HEAD_DIM elements plus a word per warp and stage), the warps'
+// partial results (WARPS * 16 * (HEAD_DIM + 2) floats) and the merge (16 * (splits + 1) floats).
+#pragma once
+
+#include <cuda/std/limits>
+
+#include "common/decode.cuh"
+#include "common/mma_sm80.cuh"
+#include "common/types.cuh"
+
+namespace tileops {
+
+// Two floats as the 16-bit pair of an MMA operand register (lower column in the low half).
+template <typename T>
+__device__ __forceinline__ unsigned pack_pair(float lo, float hi);
+template <>
+__device__ __forceinline__ unsigned pack_pair<__nv_bfloat16>(float lo, float hi) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&pair);
+}
+template <>
+__device__ __forceinline__ unsigned pack_pair<__half>(float lo, float hi) {
+    const __half2 pair = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&pair);
+}
+
+template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE>
+__global__ void __launch_bounds__(WARPS * 32)
+    decode_attention_mma_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
+                                long long q_head_stride, const T* __restrict__ k, const T* __restrict__ v,
+                                long long kv_outer_stride,  // between sequences, or between pages when paged
+                                long long kv_token_stride, long long kv_head_stride, const int* __restrict__ lengths,
+                                const int* __restrict__ page_table, long long page_table_stride, int num_pages,
+                                int max_kv_len, T* __restrict__ out, long long o_batch_stride, long long o_token_stride,
+                                long long o_head_stride, float* __restrict__ lse, int group, int q_len,
+                                int window_left, float scale, float softcap, float* workspace) {
+    constexpr int ROWS = 16;
+    constexpr int CHUNKS = HEAD_DIM / 8;             // 16-byte chunks of a key row
+    constexpr int COPIES = TILE * CHUNKS / 32;       // chunks a lane copies per tile, of keys and of values
+    constexpr int ROWS_PER_COPY = 32 / CHUNKS;       // key rows one pass of the warp's lanes covers
+    constexpr int PAGE_SPAN = PAGE_SIZE > 0 && PAGE_SIZE < TILE ? PAGE_SIZE : TILE;  // keys sharing a page lookup
+    constexpr int PAGES = TILE / PAGE_SPAN;          // page lookups per tile
+    constexpr int S_TILES = TILE / 8;                // n-tiles of S
+    constexpr int D_STEPS = HEAD_DIM / 16;           // k-steps of Q K^T
+    constexpr int O_TILES = HEAD_DIM / 8;            // n-tiles of O
+    constexpr int TILE_ELEMS = TILE * HEAD_DIM;
+    constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
+    static_assert(TILE == 16 || TILE == 32, "TILE is 16 or 32 keys");
+    static_assert(HEAD_DIM % 16 == 0 && CHUNKS <= 32 && 32 % CHUNKS == 0, "head dim 64, 128 or 256");
+    static_assert(TILE * CHUNKS % 32 == 0, "a tile is a whole number of copies per lane");
+
+    const int split = blockIdx.x, num_splits = gridDim.x;
+    const int total_rows = group * q_len;
+    const int row_blocks = (total_rows + ROWS - 1) / ROWS;
+    const int kv_head = blockIdx.y / row_blocks;
+    const int row0 = (blockIdx.y % row_blocks) * ROWS;
+    const int batch = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int quad_row = lane / 4, quad_col = 2 * (lane % 4);  // accumulator fragment coordinates
+
+    // Lengths past the cache's capacity are clamped so that no read leaves it.
+    int len = lengths[batch];
+    len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
+
+    __shared__ __align__(128) T q_tile[ROWS * HEAD_DIM];
+    // The warps' load rings, [WARPS][STAGES][keys, values][TILE][HEAD_DIM], then a word of valid
+    // pages per warp and stage; after the loop, the warps' partial results (decode_finish).
+    extern __shared__ __align__(128) unsigned char shared[];
+    T* ring = reinterpret_cast<T*>(shared) + warp * STAGES * 2 * TILE_ELEMS;
+    unsigned* page_flags = reinterpret_cast<unsigned*>(reinterpret_cast<T*>(shared) + WARPS * STAGES * 2 * TILE_ELEMS) +
+                           warp * STAGES;
+    float* warp_out = reinterpret_cast<float*>(shared);
+
+    for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += WARPS * 32) {
+        const int r = idx / CHUNKS, c = idx % CHUNKS, row = row0 + r;
+        // Element loads: q need only be aligned to its element.
+        T values[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) values[e] = from_float<T>(0.0f);
+        if (row < total_rows) {
+            const int token = row / group, head = kv_head * group + row % group;
+            const T* src = q + batch * q_batch_stride + token * q_token_stride + head * q_head_stride + c * 8;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) values[e] = src[e];
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q_tile[swizzled_offset<HEAD_DIM>(r, c * 8) + e] = values[e];
+    }
+
+    // This thread's two accumulator rows, and the keys they see.
+    const VisibleKeys keys_lo = visible_keys(row0 + quad_row, total_rows, group, q_len, len, window_left);
+    const VisibleKeys keys_hi = visible_keys(row0 + quad_row + 8, total_rows, group, q_len, len, window_left);
+    const DecodeKeyRange range = decode_key_range<ROWS>(row0, total_rows, group, q_len, len, window_left, max_kv_len);
+    const int kv_begin = range.any.begin, kv_end = range.any.end;
+
+    // This split's tiles, aligned to TILE keys so that a tile lies in one page (or in TILE /
+    // PAGE_SIZE whole pages).
+    const int first_tile = kv_begin / TILE;
+    const int tiles = kv_end > kv_begin ? (kv_end + TILE - 1) / TILE - first_tile : 0;
+    const int split_tiles = (tiles + num_splits - 1) / num_splits;
+    const int tile_begin = first_tile + split * split_tiles;
+    const int tile_end = min(tile_begin + split_tiles, first_tile + tiles);
+    const int iterations = tile_end > tile_begin + warp ? (tile_end - tile_begin - warp + WARPS - 1) / WARPS : 0;
+    __syncthreads();  // q_tile
+
+    // Q as the row operand of S = Q K^T: held in registers for the whole loop, except at head dim
+    // 256, where its 64 registers would make the accumulators spill; there it is read per tile.
+    constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128;
+    auto load_q = [&](unsigned (&frag)[4], int kk) {
+        const int matrix = lane / 8;
+        ldmatrix_x4(frag, q_tile + swizzled_offset<HEAD_DIM>((matrix & 1) * 8 + lane % 8, kk * 16 + (matrix >> 1) * 8));
+    };
+    unsigned q_frag[Q_IN_REGISTERS ? D_STEPS : 2][4];
+    if constexpr (Q_IN_REGISTERS) {
+#pragma unroll
+        for (int kk = 0; kk < D_STEPS; ++kk) load_q(q_frag[kk], kk);
+    }
+    const float score_scale = scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
+
+    const long long head_offset = kv_head * kv_head_stride;
+    const int* pages_of_sequence = PAGE_SIZE > 0 ? page_table + batch * page_table_stride : nullptr;
+
+    // Starts the copies of iteration `it` into its stage (zero-filled past the end), and records
+    // which of the tile's pages are valid: a bad page table entry reads nothing and is masked.
+    auto issue = [&](int it) {
+        const int stage = it % STAGES;
+        const int base = (tile_begin + warp + it * WARPS) * TILE;
+        const bool live = it < iterations;
+        long long page_base[PAGES];
+        unsigned valid_pages = 0;
+#pragma unroll
+        for (int p = 0; p < PAGES; ++p) {
+            const int token = base + p * PAGE_SPAN;
+            bool ok = live && token < kv_end;
+            if constexpr (PAGE_SIZE > 0) {
+                const int page = ok ? __ldg(pages_of_sequence + token / PAGE_SIZE) : 0;
+                ok = ok && page >= 0 && page < num_pages;
+                page_base[p] = static_cast<long long>(ok ? page : 0) * kv_outer_stride;
+            } else {
+                page_base[p] = batch * kv_outer_stride;
+            }
+            valid_pages |= ok ? 1u << p : 0u;
+        }
+        T* stage_k = ring + stage * 2 * TILE_ELEMS;
+#pragma unroll
+        for (int i = 0; i < COPIES; ++i) {
+            const int row = i * ROWS_PER_COPY + lane / CHUNKS, chunk = lane % CHUNKS;
+            const int token = base + row;
+            const int p = row / PAGE_SPAN;
+            const bool valid = ((valid_pages >> p) & 1u) && token >= kv_begin && token < kv_end;
+            const int in_page = PAGE_SIZE > 0 ? token % PAGE_SIZE : token;
+            const long long at = valid ? page_base[p] + in_page * kv_token_stride + head_offset + chunk * 8 : 0;
+            const int offset = swizzled_offset<HEAD_DIM>(row, chunk * 8);
+            cp_async<16>(stage_k + offset, k + at, valid ? 16 : 0);
+            cp_async<16>(stage_k + TILE_ELEMS + offset, v + at, valid ? 16 : 0);
+        }
+        if (lane == 0) page_flags[stage] = valid_pages;
+        cp_async_commit();
+    };
+
+    float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows quad_row and quad_row + 8
+    float o[O_TILES][4];
+#pragma unroll
+    for (int n = 0; n < O_TILES; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+
+#pragma unroll
+    for (int it = 0; it < STAGES - 1; ++it) issue(it);
+
+    for (int it = 0; it < iterations; ++it) {
+        __syncwarp();  // every lane is done with the stage the next copies overwrite
+        issue(it + STAGES - 1);
+        cp_async_wait<STAGES - 1>();
+        __syncwarp();  // the other lanes' copies of this tile are visible
+        const int stage = it % STAGES;
+        const int base = (tile_begin + warp + it * WARPS) * TILE;
+        const T* keys = ring + stage * 2 * TILE_ELEMS;
+        const T* values = keys + TILE_ELEMS;
+        const unsigned valid_pages = page_flags[stage];
+
+        // S = Q K^T: keys are the column operand (row = key, contiguous along the head dim).
+        float s[S_TILES][4];
+#pragma unroll
+        for (int j = 0; j < S_TILES; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D_STEPS; kk += 2) {
+            const unsigned(&qa)[4] = q_frag[Q_IN_REGISTERS ? kk : 0];
+            const unsigned(&qb)[4] = q_frag[Q_IN_REGISTERS ? kk + 1 : 1];
+            if constexpr (!Q_IN_REGISTERS) {
+                load_q(q_frag[0], kk);
+                load_q(q_frag[1], kk + 1);
+            }
+#pragma unroll
+            for (int j = 0; j < S_TILES; ++j) {
+                unsigned b[4];  // k-steps kk (b[0], b[1]) and kk + 1 (b[2], b[3])
+                ldmatrix_x4(b, keys + swizzled_offset<HEAD_DIM>(j * 8 + lane % 8, kk * 16 + (lane / 8) * 8));
+                mma_16816<T>(s[j], qa, {b[0], b[1]});
+                mma_16816<T>(s[j], qb, {b[2], b[3]});
+            }
+        }
+
+        // Scores in the log2 domain, masked unless every key of the tile is valid and visible to
+        // every row (decided for the whole warp, so the branch does not diverge).
+#pragma unroll
+        for (int j = 0; j < S_TILES; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[j][e] = softcap > 0.0f ? softcap * tanhf(s[j][e] * score_scale / softcap) * kDecodeLog2e
+                                         : s[j][e] * score_scale;
+        const bool full = valid_pages == (1u << PAGES) - 1u && base >= range.all.begin && base + TILE <= range.all.end;
+        if (!full) {
+#pragma unroll
+            for (int j = 0; j < S_TILES; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = j * 8 + quad_col + (e & 1), token = base + key;
+                    const VisibleKeys& seen = e < 2 ? keys_lo : keys_hi;
+                    const bool visible = ((valid_pages >> (key / PAGE_SPAN)) & 1u) && token >= seen.begin && token < seen.end;
+                    s[j][e] = visible ? s[j][e] : kNegInf;
+                }
+        }
+
+        // Online softmax per row; the four lanes of a quad hold a row's keys.
+        float tile_max[2] = {kNegInf, kNegInf};
+#pragma unroll
+        for (int j = 0; j < S_TILES; ++j) {
+            tile_max[0] = fmaxf(tile_max[0], fmaxf(s[j][0], s[j][1]));
+            tile_max[1] = fmaxf(tile_max[1], fmaxf(s[j][2], s[j][3]));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+            tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+        }
+        const bool grows = tile_max[0] > m[0] || tile_max[1] > m[1];
+        // Rescale only when some row's maximum grows (rare after the first tiles).
+        if (__any_sync(0xffffffffu, grows)) {
+            float correction[2];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float grown = fmaxf(m[h], tile_max[h]);
+                correction[h] = grown == kNegInf ? 1.0f : exp2f(m[h] - grown);
+                m[h] = grown;
+                l[h] *= correction[h];
+            }
+#pragma unroll
+            for (int n = 0; n < O_TILES; ++n) {
+                o[n][0] *= correction[0];
+                o[n][1] *= correction[0];
+                o[n][2] *= correction[1];
+                o[n][3] *= correction[1];
+            }
+        }
+        const float base_m[2] = {m[0] == kNegInf ? 0.0f : m[0], m[1] == kNegInf ? 0.0f : m[1]};
+#pragma unroll
+        for (int j = 0; j < S_TILES; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[j][e] = exp2f(s[j][e] - base_m[e / 2]);
+                l[e / 2] += s[j][e];
+            }
+
+        // O += P V: P from S's accumulators as the row operand, values through ldmatrix.trans.
+#pragma unroll
+        for (int ks = 0; ks < TILE / 16; ++ks) {
+            const unsigned p[4] = {pack_pair<T>(s[2 * ks][0], s[2 * ks][1]), pack_pair<T>(s[2 * ks][2], s[2 * ks][3]),
+                                   pack_pair<T>(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                                   pack_pair<T>(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+            const int matrix = lane / 8;
+#pragma unroll
+            for (int n = 0; n < O_TILES; n += 2) {
+                unsigned b[4];  // n-tiles n (b[0], b[1]) and n + 1 (b[2], b[3])
+                ldmatrix_x4_trans(b, values + swizzled_offset<HEAD_DIM>(ks * 16 + (matrix & 1) * 8 + lane % 8,
+                                                                        n * 8 + (matrix >> 1) * 8));
+                mma_16816<T>(o[n], p, {b[0], b[1]});
+                mma_16816<T>(o[n + 1], p, {b[2], b[3]});
+            }
+        }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // the rings are reused for the warps' partial results below
+
+    // Row sums: each lane of a quad summed its own keys.
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+    float* my_out = warp_out + warp * ROWS * HEAD_DIM;
+#pragma unroll
+    for (int n = 0; n < O_TILES; ++n) {
+        my_out[quad_row * HEAD_DIM + n * 8 + quad_col] = o[n][0];
+        my_out[quad_row * HEAD_DIM + n * 8 + quad_col + 1] = o[n][1];
+        my_out[(quad_row + 8) * HEAD_DIM + n * 8 + quad_col] = o[n][2];
+        my_out[(quad_row + 8) * HEAD_DIM + n * 8 + quad_col + 1] = o[n][3];
+    }
+    if (lane % 4 == 0) {
+        float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
+        float* warp_l = warp_m + WARPS * ROWS;
+        warp_m[warp * ROWS + quad_row] = m[0];
+        warp_m[warp * ROWS + quad_row + 8] = m[1];
+        warp_l[warp * ROWS + quad_row] = l[0];
+        warp_l[warp * ROWS + quad_row + 8] = l[1];
+    }
+    __syncthreads();
+
+    decode_finish<T, HEAD_DIM, ROWS, WARPS>(warp_out, {out, o_batch_stride, o_token_stride, o_head_stride, lse, workspace,
+                                                      group, q_len, row0, total_rows, kv_head, row_blocks, batch});
+}
+
+}  // namespace tileops
