@@ -20,6 +20,7 @@
 #include "support/test_support.hpp"
 #include "tileops/tileops.hpp"
 #include "tuning/op_config.hpp"
+#include "util/parallel_for.hpp"
 
 using namespace tileops;
 using tileops::test::DeviceMatrix;
@@ -272,6 +273,18 @@ TEST_CASE("Every DecodeAttention config in the search space is correct, run afte
     configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
     configs.push_back({{"kernel", 1}, {"warps", 1}, {"tile", 32}, {"stages", 5}, {"splits", 3}});
     configs.push_back({{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 1000}});
+    // Every distinct kernel compiled first, on all cores (one after another takes minutes).
+    std::vector<detail::LaunchPlan> plans;
+    for (const Config& config : configs) plans.push_back(op.model().plan(config, 1, runtime.device()));
+    std::vector<std::string> compile_errors(plans.size());
+    util::parallel_for_chunks(plans.size(), 1, [&](size_t, size_t begin, size_t end) {
+        for (size_t i = begin; i < end; ++i) try {
+                impl.builder().get(plans[i].template_file, plans[i].name_expression, runtime.device().arch());
+            } catch (const std::exception& e) {
+                compile_errors[i] = e.what();
+            }
+    });
+    for (const std::string& error : compile_errors) CHECK(error.empty());
     for (const Config& config : configs) {
         INFO("config " << tuning::config_text(config));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
