@@ -124,8 +124,9 @@ std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& 
                     for (long long splits : split_options)
                         configs.push_back({{"kernel", kDecodeCudaCores}, {"rows", rows}, {"warps", warps}, {"unroll", unroll},
                                            {"stages", stages}, {"splits", splits}});
-    // The tensor-core kernel wastes the MMA rows a KV head does not fill: tried from two rows on.
-    if (s.rows_per_kv_head() >= 2 && device.sm() >= 80)
+    // The tensor-core kernel pads a KV head's rows to 16; the MMAs per key are the same for one
+    // row as for sixteen, so it is tried for MHA too.
+    if (device.sm() >= 80)
         for (long long warps : {2, 4, 8})
             for (long long tile : {16, 32})
                 for (long long stages : {2, 3, 4})
