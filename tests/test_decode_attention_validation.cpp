@@ -127,10 +127,13 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only with splits"
     // A long single sequence is split; a large batch of short ones is not.
     CHECK(DecodeAttention(with([](auto& q) { q.batch = 1; q.max_kv_len = 100000; })).model().heuristic(h100).at("splits") > 8);
     CHECK(DecodeAttention(with([](auto& q) { q.batch = 256; q.max_kv_len = 1024; })).model().heuristic(h100).at("splits") == 1);
-    // GQA takes the tensor-core kernel; one row per KV head (MHA, one token) the CUDA-core kernel.
+    // GQA takes the tensor-core kernel; one row per KV head (MHA, one token) too when batch x kv
+    // heads fills the GPU, else the CUDA-core kernel.
     CHECK(DecodeAttention(gqa()).model().heuristic(h100).at("kernel") == detail::kDecodeTensorCores);
     CHECK(DecodeAttention(with([](auto& q) { q.num_heads = 8; })).model().heuristic(h100).at("kernel") ==
           detail::kDecodeCudaCores);
+    CHECK(DecodeAttention(with([](auto& q) { q.num_heads = 8, q.batch = 32; })).model().heuristic(h100).at("kernel") ==
+          detail::kDecodeTensorCores);
     // Configs that cannot run are refused with a reason.
     DecodeAttention op(gqa());
     Config bad{{"kernel", 0}, {"rows", 3}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1}};
