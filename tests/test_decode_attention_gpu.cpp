@@ -1,7 +1,8 @@
 // DecodeAttention against a double-precision reference on the CPU: random inputs scaled so that
 // the softmax is far from uniform, poisoned outputs, mixed sequence lengths (0, 1, 7, 255, 256,
 // 257, 4097, 100k), GQA ratios 1/4/8, 1-4 query tokens, every page size with a shuffled page
-// table, windows, soft-capping, the log-sum-exp, and every config of the search space.
+// table, windows, soft-capping, the log-sum-exp, every config of the search space, and the
+// tensor-core kernel on one row per KV head.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -255,25 +256,17 @@ TEST_CASE("DecodeAttention over a 100k-token sequence", "[gpu][decode]") {
     run_and_check(DecodeCase(p, {99999}, 78));
 }
 
-TEST_CASE("Every DecodeAttention config in the search space is correct, run after run", "[gpu][decode]") {
-    TILEOPS_REQUIRE_GPU();
+namespace {
+
+// Runs `c` with each of `configs` (every distinct kernel compiled first, on all cores: one after
+// another takes minutes), twice each: the split counters must be back at zero after a launch.
+void check_configs(const DecodeCase& c, const std::vector<Config>& configs) {
     Runtime& runtime = shared_runtime();
     detail::RuntimeImpl& impl = runtime.impl();
-    // GQA 8 with 2 query tokens: 16 rows per KV head, so rows < 16 needs several row blocks.
-    DecodeAttentionProblem p = problem(DType::bf16, 16, 2, 128, 2, 2500);
-    p.page_size = GENERATE(0, 32);
-    p.return_lse = true;
-    const DecodeCase c(p, {2500, 1, 700}, 555);
     DecodeAttention op(c.p);
     DecodeBuffers buffers(c);
     const auto in = buffers.inputs(c);
     const auto out = buffers.outputs(c);
-    std::vector<Config> configs = op.model().search_space(runtime.device());
-    configs.push_back({{"kernel", 0}, {"rows", 1}, {"warps", 1}, {"unroll", 1}, {"stages", 3}, {"splits", 7}});
-    configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
-    configs.push_back({{"kernel", 1}, {"warps", 1}, {"tile", 32}, {"stages", 5}, {"splits", 3}});
-    configs.push_back({{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 1000}});
-    // Every distinct kernel compiled first, on all cores (one after another takes minutes).
     std::vector<detail::LaunchPlan> plans;
     for (const Config& config : configs) plans.push_back(op.model().plan(config, 1, runtime.device()));
     std::vector<std::string> compile_errors(plans.size());
@@ -288,10 +281,39 @@ TEST_CASE("Every DecodeAttention config in the search space is correct, run afte
     for (const Config& config : configs) {
         INFO("config " << tuning::config_text(config));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
-        // Twice: the split counters must be back at zero after a launch.
         for (int repeat = 0; repeat < 2; ++repeat) {
             op.launch_with(launch, Inputs(in.data(), in.size()), Outputs(out.data(), out.size()), nullptr);
             check_result(c, buffers);
         }
     }
+}
+
+}  // namespace
+
+TEST_CASE("Every DecodeAttention config in the search space is correct, run after run", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    // GQA 8 with 2 query tokens: 16 rows per KV head, so rows < 16 needs several row blocks.
+    DecodeAttentionProblem p = problem(DType::bf16, 16, 2, 128, 2, 2500);
+    p.page_size = GENERATE(0, 32);
+    p.return_lse = true;
+    const DecodeCase c(p, {2500, 1, 700}, 555);
+    std::vector<Config> configs = DecodeAttention(c.p).model().search_space(shared_runtime().device());
+    configs.push_back({{"kernel", 0}, {"rows", 1}, {"warps", 1}, {"unroll", 1}, {"stages", 3}, {"splits", 7}});
+    configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
+    configs.push_back({{"kernel", 1}, {"warps", 1}, {"tile", 32}, {"stages", 5}, {"splits", 3}});
+    configs.push_back({{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 1000}});
+    check_configs(c, configs);
+}
+
+TEST_CASE("The tensor-core DecodeAttention kernel with one row per KV head (MHA)", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    // 15 of the MMA's 16 rows are padding: they must neither leak into the output nor into the lse.
+    const DType dtype = GENERATE(DType::fp16, DType::bf16);
+    DecodeAttentionProblem p = problem(dtype, 4, 4, GENERATE(64, 128), 1, 3000);
+    p.page_size = GENERATE(0, 16, 64);
+    p.return_lse = true;
+    const DecodeCase c(p, {3000, 0, 1, 17, 1000}, 321 + p.page_size, 8);
+    check_configs(c, {{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}},
+                      {{"kernel", 1}, {"warps", 2}, {"tile", 32}, {"stages", 2}, {"splits", 5}},
+                      {{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 4}, {"splits", 16}}});
 }
