@@ -25,18 +25,26 @@ double time_ms(const std::function<void()>& fn, tuning::KernelTimer& timer, int 
     return timer.time(fn, 3, repeats).median_us * 1e-3;
 }
 
-DeviceBuffer random_buffer(size_t bytes, DType dtype) {
-    // Values in [-2, 2) as the dtype stores them; never zeros.
-    const size_t n = bytes / dtype_size(dtype);
-    std::vector<uint8_t> host(bytes);
-    uint64_t state = 0x9e3779b97f4a7c15ULL ^ bytes;
-    for (size_t i = 0; i < n; ++i) {
+DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed) {
+    // Values in [-2, 2) as the dtype stores them; never zeros. Past 64 MiB the first 64 MiB repeat
+    // (device-to-device copies): a KV cache of gigabytes is filled in milliseconds, not minutes.
+    const size_t element = dtype_size(dtype);
+    const size_t block = std::min(bytes, (size_t{64} << 20) / element * element);
+    std::vector<uint8_t> host(block);
+    uint64_t state = 0x9e3779b97f4a7c15ULL ^ bytes ^ (seed * 0xbf58476d1ce4e5b9ULL);
+    for (size_t i = 0; i < block / element; ++i) {
         state = state * 6364136223846793005ULL + 1442695040888963407ULL;
         float f = static_cast<float>((state >> 40) & 0xffffff) / 16777216.0f * 4.0f - 2.0f;
-        util::encode_value(dtype, f, &host[i * dtype_size(dtype)]);
+        util::encode_value(dtype, f, &host[i * element]);
     }
     DeviceBuffer buffer(bytes);
-    buffer.upload(host.data(), bytes);
+    buffer.upload(host.data(), block);
+    for (size_t filled = block; filled < bytes;) {
+        const size_t n = std::min(filled, bytes - filled);
+        TILEOPS_CU_CHECK(cu().cuMemcpyDtoDAsync(buffer.get() + filled, buffer.get(), n, nullptr));
+        filled += n;
+    }
+    TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
     return buffer;
 }
 
