@@ -1,7 +1,5 @@
 // Every kernel the ops can launch with their default (heuristic) configs, at every vector width
 // run() may pick, compiles with NVRTC for sm_80 and sm_90a. Needs no GPU.
-#include <map>
-#include <set>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -14,15 +12,9 @@ using namespace tileops;
 
 namespace {
 
-// template file -> every name expression the ops produce (one NVRTC program per file).
-using KernelsByFile = std::map<std::string, std::set<std::string>>;
-
 // Adds the kernels `config` launches, at every vector width run() may pick.
-void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Config& config, const DeviceInfo& device) {
-    for (int vec : model.vector_widths(config)) {
-        const detail::LaunchPlan plan = model.plan(config, vec, device);
-        for (const std::string& name : plan.name_expressions()) kernels[plan.template_file].insert(name);
-    }
+void add_kernels(test::KernelsByFile& kernels, const detail::OpModel& model, const Config& config, const DeviceInfo& device) {
+    for (int vec : model.vector_widths(config)) test::add_kernels(kernels, model, config, vec, device);
 }
 
 }  // namespace
@@ -30,7 +22,7 @@ void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Con
 TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[compile]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
-    KernelsByFile kernels;
+    test::KernelsByFile kernels;
     for (const auto& op : test::representative_ops()) {
         const detail::OpModel& model = op->model();
         const Config config = model.heuristic(device);
@@ -44,7 +36,7 @@ TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[c
 TEST_CASE("row-op kernels that prefetch compile for sm_80 and sm_90a", "[compile]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
-    KernelsByFile kernels;
+    test::KernelsByFile kernels;
     for (const auto& op : test::representative_ops()) {
         const detail::OpModel& model = op->model();
         Config config = model.heuristic(device);

@@ -1,8 +1,5 @@
 // DecodeAttention refuses bad problems and bad operands before any launch, naming what was wrong;
 // its configs, workspace and the problem factory behave as documented. No GPU needed.
-#include <map>
-#include <set>
-
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -154,14 +151,11 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only with splits"
 TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_80 and sm_90a", "[compile][decode]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
-    std::map<std::string, std::set<std::string>> kernels;
+    test::KernelsByFile kernels;
     for (auto p : {gqa(), with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 64; }, paged()),
                    with([](auto& q) { q.head_dim = 256, q.page_size = 64, q.max_pages_per_seq = 64; }, paged())}) {
         DecodeAttention op(p);
-        for (const Config& config : op.model().search_space(device)) {
-            const detail::LaunchPlan plan = op.model().plan(config, 1, device);
-            for (const std::string& name : plan.name_expressions()) kernels[plan.template_file].insert(name);
-        }
+        for (const Config& config : op.model().search_space(device)) test::add_kernels(kernels, op.model(), config, 1, device);
     }
     CHECK(kernels.size() == 2);  // CUDA-core and tensor-core kernels
     test::compile_all(kernels, arch);

@@ -15,7 +15,7 @@ using namespace tileops;
 TEST_CASE("every GEMM config of the search space compiles for sm_80 and sm_90a", "[compile][gemm]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
-    std::map<std::string, std::set<std::string>> kernels;
+    test::KernelsByFile kernels;
     // One problem per layout; flags on, so the epilogue code is compiled too.
     for (GemmLayout layout : {GemmLayout::nn, GemmLayout::nt}) {
         GemmProblem p;
@@ -27,8 +27,7 @@ TEST_CASE("every GEMM config of the search space compiles for sm_80 and sm_90a",
         REQUIRE(space.size() >= 8);
         for (const Config& config : space) {
             if ((config.at("kernel") == 1) != (arch == "sm_90a")) continue;
-            const detail::LaunchPlan plan = model.plan(config, model.vector_widths(config).front(), device);
-            kernels[plan.template_file].insert(plan.name_expression);
+            test::add_kernels(kernels, model, config, model.vector_widths(config).front(), device);
         }
     }
     test::compile_all(kernels, arch);

@@ -21,17 +21,17 @@ namespace detail {
 namespace {
 
 constexpr const char* kOp = "DecodeAttention";
+// Two translation units: the kernels' shared-memory copy helpers come from different headers.
+constexpr const char* kCudaCoreTemplate = "decode_attention.cuh";
+constexpr const char* kTensorCoreTemplate = "decode_attention_mma.cuh";
 
 class DecodeAttentionModel final : public OpModel {
 public:
     explicit DecodeAttentionModel(const DecodeAttentionProblem& p) : p_(p), shape_(decode_shape(p)) {}
 
     std::string op_name() const override { return "decode_attention"; }
-    std::string template_file() const override { return "decode_attention.cuh"; }
-    // Two translation units: the kernels' shared-memory copy helpers come from different headers.
-    std::vector<std::string> template_files() const override {
-        return {"decode_attention.cuh", "decode_attention_mma.cuh"};
-    }
+    std::string template_file() const override { return kCudaCoreTemplate; }
+    std::vector<std::string> template_files() const override { return {kCudaCoreTemplate, kTensorCoreTemplate}; }
     std::vector<long long> shape() const override {
         return {p_.batch, p_.num_heads, p_.num_kv_heads, p_.head_dim, p_.q_len, p_.max_kv_len};
     }
@@ -52,11 +52,11 @@ public:
         LaunchPlan plan;
         const char* type = device_type_name(p_.dtype);
         if (l.kernel == kDecodeTensorCores) {
-            plan.template_file = "decode_attention_mma.cuh";
+            plan.template_file = kTensorCoreTemplate;
             plan.name_expression = fmt::format("tileops::decode_attention_mma_kernel<{}, {}, {}, {}, {}, {}>", type,
                                                p_.head_dim, l.warps, l.tile, l.stages, p_.page_size);
         } else {
-            plan.template_file = template_file();
+            plan.template_file = kCudaCoreTemplate;
             plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type, type,
                                                p_.head_dim, l.rows, l.warps, l.unroll, l.stages, p_.page_size);
         }

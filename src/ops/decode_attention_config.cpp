@@ -29,6 +29,9 @@ constexpr long long kMaxSplits = 256;
 // driver's reserve): what decides whether two tensor-core CTAs fit.
 constexpr long long kSharedBytesPerSm = 160 * 1024;
 
+// The CUDA-core kernel's rows per CTA: the KV head's rows, rounded up to a power of two, 8 at most.
+long long cuda_core_rows(const DecodeShape& s) { return std::min(8LL, next_power_of_two(s.rows_per_kv_head())); }
+
 long long max_useful_splits(const DecodeShape& s) {
     return std::clamp((s.max_kv_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit, 1LL, kMaxSplits);
 }
@@ -100,7 +103,7 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
         with_splits["splits"] = heuristic_splits(s, s.batch * s.num_kv_heads * l.row_blocks, per_sm, device);
         return with_splits;
     }
-    const long long rows = std::min(8LL, next_power_of_two(s.rows_per_kv_head()));
+    const long long rows = cuda_core_rows(s);
     // Loads run (stages - 1) x unroll steps ahead; many rows need registers for the scores. Two
     // stages of 8 warps beat deeper rings of fewer warps on the H100 (more CTAs fit per SM).
     const long long unroll = rows <= 2 ? 4 : 2;
@@ -117,7 +120,7 @@ std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& 
         split_options.push_back(heuristic.at("splits"));
 
     std::vector<Config> configs;
-    const long long rows0 = std::min(8LL, next_power_of_two(s.rows_per_kv_head()));
+    const long long rows0 = cuda_core_rows(s);
     std::vector<long long> row_options{rows0};
     if (rows0 > 1) row_options.push_back(rows0 / 2);
     for (long long rows : row_options)

@@ -12,7 +12,13 @@
 
 namespace tileops::test {
 
-void compile_all(const std::map<std::string, std::set<std::string>>& kernels, const std::string& arch) {
+void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Config& config, int vec,
+                 const DeviceInfo& device) {
+    const detail::LaunchPlan plan = model.plan(config, vec, device);
+    for (const std::string& name : plan.name_expressions()) kernels[plan.template_file].insert(name);
+}
+
+void compile_all(const KernelsByFile& kernels, const std::string& arch) {
     const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
     std::vector<std::pair<std::string, std::vector<std::string>>> jobs;
     for (const auto& [file, names] : kernels) {

@@ -5,10 +5,20 @@
 #include <set>
 #include <string>
 
+#include "ops/op_model.hpp"
+
 namespace tileops::test {
+
+// Template file -> the name expressions to compile from it (one NVRTC program per file and core).
+using KernelsByFile = std::map<std::string, std::set<std::string>>;
+
+// Adds the kernels a launch of `model` with `config` at vector width `vec` uses (its main kernel
+// and any follow-up), under the template file its plan names.
+void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Config& config, int vec,
+                 const DeviceInfo& device);
 
 // Compiles every name expression of every template file for `arch`, a few NVRTC programs per file
 // at once (one per core), and CHECKs that each program compiled and lowered all its names.
-void compile_all(const std::map<std::string, std::set<std::string>>& kernels, const std::string& arch);
+void compile_all(const KernelsByFile& kernels, const std::string& arch);
 
 }  // namespace tileops::test
