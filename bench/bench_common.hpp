@@ -27,7 +27,7 @@ double median(std::vector<double> values);
 double time_ms(const std::function<void()>& fn, tuning::KernelTimer& timer, int repeats);
 
 // A buffer of `bytes` filled with values in [-2, 2) as `dtype` stores them (never zeros); `seed`
-// tells apart buffers of the same size. Past 64 MiB the values repeat with that period.
+// tells apart buffers of the same size. Past 8 MiB the values repeat with that period.
 runtime::DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed = 0);
 
 // A device buffer holding `values` (e.g. sequence lengths or a page table).
