@@ -25,12 +25,11 @@ double time_ms(const std::function<void()>& fn, tuning::KernelTimer& timer, int 
     return timer.time(fn, 3, repeats).median_us * 1e-3;
 }
 
-DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed) {
-    // Values in [-2, 2) as the dtype stores them; never zeros. Past 8 MiB the first 8 MiB repeat
-    // (device-to-device copies): a KV cache of gigabytes is filled in milliseconds, and the host
-    // draws no more than 8 MiB per buffer however many cases a benchmark runs.
+DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed, size_t period) {
+    // Values in [-2, 2) as the dtype stores them; never zeros. With a period, only the first
+    // `period` bytes are drawn on the host and device-to-device copies repeat them.
     const size_t element = dtype_size(dtype);
-    const size_t block = std::min(bytes, (size_t{8} << 20) / element * element);
+    const size_t block = period == 0 ? bytes : std::min(bytes, std::max(period / element, size_t{1}) * element);
     std::vector<uint8_t> host(block);
     uint64_t state = 0x9e3779b97f4a7c15ULL ^ bytes ^ (seed * 0xbf58476d1ce4e5b9ULL);
     for (size_t i = 0; i < block / element; ++i) {

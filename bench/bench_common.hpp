@@ -27,8 +27,9 @@ double median(std::vector<double> values);
 double time_ms(const std::function<void()>& fn, tuning::KernelTimer& timer, int repeats);
 
 // A buffer of `bytes` filled with values in [-2, 2) as `dtype` stores them (never zeros); `seed`
-// tells apart buffers of the same size. Past 8 MiB the values repeat with that period.
-runtime::DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed = 0);
+// tells apart buffers of the same size. With `period` > 0 the values repeat every `period` bytes,
+// so that gigabytes (a KV cache) are filled in milliseconds.
+runtime::DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed = 0, size_t period = 0);
 
 // A device buffer holding `values` (e.g. sequence lengths or a page table).
 runtime::DeviceBuffer int_buffer(const std::vector<int32_t>& values);

@@ -58,8 +58,9 @@ nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, 
     const size_t kv_bytes = static_cast<size_t>(c.kv_bytes() / 2);
     DeviceBuffer q = random_buffer(static_cast<size_t>(c.batch * c.heads * c.head_dim) * 2, DType::bf16);
     // Random keys and values, as a real cache holds (a constant fill measured up to 15% apart from
-    // the tuner's random operands on one shape, 128 x 32/8 x 1k).
-    DeviceBuffer k = random_buffer(kv_bytes, DType::bf16, 1), v = random_buffer(kv_bytes, DType::bf16, 2);
+    // the tuner's random operands on one shape, 128 x 32/8 x 1k); 8 MiB of them repeated.
+    constexpr size_t kPeriod = size_t{8} << 20;
+    DeviceBuffer k = random_buffer(kv_bytes, DType::bf16, 1, kPeriod), v = random_buffer(kv_bytes, DType::bf16, 2, kPeriod);
     DeviceBuffer out(static_cast<size_t>(c.batch * c.heads * c.head_dim) * 2);
     DeviceBuffer lengths = int_buffer(std::vector<int32_t>(static_cast<size_t>(c.batch), static_cast<int32_t>(c.len)));
     DeviceBuffer pages = table.empty() ? DeviceBuffer(4) : int_buffer(table);
