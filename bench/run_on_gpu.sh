@@ -31,6 +31,8 @@
 #           mla_tune: tileops-tune tune of the benchmark's problems into $OUT/mla_tuned.json (later steps use it)
 #   rest_tests  the [gpu] tests but flash and GEMM (runtime, memory-bound ops, decode, MLA)
 #   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
+#   floor   bench_launch_floor: the harness's fixed cost, and streaming reads of 1 MB to 537 MB
+#   decode_ncu  ncu (SpeedOfLight, launch stats) of the decode kernel at NCU_ONLY (default 1x32x8x4096)
 # PACK=1: everything written goes into $OUT/res.tgz, with the step summaries in $OUT/summary.txt
 # (the device tool returns 8 files at most).
 set -uo pipefail
@@ -140,6 +142,12 @@ PY
       extra=""; [ "$step" = gemm_quick ] && extra="--quick"
       timeout ${GEMM_TIMEOUT:-400} ./build-gpu/bench/bench_gemm $extra --json "$OUT/gemm.json" > "$OUT/gemm.log" 2>&1 || status=1
       cat "$OUT/gemm.log" ;;
+    floor) timeout 120 ./build-gpu/bench/bench_launch_floor --json "$OUT/floor.json" 2>&1 | tee "$OUT/floor.log" ;;
+    decode_ncu)
+      timeout 200 ncu --clock-control none --kernel-name regex:decode_attention --launch-skip 10 --launch-count 3 \
+        --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
+        ./build-gpu/bench/bench_decode_attention --only "${NCU_ONLY:-1x32x8x4096}" --repeats 5 > "$OUT/decode_ncu.log" 2>&1
+      grep -E "Duration|DRAM Throughput|Memory Throughput|Grid Size|Registers|Achieved Occupancy|decode_attention" "$OUT/decode_ncu.log" | head -40 ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done
