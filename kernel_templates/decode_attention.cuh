@@ -19,9 +19,8 @@
 // WARPS, UNROLL steps per iteration, STAGES iterations of loads in the shared-memory ring (loads
 // run STAGES - 1 iterations ahead), PAGE_SIZE tokens per page (0: contiguous KV).
 //
-// Dynamic shared memory: the largest of the ring (WARPS * 32 * STAGES * (UNROLL * 32 + 1) bytes),
-// the warps' partial results (WARPS * ROWS * (HEAD_DIM + 2) floats) and the merge's weights
-// (ROWS * (splits + 1) floats).
+// Dynamic shared memory: the larger of the ring (WARPS * 32 * STAGES * (UNROLL * 32 + 1) bytes)
+// and the warps' partial results (WARPS * ROWS * (HEAD_DIM + 2) floats).
 #pragma once
 
 #include <cuda/std/limits>
@@ -76,16 +75,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
     float* warp_l = warp_m + WARPS * ROWS;
 
-    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
-        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM, row = row0 + r;
-        float value = 0.0f;
-        if (row < total_rows) {
-            const int token = row / group, head = kv_head * group + row % group;
-            value = to_float(q[batch * q_batch_stride + token * q_token_stride + head * q_head_stride + d]);
-        }
-        q_tile[r][d] = value * scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
-    }
-
     VisibleKeys keys[ROWS];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) keys[r] = visible_keys(row0 + r, total_rows, group, q_len, len, window_left);
@@ -97,13 +86,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int chunk = (span + num_splits - 1) / num_splits;
     const int chunk_begin = kv_begin + split * chunk;
     const int chunk_end = min(chunk_begin + chunk, kv_end);
-    __syncthreads();
-
-    float qr[ROWS][VEC];
-#pragma unroll
-    for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-        for (int e = 0; e < VEC; ++e) qr[r][e] = q_tile[r][dim0 + e];
 
     float m[ROWS], l[ROWS], acc[ROWS][VEC];
 #pragma unroll
@@ -151,8 +133,28 @@ __global__ void __launch_bounds__(WARPS * 32)
         ring_valid[stage * 32] = static_cast<unsigned char>(valid_bits);
         cp_async_commit();
     };
+    // The first iterations' copies go out before Q is staged: at batch 1 a CTA streams only a few
+    // hundred keys, and Q's load latency then overlaps them instead of delaying them.
 #pragma unroll
     for (int it = 0; it < STAGES - 1; ++it) issue(it);
+
+    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
+        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM, row = row0 + r;
+        float value = 0.0f;
+        if (row < total_rows) {
+            const int token = row / group, head = kv_head * group + row % group;
+            value = to_float(q[batch * q_batch_stride + token * q_token_stride + head * q_head_stride + d]);
+        }
+        q_tile[r][d] = value * scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
+    }
+
+    __syncthreads();  // q_tile
+
+    float qr[ROWS][VEC];
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) qr[r][e] = q_tile[r][dim0 + e];
 
     for (int it = 0; it < iterations; ++it) {
         issue(it + STAGES - 1);

@@ -1,6 +1,7 @@
 // Decode attention on the tensor cores (mma.sync m16n8k16, sm_80 and newer): the same op, grid
-// and split-KV merge as the CUDA-core kernel of decode_attention.cuh, for problems with several
-// query rows per KV head (GQA groups, speculative query tokens).
+// and split-KV merge as the CUDA-core kernel of decode_attention.cuh. The MMAs per key do not
+// depend on how many of the 16 rows are real, so it serves GQA groups, speculative query tokens
+// and, once batch x kv heads fills the GPU, MHA (one row per KV head).
 //
 // The 16 rows of a CTA are the M dimension of both products: S = Q K^T (16 rows x TILE keys) and
 // O += P V (16 rows x HEAD_DIM). A row is one (query token, query head) of the KV head; rows past
@@ -8,8 +9,14 @@
 // the split goes to warp t % WARPS) with its own online softmax, streaming the tiles' keys and
 // values through its own ring of STAGES stages in shared memory with cp.async (STAGES - 1 tiles
 // ahead). Only the warp's lanes touch its ring, so a __syncwarp orders copies and reads: no CTA
-// barrier in the loop. Per 16 keys and head dim 128, a warp issues 16 MMAs and 8 ldmatrix where
-// the CUDA-core kernel spends about a thousand instructions: the loop is bound by the loads.
+// barrier in the loop. Per 16 keys and head dim 128, a warp issues 32 MMAs and 16 ldmatrix (S and
+// P V together) where the CUDA-core kernel spends about a thousand instructions: the loop is
+// bound by the loads.
+//
+// Latency, which decides small problems (batch 1: each CTA streams a few hundred keys): the first
+// tiles' copies start as soon as the sequence length is known, before Q is staged; with a paged
+// cache, each tile's page numbers are loaded one tile before its copies are issued, so a warp never
+// waits for the page table in front of a copy.
 //
 // Rows of the ring are swizzled (common/mma_sm80.cuh: swizzled_offset) so that ldmatrix reads
 // without bank conflicts; keys feed S as the column operand, values feed O through ldmatrix.trans,
@@ -17,32 +24,19 @@
 //
 // Template parameters: T query/key/value/output type (__half or __nv_bfloat16), HEAD_DIM, WARPS,
 // TILE keys per warp iteration (16 or 32), STAGES, PAGE_SIZE tokens per page (0: contiguous).
-// Shared memory: the query tile (static, 16 x HEAD_DIM) and, dynamic, the largest of the rings
-// (WARPS * STAGES * 2 * TILE * HEAD_DIM elements plus a word per warp and stage), the warps'
-// partial results (WARPS * 16 * (HEAD_DIM + 2) floats) and the merge (16 * (splits + 1) floats).
+// Shared memory: the query tile (static, 16 x HEAD_DIM) and, dynamic, the larger of the rings
+// (WARPS * STAGES * 2 * TILE * HEAD_DIM elements plus a word per warp and stage) and the warps'
+// partial results (WARPS * 16 * (HEAD_DIM + 2) floats).
 #pragma once
 
 #include <cuda/std/limits>
 
+#include "common/attention.cuh"
 #include "common/decode.cuh"
 #include "common/mma_sm80.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
-
-// Two floats as the 16-bit pair of an MMA operand register (lower column in the low half).
-template <typename T>
-__device__ __forceinline__ unsigned pack_pair(float lo, float hi);
-template <>
-__device__ __forceinline__ unsigned pack_pair<__nv_bfloat16>(float lo, float hi) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
-template <>
-__device__ __forceinline__ unsigned pack_pair<__half>(float lo, float hi) {
-    const __half2 pair = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&pair);
-}
 
 template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE>
 __global__ void __launch_bounds__(WARPS * 32)
@@ -91,22 +85,6 @@ __global__ void __launch_bounds__(WARPS * 32)
                            warp * STAGES;
     float* warp_out = reinterpret_cast<float*>(shared);
 
-    for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += WARPS * 32) {
-        const int r = idx / CHUNKS, c = idx % CHUNKS, row = row0 + r;
-        // Element loads: q need only be aligned to its element.
-        T values[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) values[e] = from_float<T>(0.0f);
-        if (row < total_rows) {
-            const int token = row / group, head = kv_head * group + row % group;
-            const T* src = q + batch * q_batch_stride + token * q_token_stride + head * q_head_stride + c * 8;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) values[e] = src[e];
-        }
-#pragma unroll
-        for (int e = 0; e < 8; ++e) q_tile[swizzled_offset<HEAD_DIM>(r, c * 8) + e] = values[e];
-    }
-
     // This thread's two accumulator rows, and the keys they see.
     const VisibleKeys keys_lo = visible_keys(row0 + quad_row, total_rows, group, q_len, len, window_left);
     const VisibleKeys keys_hi = visible_keys(row0 + quad_row + 8, total_rows, group, q_len, len, window_left);
@@ -121,27 +99,27 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int tile_begin = first_tile + split * split_tiles;
     const int tile_end = min(tile_begin + split_tiles, first_tile + tiles);
     const int iterations = tile_end > tile_begin + warp ? (tile_end - tile_begin - warp + WARPS - 1) / WARPS : 0;
-    __syncthreads();  // q_tile
-
-    // Q as the row operand of S = Q K^T: held in registers for the whole loop, except at head dim
-    // 256, where its 64 registers would make the accumulators spill; there it is read per tile.
-    constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128;
-    auto load_q = [&](unsigned (&frag)[4], int kk) {
-        const int matrix = lane / 8;
-        ldmatrix_x4(frag, q_tile + swizzled_offset<HEAD_DIM>((matrix & 1) * 8 + lane % 8, kk * 16 + (matrix >> 1) * 8));
-    };
-    unsigned q_frag[Q_IN_REGISTERS ? D_STEPS : 2][4];
-    if constexpr (Q_IN_REGISTERS) {
-#pragma unroll
-        for (int kk = 0; kk < D_STEPS; ++kk) load_q(q_frag[kk], kk);
-    }
     const float score_scale = scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
 
     const long long head_offset = kv_head * kv_head_stride;
     const int* pages_of_sequence = PAGE_SIZE > 0 ? page_table + batch * page_table_stride : nullptr;
 
+    // The page-table entry of iteration `it`'s page p, or -1 for none (past the split or the
+    // sequence). Loaded one tile before the tile's copies are issued (pages_ahead).
+    auto page_entry = [&](int it, int p) {
+        const int token = (tile_begin + warp + it * WARPS) * TILE + p * PAGE_SPAN;
+        return it < iterations && token < kv_end ? __ldg(pages_of_sequence + token / (PAGE_SIZE > 0 ? PAGE_SIZE : 1)) : -1;
+    };
+    int pages_ahead[PAGES];  // the page-table entries of the next iteration to issue
+    if constexpr (PAGE_SIZE > 0) {
+#pragma unroll
+        for (int p = 0; p < PAGES; ++p) pages_ahead[p] = page_entry(0, p);
+    }
+
     // Starts the copies of iteration `it` into its stage (zero-filled past the end), and records
     // which of the tile's pages are valid: a bad page table entry reads nothing and is masked.
+    // Iterations are issued in order, so `pages_ahead` holds this one's entries; the next
+    // iteration's are loaded here, a whole iteration before they are needed.
     auto issue = [&](int it) {
         const int stage = it % STAGES;
         const int base = (tile_begin + warp + it * WARPS) * TILE;
@@ -153,7 +131,7 @@ __global__ void __launch_bounds__(WARPS * 32)
             const int token = base + p * PAGE_SPAN;
             bool ok = live && token < kv_end;
             if constexpr (PAGE_SIZE > 0) {
-                const int page = ok ? __ldg(pages_of_sequence + token / PAGE_SIZE) : 0;
+                const int page = pages_ahead[p];
                 ok = ok && page >= 0 && page < num_pages;
                 page_base[p] = static_cast<long long>(ok ? page : 0) * kv_outer_stride;
             } else {
@@ -176,17 +154,53 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
         if (lane == 0) page_flags[stage] = valid_pages;
         cp_async_commit();
+        if constexpr (PAGE_SIZE > 0) {
+#pragma unroll
+            for (int p = 0; p < PAGES; ++p) pages_ahead[p] = page_entry(it + 1, p);
+        }
     };
 
+    // The first tiles' copies go out before Q is staged: at batch 1 a CTA streams only a few
+    // hundred keys, and Q's load latency then overlaps them instead of delaying them.
+#pragma unroll
+    for (int it = 0; it < STAGES - 1; ++it) issue(it);
+
+    for (int idx = threadIdx.x; idx < ROWS * CHUNKS; idx += WARPS * 32) {
+        const int r = idx / CHUNKS, c = idx % CHUNKS, row = row0 + r;
+        // Element loads: q need only be aligned to its element.
+        T values[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) values[e] = from_float<T>(0.0f);
+        if (row < total_rows) {
+            const int token = row / group, head = kv_head * group + row % group;
+            const T* src = q + batch * q_batch_stride + token * q_token_stride + head * q_head_stride + c * 8;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) values[e] = src[e];
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q_tile[swizzled_offset<HEAD_DIM>(r, c * 8) + e] = values[e];
+    }
+
+    __syncthreads();  // q_tile
+
+    // Q as the row operand of S = Q K^T: held in registers for the whole loop, except at head dim
+    // 256, where its 64 registers would make the accumulators spill; there it is read per tile.
+    constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128;
+    auto load_q = [&](unsigned (&frag)[4], int kk) {
+        const int matrix = lane / 8;
+        ldmatrix_x4(frag, q_tile + swizzled_offset<HEAD_DIM>((matrix & 1) * 8 + lane % 8, kk * 16 + (matrix >> 1) * 8));
+    };
+    unsigned q_frag[Q_IN_REGISTERS ? D_STEPS : 2][4];
+    if constexpr (Q_IN_REGISTERS) {
+#pragma unroll
+        for (int kk = 0; kk < D_STEPS; ++kk) load_q(q_frag[kk], kk);
+    }
     float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows quad_row and quad_row + 8
     float o[O_TILES][4];
 #pragma unroll
     for (int n = 0; n < O_TILES; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
-
-#pragma unroll
-    for (int it = 0; it < STAGES - 1; ++it) issue(it);
 
     for (int it = 0; it < iterations; ++it) {
         __syncwarp();  // every lane is done with the stage the next copies overwrite

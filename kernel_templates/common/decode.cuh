@@ -68,15 +68,13 @@ struct DecodeOutput {
 // running maxima (log2 domain) and sums [WARPS][ROWS] each. With one split the rows are written
 // out; with several, each CTA writes its normalized partial output and log-sum-exp to the
 // workspace and the last CTA of the (batch, kv head, row block) to finish merges them (through an
-// atomic counter it resets, so the workspace is ready for the next launch). Shared memory from
-// `warp_out` on is reused for the merge: ROWS * (splits + 1) floats.
+// atomic counter it resets, so the workspace is ready for the next launch).
 template <typename T, int HEAD_DIM, int ROWS, int WARPS>
 __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
     constexpr int THREADS = WARPS * 32;
     constexpr float kLn2 = 0.6931471805599453f;
     constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
     const int split = blockIdx.x, num_splits = gridDim.x;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
     const float* warp_l = warp_m + WARPS * ROWS;
 
@@ -139,54 +137,58 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
     if (!is_last) return;
     __threadfence();
 
-    // The merge, in three parallel steps through shared memory (reused once more): every split's
-    // lse loaded at once; per row its maximum and sum, the lse turned into weights; then four
-    // output elements at a time as a weighted sum of independent 16-byte loads, 16 splits in
-    // flight. A loop of dependent L2 reads per element would cost about a microsecond per 2
-    // splits; at batch 1, one CTA's merge is on the critical path of the whole launch.
-    float* weights = warp_out;                       // [ROWS][num_splits]
-    float* row_lse2 = warp_out + ROWS * num_splits;  // [ROWS]
-    const long long slot_rows = block_slot * num_splits * ROWS;  // this slot's first partial row
-    for (int i = threadIdx.x; i < rows * num_splits; i += THREADS) {
-        const int r = i / num_splits, s = i % num_splits;
-        weights[i] = __ldcg(partial_lse + slot_rows + static_cast<long long>(s) * ROWS + r);
-    }
-    __syncthreads();
-    for (int r = warp; r < rows; r += WARPS) {
-        float row_max = kNegInf;
-        for (int s = lane; s < num_splits; s += 32) row_max = fmaxf(row_max, weights[r * num_splits + s]);
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, offset));
-        const float base_m = row_max == kNegInf ? 0.0f : row_max;
-        float sum = 0.0f;
-        for (int s = lane; s < num_splits; s += 32) sum += exp2f(weights[r * num_splits + s] - base_m);
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-        for (int s = lane; s < num_splits; s += 32)
-            weights[r * num_splits + s] = exp2f(weights[r * num_splits + s] - base_m) * inverse;
-        if (lane == 0) row_lse2[r] = sum > 0.0f ? base_m + log2f(sum) : kNegInf;
-    }
-    __syncthreads();
+    // The merge. At batch 1 the last CTA's merge is on the critical path of the whole launch, so
+    // it is one round of loads: each thread takes four output elements of a row and loads, for 16
+    // splits at a time, their lse and 16-byte partial outputs together (independent loads; the threads
+    // of a row load the same lse words, one transaction per warp), then rescales online as the flash
+    // kernels do.
+    // (Loading the lse first and the partials after took one more L2 round trip, ~0.5 us.)
     constexpr int QUADS = HEAD_DIM / 4;
+    constexpr int BATCH = 16;                                    // splits in flight per step
+    constexpr long long kSplitStride = ROWS * HEAD_DIM / 4;      // float4s between a row's splits
+    const long long slot_rows = block_slot * num_splits * ROWS;  // this slot's first partial row
     for (int idx = threadIdx.x; idx < rows * QUADS; idx += THREADS) {
         const int r = idx / QUADS, d = (idx % QUADS) * 4;
-        const float* w = weights + r * num_splits;
         const float4* part = reinterpret_cast<const float4*>(partial_out + (slot_rows + r) * HEAD_DIM + d);
-        constexpr long long kSplitStride = ROWS * HEAD_DIM / 4;  // float4s between a row's splits
+        const float* part_lse = partial_lse + slot_rows + r;
+        float row_max = kNegInf, sum = 0.0f;
         float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 16
-        for (int s = 0; s < num_splits; ++s) {
-            const float4 x = __ldcg(part + s * kSplitStride);
-            value.x += w[s] * x.x;
-            value.y += w[s] * x.y;
-            value.z += w[s] * x.z;
-            value.w += w[s] * x.w;
+        for (int s0 = 0; s0 < num_splits; s0 += BATCH) {
+            float lse2[BATCH];
+            float4 x[BATCH];
+#pragma unroll
+            for (int i = 0; i < BATCH; ++i) {
+                const bool in = s0 + i < num_splits;
+                lse2[i] = in ? __ldcg(part_lse + static_cast<long long>(s0 + i) * ROWS) : kNegInf;
+                x[i] = in ? __ldcg(part + (s0 + i) * kSplitStride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+            float step_max = row_max;
+#pragma unroll
+            for (int i = 0; i < BATCH; ++i) step_max = fmaxf(step_max, lse2[i]);
+            if (step_max == kNegInf) continue;  // no split so far saw a key
+            const float correction = exp2f(row_max - step_max);  // 0 while row_max is -inf
+            sum *= correction;
+            value.x *= correction;
+            value.y *= correction;
+            value.z *= correction;
+            value.w *= correction;
+#pragma unroll
+            for (int i = 0; i < BATCH; ++i) {
+                const float w = exp2f(lse2[i] - step_max);  // 0 for a split that saw no key
+                sum += w;
+                value.x += w * x[i].x;
+                value.y += w * x[i].y;
+                value.z += w * x[i].z;
+                value.w += w * x[i].w;
+            }
+            row_max = step_max;
         }
-        write_row(r, d, value.x, row_lse2[r]);
-        write_row(r, d + 1, value.y, row_lse2[r]);
-        write_row(r, d + 2, value.z, row_lse2[r]);
-        write_row(r, d + 3, value.w, row_lse2[r]);
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const float lse_out = sum > 0.0f ? row_max + log2f(sum) : kNegInf;
+        write_row(r, d, value.x * inverse, lse_out);
+        write_row(r, d + 1, value.y * inverse, lse_out);
+        write_row(r, d + 2, value.z * inverse, lse_out);
+        write_row(r, d + 3, value.w * inverse, lse_out);
     }
 }
 

@@ -67,10 +67,9 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
         l.static_shared_bytes = static_cast<size_t>(l.rows) * shape.head_dim * sizeof(float);
     }
     l.row_blocks = l.rows > 0 ? (shape.rows_per_kv_head() + l.rows - 1) / l.rows : 0;
-    // The ring is reused for the warps' partial results, then for the split merge's weights.
+    // The ring is reused for the warps' partial results.
     const size_t partial = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);
-    const size_t merge = l.splits > 1 ? static_cast<size_t>(l.rows) * (l.splits + 1) * sizeof(float) : 0;
-    l.dynamic_shared_bytes = std::max({ring, partial, merge});
+    l.dynamic_shared_bytes = std::max(ring, partial);
     return l;
 }
 
