@@ -108,7 +108,23 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int first = chunk_begin + warp * WARP_TOKENS;
     const int iterations = chunk_end > first ? (chunk_end - first + CTA_TOKENS - 1) / CTA_TOKENS : 0;
 
-    // Starts the copies of iteration `it` into its stage (an empty group past the end).
+    // The page-table entry of this lane's token u of iteration `it`, or -1 for none. Loaded one
+    // iteration before the copies that need it are issued (pages_ahead), so that a lane never
+    // waits for the page table in front of a copy.
+    auto page_entry = [&](int it, int u) {
+        const int token = first + it * CTA_TOKENS + u * TPS + slot;
+        return it < iterations && token < chunk_end ? __ldg(pages_of_sequence + token / (PAGE_SIZE > 0 ? PAGE_SIZE : 1))
+                                                    : -1;
+    };
+    int pages_ahead[UNROLL];  // the entries of the next iteration to issue
+    if constexpr (PAGE_SIZE > 0) {
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) pages_ahead[u] = page_entry(0, u);
+    }
+
+    // Starts the copies of iteration `it` into its stage (an empty group past the end). Iterations
+    // are issued in order: `pages_ahead` holds this one's page entries, and the next one's are
+    // loaded here.
     auto issue = [&](int it) {
         const int stage = it % STAGES, base = first + it * CTA_TOKENS;
         unsigned valid_bits = 0;
@@ -118,7 +134,7 @@ __global__ void __launch_bounds__(WARPS * 32)
             bool valid = it < iterations && token < chunk_end;
             long long offset = 0;
             if constexpr (PAGE_SIZE > 0) {
-                const int page = valid ? __ldg(pages_of_sequence + token / PAGE_SIZE) : 0;
+                const int page = pages_ahead[u];
                 valid = valid && page >= 0 && page < num_pages;  // a bad page table entry reads nothing
                 offset = static_cast<long long>(page) * kv_outer_stride + (token % PAGE_SIZE) * kv_token_stride;
             } else {
@@ -132,6 +148,10 @@ __global__ void __launch_bounds__(WARPS * 32)
         }
         ring_valid[stage * 32] = static_cast<unsigned char>(valid_bits);
         cp_async_commit();
+        if constexpr (PAGE_SIZE > 0) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) pages_ahead[u] = page_entry(it + 1, u);
+        }
     };
     // The first iterations' copies go out before Q is staged: at batch 1 a CTA streams only a few
     // hundred keys, and Q's load latency then overlaps them instead of delaying them.
