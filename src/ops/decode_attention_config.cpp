@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "ops/op_model.hpp"
-#include "ops/split_heuristic.hpp"
 #include "tileops/decode_attention.hpp"
 #include "tileops/tensor.hpp"
 
@@ -25,10 +24,6 @@ bool is_power_of_two_up_to(long long value, long long limit) {
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 128;
 constexpr long long kMaxSplits = 256;
-// Shared memory of an SM that CTAs can use, H100 and A100 alike (228 and 164 KB less the
-// driver's reserve): what decides whether two tensor-core CTAs fit.
-constexpr long long kSharedBytesPerSm = 160 * 1024;
-
 // The CUDA-core kernel's rows per CTA: the KV head's rows, rounded up to a power of two, 8 at most.
 long long cuda_core_rows(const DecodeShape& s) { return std::min(8LL, next_power_of_two(s.rows_per_kv_head())); }
 
@@ -75,12 +70,12 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
 
 namespace {
 
-// Splits for `ctas` CTAs of which `per_sm` fit on an SM: the fewest that fill every slot with a
-// last wave at least 85% full (a wave a fifth full cost the batch-8 benchmark shapes a quarter
-// of their bandwidth); otherwise the fullest last wave.
-long long heuristic_splits(const DecodeShape& s, long long ctas, long long per_sm, const DeviceInfo& device) {
-    const long long slots = per_sm * std::max(device.sm_count, 1);
-    return splits_filling_waves(ctas, slots, max_useful_splits(s), 0.85, true);
+// Splits for a grid of `ctas` CTAs (batch x kv heads x row blocks): the most that keep the whole
+// grid in one wave of one CTA per SM, i.e. every sequence's KV spread over the SMs once. The tuned
+// H100 problems agree: batch 1 x 8 KV heads took 16 splits at 1k-64k tokens (29, two CTAs per SM,
+// was 20% slower at 4k: twice the partial results to merge), 1 x 32 MHA heads 4, batch 8 x 8 1-2.
+long long heuristic_splits(const DecodeShape& s, long long ctas, const DeviceInfo& device) {
+    return std::clamp<long long>(std::max(device.sm_count, 1) / std::max(ctas, 1LL), 1, max_useful_splits(s));
 }
 
 }  // namespace
@@ -91,15 +86,13 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     // 177 us against 205 on CUDA cores; 1 x 32 x 16k kept the CUDA cores, 100 us).
     const bool mma = s.rows_per_kv_head() >= 2 || s.batch * s.num_kv_heads >= device.sm_count;
     if (mma && device.sm() >= 80) {
-        // A ring of about 96 KB (three stages of 16 keys for four warps at head dim <= 128, for
-        // two warps at 256) lets two CTAs share an SM of the H100.
+        // A ring of about 96 KB: three stages of 16 keys for four warps at head dim <= 128, for two
+        // warps at 256.
         const long long warps = s.head_dim == 256 ? 2 : 4;
         const Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
         const DecodeLaunch l = decode_launch(s, config);
-        const long long per_sm = std::clamp<long long>(
-            kSharedBytesPerSm / static_cast<long long>(l.dynamic_shared_bytes + l.static_shared_bytes + 1024), 1, 2);
         Config with_splits = config;
-        with_splits["splits"] = heuristic_splits(s, s.batch * s.num_kv_heads * l.row_blocks, per_sm, device);
+        with_splits["splits"] = heuristic_splits(s, s.batch * s.num_kv_heads * l.row_blocks, device);
         return with_splits;
     }
     const long long rows = cuda_core_rows(s);
@@ -108,7 +101,7 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     const long long unroll = rows <= 2 ? 4 : 2;
     const long long ctas = s.batch * s.num_kv_heads * ((s.rows_per_kv_head() + rows - 1) / rows);
     return {{"kernel", kDecodeCudaCores}, {"rows", rows}, {"warps", 8}, {"unroll", unroll}, {"stages", 2},
-            {"splits", heuristic_splits(s, ctas, 2, device)}};
+            {"splits", heuristic_splits(s, ctas, device)}};
 }
 
 std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& device) {
