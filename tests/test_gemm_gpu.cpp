@@ -218,6 +218,7 @@ TEST_CASE("Gemm on large problems, sampled", "[gpu][gemm]") {
 }
 
 TEST_CASE("Gemm: every sm_90 config of the search space, split K included, on ragged problems", "[gpu][gemm]") {
+    // (The skinny kernel's configs, also in these spaces at M = 1, have their own test below.)
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
     if (runtime.device().sm() != 90) SKIP("the TMA kernel needs sm_90");
@@ -238,4 +239,43 @@ TEST_CASE("Gemm: every sm_90 config of the search space, split K included, on ra
             }
         }
     }
+}
+
+TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of its search space on ragged problems",
+          "[gpu][gemm]") {
+    TILEOPS_REQUIRE_GPU();
+    Runtime& runtime = shared_runtime();
+    // M below, at and past one block of rows; N and K not multiples of the block (K down to one
+    // 16-byte chunk); 16-bit outputs need N a multiple of 8 (aligned rows of D), fp32 outputs not.
+    struct Shape {
+        int64_t m, n, k;
+        DType in, out;
+        GemmEpilogue epilogue;
+    };
+    const Shape shapes[] = {{1, 1000, 2000, DType::bf16, DType::bf16, GemmEpilogue::none},
+                            {7, 333, 72, DType::fp16, DType::fp32, GemmEpilogue::gelu},
+                            {16, 4104, 1032, DType::bf16, DType::bf16, GemmEpilogue::silu},
+                            {33, 70, 8, DType::bf16, DType::fp32, GemmEpilogue::none},
+                            {64, 1000, 520, DType::fp16, DType::fp16, GemmEpilogue::silu}};
+    for (const Shape& s : shapes) {
+        GemmProblem p = make(s.m, s.n, s.k, GemmLayout::nt, s.in, s.out);
+        p.has_c = s.epilogue != GemmEpilogue::none, p.beta = 0.5f, p.bias = s.m % 2 == 1, p.epilogue = s.epilogue;
+        p.alpha = 1.5f;
+        int tried = 0;
+        for (const Config& config : Gemm(p).model().search_space(runtime.device())) {
+            if (config.at("kernel") != 2) continue;
+            Case c{p};
+            c.config = config;
+            run_case(c);
+            ++tried;
+        }
+        CHECK(tried >= 6);
+    }
+    // Batched (strided), one config.
+    GemmProblem p = make(5, 264, 136, GemmLayout::nt, DType::bf16);
+    p.batch = 3;
+    Case c{p};
+    c.config = Config{{"kernel", 2}, {"block_m", 16}, {"block_n", 32}, {"block_k", 64}, {"stages", 3},
+                      {"group_m", 1},  {"vec", 8},      {"warps", 4}};
+    run_case(c);
 }

@@ -175,8 +175,9 @@ public:
 
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const override {
         GemmConfig c = GemmConfig::from(config);
-        // TMA needs 16-byte aligned rows and pointers: anything else runs on the sm_80 kernel.
-        if (c.kernel == kGemmSm90 && vec < 8) c = gemm_sm80_heuristic(shape_, device);
+        // TMA and the skinny kernel need 16-byte aligned rows and pointers: anything else runs on
+        // the sm_80 kernel.
+        if (c.kernel != kGemmSm80 && vec < 8) c = gemm_sm80_heuristic(shape_, device);
         LaunchPlan plan;
         plan.shared_bytes = c.shared_bytes(shape_);
         plan.block[0] = static_cast<unsigned>(c.threads());
@@ -197,6 +198,14 @@ public:
             plan.persistent = true;
             plan.kind = static_cast<unsigned>(c.block_m) << 16 | static_cast<unsigned>(c.block_n) |
                         static_cast<unsigned>(c.split_k) << kSplitKindShift | (c.cluster == 2 ? kPairedKind : 0u);
+        } else if (c.kernel == kGemmSkinny) {
+            plan.template_file = template_file();
+            plan.name_expression = fmt::format("tileops::gemm_skinny_kernel<{}, {}, {}, {}, {}, {}, {}>",
+                                               device_type_name(p_.dtype), device_type_name(*p_.out_dtype), c.block_m,
+                                               c.block_n, c.warps, c.stages, epilogue);
+            plan.grid[0] = static_cast<unsigned>((p_.n + c.block_n - 1) / c.block_n);
+            plan.grid[1] = static_cast<unsigned>((p_.m + c.block_m - 1) / c.block_m);
+            plan.grid[2] = static_cast<unsigned>(p_.batch);
         } else {
             plan.template_file = template_file();
             plan.name_expression =
@@ -226,11 +235,11 @@ public:
     int shape_vec() const noexcept { return shape_vec_; }
 
 private:
-    // Why the TMA kernel cannot take this problem at all (it is checked per config).
+    // Why the TMA or the skinny kernel cannot take this problem at all (it is checked per config).
     std::optional<std::string> sm90_refusal(const GemmConfig& c) const {
-        if (c.kernel != kGemmSm90) return std::nullopt;
-        if (shape_vec_ < 8) return "kernel 1 (TMA) needs leading dimensions and batch strides that are multiples of 16 bytes";
-        return std::nullopt;
+        if (c.kernel == kGemmSm80 || shape_vec_ >= 8) return std::nullopt;
+        return fmt::format("kernel {} ({}) needs leading dimensions and batch strides that are multiples of 16 bytes", c.kernel,
+                           c.kernel == kGemmSm90 ? "TMA" : "skinny");
     }
     GemmConfig restrict_sm90(const GemmConfig& c, const DeviceInfo& device) const {
         return sm90_refusal(c) ? gemm_sm80_heuristic(shape_, device) : c;

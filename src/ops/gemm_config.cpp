@@ -39,6 +39,8 @@ GemmConfig GemmConfig::from(const Config& config) {
         c.consumers = static_cast<int>(config_value(config, "consumers", op));
         c.cluster = static_cast<int>(config_value(config, "cluster", op));
         c.split_k = static_cast<int>(config_value(config, "split_k", op));
+    } else if (c.kernel == kGemmSkinny) {
+        c.warps = static_cast<int>(config_value(config, "warps", op));
     } else {
         c.warps_m = static_cast<int>(config_value(config, "warps_m", op));
         c.warps_n = static_cast<int>(config_value(config, "warps_n", op));
@@ -53,6 +55,8 @@ Config GemmConfig::to_config() const {
         c["consumers"] = consumers;
         c["cluster"] = cluster;
         c["split_k"] = split_k;
+    } else if (kernel == kGemmSkinny) {
+        c["warps"] = warps;
     } else {
         c["warps_m"] = warps_m;
         c["warps_n"] = warps_n;
@@ -61,6 +65,9 @@ Config GemmConfig::to_config() const {
 }
 
 unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
+    if (kernel == kGemmSkinny)  // must match gemm_skinny.cuh
+        return static_cast<unsigned>(static_cast<size_t>(warps) * stages * (block_m + block_n) * block_k * s.in_bytes +
+                                     static_cast<size_t>(block_m) * block_n * sizeof(float));
     const size_t ring = static_cast<size_t>(stages) * (block_m + block_n) * block_k * s.in_bytes;
     if (kernel != kGemmSm90) return static_cast<unsigned>(ring);
     // Two 64 x 64 output boxes per consumer warpgroup.
@@ -82,8 +89,8 @@ int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
 }
 
 std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
-    if (c.kernel != kGemmSm80 && c.kernel != kGemmSm90)
-        return fmt::format("kernel = {} is not 0 (sm_80) or 1 (sm_90)", c.kernel);
+    if (c.kernel != kGemmSm80 && c.kernel != kGemmSm90 && c.kernel != kGemmSkinny)
+        return fmt::format("kernel = {} is not 0 (sm_80), 1 (sm_90) or 2 (skinny)", c.kernel);
     if (c.vec != 1 && c.vec != 2 && c.vec != 4 && c.vec != 8) return fmt::format("vec = {} is not 1, 2, 4 or 8", c.vec);
     if (c.group_m < 1 || c.group_m > 64) return fmt::format("group_m = {} is not in [1, 64]", c.group_m);
     if (c.stages < 2 || c.stages > 8) return fmt::format("stages = {} is not in [2, 8]", c.stages);
@@ -93,7 +100,19 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
     if (shared > static_cast<unsigned>(device.max_shared_memory_per_block_optin))
         return fmt::format("needs {} bytes of shared memory, the device allows {}", shared,
                            device.max_shared_memory_per_block_optin);
-    if (c.kernel == kGemmSm80) {
+    if (c.kernel == kGemmSkinny) {
+        if (device.sm() < 80) return fmt::format("kernel 2 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
+        if (!s.b_nt) return "kernel 2 (skinny) needs layout nt (B as N x K rows)";
+        if (c.vec != 8) return "kernel 2 (skinny) needs vec = 8 (16-byte aligned rows)";
+        if (c.block_m != 16 && c.block_m != 32 && c.block_m != 64)
+            return fmt::format("block_m = {} is not 16, 32 or 64", c.block_m);
+        if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64)
+            return fmt::format("block_n = {} is not 16, 32 or 64", c.block_n);
+        if (c.block_k != 64) return fmt::format("block_k = {} is not 64 (one 128-byte swizzled row)", c.block_k);
+        if (!is_pow2(c.warps) || c.warps > 16) return fmt::format("warps = {} is not a power of two <= 16", c.warps);
+        if (ceil_div(s.m, c.block_m) > 65535) return fmt::format("M = {} needs more than 65535 blocks of {} rows", s.m, c.block_m);
+        if (s.batch > 65535) return fmt::format("batch = {} is more than 65535 (the grid's z)", s.batch);
+    } else if (c.kernel == kGemmSm80) {
         if (!is_pow2(c.block_m) || c.block_m < 16 || c.block_m > 256)
             return fmt::format("block_m = {} is not a power of two in [16, 256]", c.block_m);
         if (!is_pow2(c.block_n) || c.block_n < 32 || c.block_n > 256)
@@ -161,8 +180,24 @@ GemmConfig gemm_sm80_heuristic(const GemmShape& s, const DeviceInfo& device) {
     return best;
 }
 
+// The skinny kernel's default: 16 columns of D per block (the most blocks), 8 warps, 2 stages.
+GemmConfig gemm_skinny_heuristic(const GemmShape& s) {
+    GemmConfig c;
+    c.kernel = kGemmSkinny;
+    c.block_m = std::max(16, useful_block_m(s.m)), c.block_n = 16, c.block_k = 64, c.group_m = 1;
+    c.warps = 8, c.stages = 2, c.vec = 8;
+    return c;
+}
+
 GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
+    // Up to 16 rows with B as N x K, the skinny kernel (H100, tuned: 1 x 4096 x 4096 19.2 us
+    // against 21.4 for the best TMA config, 1 x 6144 x 4096 25.1 against 27.4; at 16 rows a tie, at
+    // 64 the TMA kernel wins).
+    if (s.b_nt && s.m <= 16) {
+        const GemmConfig skinny = gemm_skinny_heuristic(s);
+        if (!gemm_invalid_reason(skinny, s, device)) return skinny;
+    }
     // The TMA kernel's tiles, with a rough relative efficiency per output element (bigger tiles
     // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s; 64 x 32
     // tiles were slower than 64 x 64 ones even at M = 1, where they give twice the blocks). The
@@ -225,6 +260,19 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
         c.block_m = t.bm, c.block_n = t.bn, c.block_k = t.bk, c.warps_m = t.wm, c.warps_n = t.wn, c.stages = t.stages;
         add(c);
     }
+    // The skinny kernel (NT, M <= 64): the fewest rows of A that cover M. Shallow rings win on the
+    // H100 (more blocks per SM: 1 x 4096 x 4096 took 19.2 us with 2 stages, 20.7 with 3; 64- and
+    // 128-wide K steps alike, 128 never faster).
+    if (s.b_nt && s.m <= kGemmSkinnyMaxM && device.sm() >= 80)
+        for (int bn : {16, 32, 64})
+            for (int warps : {4, 8})
+                for (int stages : {2, 3, 4}) {
+                    GemmConfig c;
+                    c.kernel = kGemmSkinny;
+                    c.block_m = std::max(16, useful_block_m(s.m)), c.block_n = bn, c.block_k = 64, c.group_m = 1;
+                    c.warps = warps, c.stages = stages;
+                    add(c);
+                }
     if (device.sm() == 90) {
         // TMA kernel: block_m, consumers, block_n, stages (a stage of 128 x 256 is 48 KB).
         const struct {

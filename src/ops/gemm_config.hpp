@@ -1,4 +1,4 @@
-// GEMM configs: the tunables of the two GEMM kernels, the heuristic default, the pruned search
+// GEMM configs: the tunables of the three GEMM kernels, the heuristic default, the pruned search
 // space and the checks that say why a config cannot run a problem on a device.
 //
 //   kernel 0 (gemm_sm80.cuh, any sm_80+): block_m, block_n, block_k, warps_m, warps_n, stages,
@@ -7,6 +7,9 @@
 //            doing the MMAs; one more warpgroup loads with TMA), cluster (1, or 2: block pairs
 //            sharing B tiles through TMA multicast), split_k (blocks sharing a tile's K steps,
 //            for problems with fewer tiles than SMs), group_m, vec (always 8)
+//   kernel 2 (gemm_skinny.cuh, any sm_80+, layout NT, 16-byte aligned rows): block_m (rows of A per
+//            block, 16/32/64), block_n (16/32/64), warps (splitting K), stages; block_k is 64,
+//            group_m 1 and vec 8. For M <= 64, where reading B is the whole cost.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +22,9 @@
 
 namespace tileops::detail {
 
-enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1 };
+enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1, kGemmSkinny = 2 };
+// The skinny kernel is searched (and the heuristic's choice on sm_90) up to this M.
+constexpr int64_t kGemmSkinnyMaxM = 64;
 constexpr int kGemmMaxSplitK = 16;
 
 struct GemmShape {
@@ -36,15 +41,19 @@ struct GemmConfig {
     int consumers = 2;             // kernel 1
     int cluster = 1;               // kernel 1
     int split_k = 1;               // kernel 1: blocks sharing each tile's K steps (gemm_reduce_splits)
+    int warps = 8;                 // kernel 2: warps of a block, each streaming every warps-th K step
     int stages = 4;
     int group_m = 8;
     int vec = 8;
 
     static GemmConfig from(const Config& config);  // throws InvalidArgument naming a missing key
     Config to_config() const;
-    int threads() const { return kernel == kGemmSm90 ? (consumers + 1) * 128 : warps_m * warps_n * 32; }
+    int threads() const {
+        return kernel == kGemmSm90 ? (consumers + 1) * 128 : kernel == kGemmSkinny ? warps * 32 : warps_m * warps_n * 32;
+    }
     // Dynamic shared memory of a launch: the operand ring; kernel 1 adds its barriers and, for
-    // 16-bit outputs, the output tile it stores with TMA.
+    // 16-bit outputs, the output tile it stores with TMA; kernel 2 its warps' rings and the
+    // block_m x block_n fp32 sums.
     unsigned shared_bytes(const GemmShape& shape) const;
 };
 
@@ -65,7 +74,7 @@ bool gemm_sm90_stores_with_tma(const GemmShape& shape, const GemmConfig& config)
 // tiles per tile. 0 otherwise.
 size_t gemm_split_workspace_bytes(const GemmConfig& config, const GemmShape& shape);
 
-// Blocks of a launch: tiles x batch for kernel 0; kernel 1 is persistent (at most one block per SM).
+// Blocks of a launch: tiles x batch for kernels 0 and 2; kernel 1 is persistent (at most one block per SM).
 int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);
 
 }  // namespace tileops::detail

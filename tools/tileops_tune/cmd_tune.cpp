@@ -71,14 +71,17 @@ int cmd_tune(int argc, char** argv) {
                     auto op = detail::make_op(problems[p]);
                     tuning::TuneResult result = tuning::autotune(runtime, *op, tune);
                     db.upsert(result.entry);
-                    nlohmann::json failed = nlohmann::json::array();
-                    for (const auto& c : result.candidates)
+                    nlohmann::json failed = nlohmann::json::array(), timed = nlohmann::json::array();
+                    for (const auto& c : result.candidates) {
                         if (!c.ok) failed.push_back({{"config", config_json(c.config)}, {"why", c.failure}});
+                        else timed.push_back({{"config", config_json(c.config)}, {"median_us", c.median_us}});
+                    }
                     results.push_back({{"problem", name},
                                        {"entry", entry_json(result.entry)},
                                        {"heuristic_median_us", result.heuristic_median_us},
                                        {"heuristic_kept", result.heuristic_kept},
-                                       {"failed", failed}});
+                                       {"failed", failed},
+                                       {"timed", timed}});
                     rows.push_back({name, config_text(result.entry.config), fmt::format("{:.2f}", result.entry.median_us),
                                     fmt::format("{:.2f}", result.heuristic_median_us),
                                     fmt::format("{:.0f} {}", result.entry.throughput, result.entry.throughput_unit),
