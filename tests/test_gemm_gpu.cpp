@@ -259,7 +259,8 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of
                             {64, 1000, 520, DType::fp16, DType::fp16, GemmEpilogue::silu}};
     for (const Shape& s : shapes) {
         GemmProblem p = make(s.m, s.n, s.k, GemmLayout::nt, s.in, s.out);
-        p.has_c = s.epilogue != GemmEpilogue::none, p.beta = 0.5f, p.bias = s.m % 2 == 1, p.epilogue = s.epilogue;
+        p.has_c = s.epilogue != GemmEpilogue::none, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.m % 2 == 1;
+        p.epilogue = s.epilogue;
         p.alpha = 1.5f;
         int tried = 0;
         for (const Config& config : Gemm(p).model().search_space(runtime.device())) {
