@@ -4,12 +4,16 @@
 // problems checked on a sample of their outputs.
 #include <array>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
 #include <optional>
 #include <random>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "ops/op_model.hpp"
 #include "runtime/runtime_impl.hpp"
@@ -279,4 +283,34 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of
     c.config = Config{{"kernel", 2}, {"block_m", 16}, {"block_n", 32}, {"block_k", 64}, {"stages", 3},
                       {"group_m", 1},  {"vec", 8},      {"warps", 4}};
     run_case(c);
+}
+
+TEST_CASE("Gemm: every config of the shipped tuning database on a ragged problem of its kind", "[gpu][gemm]") {
+    TILEOPS_REQUIRE_GPU();
+    Runtime& runtime = shared_runtime();
+    // Each distinct (config, layout, epilogue flags) of the shipped database for this GPU's arch, on
+    // a problem no config's tiles divide: M from the entry's (at most 300), N = 520, K = 1000.
+    const std::filesystem::path path = std::filesystem::path(TILEOPS_TEST_SOURCE_DIR) / "tuning_db" / "h100-sxm.json";
+    std::ifstream in(path);
+    const nlohmann::json db = nlohmann::json::parse(in);
+    std::set<std::string> seen;
+    int checked = 0;
+    for (const nlohmann::json& e : db.at("entries")) {
+        if (e.at("op") != "gemm" || e.at("arch") != runtime.device().arch()) continue;
+        const std::vector<long long> shape = e.at("shape").get<std::vector<long long>>();
+        const std::string flags = e.value("flags", std::string());
+        Config config;
+        for (const auto& [key, value] : e.at("config").items()) config[key] = value.get<long long>();
+        const long long m = std::min(shape[shape.size() - 3], 300LL);
+        if (!seen.insert(fmt::format("{} {} {}", tuning::config_text(config), flags, m <= 64)).second) continue;
+        GemmProblem p = make(m, 520, 1000, flags.find("nt") != std::string::npos ? GemmLayout::nt : GemmLayout::nn,
+                             DType::bf16);
+        p.has_c = flags.find("beta") != std::string::npos, p.beta = p.has_c ? 0.5f : 0.0f;
+        p.bias = flags.find("bias") != std::string::npos;
+        Case c{p};
+        c.config = config;
+        run_case(c);
+        ++checked;
+    }
+    CHECK(checked >= 10);
 }
