@@ -32,7 +32,8 @@
 #   rest_tests  the [gpu] tests but flash and GEMM (runtime, memory-bound ops, decode, MLA)
 #   gemm    bench_gemm (Gemm against cuBLAS, bf16 NT: squares and Llama-3 projections); gemm_quick: a subset
 #   floor   bench_launch_floor: the harness's fixed cost, and streaming reads of 1 MB to 537 MB
-#   decode_ncu  ncu (SpeedOfLight, launch stats) of the decode kernel at NCU_ONLY (default 1x32x8x4096)
+#   decode_ncu  ncu (SpeedOfLight, launch stats) of one decode launch at NCU_ONLY (default 1x32x8x4096),
+#               after 3 warm-up launches
 # PACK=1: everything written goes into $OUT/res.tgz, with the step summaries in $OUT/summary.txt
 # (the device tool returns 8 files at most).
 set -uo pipefail
@@ -144,7 +145,7 @@ PY
       cat "$OUT/gemm.log" ;;
     floor) timeout 120 ./build-gpu/bench/bench_launch_floor --json "$OUT/floor.json" 2>&1 | tee "$OUT/floor.log" ;;
     decode_ncu)
-      timeout 200 ncu --clock-control none --kernel-name regex:decode_attention --launch-skip 10 --launch-count 3 \
+      timeout 200 ncu --clock-control none --kernel-name regex:decode_attention --launch-skip 3 --launch-count 1 \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
         ./build-gpu/bench/bench_decode_attention --only "${NCU_ONLY:-1x32x8x4096}" --repeats 5 > "$OUT/decode_ncu.log" 2>&1
       grep -E "Duration|DRAM Throughput|Memory Throughput|Grid Size|Registers|Achieved Occupancy|decode_attention" "$OUT/decode_ncu.log" | head -40 ;;

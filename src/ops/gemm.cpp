@@ -142,15 +142,15 @@ public:
     }
 
     Config heuristic(const DeviceInfo& device) const override {
-        return restrict_sm90(gemm_heuristic(shape_, device), device).to_config();
+        return restrict_aligned(gemm_heuristic(shape_, device), device).to_config();
     }
     std::vector<Config> search_space(const DeviceInfo& device) const override {
         // On sm_90, where the TMA kernel can take the problem, the sm_80 kernel is only slower (a
         // third of its speed on H100) and slow to compile: not searched.
-        const bool tma = device.sm() == 90 && !sm90_refusal(GemmConfig{kGemmSm90});
+        const bool tma = device.sm() == 90 && !aligned_rows_refusal(GemmConfig{kGemmSm90});
         std::vector<Config> space;
         for (const GemmConfig& c : gemm_search_space(shape_, device))
-            if (!sm90_refusal(c) && !(tma && c.kernel == kGemmSm80)) space.push_back(c.to_config());
+            if (!aligned_rows_refusal(c) && !(tma && c.kernel == kGemmSm80)) space.push_back(c.to_config());
         return space;
     }
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
@@ -160,7 +160,7 @@ public:
         } catch (const std::exception& e) {
             return std::string(e.what());
         }
-        if (auto reason = sm90_refusal(c)) return reason;
+        if (auto reason = aligned_rows_refusal(c)) return reason;
         return gemm_invalid_reason(c, shape_, device);
     }
     // Split K: the tiles' counters and partial sums (gemm_reduce_splits in gemm_sm90.cuh).
@@ -236,13 +236,13 @@ public:
 
 private:
     // Why the TMA or the skinny kernel cannot take this problem at all (it is checked per config).
-    std::optional<std::string> sm90_refusal(const GemmConfig& c) const {
+    std::optional<std::string> aligned_rows_refusal(const GemmConfig& c) const {
         if (c.kernel == kGemmSm80 || shape_vec_ >= 8) return std::nullopt;
         return fmt::format("kernel {} ({}) needs leading dimensions and batch strides that are multiples of 16 bytes", c.kernel,
                            c.kernel == kGemmSm90 ? "TMA" : "skinny");
     }
-    GemmConfig restrict_sm90(const GemmConfig& c, const DeviceInfo& device) const {
-        return sm90_refusal(c) ? gemm_sm80_heuristic(shape_, device) : c;
+    GemmConfig restrict_aligned(const GemmConfig& c, const DeviceInfo& device) const {
+        return aligned_rows_refusal(c) ? gemm_sm80_heuristic(shape_, device) : c;
     }
 
     GemmProblem p_;

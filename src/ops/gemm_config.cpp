@@ -180,11 +180,12 @@ GemmConfig gemm_sm80_heuristic(const GemmShape& s, const DeviceInfo& device) {
     return best;
 }
 
-// The skinny kernel's default: 16 columns of D per block (the most blocks), 8 warps, 2 stages.
+// The skinny kernel's default: the fewest rows of A that cover M (16 at least), 16 columns of D
+// per block (the most blocks), 8 warps, 2 stages.
 GemmConfig gemm_skinny_heuristic(const GemmShape& s) {
     GemmConfig c;
     c.kernel = kGemmSkinny;
-    c.block_m = std::max(16, useful_block_m(s.m)), c.block_n = 16, c.block_k = 64, c.group_m = 1;
+    c.block_m = useful_block_m(s.m), c.block_n = 16, c.block_k = 64, c.group_m = 1;
     c.warps = 8, c.stages = 2, c.vec = 8;
     return c;
 }
@@ -260,17 +261,15 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
         c.block_m = t.bm, c.block_n = t.bn, c.block_k = t.bk, c.warps_m = t.wm, c.warps_n = t.wn, c.stages = t.stages;
         add(c);
     }
-    // The skinny kernel (NT, M <= 64): the fewest rows of A that cover M. Shallow rings win on the
+    // The skinny kernel (NT, M <= 64), around its default. Shallow rings win on the
     // H100 (more blocks per SM: 1 x 4096 x 4096 took 19.2 us with 2 stages, 20.7 with 3; 64- and
     // 128-wide K steps alike, 128 never faster).
     if (s.b_nt && s.m <= kGemmSkinnyMaxM && device.sm() >= 80)
         for (int bn : {16, 32, 64})
             for (int warps : {4, 8})
                 for (int stages : {2, 3, 4}) {
-                    GemmConfig c;
-                    c.kernel = kGemmSkinny;
-                    c.block_m = std::max(16, useful_block_m(s.m)), c.block_n = bn, c.block_k = 64, c.group_m = 1;
-                    c.warps = warps, c.stages = stages;
+                    GemmConfig c = gemm_skinny_heuristic(s);
+                    c.block_n = bn, c.warps = warps, c.stages = stages;
                     add(c);
                 }
     if (device.sm() == 90) {
