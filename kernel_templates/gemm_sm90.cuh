@@ -23,18 +23,20 @@
 // blocks' "empty" barriers). TMA fills out-of-range rows and columns with zeros, so any
 // M, N, K >= 1 works; stores are guarded.
 //
-// Template parameters: T (__half, __nv_bfloat16), TOut, B_NT, BM x BN x BK (BK = 64:
-// one 128-byte swizzled row), STAGES, CONSUMERS (1 or 2), CLUSTER_M (1 or 2), GROUP_M, HAS_C, BIAS, ACT.
+// Template parameters: T (__half, __nv_bfloat16), TOut, B_NT, BM x BN x BK (BN a wgmma width: 32,
+// 64, 128, 256 from hopper.cuh, 96-224 from wgmma_gemm_widths.cuh; BK = 64: one 128-byte swizzled
+// row), STAGES, CONSUMERS (1 or 2), CLUSTER_M (1 or 2), GROUP_M, HAS_C, BIAS, ACT.
 #pragma once
 
 #include "common/gemm_epilogue.cuh"
 #include "common/hopper.cuh"
 #include "common/types.cuh"
+#include "common/wgmma_gemm_widths.cuh"
 
 namespace tileops {
 
 // Output tiles of 16-bit types go through shared memory and TMA stores (see above), in boxes of
-// 64 columns; narrower tiles store from registers. Host: gemm_sm90_stores_with_tma.
+// 64 columns; tiles of other widths (32, 96, 160, 224) store from registers. Host: gemm_sm90_stores_with_tma.
 template <typename TOut, int BN>
 __host__ __device__ constexpr bool gemm_sm90_tma_store() {
     return sizeof(TOut) == 2 && BN % 64 == 0;

@@ -161,4 +161,23 @@ TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the d
         missing.erase("block_n");
         CHECK_THAT(*op.model().invalid_reason(missing, device), ContainsSubstring("block_n"));
     }
+    // The TMA kernel's widths: the instantiated wgmma widths only, and multiples of 64 for layout
+    // NN (B comes in boxes of 64 columns).
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    for (GemmLayout layout : {GemmLayout::nn, GemmLayout::nt}) {
+        GemmProblem p = problem(512, 6144, 4096);
+        p.layout = layout;
+        Gemm op(p);
+        const Config tma{{"kernel", 1}, {"block_m", 128}, {"block_n", 192}, {"block_k", 64}, {"stages", 4},
+                         {"group_m", 8},  {"vec", 8},       {"consumers", 2},  {"cluster", 1},  {"split_k", 1}};
+        CHECK_FALSE(op.model().invalid_reason(tma, h100).has_value());
+        for (int bn : {48, 100, 288}) {
+            Config odd = tma;
+            odd["block_n"] = bn;
+            CHECK_THAT(*op.model().invalid_reason(odd, h100), ContainsSubstring("block_n = " + std::to_string(bn)));
+        }
+        Config narrow = tma;
+        narrow["block_n"] = 160;
+        CHECK(op.model().invalid_reason(narrow, h100).has_value() == (layout == GemmLayout::nn));
+    }
 }

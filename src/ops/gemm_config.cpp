@@ -134,8 +134,9 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
         const int rows = c.block_m / c.consumers;  // each consumer warpgroup owns this many rows
         if (c.block_m % c.consumers != 0 || (rows != 64 && rows != 128))
             return fmt::format("block_m / consumers = {} / {} is not 64 or 128", c.block_m, c.consumers);
-        if (c.block_n != 32 && c.block_n != 64 && c.block_n != 128 && c.block_n != 256)
-            return fmt::format("block_n = {} is not 32, 64, 128 or 256 (the wgmma widths instantiated)", c.block_n);
+        if (c.block_n != 32 && c.block_n != 64 && (c.block_n < 96 || c.block_n > 256 || c.block_n % 32 != 0))
+            return fmt::format("block_n = {} is not 32, 64, 96, 128, 160, 192, 224 or 256 (the wgmma widths instantiated)",
+                               c.block_n);
         if (c.cluster != 1 && c.cluster != 2) return fmt::format("cluster = {} is not 1 or 2", c.cluster);
         if (c.cluster == 2 && !s.b_nt && c.block_n % 128 != 0)
             return fmt::format("cluster = 2 with layout nn needs block_n a multiple of 128, got {}", c.block_n);
@@ -202,12 +203,15 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     // The TMA kernel's tiles, with a rough relative efficiency per output element (bigger tiles
     // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s; 64 x 32
     // tiles were slower than 64 x 64 ones even at M = 1, where they give twice the blocks). The
-    // modelled time is waves x tile area / efficiency; the smallest wins.
+    // widths between 128 and 256 are there to fill the last wave (M = 512, N = 6144: 128 x 192
+    // tiles are 128 blocks for 132 SMs, 128 x 256 ones 96). The modelled time is waves x tile area
+    // / efficiency; the smallest wins.
     const struct {
         int bm, consumers, bn;
         double efficiency;
-    } tiles[] = {{128, 2, 256, 1.0}, {128, 2, 128, 0.9}, {64, 1, 256, 0.85},
-                 {64, 1, 128, 0.75}, {64, 1, 64, 0.55},  {64, 1, 32, 0.2}};
+    } tiles[] = {{128, 2, 256, 1.0}, {128, 2, 224, 0.98}, {128, 2, 192, 0.96}, {128, 2, 160, 0.92},
+                 {128, 2, 128, 0.9}, {64, 1, 256, 0.85},  {64, 1, 192, 0.8},   {64, 1, 128, 0.75},
+                 {64, 1, 96, 0.65},  {64, 1, 64, 0.55},   {64, 1, 32, 0.2}};
     const int max_m = std::max(64, useful_block_m(s.m));
     GemmConfig best;
     double best_time = 0;
@@ -276,8 +280,9 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
         // TMA kernel: block_m, consumers, block_n, stages (a stage of 128 x 256 is 48 KB).
         const struct {
             int bm, consumers, bn, stages;
-        } sm90[] = {{128, 2, 256, 3}, {128, 2, 256, 4}, {128, 2, 128, 4}, {128, 2, 128, 6}, {256, 2, 128, 3},
-                    {256, 2, 128, 4}, {128, 1, 128, 5}, {64, 1, 256, 4},  {64, 1, 128, 6},  {64, 1, 64, 8},
+        } sm90[] = {{128, 2, 256, 3}, {128, 2, 256, 4}, {128, 2, 224, 4}, {128, 2, 192, 4}, {128, 2, 160, 5},
+                    {128, 2, 128, 4}, {128, 2, 128, 6}, {256, 2, 128, 3}, {256, 2, 128, 4}, {128, 1, 128, 5},
+                    {64, 1, 256, 4},  {64, 1, 192, 5},  {64, 1, 128, 6},  {64, 1, 96, 8},   {64, 1, 64, 8},
                     {64, 1, 32, 8}};
         for (const auto& t : sm90) {
             if (t.bm > std::max(64, max_m)) continue;
@@ -292,7 +297,9 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
                     add(c);
                 }
             c.split_k = 1;
-            if (t.bm >= 128 && s.m >= 2 * t.bm) {
+            // Block pairs sharing B tiles: for tall tiles, and for short ones where there are few
+            // (each SM streams its operands from L2 then, and the pair halves B's share).
+            if (s.m >= 2 * t.bm && (t.bm >= 128 || gemm_tiles(c, s) <= 2 * device.sm_count)) {
                 c.cluster = 2;
                 add(c);
             }
