@@ -193,19 +193,18 @@ GemmConfig gemm_skinny_heuristic(const GemmShape& s) {
 
 GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
-    // Up to 16 rows with B as N x K, the skinny kernel (H100, tuned: 1 x 4096 x 4096 19.2 us
-    // against 21.4 for the best TMA config, 1 x 6144 x 4096 25.1 against 27.4; at 16 rows a tie, at
-    // 64 the TMA kernel wins).
-    if (s.b_nt && s.m <= 16) {
+    // Up to 16 rows with B as N x K, the skinny kernel, while its blocks (16 columns each, 64 KB
+    // of shared memory: three per SM) fit in one wave (H100, tuned: 1 x 4096 x 4096 19.1 us
+    // against 20.9 for the best TMA config, 1 x 4096 x 14336 a tie; with 8192 columns and more,
+    // two waves, 25-35% slower than TMA tiles).
+    if (s.b_nt && s.m <= 16 && ceil_div(s.n, 16) <= 3 * int64_t{device.sm_count}) {
         const GemmConfig skinny = gemm_skinny_heuristic(s);
         if (!gemm_invalid_reason(skinny, s, device)) return skinny;
     }
     // The TMA kernel's tiles, with a rough relative efficiency per output element (bigger tiles
-    // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s; 64 x 32
-    // tiles were slower than 64 x 64 ones even at M = 1, where they give twice the blocks). The
-    // widths between 128 and 256 are there to fill the last wave (M = 512, N = 6144: 128 x 192
-    // tiles are 128 blocks for 132 SMs, 128 x 256 ones 96). The modelled time is waves x tile area
-    // / efficiency; the smallest wins.
+    // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s). The
+    // widths between 128 and 256 fill the last wave (M = 512, N = 10240: 128 x 160 tiles are 256
+    // blocks, two full waves of 132 SMs; 128 x 256 ones 160).
     const struct {
         int bm, consumers, bn;
         double efficiency;
@@ -213,8 +212,18 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
                  {128, 2, 128, 0.9}, {64, 1, 256, 0.85},  {64, 1, 192, 0.8},   {64, 1, 128, 0.75},
                  {64, 1, 96, 0.65},  {64, 1, 64, 0.55},   {64, 1, 32, 0.2}};
     const int max_m = std::max(64, useful_block_m(s.m));
+    const int64_t sm_count = device.sm_count, k_steps = ceil_div(s.k, 64);
+    // When the widest tiles leave SMs idle the problem is bound by how many SMs stream operands
+    // and by each block's latency, not by MMA efficiency: the most blocks that still fit in one
+    // wave win, tile size aside (H100, tuned: 1024^3 64 x 128, 128 blocks; M = 128, N = 10240:
+    // 64 x 192, 108 blocks; M = 64, N = 4096: 64 x 32, 128 blocks). Splitting K (64-row tiles
+    // only: splitting taller ones was slower) costs about 30% of a wave for the partial sums.
+    // Otherwise the modelled time is waves x tile area / efficiency; the smallest wins.
+    GemmConfig widest;
+    widest.block_m = 128, widest.block_n = 256;
+    const bool one_wave = gemm_tiles(widest, s) <= sm_count;
     GemmConfig best;
-    double best_time = 0;
+    double best_score = 0;
     for (const auto& t : tiles) {
         if (t.bm > max_m) continue;
         GemmConfig c;
@@ -224,19 +233,24 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         c.stages = 8;
         while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
         if (gemm_invalid_reason(c, s, device)) continue;
-        // Tiles of 64 rows for at most half the SMs (small M): split K over up to 8 blocks per
-        // tile, keeping at least 8 K steps per split (on H100, splitting taller tiles was slower:
-        // M = 128 with 128 x 128 tiles split in 4 took 24 us against 20 us for 64 x 64 unsplit). A split's share of a wave counts 1 / split; writing and
-        // adding the partial tiles costs ~10% per split.
-        const int64_t tile_count = gemm_tiles(c, s), k_steps = ceil_div(s.k, c.block_k);
+        const int64_t tile_count = gemm_tiles(c, s);
         for (int split : {1, 2, 3, 4, 6, 8}) {
-            if (split > 1 && (t.bm > 64 || 2 * tile_count > device.sm_count || k_steps < 8 * split)) break;
-            const double waves = static_cast<double>(ceil_div(tile_count * split, device.sm_count)) / split;
-            const double time = waves * t.bm * t.bn / t.efficiency * (1.0 + 0.1 * (split - 1));
-            if (best_time == 0 || time < best_time) best = c, best.split_k = split, best_time = time;
+            if (split > 1 && (t.bm > 64 || k_steps < 8 * split)) break;
+            const int64_t units = tile_count * split;
+            double score;  // higher is better
+            if (one_wave) {
+                if (units > sm_count) break;
+                // Ties (same blocks): the tile that loads fewer bytes per MMA, the first listed.
+                score = static_cast<double>(units) / sm_count - (split > 1 ? 0.3 : 0.0);
+            } else {
+                if (split > 1 && 2 * tile_count > sm_count) break;
+                const double waves = static_cast<double>(ceil_div(units, sm_count)) / split;
+                score = -waves * t.bm * t.bn / t.efficiency * (1.0 + 0.1 * (split - 1));
+            }
+            if (best.kernel != kGemmSm90 || score > best_score) best = c, best.split_k = split, best_score = score;
         }
     }
-    return best_time == 0 ? gemm_sm80_heuristic(s, device) : best;
+    return best.kernel == kGemmSm90 ? best : gemm_sm80_heuristic(s, device);
 }
 
 std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& device) {
