@@ -13,8 +13,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 
 // Barriers and alignment slack of the sm_90 kernel's shared memory: tiles start at a 1024-byte
-// boundary (the 128-byte TMA swizzle repeats every 8 rows of 128 bytes).
-constexpr unsigned kSm90SharedExtra = 1024 + 256;
+// boundary (the 128-byte TMA swizzle repeats every 8 rows of 128 bytes); then two 8-byte barriers
+// per stage (up to kGemmSm90MaxStages) and the split-K flag.
+constexpr unsigned kSm90SharedExtra = 1024 + 2 * 8 * kGemmSm90MaxStages + 16;
 
 // The smallest block_m worth using for m rows: a tile much taller than the matrix wastes MMAs.
 int useful_block_m(int64_t m) {
@@ -93,7 +94,11 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
         return fmt::format("kernel = {} is not 0 (sm_80), 1 (sm_90) or 2 (skinny)", c.kernel);
     if (c.vec != 1 && c.vec != 2 && c.vec != 4 && c.vec != 8) return fmt::format("vec = {} is not 1, 2, 4 or 8", c.vec);
     if (c.group_m < 1 || c.group_m > 64) return fmt::format("group_m = {} is not in [1, 64]", c.group_m);
-    if (c.stages < 2 || c.stages > 8) return fmt::format("stages = {} is not in [2, 8]", c.stages);
+    // The TMA kernel's small tiles take deep rings (their stages are small; a ring of 12 KB
+    // stages is what keeps an SM's share of B streaming), the other kernels at most 8 stages.
+    const int max_stages = c.kernel == kGemmSm90 ? kGemmSm90MaxStages : 8;
+    if (c.stages < 2 || c.stages > max_stages)
+        return fmt::format("stages = {} is not in [2, {}]", c.stages, max_stages);
     if (c.threads() > device.max_threads_per_block)
         return fmt::format("{} threads exceed the device's {}", c.threads(), device.max_threads_per_block);
     const unsigned shared = c.shared_bytes(s);
@@ -229,8 +234,9 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         GemmConfig c;
         c.kernel = kGemmSm90;
         c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.group_m = 8;
-        // As many stages as fit (up to 8): loads in flight are what feeds small-M problems.
-        c.stages = 8;
+        // As many stages as fit: loads in flight are what feeds small-M problems (H100, M = 64,
+        // N = K = 4096, 64 x 32 tiles: cuBLAS runs the same tiles with 16 stages).
+        c.stages = kGemmSm90MaxStages;
         while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
         if (gemm_invalid_reason(c, s, device)) continue;
         const int64_t tile_count = gemm_tiles(c, s);
@@ -296,8 +302,8 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
             int bm, consumers, bn, stages;
         } sm90[] = {{128, 2, 256, 3}, {128, 2, 256, 4}, {128, 2, 224, 4}, {128, 2, 192, 4}, {128, 2, 160, 5},
                     {128, 2, 128, 4}, {128, 2, 128, 6}, {256, 2, 128, 3}, {256, 2, 128, 4}, {128, 1, 128, 5},
-                    {64, 1, 256, 4},  {64, 1, 192, 5},  {64, 1, 128, 6},  {64, 1, 96, 8},   {64, 1, 64, 8},
-                    {64, 1, 32, 8}};
+                    {64, 1, 256, 4},  {64, 1, 192, 5},  {64, 1, 128, 6},  {64, 1, 128, 8},  {64, 1, 96, 8},
+                    {64, 1, 96, 10},  {64, 1, 64, 8},   {64, 1, 64, 12},  {64, 1, 32, 8},   {64, 1, 32, 16}};
         for (const auto& t : sm90) {
             if (t.bm > std::max(64, max_m)) continue;
             GemmConfig c;

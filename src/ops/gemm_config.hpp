@@ -26,6 +26,7 @@ enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1, kGemmSkinny = 2 };
 // The skinny kernel is searched (and the heuristic's choice on sm_90) up to this M.
 constexpr int64_t kGemmSkinnyMaxM = 64;
 constexpr int kGemmMaxSplitK = 16;
+constexpr int kGemmSm90MaxStages = 16;  // the TMA kernel's deepest ring (small tiles)
 
 struct GemmShape {
     int64_t batch, m, n, k;
