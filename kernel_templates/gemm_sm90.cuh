@@ -17,6 +17,11 @@
 // next tile's MMAs; each of its two box buffers is reused only after the store from it has read
 // it. An fp32 D is stored from registers.
 //
+// PINGPONG: the two consumer warpgroups take whole tiles (BM x BN each) in turn instead of
+// sharing one: the ring carries one warpgroup's K steps after the other's, so while one multiplies
+// the other runs its epilogue, and the tensor cores do not wait for the stores (the schedule
+// CUTLASS calls ping-pong). A stage is then released by the 4 warps of the warpgroup that used it.
+//
 // CLUSTER_M = 2 runs the blocks in pairs (a cluster) on vertically adjacent tiles that share their
 // B tile: each block loads half of B and multicasts it into both, halving B's L2 traffic. Then a
 // stage is free only when the consumers of both blocks are done with it (they arrive on both
@@ -25,7 +30,8 @@
 //
 // Template parameters: T (__half, __nv_bfloat16), TOut, B_NT, BM x BN x BK (BN a wgmma width: 32,
 // 64, 128, 256 from hopper.cuh, 96-224 from wgmma_gemm_widths.cuh; BK = 64: one 128-byte swizzled
-// row), STAGES, CONSUMERS (1 or 2), CLUSTER_M (1 or 2), GROUP_M, HAS_C, BIAS, ACT.
+// row), STAGES, CONSUMERS (1 or 2), PINGPONG (needs 2 consumers, no split K), CLUSTER_M (1 or 2),
+// GROUP_M, HAS_C, BIAS, ACT.
 #pragma once
 
 #include "common/gemm_epilogue.cuh"
@@ -89,16 +95,23 @@ __device__ __forceinline__ bool gemm_reduce_splits(const GemmArgs& p, float* acc
 }
 
 // The consumer warpgroups' part: waits for stages, multiplies, frees stages, stores tiles.
-template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int CLUSTER_M,
-          int GROUP_M, bool HAS_C, bool BIAS, int ACT>
+template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, bool PINGPONG,
+          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT>
 __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const TensorMap* map_d, const T* ring_a,
                                                   const T* ring_b, TOut* out_tiles, unsigned long long* full,
                                                   unsigned long long* empty, volatile int* split_flag, int consumer, unsigned rank,
                                                   long long first_unit, long long unit_stride, long long tiles,
                                                   long long tiles_per_batch, int units_m, int tiles_n, int k_tiles) {
-    constexpr int kRows = BM / CONSUMERS;
+    constexpr int kRows = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile this warpgroup multiplies
     constexpr int kAtoms = kRows / 64;
     constexpr int kTileA = BM * BK, kTileB = BN * BK;
+    // Where this warpgroup's rows start in a tile, and which of the block's units it takes: all
+    // of them (its share of each tile), or every other one (whole tiles, in turn).
+    constexpr int kUnitsPerTurn = PINGPONG ? CONSUMERS : 1;
+    const int row_offset = PINGPONG ? 0 : consumer * kRows;
+    // Ping-pong hand-over: warpgroup c waits at named barrier kTurnBarrier + c (ids 1..CONSUMERS
+    // are the consumers' own, 1 + CONSUMERS the split-K reduction's).
+    constexpr int kTurnBarrier = 2 + CONSUMERS;
     // Frees a stage: in this block and, in a pair, in the partner (whose producer writes here too).
     auto release = [&](int s) {
         if constexpr (CLUSTER_M == 2) {
@@ -114,10 +127,22 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
     int out_slot = 0;  // which of this consumer's two output buffers the next box uses
     int stage = 0;
     unsigned phase = 0;
-    for (long long unit = first_unit; unit < tiles * p.split_k; unit += unit_stride) {
+    for (long long unit = first_unit + (PINGPONG ? consumer * unit_stride : 0); unit < tiles * p.split_k;
+         unit += unit_stride * kUnitsPerTurn) {
         const long long tile = unit % tiles;
         const int split = static_cast<int>(unit / tiles);
         const long long batch = tile / tiles_per_batch;
+        if constexpr (PINGPONG) {
+            // The ring holds the block's units one after another (k_tiles stages each, no split K):
+            // this unit's first stage is at position (its index in the block's sequence) x k_tiles.
+            const long long position = (unit - first_unit) / unit_stride * k_tiles;
+            stage = static_cast<int>(position % STAGES);
+            phase = static_cast<unsigned>(position / STAGES) & 1u;
+            // Wait for the other warpgroup to have waited for its unit's last stage: a parity wait
+            // is only sound within one lap of the ring, and this unit may start more than a lap
+            // ahead of where the producer is. It also keeps the turns in order.
+            if (unit != first_unit) named_barrier_sync(kTurnBarrier + consumer, 256);
+        }
         int unit_m, tile_n;
         grouped_tile<(GROUP_M + CLUSTER_M - 1) / CLUSTER_M>(tile % tiles_per_batch, units_m, tiles_n, unit_m, tile_n);
         const int tile_m = unit_m * CLUSTER_M + static_cast<int>(rank);
@@ -125,7 +150,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
         int previous = -1;
         for (int kt = kt_begin; kt < kt_end; ++kt) {
             mbarrier_wait(&full[stage], phase);
-            const T* tile_a = ring_a + stage * kTileA + consumer * kRows * BK;
+            const T* tile_a = ring_a + stage * kTileA + row_offset * BK;
             const unsigned long long desc_b =
                 B_NT ? wgmma_descriptor_sw128(ring_b + stage * kTileB)
                      : wgmma_descriptor_sw128_mn(ring_b + stage * kTileB, 64 * BK * sizeof(T));
@@ -149,12 +174,14 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
             previous = stage;
             if (++stage == STAGES) stage = 0, phase ^= 1;
         }
+        // Ping-pong: the next unit (the other warpgroup's) may start.
+        if (PINGPONG && unit + unit_stride < tiles * p.split_k) named_barrier_arrive(kTurnBarrier + 1 - consumer, 256);
         wgmma_wait<0>();
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom) wgmma_fence_registers(acc[atom]);
         if (warp_leader) release(previous);
         // Split K: only the last split of a tile to finish stores it, adding the others' partial sums.
-        if (p.split_k > 1 &&
+        if (!PINGPONG && p.split_k > 1 &&
             !gemm_reduce_splits<CONSUMERS, kAtoms * (BN / 2)>(p, &acc[0][0], tile, split, consumer, t, split_flag))
             continue;
 
@@ -165,7 +192,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
             // This consumer's rows in boxes of 64 x 64, through two buffers taken in turn: wait
             // until the store that used this one (two boxes ago) has read it, fill it, make the
             // writes visible to TMA, store (what lies past M or N is clipped).
-            const int row0 = tile_m * BM + consumer * kRows;
+            const int row0 = tile_m * BM + row_offset;
 #pragma unroll
             for (int box = 0; box < kAtoms * (BN / 64); ++box) {
                 const int atom = box / (BN / 64), col0 = (box % (BN / 64)) * 64;
@@ -201,7 +228,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
         for (int atom = 0; atom < kAtoms; ++atom) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const long long row = static_cast<long long>(tile_m) * BM + consumer * kRows + atom * 64 + (t / 32) * 16 +
+                const long long row = static_cast<long long>(tile_m) * BM + row_offset + atom * 64 + (t / 32) * 16 +
                                       (t % 32) / 4 + half * 8;
                 if (row >= p.m) continue;
                 TOut* d_row = D + row * p.ldd;
@@ -218,8 +245,8 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
     }
 }
 
-template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, int CLUSTER_M,
-          int GROUP_M, bool HAS_C, bool BIAS, int ACT>
+template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, bool PINGPONG,
+          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
                      const __grid_constant__ TensorMap map_d, const GemmArgs p) {
@@ -227,7 +254,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "blocks run alone or in pairs");
     static_assert(CLUSTER_M == 1 || (B_NT ? BN % 16 == 0 : BN % 128 == 0), "B splits in two halves");
     static_assert(BK == 64, "a K step is one 128-byte swizzled row of 16-bit elements");
-    constexpr int kRows = BM / CONSUMERS;  // rows of the tile each consumer warpgroup owns
+    static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes turns between two consumers");
+    constexpr int kRows = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile each consumer warpgroup multiplies
     constexpr int kAtoms = kRows / 64;     // wgmma m64 atoms per consumer
     static_assert(kRows % 64 == 0 && kAtoms >= 1 && kAtoms <= 2, "a consumer owns 64 or 128 rows");
     constexpr int kTileA = BM * BK, kTileB = BN * BK;
@@ -249,7 +277,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbarrier_init(&full[s], 1);                              // the producer's arrive (plus the TMA bytes)
-            mbarrier_init(&empty[s], CLUSTER_M * CONSUMERS * 4);    // one arrive per consumer warp of the cluster
+            // One arrive per warp of the cluster's warpgroups that multiply from the stage.
+            mbarrier_init(&empty[s], CLUSTER_M * (PINGPONG ? 1 : CONSUMERS) * 4);
         }
         fence_barrier_init();
     }
@@ -319,7 +348,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         }
     } else {
         if constexpr (kReallocate) warpgroup_registers_claim<232>();
-        gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT>(
+        gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, PINGPONG, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT>(
             p, &map_d, ring_a, ring_b, out_tiles, full, empty, split_flag, warpgroup - 1, rank, first_unit, unit_stride, tiles,
             tiles_per_batch, units_m, tiles_n, k_tiles);
         // Shared memory must outlive the reads of the last TMA store.

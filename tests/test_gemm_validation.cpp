@@ -169,7 +169,8 @@ TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the d
         p.layout = layout;
         Gemm op(p);
         const Config tma{{"kernel", 1}, {"block_m", 128}, {"block_n", 192}, {"block_k", 64}, {"stages", 4},
-                         {"group_m", 8},  {"vec", 8},       {"consumers", 2},  {"cluster", 1},  {"split_k", 1}};
+                         {"group_m", 8},  {"vec", 8},       {"consumers", 2},  {"cluster", 1},  {"split_k", 1},
+                         {"pingpong", 0}};
         CHECK_FALSE(op.model().invalid_reason(tma, h100).has_value());
         for (int bn : {48, 100, 288}) {
             Config odd = tma;
@@ -179,5 +180,21 @@ TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the d
         Config narrow = tma;
         narrow["block_n"] = 160;
         CHECK(op.model().invalid_reason(narrow, h100).has_value() == (layout == GemmLayout::nn));
+        // Ping-pong: two consumers taking whole tiles of 64 or 128 rows, no split K.
+        Config turns = tma;
+        turns["pingpong"] = 1, turns["block_m"] = 64, turns["block_n"] = 256;
+        CHECK_FALSE(op.model().invalid_reason(turns, h100).has_value());
+        Config tall = turns;
+        tall["block_m"] = 256, tall["block_n"] = 64, tall["stages"] = 2;
+        CHECK_THAT(*op.model().invalid_reason(tall, h100), ContainsSubstring("block_m = 256 with pingpong"));
+        Config alone = turns;
+        alone["consumers"] = 1;
+        CHECK_THAT(*op.model().invalid_reason(alone, h100), ContainsSubstring("needs consumers = 2"));
+        Config split = turns;
+        split["split_k"] = 2;
+        CHECK_THAT(*op.model().invalid_reason(split, h100), ContainsSubstring("needs split_k = 1"));
+        Config wide = turns;
+        wide["block_m"] = 128;  // 128 x 256 per warpgroup: 256 accumulators a thread
+        CHECK_THAT(*op.model().invalid_reason(wide, h100), ContainsSubstring("accumulators"));
     }
 }

@@ -188,8 +188,8 @@ public:
         if (c.kernel == kGemmSm90) {
             plan.template_file = template_file();
             plan.name_expression =
-                fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>", types, c.block_m, c.block_n,
-                            c.block_k, c.stages, c.consumers, c.cluster, c.group_m, epilogue);
+                fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", types, c.block_m, c.block_n,
+                            c.block_k, c.stages, c.consumers, c.pingpong ? "true" : "false", c.cluster, c.group_m, epilogue);
             // Persistent: one block per SM at most, each (pair) walking units of `cluster` tiles.
             const int64_t units = (p_.m + c.block_m * c.cluster - 1) / (c.block_m * c.cluster) *
                                   ((p_.n + c.block_n - 1) / c.block_n) * p_.batch * c.split_k;

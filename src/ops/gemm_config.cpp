@@ -38,6 +38,7 @@ GemmConfig GemmConfig::from(const Config& config) {
     c.vec = static_cast<int>(config_value(config, "vec", op));
     if (c.kernel == kGemmSm90) {
         c.consumers = static_cast<int>(config_value(config, "consumers", op));
+        c.pingpong = static_cast<int>(config_value(config, "pingpong", op));
         c.cluster = static_cast<int>(config_value(config, "cluster", op));
         c.split_k = static_cast<int>(config_value(config, "split_k", op));
     } else if (c.kernel == kGemmSkinny) {
@@ -54,6 +55,7 @@ Config GemmConfig::to_config() const {
              {"stages", stages}, {"group_m", group_m}, {"vec", vec}};
     if (kernel == kGemmSm90) {
         c["consumers"] = consumers;
+        c["pingpong"] = pingpong;
         c["cluster"] = cluster;
         c["split_k"] = split_k;
     } else if (kernel == kGemmSkinny) {
@@ -136,9 +138,14 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
         if (device.sm() != 90) return fmt::format("kernel 1 (wgmma, TMA) needs sm_90, the device is {}", device.arch());
         if (c.vec != 8) return "kernel 1 (TMA) needs vec = 8 (16-byte aligned rows)";
         if (c.consumers != 1 && c.consumers != 2) return fmt::format("consumers = {} is not 1 or 2", c.consumers);
-        const int rows = c.block_m / c.consumers;  // each consumer warpgroup owns this many rows
+        if (c.pingpong != 0 && c.pingpong != 1) return fmt::format("pingpong = {} is not 0 or 1", c.pingpong);
+        if (c.pingpong && c.consumers != 2) return fmt::format("pingpong = 1 needs consumers = 2, got {}", c.consumers);
+        if (c.pingpong && c.split_k != 1) return fmt::format("pingpong = 1 needs split_k = 1, got {}", c.split_k);
+        // Each consumer warpgroup multiplies this many rows: its share of a tile, or whole tiles in turn.
+        const int rows = c.pingpong ? c.block_m : c.block_m / c.consumers;
         if (c.block_m % c.consumers != 0 || (rows != 64 && rows != 128))
-            return fmt::format("block_m / consumers = {} / {} is not 64 or 128", c.block_m, c.consumers);
+            return c.pingpong ? fmt::format("block_m = {} with pingpong is not 64 or 128", c.block_m)
+                              : fmt::format("block_m / consumers = {} / {} is not 64 or 128", c.block_m, c.consumers);
         if (c.block_n != 32 && c.block_n != 64 && (c.block_n < 96 || c.block_n > 256 || c.block_n % 32 != 0))
             return fmt::format("block_n = {} is not 32, 64, 96, 128, 160, 192, 224 or 256 (the wgmma widths instantiated)",
                                c.block_n);
@@ -297,21 +304,25 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
                     add(c);
                 }
     if (device.sm() == 90) {
-        // TMA kernel: block_m, consumers, block_n, stages (a stage of 128 x 256 is 48 KB).
+        // TMA kernel: block_m, consumers, block_n, stages, pingpong (a stage of 128 x 256 is 48 KB;
+        // with pingpong each consumer multiplies whole block_m x block_n tiles, in turn).
         const struct {
-            int bm, consumers, bn, stages;
-        } sm90[] = {{128, 2, 256, 3}, {128, 2, 256, 4}, {128, 2, 224, 4}, {128, 2, 192, 4}, {128, 2, 160, 5},
-                    {128, 2, 128, 4}, {128, 2, 128, 6}, {256, 2, 128, 3}, {256, 2, 128, 4}, {128, 1, 128, 5},
-                    {64, 1, 256, 4},  {64, 1, 192, 5},  {64, 1, 128, 6},  {64, 1, 128, 8},  {64, 1, 96, 8},
-                    {64, 1, 96, 10},  {64, 1, 64, 8},   {64, 1, 64, 12},  {64, 1, 32, 8},   {64, 1, 32, 16}};
+            int bm, consumers, bn, stages, pingpong;
+        } sm90[] = {{128, 2, 256, 3, 0}, {128, 2, 256, 4, 0}, {128, 2, 224, 4, 0}, {128, 2, 192, 4, 0},
+                    {128, 2, 160, 5, 0}, {128, 2, 128, 4, 0}, {128, 2, 128, 6, 0}, {256, 2, 128, 3, 0},
+                    {256, 2, 128, 4, 0}, {128, 1, 128, 5, 0}, {128, 2, 128, 5, 1}, {128, 2, 128, 6, 1},
+                    {64, 2, 256, 4, 1},  {64, 2, 192, 5, 1},  {64, 1, 256, 4, 0},  {64, 1, 192, 5, 0},
+                    {64, 1, 128, 6, 0},  {64, 1, 128, 8, 0},  {64, 1, 96, 8, 0},   {64, 1, 96, 10, 0},
+                    {64, 1, 64, 8, 0},   {64, 1, 64, 12, 0},  {64, 1, 32, 8, 0},   {64, 1, 32, 16, 0}};
         for (const auto& t : sm90) {
             if (t.bm > std::max(64, max_m)) continue;
             GemmConfig c;
             c.kernel = kGemmSm90;
             c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.stages = t.stages;
+            c.pingpong = t.pingpong;
             add(c);
             // Split K where the tiles leave SMs idle.
-            if (gemm_tiles(c, s) < device.sm_count)
+            if (!c.pingpong && gemm_tiles(c, s) < device.sm_count)
                 for (int split : {2, 4, 8}) {
                     c.split_k = split;
                     add(c);

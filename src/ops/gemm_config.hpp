@@ -40,6 +40,7 @@ struct GemmConfig {
     int block_m = 128, block_n = 128, block_k = 32;
     int warps_m = 2, warps_n = 2;  // kernel 0
     int consumers = 2;             // kernel 1
+    int pingpong = 0;              // kernel 1: the two consumers take whole block_m x block_n tiles in turn
     int cluster = 1;               // kernel 1
     int split_k = 1;               // kernel 1: blocks sharing each tile's K steps (gemm_reduce_splits)
     int warps = 8;                 // kernel 2: warps of a block, each streaming every warps-th K step
