@@ -216,13 +216,15 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     // The TMA kernel's tiles, with a rough relative efficiency per output element (bigger tiles
     // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s). The
     // widths between 128 and 256 fill the last wave (M = 512, N = 10240: 128 x 160 tiles are 256
-    // blocks, two full waves of 132 SMs; 128 x 256 ones 160).
+    // blocks, two full waves of 132 SMs; 128 x 256 ones 160). Tuned on H100 at M = 512,
+    // N = 28672: 128 x 224 179 us (its epilogue stores from registers), 128 x 128 169, and 163
+    // with ping-pong, which needs two tiles a block (not in one wave).
     const struct {
-        int bm, consumers, bn;
+        int bm, consumers, bn, pingpong;
         double efficiency;
-    } tiles[] = {{128, 2, 256, 1.0}, {128, 2, 224, 0.98}, {128, 2, 192, 0.96}, {128, 2, 160, 0.92},
-                 {128, 2, 128, 0.9}, {64, 1, 256, 0.85},  {64, 1, 192, 0.8},   {64, 1, 128, 0.75},
-                 {64, 1, 96, 0.65},  {64, 1, 64, 0.55},   {64, 1, 32, 0.2}};
+    } tiles[] = {{128, 2, 256, 0, 1.0},  {128, 2, 224, 0, 0.85}, {128, 2, 192, 0, 0.96}, {128, 2, 160, 0, 0.92},
+                 {128, 2, 128, 0, 0.9},  {128, 2, 128, 1, 0.94}, {64, 1, 256, 0, 0.85},  {64, 1, 192, 0, 0.8},
+                 {64, 1, 128, 0, 0.75},  {64, 1, 96, 0, 0.65},   {64, 1, 64, 0, 0.55},   {64, 1, 32, 0, 0.2}};
     const int max_m = std::max(64, useful_block_m(s.m));
     const int64_t sm_count = device.sm_count, k_steps = ceil_div(s.k, 64);
     // When the widest tiles leave SMs idle the problem is bound by how many SMs stream operands
@@ -237,10 +239,11 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     GemmConfig best;
     double best_score = 0;
     for (const auto& t : tiles) {
-        if (t.bm > max_m) continue;
+        if (t.bm > max_m || (t.pingpong && one_wave)) continue;
         GemmConfig c;
         c.kernel = kGemmSm90;
         c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.group_m = 8;
+        c.pingpong = t.pingpong;
         // As many stages as fit: loads in flight are what feeds small-M problems (H100, M = 64,
         // N = K = 4096, 64 x 32 tiles: cuBLAS runs the same tiles with 16 stages).
         c.stages = kGemmSm90MaxStages;
@@ -248,7 +251,7 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         if (gemm_invalid_reason(c, s, device)) continue;
         const int64_t tile_count = gemm_tiles(c, s);
         for (int split : {1, 2, 3, 4, 6, 8}) {
-            if (split > 1 && (t.bm > 64 || k_steps < 8 * split)) break;
+            if (split > 1 && (t.bm > 64 || t.pingpong || k_steps < 8 * split)) break;
             const int64_t units = tile_count * split;
             double score;  // higher is better
             if (one_wave) {
