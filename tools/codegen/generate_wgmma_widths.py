@@ -2,7 +2,11 @@
 """Writes kernel_templates/common/wgmma_gemm_widths.cuh: the wgmma wrappers (A and B in shared
 memory) for the tile widths only the GEMM uses. hopper.cuh holds 32, 64, 128 and 256, which the
 attention kernels share; these live apart so that adding a width re-keys only the GEMM's tuning
-entries. Run from the repository root: python3 tools/codegen/generate_wgmma_widths.py"""
+entries. Run from anywhere: python3 tools/codegen/generate_wgmma_widths.py [--check]
+(--check: exit 1 if the header differs from what this script writes; a CTest runs it)."""
+
+import os
+import sys
 
 WIDTHS = (96, 160, 192, 224)
 TYPES = (("__nv_bfloat16", "bf16"), ("__half", "f16"))
@@ -54,9 +58,19 @@ def main():
         for n in WIDTHS:
             parts.append(wrapper(ctype, ptx_type, n))
     parts.append("}  // namespace tileops")
-    with open("kernel_templates/common/wgmma_gemm_widths.cuh", "w") as f:
-        f.write("\n".join(parts) + "\n")
+    text = "\n".join(parts) + "\n"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(root, "kernel_templates", "common", "wgmma_gemm_widths.cuh")
+    if "--check" in sys.argv[1:]:
+        with open(path) as f:
+            if f.read() != text:
+                print(f"{path} differs from what {__file__} generates: run it again", file=sys.stderr)
+                return 1
+        return 0
+    with open(path, "w") as f:
+        f.write(text)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
