@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <future>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -18,7 +19,22 @@ void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Con
     for (const std::string& name : plan.name_expressions()) kernels[plan.template_file].insert(name);
 }
 
-void compile_all(const KernelsByFile& kernels, const std::string& arch) {
+namespace {
+
+// Per kernel (mangled name) of a ptxas -v log: the spill stores of its "Function properties"
+// block, and whether a C7520 line names it.
+std::map<std::string, PtxasReport> parse_ptxas_log(const std::string& log) {
+    std::map<std::string, PtxasReport> reports;
+    const std::regex properties(R"(Function properties for (\S+)\s*\n[^\n]*?(\d+) bytes spill stores)");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), properties); it != std::sregex_iterator(); ++it)
+        reports[(*it)[1]].spill_bytes = std::stoi((*it)[2]);
+    const std::regex serialized(R"(\(C7520\)[^\n]*in the function '([^']+)')");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), serialized); it != std::sregex_iterator(); ++it)
+        reports[(*it)[1]].wgmma_serialized = true;
+    return reports;
+}
+
+std::map<std::string, PtxasReport> compile_jobs(const KernelsByFile& kernels, const std::string& arch, bool report) {
     const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
     std::vector<std::pair<std::string, std::vector<std::string>>> jobs;
     for (const auto& [file, names] : kernels) {
@@ -33,8 +49,11 @@ void compile_all(const KernelsByFile& kernels, const std::string& arch) {
     std::vector<std::future<runtime::CompileResult>> results;
     for (const auto& [file, names] : jobs)
         results.push_back(std::async(std::launch::async, [&, file = file, names = names] {
-            return runtime::compile(codegen::compile_request(file, names, arch));
+            runtime::CompileRequest request = codegen::compile_request(file, names, arch);
+            if (report) request.extra_options.push_back("--ptxas-options=-v");
+            return runtime::compile(request);
         }));
+    std::map<std::string, PtxasReport> by_name;
     for (size_t i = 0; i < jobs.size(); ++i) {
         INFO(jobs[i].first << " for " << arch << ": " << jobs[i].second.size() << " kernels, first "
                            << jobs[i].second.front());
@@ -42,7 +61,22 @@ void compile_all(const KernelsByFile& kernels, const std::string& arch) {
         REQUIRE_NOTHROW(result = results[i].get());
         CHECK(result.cubin.size() > 0);
         CHECK(result.lowered_names.size() == jobs[i].second.size());
+        if (!report) continue;
+        const std::map<std::string, PtxasReport> by_symbol = parse_ptxas_log(result.log);
+        for (const auto& [name, symbol] : result.lowered_names) {
+            const auto found = by_symbol.find(symbol);
+            by_name[name] = found == by_symbol.end() ? PtxasReport{} : found->second;
+        }
     }
+    return by_name;
 }
+
+}  // namespace
+
+std::map<std::string, PtxasReport> compile_all_with_report(const KernelsByFile& kernels, const std::string& arch) {
+    return compile_jobs(kernels, arch, true);
+}
+
+void compile_all(const KernelsByFile& kernels, const std::string& arch) { compile_jobs(kernels, arch, false); }
 
 }  // namespace tileops::test

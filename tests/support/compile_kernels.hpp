@@ -21,4 +21,13 @@ void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Con
 // at once (one per core), and CHECKs that each program compiled and lowered all its names.
 void compile_all(const KernelsByFile& kernels, const std::string& arch);
 
+// What ptxas said about one kernel: bytes of registers spilled to local memory, and whether its
+// wgmmas were serialized (C7520: the compiler could not keep them asynchronous).
+struct PtxasReport {
+    int spill_bytes = 0;
+    bool wgmma_serialized = false;
+};
+// The same compilation with ptxas' report: name expression -> what ptxas said about its kernel.
+std::map<std::string, PtxasReport> compile_all_with_report(const KernelsByFile& kernels, const std::string& arch);
+
 }  // namespace tileops::test
