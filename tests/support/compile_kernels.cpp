@@ -22,13 +22,14 @@ void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Con
 namespace {
 
 // Per kernel (mangled name) of a ptxas -v log: the spill stores of its "Function properties"
-// block, and whether a C7520 line names it.
+// block, and whether a "Potential Performance Loss: wgmma ... serialized" line names it.
 std::map<std::string, PtxasReport> parse_ptxas_log(const std::string& log) {
     std::map<std::string, PtxasReport> reports;
     const std::regex properties(R"(Function properties for (\S+)\s*\n[^\n]*?(\d+) bytes spill stores)");
     for (auto it = std::sregex_iterator(log.begin(), log.end(), properties); it != std::sregex_iterator(); ++it)
         reports[(*it)[1]].spill_bytes = std::stoi((*it)[2]);
-    const std::regex serialized(R"(\(C7520\)[^\n]*in the function '([^']+)')");
+    // C7520 and its kin ("wgmma.mma_async instructions are serialized due to ...").
+    const std::regex serialized(R"(Potential Performance Loss: wgmma[^\n]*in the function '([^']+)')");
     for (auto it = std::sregex_iterator(log.begin(), log.end(), serialized); it != std::sregex_iterator(); ++it)
         reports[(*it)[1]].wgmma_serialized = true;
     return reports;
