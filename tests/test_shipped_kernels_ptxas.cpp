@@ -41,7 +41,8 @@ const KnownCase kKnown[] = {
      },
      true, false, "1024 threads a row (64 registers each) over 262144 fp32 columns: 24 bytes"},
     {[](const nlohmann::json& e) { return e.at("op") == "mla_decode" && e.at("config").value("kernel", 0) == 1; }, false,
-     true, "mla_decode_sm90_kernel branches on a warp index ptxas takes as divergent; the fix (and a re-tune) is on branch mla-seesaw"},
+     true, "mla_decode_sm90_kernel branches on a warp index ptxas takes as divergent (C7520; the fix, and a re-tune, is on "
+     "branch mla-seesaw, where C7515 remains at block_n 32)"},
 };
 
 const KnownCase* known_case(const nlohmann::json& e) {
