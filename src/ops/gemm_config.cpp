@@ -24,6 +24,13 @@ int useful_block_m(int64_t m) {
     return b;
 }
 
+// Drops stages from c's ring (down to 2) until the config is valid: shared memory is what a
+// deeper ring runs out of. False when even 2 stages do not make it valid.
+bool shorten_ring_to_fit(GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
+    while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
+    return !gemm_invalid_reason(c, s, device);
+}
+
 }  // namespace
 
 GemmConfig GemmConfig::from(const Config& config) {
@@ -183,8 +190,7 @@ GemmConfig gemm_sm80_heuristic(const GemmShape& s, const DeviceInfo& device) {
         c.kernel = kGemmSm80;
         c.block_m = cand.bm, c.block_n = cand.bn, c.block_k = cand.bk;
         c.warps_m = cand.wm, c.warps_n = cand.wn, c.stages = cand.stages;
-        while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
-        if (gemm_invalid_reason(c, s, device)) continue;
+        if (!shorten_ring_to_fit(c, s, device)) continue;
         best = c;
         found = true;
         if (gemm_tiles(c, s) * 5 >= int64_t{device.sm_count} * 4) break;
@@ -247,8 +253,7 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         // As many stages as fit: loads in flight are what feeds small-M problems (H100, M = 64,
         // N = K = 4096, 64 x 32 tiles: cuBLAS runs the same tiles with 16 stages).
         c.stages = kGemmSm90MaxStages;
-        while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
-        if (gemm_invalid_reason(c, s, device)) continue;
+        if (!shorten_ring_to_fit(c, s, device)) continue;
         const int64_t tile_count = gemm_tiles(c, s);
         for (int split : {1, 2, 3, 4, 6, 8}) {
             if (split > 1 && (t.bm > 64 || t.pingpong || k_steps < 8 * split)) break;
