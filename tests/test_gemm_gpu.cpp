@@ -4,22 +4,20 @@
 // problems checked on a sample of their outputs.
 #include <array>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <set>
 #include <optional>
 #include <random>
+#include <set>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "ops/op_model.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "support/device_tensor.hpp"
-#include "tuning/op_config.hpp"
+#include "support/shipped_db.hpp"
 #include "support/test_support.hpp"
+#include "tuning/op_config.hpp"
 #include "tileops/tileops.hpp"
 
 using namespace tileops;
@@ -293,17 +291,14 @@ TEST_CASE("Gemm: every config of the shipped tuning database on a ragged problem
     Runtime& runtime = shared_runtime();
     // Each distinct (config, layout, epilogue flags) of the shipped database for this GPU's arch, on
     // a problem no config's tiles divide: M from the entry's (at most 300), N = 520, K = 1000.
-    const std::filesystem::path path = std::filesystem::path(TILEOPS_TEST_SOURCE_DIR) / "tuning_db" / "h100-sxm.json";
-    std::ifstream in(path);
-    const nlohmann::json db = nlohmann::json::parse(in);
     std::set<std::string> seen;
     int checked = 0;
-    for (const nlohmann::json& e : db.at("entries")) {
-        if (e.at("op") != "gemm" || e.at("arch") != runtime.device().arch()) continue;
-        const std::vector<long long> shape = e.at("shape").get<std::vector<long long>>();
-        const std::string flags = e.value("flags", std::string());
-        Config config;
-        for (const auto& [key, value] : e.at("config").items()) config[key] = value.get<long long>();
+    for (const test::ShippedEntry& shipped : test::shipped_entries()) {
+        const TuningKey& key = shipped.entry.key;
+        if (key.op != "gemm" || key.arch != runtime.device().arch()) continue;
+        const std::vector<long long>& shape = key.shape;
+        const std::string& flags = key.flags;
+        const Config& config = shipped.entry.config;
         const long long m = std::min(shape[shape.size() - 3], 300LL);
         if (!seen.insert(fmt::format("{} {} {}", tuning::config_text(config), flags, m <= 64)).second) continue;
         GemmProblem p = make(m, 520, 1000, flags.find("nt") != std::string::npos ? GemmLayout::nt : GemmLayout::nn,
