@@ -51,25 +51,49 @@ __device__ __forceinline__ unsigned seesaw_swizzled(int r, int c_bytes) {
     return static_cast<unsigned>(r * 128 + ((((c_bytes / 16) ^ (r % 8))) << 4) + c_bytes % 16);
 }
 
+// The page of each of this thread's four key rows of the tile from n0 (row t / 8 + 16 i; -1 past
+// kv_end or for a page table entry outside the pool). Read a pair of tiles ahead of the copies,
+// so that the page table's latency is not paid when they are issued.
+template <int PAGE_SIZE>
+struct SeesawRowPages {
+    int page[PAGE_SIZE > 0 ? 4 : 1];
+};
+
+template <int PAGE_SIZE>
+__device__ __forceinline__ SeesawRowPages<PAGE_SIZE> seesaw_row_pages(const MlaDecodeArgs& p, const MlaKeys& k, int batch,
+                                                                      int n0, int t) {
+    SeesawRowPages<PAGE_SIZE> rp{};
+    if constexpr (PAGE_SIZE > 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int token = n0 + t / 8 + 16 * i;
+            const int page = token < k.kv_end ? __ldg(p.page_table + batch * p.page_table_stride + token / PAGE_SIZE) : -1;
+            rp.page[i] = page < p.num_pages ? page : -1;
+        }
+    }
+    return rp;
+}
+
 // Starts this warpgroup's cp.async copies of boxes [FIRST_BOX, LAST_BOX) of the keys n0 .. n0 + 63
 // into `tile` and makes the mbarrier `landed` count this thread when they have landed (it expects
 // 128 arrivals). Keys past kv_end or behind a page table entry outside the pool are zero-filled
 // (the scores mask them). Eight threads share a key row (chunk g of each box), 16 rows at a time.
 template <typename T, int PAGE_SIZE, int FIRST_BOX, int LAST_BOX>
 __device__ __forceinline__ void seesaw_load_keys(const MlaDecodeArgs& p, const MlaKeys& k, int batch, int n0,
-                                                 unsigned char* tile, unsigned long long* landed, int t) {
+                                                 const SeesawRowPages<PAGE_SIZE>& rp, unsigned char* tile,
+                                                 unsigned long long* landed, int t) {
     const T* kv = static_cast<const T*>(p.kv);
     const int g = t % 8;
 #pragma unroll
     for (int i = 0; i < kSeesawKeys / 16; ++i) {
         const int r = t / 8 + 16 * i, token = n0 + r;
-        bool valid = token < k.kv_end;
+        bool valid;
         long long offset;
         if constexpr (PAGE_SIZE > 0) {
-            const int page = valid ? __ldg(p.page_table + batch * p.page_table_stride + token / PAGE_SIZE) : 0;
-            valid = valid && page >= 0 && page < p.num_pages;
-            offset = static_cast<long long>(page) * p.kv_outer_stride + (token % PAGE_SIZE) * p.kv_token_stride;
+            valid = rp.page[i] >= 0;
+            offset = static_cast<long long>(rp.page[i]) * p.kv_outer_stride + (token % PAGE_SIZE) * p.kv_token_stride;
         } else {
+            valid = token < k.kv_end;
             offset = batch * p.kv_outer_stride + static_cast<long long>(token) * p.kv_token_stride;
         }
         const T* src = valid ? kv + offset + g * 8 : kv;
@@ -79,6 +103,23 @@ __device__ __forceinline__ void seesaw_load_keys(const MlaDecodeArgs& p, const M
                          valid ? 16 : 0);
     }
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(landed)) : "memory");
+}
+
+// Whether this lane's share of the page table entries behind the tile from n0 (up to kv_end) lies
+// inside the pool; the warp's vote (seesaw_mask) says whether the whole tile does. Read a pair of
+// tiles ahead, like the copies' pages.
+template <int PAGE_SIZE>
+__device__ __forceinline__ bool seesaw_pages_in_pool(const MlaDecodeArgs& p, const MlaKeys& k, int batch, int n0, int lane) {
+    bool in_pool = true;
+    if constexpr (PAGE_SIZE > 0) {
+        const int last_key = min(n0 + kSeesawKeys, k.kv_end) - 1;
+        if (last_key >= n0)
+            for (int page = n0 / PAGE_SIZE + lane; page <= last_key / PAGE_SIZE; page += 32) {
+                const int entry = __ldg(p.page_table + batch * p.page_table_stride + page);
+                in_pool = in_pool && entry >= 0 && entry < p.num_pages;
+            }
+    }
+    return in_pool;
 }
 
 // Starts cp.async copies of Q's first 512 dims (64 rows, zeros past the problem's rows) into 8
@@ -140,8 +181,8 @@ __device__ __forceinline__ void seesaw_scores(float (&s)[32], const unsigned cha
 // 16 w + g + 8 h, key 8 j + 2 c + e) when some key is unusable or invisible to some row.
 template <int PAGE_SIZE>
 __device__ __forceinline__ void seesaw_mask(float (&s)[8][4], const MlaDecodeArgs& p, const MlaKeys& k, int batch, int n0,
-                                            const int (&row_end)[2], int c) {
-    if (PAGE_SIZE == 0 && n0 + kSeesawKeys <= k.full_end) return;
+                                            const int (&row_end)[2], int c, bool lane_pages_in_pool) {
+    if (n0 + kSeesawKeys <= k.full_end && __all_sync(0xffffffffu, lane_pages_in_pool)) return;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -292,8 +333,9 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
 
     // The first pair's tiles: warpgroup 0 loads the low boxes of both, warpgroup 1 the high ones.
     for (int b = 0; b < 2 && b < keys.num_tiles; ++b) {
-        if (half == 0) seesaw_load_keys<T, PAGE_SIZE, 0, 4>(p, keys, batch, tile_key0(b), tiles + b * kSeesawTileBytes, &landed[2 * b], t);
-        else seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(b), tiles + b * kSeesawTileBytes, &landed[2 * b + 1], t);
+        const SeesawRowPages<PAGE_SIZE> pages = seesaw_row_pages<PAGE_SIZE>(p, keys, batch, tile_key0(b), t);
+        if (half == 0) seesaw_load_keys<T, PAGE_SIZE, 0, 4>(p, keys, batch, tile_key0(b), pages, tiles + b * kSeesawTileBytes, &landed[2 * b], t);
+        else seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(b), pages, tiles + b * kSeesawTileBytes, &landed[2 * b + 1], t);
     }
 
     float o[128];
@@ -320,17 +362,23 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
         no_scores();
     }
 
+    // Whether this lane's share of the page table behind this warpgroup's current tile is inside the pool.
+    bool in_pool = seesaw_pages_in_pool<PAGE_SIZE>(p, keys, batch, tile_key0(half), lane);
     for (int pair = 0; pair < pairs; ++pair) {
         const int index = 2 * pair + half;  // this warpgroup's tile; the other's is 2 pair + 1 - half
         const bool have = index < keys.num_tiles, other_have = 2 * pair + 1 - half < keys.num_tiles;
         const int n0 = tile_key0(index);
-        if (have) seesaw_mask<PAGE_SIZE>(s, p, keys, batch, n0, row_end, c);
+        if (have) seesaw_mask<PAGE_SIZE>(s, p, keys, batch, n0, row_end, c, in_pool);
         float new_max[2], rescale[2], tile_sum[2];
         const unsigned next_parity = static_cast<unsigned>(pair + 1) & 1u;
         // The next tiles of this warpgroup's buffer (index + 2) and of the other buffer (the other
         // warpgroup's next: 2 pair + 3 - half), whose low (warpgroup 0) or high (1) boxes this one loads.
         const int other_next = 2 * pair + 3 - half;
         const bool next_mine = index + 2 < keys.num_tiles, next_other = other_next < keys.num_tiles;
+        // The page table entries of both next tiles, read now so that their latency hides behind the softmax.
+        const SeesawRowPages<PAGE_SIZE> mine_pages = seesaw_row_pages<PAGE_SIZE>(p, keys, batch, tile_key0(index + 2), t);
+        const SeesawRowPages<PAGE_SIZE> other_pages = seesaw_row_pages<PAGE_SIZE>(p, keys, batch, tile_key0(other_next), t);
+        in_pool = seesaw_pages_in_pool<PAGE_SIZE>(p, keys, batch, tile_key0(index + 2), lane);
         if (half == 0) {
             // Softmax of S0 against the running max; O_L and the sum follow the new max.
             seesaw_update_max(s, row_max, scale0, rows, p.scale_log2, new_max, rescale);
@@ -343,7 +391,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
             wgmma_wait<0>();
             wgmma_fence_registers(o);
             // Buffer 0's low boxes are done with (S0 and V0_L were their only readers): tile 2i + 2.
-            if (next_mine) seesaw_load_keys<T, PAGE_SIZE, 0, 4>(p, keys, batch, tile_key0(index + 2), my_tile, &landed[0], t);
+            if (next_mine) seesaw_load_keys<T, PAGE_SIZE, 0, 4>(p, keys, batch, tile_key0(index + 2), mine_pages, my_tile, &landed[0], t);
             // P0 follows warpgroup 1's max (s1), for its P0 V0_R.
             named_barrier_sync(kScale1Ready, 256);
             const float s1[2] = {scale1[rows[0]], scale1[rows[1]]};
@@ -365,7 +413,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
                 no_scores();
             }
             if (next_other)
-                seesaw_load_keys<T, PAGE_SIZE, 0, 4>(p, keys, batch, tile_key0(other_next), other_tile, &landed[2], t);
+                seesaw_load_keys<T, PAGE_SIZE, 0, 4>(p, keys, batch, tile_key0(other_next), other_pages, other_tile, &landed[2], t);
             wgmma_wait<0>();
             wgmma_fence_registers(o);
             if (next_mine) wgmma_fence_registers(s_flat);
@@ -385,11 +433,11 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
             seesaw_pv_remote<T>(o, p_tiles, other_tile, 1);              // O_R += P0 V0_R
             named_barrier_arrive(kP0V0RIssued, 256);
             wgmma_wait<1>();  // P1 V1_R: buffer 1's high boxes are free
-            if (next_mine) seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(index + 2), my_tile, &landed[3], t);
+            if (next_mine) seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(index + 2), mine_pages, my_tile, &landed[3], t);
             wgmma_wait<0>();  // P0 V0_R: buffer 0's high boxes are free
             wgmma_fence_registers(o);
             if (next_other)
-                seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(other_next), other_tile, &landed[1], t);
+                seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(other_next), other_pages, other_tile, &landed[1], t);
             if (next_mine) {
                 seesaw_scores<T>(s_flat, q_tile, q_rope, my_tile, &landed[2], &landed[3], next_parity);
                 wgmma_wait<0>();
