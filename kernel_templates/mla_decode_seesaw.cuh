@@ -51,9 +51,9 @@ __device__ __forceinline__ unsigned seesaw_swizzled(int r, int c_bytes) {
     return static_cast<unsigned>(r * 128 + ((((c_bytes / 16) ^ (r % 8))) << 4) + c_bytes % 16);
 }
 
-// The page of each of this thread's four key rows of the tile from n0 (row t / 8 + 16 i; -1 past
-// kv_end or for a page table entry outside the pool). Read a pair of tiles ahead of the copies,
-// so that the page table's latency is not paid when they are issued.
+// The page table entry of each of this thread's four key rows of the tile from n0 (row t / 8 + 16 i;
+// -1 past kv_end). Read a pair of tiles ahead of the copies and checked only there, so that the
+// page table's latency is not paid in between.
 template <int PAGE_SIZE>
 struct SeesawRowPages {
     int page[PAGE_SIZE > 0 ? 4 : 1];
@@ -67,8 +67,7 @@ __device__ __forceinline__ SeesawRowPages<PAGE_SIZE> seesaw_row_pages(const MlaD
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int token = n0 + t / 8 + 16 * i;
-            const int page = token < k.kv_end ? __ldg(p.page_table + batch * p.page_table_stride + token / PAGE_SIZE) : -1;
-            rp.page[i] = page < p.num_pages ? page : -1;
+            rp.page[i] = token < k.kv_end ? __ldg(p.page_table + batch * p.page_table_stride + token / PAGE_SIZE) : -1;
         }
     }
     return rp;
@@ -90,7 +89,7 @@ __device__ __forceinline__ void seesaw_load_keys(const MlaDecodeArgs& p, const M
         bool valid;
         long long offset;
         if constexpr (PAGE_SIZE > 0) {
-            valid = rp.page[i] >= 0;
+            valid = rp.page[i] >= 0 && rp.page[i] < p.num_pages;
             offset = static_cast<long long>(rp.page[i]) * p.kv_outer_stride + (token % PAGE_SIZE) * p.kv_token_stride;
         } else {
             valid = token < k.kv_end;
@@ -105,21 +104,49 @@ __device__ __forceinline__ void seesaw_load_keys(const MlaDecodeArgs& p, const M
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(landed)) : "memory");
 }
 
-// Whether this lane's share of the page table entries behind the tile from n0 (up to kv_end) lies
-// inside the pool; the warp's vote (seesaw_mask) says whether the whole tile does. Read a pair of
-// tiles ahead, like the copies' pages.
+// The page table entries behind the tile from n0 (up to kv_end), spread over the warp's lanes (page
+// n0 / PAGE_SIZE + lane + 32 j), for the mask's vote on whether they all lie inside the pool. Read
+// a pair of tiles ahead and checked only in the vote, like the copies' pages.
 template <int PAGE_SIZE>
-__device__ __forceinline__ bool seesaw_pages_in_pool(const MlaDecodeArgs& p, const MlaKeys& k, int batch, int n0, int lane) {
+struct SeesawTileEntries {
+    // A tile spans at most 64 / PAGE_SIZE + 1 pages (one more when they do not divide 64).
+    static constexpr int kPerLane = PAGE_SIZE > 0 ? (kSeesawKeys / PAGE_SIZE + 32) / 32 : 1;
+    int entry[kPerLane];
+};
+
+// The last key of the tile from n0 that lies inside the cache (n0 - 1 when none does).
+__device__ __forceinline__ int seesaw_last_key(const MlaKeys& k, int n0) { return min(n0 + kSeesawKeys, k.kv_end) - 1; }
+
+template <int PAGE_SIZE>
+__device__ __forceinline__ SeesawTileEntries<PAGE_SIZE> seesaw_tile_entries(const MlaDecodeArgs& p, const MlaKeys& k, int batch,
+                                                                            int n0, int lane) {
+    SeesawTileEntries<PAGE_SIZE> e{};
+    if constexpr (PAGE_SIZE > 0) {
+        const int last_key = seesaw_last_key(k, n0);
+#pragma unroll
+        for (int j = 0; j < SeesawTileEntries<PAGE_SIZE>::kPerLane; ++j) {
+            const int page = n0 / PAGE_SIZE + lane + 32 * j;
+            e.entry[j] = last_key >= n0 && page <= last_key / PAGE_SIZE
+                             ? __ldg(p.page_table + batch * p.page_table_stride + page) : 0;
+        }
+    }
+    return e;
+}
+
+// Whether every page table entry behind the tile's keys lies inside the pool (a warp vote).
+template <int PAGE_SIZE>
+__device__ __forceinline__ bool seesaw_tile_in_pool(const MlaDecodeArgs& p, const MlaKeys& k, int n0, int lane,
+                                                    const SeesawTileEntries<PAGE_SIZE>& e) {
     bool in_pool = true;
     if constexpr (PAGE_SIZE > 0) {
-        const int last_key = min(n0 + kSeesawKeys, k.kv_end) - 1;
-        if (last_key >= n0)
-            for (int page = n0 / PAGE_SIZE + lane; page <= last_key / PAGE_SIZE; page += 32) {
-                const int entry = __ldg(p.page_table + batch * p.page_table_stride + page);
-                in_pool = in_pool && entry >= 0 && entry < p.num_pages;
-            }
+        const int last_key = seesaw_last_key(k, n0);
+#pragma unroll
+        for (int j = 0; j < SeesawTileEntries<PAGE_SIZE>::kPerLane; ++j) {
+            const bool behind_tile = last_key >= n0 && n0 / PAGE_SIZE + lane + 32 * j <= last_key / PAGE_SIZE;
+            in_pool = in_pool && (!behind_tile || (e.entry[j] >= 0 && e.entry[j] < p.num_pages));
+        }
     }
-    return in_pool;
+    return __all_sync(0xffffffffu, in_pool);
 }
 
 // Starts cp.async copies of Q's first 512 dims (64 rows, zeros past the problem's rows) into 8
@@ -181,8 +208,9 @@ __device__ __forceinline__ void seesaw_scores(float (&s)[32], const unsigned cha
 // 16 w + g + 8 h, key 8 j + 2 c + e) when some key is unusable or invisible to some row.
 template <int PAGE_SIZE>
 __device__ __forceinline__ void seesaw_mask(float (&s)[8][4], const MlaDecodeArgs& p, const MlaKeys& k, int batch, int n0,
-                                            const int (&row_end)[2], int c, bool lane_pages_in_pool) {
-    if (n0 + kSeesawKeys <= k.full_end && __all_sync(0xffffffffu, lane_pages_in_pool)) return;
+                                            const int (&row_end)[2], int c, const SeesawTileEntries<PAGE_SIZE>& entries) {
+    if (n0 + kSeesawKeys <= k.full_end && seesaw_tile_in_pool<PAGE_SIZE>(p, k, n0, static_cast<int>(threadIdx.x % 32), entries))
+        return;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -362,13 +390,13 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
         no_scores();
     }
 
-    // Whether this lane's share of the page table behind this warpgroup's current tile is inside the pool.
-    bool in_pool = seesaw_pages_in_pool<PAGE_SIZE>(p, keys, batch, tile_key0(half), lane);
+    // The page table entries behind this warpgroup's current tile (for the mask's vote).
+    SeesawTileEntries<PAGE_SIZE> entries = seesaw_tile_entries<PAGE_SIZE>(p, keys, batch, tile_key0(half), lane);
     for (int pair = 0; pair < pairs; ++pair) {
         const int index = 2 * pair + half;  // this warpgroup's tile; the other's is 2 pair + 1 - half
         const bool have = index < keys.num_tiles, other_have = 2 * pair + 1 - half < keys.num_tiles;
         const int n0 = tile_key0(index);
-        if (have) seesaw_mask<PAGE_SIZE>(s, p, keys, batch, n0, row_end, c, in_pool);
+        if (have) seesaw_mask<PAGE_SIZE>(s, p, keys, batch, n0, row_end, c, entries);
         float new_max[2], rescale[2], tile_sum[2];
         const unsigned next_parity = static_cast<unsigned>(pair + 1) & 1u;
         // The next tiles of this warpgroup's buffer (index + 2) and of the other buffer (the other
@@ -378,7 +406,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
         // The page table entries of both next tiles, read now so that their latency hides behind the softmax.
         const SeesawRowPages<PAGE_SIZE> mine_pages = seesaw_row_pages<PAGE_SIZE>(p, keys, batch, tile_key0(index + 2), t);
         const SeesawRowPages<PAGE_SIZE> other_pages = seesaw_row_pages<PAGE_SIZE>(p, keys, batch, tile_key0(other_next), t);
-        in_pool = seesaw_pages_in_pool<PAGE_SIZE>(p, keys, batch, tile_key0(index + 2), lane);
+        entries = seesaw_tile_entries<PAGE_SIZE>(p, keys, batch, tile_key0(index + 2), lane);
         if (half == 0) {
             // Softmax of S0 against the running max; O_L and the sum follow the new max.
             seesaw_update_max(s, row_max, scale0, rows, p.scale_log2, new_max, rescale);
@@ -405,18 +433,19 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
 #pragma unroll
             for (int h = 0; h < 2; ++h) sum[h] *= s1[h];
             if (other_have) seesaw_pv_remote<T>(o, p_tiles + kSeesawPBytes, other_tile, 0);
-            if (next_mine) {
-                seesaw_scores<T>(s_flat, q_tile, q_rope, my_tile, &landed[0], &landed[1], next_parity);
-                wgmma_wait<1>();  // P1 V1_L: buffer 1's low boxes are free (S1 read them before)
-            } else {
-                wgmma_wait<0>();
-                no_scores();
-            }
+            wgmma_wait<0>();  // P1 V1_L: buffer 1's low boxes are free (S1 read them before)
+            wgmma_fence_registers(o);
+            // Their copies go out before the next scores, which may wait for buffer 0's high boxes:
+            // warpgroup 1's next scores need these sooner.
             if (next_other)
                 seesaw_load_keys<T, PAGE_SIZE, 0, 4>(p, keys, batch, tile_key0(other_next), other_pages, other_tile, &landed[2], t);
-            wgmma_wait<0>();
-            wgmma_fence_registers(o);
-            if (next_mine) wgmma_fence_registers(s_flat);
+            if (next_mine) {
+                seesaw_scores<T>(s_flat, q_tile, q_rope, my_tile, &landed[0], &landed[1], next_parity);
+                wgmma_wait<0>();
+                wgmma_fence_registers(s_flat);
+            } else {
+                no_scores();
+            }
         } else {
             // Softmax of S1 against warpgroup 0's new max; O_R follows both rescales.
             named_barrier_sync(kScale0Ready, 256);
