@@ -71,7 +71,9 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
     unsigned char* key_ok = reinterpret_cast<unsigned char*>(exchange + 8 * kBlocksN * 32);
 
     const int row0 = blockIdx.y * BLOCK_M, batch = blockIdx.z;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    // The warp index read from lane 0, so that the compiler knows it is warp-uniform: a branch on
+    // threadIdx.x / 32 counts as divergent, and ptxas serializes the wgmmas inside it.
+    const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0), lane = threadIdx.x % 32;
     const int pair = warp % 4, half = warp / 4;
     const MlaKeys keys = mla_keys<BLOCK_M, BLOCK_N>(p, row0, batch, blockIdx.x, gridDim.x);
 

@@ -110,7 +110,7 @@ TEST_CASE("MlaDecode configs: heuristic valid, splits only where the GPU is not 
     // batch 64 x 128 heads fills the GPU with 128 blocks of 64 rows; one sequence of 16 heads is split.
     CHECK(MlaDecode(deepseek()).model().heuristic(h100).at("splits") == 1);
     CHECK(MlaDecode(deepseek()).model().heuristic(h100).at("block_m") == 64);
-    CHECK(MlaDecode(deepseek()).model().heuristic(h100).at("kernel") == 1);  // wgmma on sm_90a
+    CHECK(MlaDecode(deepseek()).model().heuristic(h100).at("kernel") == 2);  // the seesaw wgmma kernel on sm_90a
     const DeviceInfo a100 = DeviceInfo::for_arch("sm_80");
     CHECK(MlaDecode(deepseek()).model().heuristic(a100).at("kernel") == 0);
     CHECK(MlaDecode(deepseek()).model().invalid_reason(MlaDecode(deepseek()).model().heuristic(h100), a100).value_or("").find(
@@ -119,10 +119,13 @@ TEST_CASE("MlaDecode configs: heuristic valid, splits only where the GPU is not 
     MlaDecode op(deepseek());
     Config bad = op.model().heuristic(h100);
     bad["block_m"] = 48;
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("kernel 2 (seesaw) takes block_m 64") != std::string::npos);
+    bad["kernel"] = 1;
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("kernel 1 (wgmma) takes block_m 64") != std::string::npos);
     bad["kernel"] = 0;
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("block_m = 48") != std::string::npos);
     bad = op.model().heuristic(h100);
+    bad["kernel"] = 1, bad["block_n"] = 32;
     bad["stages"] = 8;  // 64 + 8 x 32 rows of 1168 bytes: more than the H100 holds
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("shared memory") != std::string::npos);
     bad.erase("splits");

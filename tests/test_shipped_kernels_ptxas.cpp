@@ -41,8 +41,7 @@ const KnownCase kKnown[] = {
      },
      true, false, "1024 threads a row (64 registers each) over 262144 fp32 columns: 24 bytes"},
     {[](const TuningEntry& e) { return e.key.op == "mla_decode" && config_or(e, "kernel", 0) == 1; }, false, true,
-     "mla_decode_sm90_kernel branches on a warp index ptxas takes as divergent (C7520; the fix, and a re-tune, is on "
-     "branch mla-seesaw, where C7515 remains at block_n 32)"},
+     "mla_decode_sm90_kernel at block_n 32: accumulators written between the wgmmas of a stage (C7515)"},
 };
 
 const KnownCase* known_case(const TuningEntry& e) {

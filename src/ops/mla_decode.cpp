@@ -65,9 +65,10 @@ public:
         plan.template_file = template_file();
         const char* type = device_type_name(p_.dtype);
         plan.name_expression =
-            l.kernel == 1 ? fmt::format("tileops::mla_decode_sm90_kernel<{}, {}, {}, {}>", type, l.block_n, l.stages, p_.page_size)
-                          : fmt::format("tileops::mla_decode_sm80_kernel<{}, {}, {}, {}, {}>", type, l.block_m, l.block_n,
-                                        l.stages, p_.page_size);
+            l.kernel == 2   ? fmt::format("tileops::mla_decode_seesaw_kernel<{}, {}>", type, p_.page_size)
+            : l.kernel == 1 ? fmt::format("tileops::mla_decode_sm90_kernel<{}, {}, {}, {}>", type, l.block_n, l.stages, p_.page_size)
+                            : fmt::format("tileops::mla_decode_sm80_kernel<{}, {}, {}, {}, {}>", type, l.block_m, l.block_n,
+                                          l.stages, p_.page_size);
         plan.grid[0] = static_cast<unsigned>(l.splits);
         plan.grid[1] = static_cast<unsigned>(l.row_blocks);
         plan.grid[2] = static_cast<unsigned>(p_.batch);

@@ -15,6 +15,9 @@ namespace {
 // or swizzled in boxes of 64 dims (mla_decode_sm90.cuh, 1024 bytes of alignment slack).
 constexpr size_t kPaddedRowBytes = (MlaDecode::kKeyDim + 8) * 2;
 constexpr size_t kSwizzledRowBytes = MlaDecode::kKeyDim * 2;
+// The seesaw kernel's shared memory (mla_decode_seesaw.cuh): alignment slack, Q's 512 dims, two
+// 64-key tiles, two P tiles, 5 x 64 floats, 4 mbarriers.
+constexpr size_t kSeesawSharedBytes = 1024 + 64 * 512 * 2 + 2 * 64 * 576 * 2 + 2 * 64 * 64 * 2 + 5 * 64 * 4 + 4 * 8;
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 256;
 constexpr long long kMaxSplits = 64;
@@ -54,6 +57,11 @@ MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
     l.stages = static_cast<int>(config_value(config, "stages", op));
     l.splits = static_cast<int>(config_value(config, "splits", op));
     l.row_blocks = l.block_m > 0 ? (shape.rows() + l.block_m - 1) / l.block_m : 0;
+    if (l.kernel == 2) {  // mla_decode_seesaw.cuh: two warpgroups, fixed tiles
+        l.threads = 256;
+        l.shared_bytes = kSeesawSharedBytes;
+        return l;
+    }
     const int warps = std::max(l.block_m, 0) / 16 * 2;
     l.threads = warps * 32;
     // Q tile, key ring, the warp pairs' score exchange (a float4 per lane and 8 keys), key flags.
@@ -68,10 +76,11 @@ MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
 Config mla_heuristic(const MlaShape& s, const DeviceInfo& device) {
     const long long rows = s.rows();
     const long long block_m = rows <= 16 ? 16 : rows <= 32 ? 32 : 64;
-    // The wgmma kernel reads Q from shared memory without re-loading it into registers every tile.
-    const long long kernel = device.arch() == "sm_90a" && block_m == 64 ? 1 : 0;
-    const long long block_n = 32;
-    const long long stages = stages_that_fit(s, kernel, block_m, block_n, 3, device);
+    // On sm_90a, 64-row blocks take the seesaw wgmma kernel (its tiles are fixed): tuned on the H100
+    // it beat the other wgmma kernel by 20-45% wherever 64 rows were used (bench/README.md, MLA).
+    const long long kernel = device.arch() == "sm_90a" && block_m == 64 ? 2 : 0;
+    const long long block_n = kernel == 2 ? 64 : 32;
+    const long long stages = kernel == 2 ? 2 : stages_that_fit(s, kernel, block_m, block_n, 3, device);
     const Config base{{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"stages", stages}, {"splits", 1}};
     const MlaLaunch l = mla_launch(s, base);
     // CTAs an SM holds (shared memory; 64K registers at up to 255 a thread), then the fewest splits
@@ -93,18 +102,22 @@ std::vector<Config> mla_search_space(const MlaShape& s, const DeviceInfo& device
     for (long long splits = 1; splits <= max_useful_splits(s); splits *= 2) split_options.push_back(splits);
     if (std::find(split_options.begin(), split_options.end(), heuristic.at("splits")) == split_options.end())
         split_options.push_back(heuristic.at("splits"));
+    // The wgmma kernels first (the seesaw one leading), so that a tune short of time has timed them.
     std::vector<Config> configs;
+    if (device.arch() == "sm_90a") {
+        for (long long splits : split_options)
+            configs.push_back({{"kernel", 2}, {"block_m", 64}, {"block_n", 64}, {"stages", 2}, {"splits", splits}});
+        for (long long block_n : {32, 64})
+            for (long long stages : {3, 4})
+                for (long long splits : split_options)
+                    configs.push_back({{"kernel", 1}, {"block_m", 64}, {"block_n", block_n}, {"stages", stages},
+                                       {"splits", splits}});
+    }
     for (long long block_m : block_ms)
         for (long long block_n : {16, 32, 64})
             for (long long stages : {2, 3, 4})
                 for (long long splits : split_options)
                     configs.push_back({{"kernel", 0}, {"block_m", block_m}, {"block_n", block_n}, {"stages", stages},
-                                       {"splits", splits}});
-    if (device.arch() == "sm_90a")
-        for (long long block_n : {32, 64})
-            for (long long stages : {3, 4})
-                for (long long splits : split_options)
-                    configs.push_back({{"kernel", 1}, {"block_m", 64}, {"block_n", block_n}, {"stages", stages},
                                        {"splits", splits}});
     return configs;
 }
@@ -113,9 +126,13 @@ std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& c
     for (const char* key : {"kernel", "block_m", "block_n", "stages", "splits"})
         if (config.find(key) == config.end()) return fmt::format("config has no '{}'", key);
     const MlaLaunch l = mla_launch(s, config);
-    if (l.kernel != 0 && l.kernel != 1) return fmt::format("kernel = {} is not 0 (mma.sync) or 1 (wgmma)", l.kernel);
-    if (l.kernel == 1 && device.arch() != "sm_90a")
-        return fmt::format("kernel 1 (wgmma) needs sm_90a, the device is {}", device.arch());
+    if (l.kernel != 0 && l.kernel != 1 && l.kernel != 2)
+        return fmt::format("kernel = {} is not 0 (mma.sync), 1 (wgmma) or 2 (wgmma, seesaw)", l.kernel);
+    if (l.kernel != 0 && device.arch() != "sm_90a")
+        return fmt::format("kernel {} (wgmma) needs sm_90a, the device is {}", l.kernel, device.arch());
+    if (l.kernel == 2 && (l.block_m != 64 || l.block_n != 64 || l.stages != 2))
+        return fmt::format("kernel 2 (seesaw) takes block_m 64, block_n 64 and stages 2, got {}, {} and {}", l.block_m,
+                           l.block_n, l.stages);
     if (l.kernel == 1 && (l.block_m != 64 || (l.block_n != 32 && l.block_n != 64)))
         return fmt::format("kernel 1 (wgmma) takes block_m 64 and block_n 32 or 64, got {} and {}", l.block_m, l.block_n);
     if (l.kernel == 1 && l.stages < 3)

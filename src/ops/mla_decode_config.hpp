@@ -1,7 +1,8 @@
 // Configs of the MLA decode kernel (kernel_templates/mla_decode.cuh): what each tunable means, the
 // heuristic, the search space, what a config costs in shared memory and workspace.
 //
-// Tunables: kernel (0: mma.sync, sm_80+; 1: wgmma, sm_90a, 64 rows, 3+ stages), block_m (query rows per CTA:
+// Tunables: kernel (0: mma.sync, sm_80+; 1: wgmma, sm_90a, 64 rows, 3+ stages; 2: wgmma with the seesaw
+// schedule, sm_90a, 64 rows, 64 keys, 2 tile buffers), block_m (query rows per CTA:
 // 16, 32 or 64; two warps per 16 rows), block_n (keys per tile: 16, 32 or 64; wgmma: 32 or 64), stages (key tiles in the cp.async ring), splits (CTAs sharing one
 // sequence's keys, 1-256; more than 1: a workspace of partial results and a merge kernel).
 #pragma once
