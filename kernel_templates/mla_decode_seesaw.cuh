@@ -461,12 +461,13 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
             named_barrier_sync(kP0Ready, 256);
             seesaw_pv_remote<T>(o, p_tiles, other_tile, 1);              // O_R += P0 V0_R
             named_barrier_arrive(kP0V0RIssued, 256);
-            wgmma_wait<1>();  // P1 V1_R: buffer 1's high boxes are free
-            if (next_mine) seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(index + 2), mine_pages, my_tile, &landed[3], t);
-            wgmma_wait<0>();  // P0 V0_R: buffer 0's high boxes are free
+            // Both P Vs done: buffer 0's high boxes first (warpgroup 0's next scores wait for them
+            // sooner than this warpgroup's wait for buffer 1's), then buffer 1's.
+            wgmma_wait<0>();
             wgmma_fence_registers(o);
             if (next_other)
                 seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(other_next), other_pages, other_tile, &landed[1], t);
+            if (next_mine) seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(index + 2), mine_pages, my_tile, &landed[3], t);
             if (next_mine) {
                 seesaw_scores<T>(s_flat, q_tile, q_rope, my_tile, &landed[2], &landed[3], next_parity);
                 wgmma_wait<0>();
