@@ -24,7 +24,6 @@ bool is_power_of_two_up_to(long long value, long long limit) {
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 128;
 constexpr long long kMaxSplits = 256;
-
 // The CUDA-core kernel's rows per CTA: the KV head's rows, rounded up to a power of two, 8 at most.
 long long cuda_core_rows(const DecodeShape& s) { return std::min(8LL, next_power_of_two(s.rows_per_kv_head())); }
 
