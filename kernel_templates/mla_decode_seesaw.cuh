@@ -382,13 +382,18 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
 #pragma unroll
         for (int i = 0; i < 32; ++i) s_flat[i] = -INFINITY;
     };
-    if (half < keys.num_tiles) {
-        seesaw_scores<T>(s_flat, q_tile, q_rope, my_tile, &landed[2 * half], &landed[2 * half + 1], 0);
-        wgmma_wait<0>();
-        wgmma_fence_registers(s_flat);
-    } else {
-        no_scores();
-    }
+    // The scores of the tile in this warpgroup's buffer (its copies' mbarrier phase `parity`),
+    // waited for; fully masked when the warpgroup has no tile.
+    auto scores_of_my_tile = [&](bool have_tile, unsigned parity) {
+        if (have_tile) {
+            seesaw_scores<T>(s_flat, q_tile, q_rope, my_tile, &landed[2 * half], &landed[2 * half + 1], parity);
+            wgmma_wait<0>();
+            wgmma_fence_registers(s_flat);
+        } else {
+            no_scores();
+        }
+    };
+    scores_of_my_tile(half < keys.num_tiles, 0);
 
     // The page table entries behind this warpgroup's current tile (for the mask's vote).
     SeesawTileEntries<PAGE_SIZE> entries = seesaw_tile_entries<PAGE_SIZE>(p, keys, batch, tile_key0(half), lane);
@@ -439,13 +444,6 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
             // warpgroup 1's next scores need these sooner.
             if (next_other)
                 seesaw_load_keys<T, PAGE_SIZE, 0, 4>(p, keys, batch, tile_key0(other_next), other_pages, other_tile, &landed[2], t);
-            if (next_mine) {
-                seesaw_scores<T>(s_flat, q_tile, q_rope, my_tile, &landed[0], &landed[1], next_parity);
-                wgmma_wait<0>();
-                wgmma_fence_registers(s_flat);
-            } else {
-                no_scores();
-            }
         } else {
             // Softmax of S1 against warpgroup 0's new max; O_R follows both rescales.
             named_barrier_sync(kScale0Ready, 256);
@@ -468,14 +466,8 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
             if (next_other)
                 seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(other_next), other_pages, other_tile, &landed[1], t);
             if (next_mine) seesaw_load_keys<T, PAGE_SIZE, 4, 9>(p, keys, batch, tile_key0(index + 2), mine_pages, my_tile, &landed[3], t);
-            if (next_mine) {
-                seesaw_scores<T>(s_flat, q_tile, q_rope, my_tile, &landed[2], &landed[3], next_parity);
-                wgmma_wait<0>();
-                wgmma_fence_registers(s_flat);
-            } else {
-                no_scores();
-            }
         }
+        scores_of_my_tile(next_mine, next_parity);  // each warpgroup's next tile, for the next pair
     }
 
     // Each warpgroup's sums are at the final max now (warpgroup 0 rescaled by s1 last, 1 by both):
