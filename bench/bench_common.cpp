@@ -77,10 +77,10 @@ runtime::DeviceBuffer int_buffer(const std::vector<int32_t>& values) {
     return buffer;
 }
 
-std::vector<int32_t> shuffled_pages(int64_t num_pages) {
+std::vector<int32_t> pool_pages(int64_t num_pages, bool shuffled) {
     std::vector<int32_t> table(static_cast<size_t>(num_pages));
     std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937_64(42));
+    if (shuffled) std::shuffle(table.begin(), table.end(), std::mt19937_64(42));
     return table;
 }
 

@@ -35,8 +35,9 @@ runtime::DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed = 0
 runtime::DeviceBuffer int_buffer(const std::vector<int32_t>& values);
 
 // A page table of `num_pages` entries: every page of the pool once, shuffled (pages of a sequence
-// scattered over the pool, as a serving engine's allocator leaves them).
-std::vector<int32_t> shuffled_pages(int64_t num_pages);
+// scattered over the pool, as a serving engine's allocator leaves them), or in order when
+// `shuffled` is false (the benchmarks' --sequential-pages: what the scattering itself costs).
+std::vector<int32_t> pool_pages(int64_t num_pages, bool shuffled = true);
 
 // "64x128x8192" -> {64, 128, 8192} (a problem named on the command line, e.g. --only).
 std::vector<int64_t> parse_dims(const std::string& text);

@@ -1,7 +1,7 @@
 // Times DecodeAttention on the GPU: achieved bandwidth = bytes of K and V the problem needs /
 // time, against the device's measured copy bandwidth.
 //
-//   bench_decode_attention [--json out.json] [--repeats N] [--quick] [--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]
+//   bench_decode_attention [--json out.json] [--repeats N] [--quick] [--sequential-pages] [--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]
 //
 // Shapes (issue 6): batch {1, 8, 32, 128} x KV length {1k, 4k, 16k, 64k} x heads 32/8 and 32/32
 // (D = 128, bf16, one query token), contiguous and paged (pages of 16 and 64 tokens, pages of a
@@ -34,7 +34,7 @@ struct Case {
     double kv_bytes() const { return 2.0 * batch * len * kv_heads * head_dim * 2; }  // K and V, bf16
 };
 
-nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, int repeats) {
+nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, int repeats, bool shuffle_pages) {
     DecodeAttentionProblem p;
     p.batch = c.batch;
     p.num_heads = c.heads;
@@ -47,7 +47,7 @@ nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, 
         p.page_size = c.page;
         p.max_pages_per_seq = (c.len + c.page - 1) / c.page;
         p.num_pages = c.batch * p.max_pages_per_seq;
-        table = shuffled_pages(p.num_pages);
+        table = pool_pages(p.num_pages, shuffle_pages);
     }
     if (c.heads_outer) {
         p.kv_head_stride = c.len * c.head_dim;
@@ -84,15 +84,17 @@ int main(int argc, char** argv) try {
     int repeats = 20;
     bool quick = false;
     std::vector<int64_t> only;  // one problem (for profiling)
+    bool shuffle_pages = true;  // --sequential-pages: each sequence's pages in pool order
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
         else if (arg == "--quick") quick = true;
         else if (arg == "--only" && i + 1 < argc) only = parse_dims(argv[++i]);
+        else if (arg == "--sequential-pages") shuffle_pages = false;
         else {
             fmt::print(stderr, "usage: bench_decode_attention [--json out.json] [--repeats N] [--quick] "
-                               "[--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]\n");
+                               "[--sequential-pages] [--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]\n");
             return 2;
         }
     }
@@ -127,7 +129,7 @@ int main(int argc, char** argv) try {
     fmt::print("{:<11} {:>5} {:>7} {:>6} {:>9} {:>10} {:>7} {:>7}\n", "layout", "batch", "heads", "kv_len", "KV MB",
                "time us", "GB/s", "% copy");
     for (const Case& c : cases) {
-        nlohmann::json r = run_case(rt, c, timer, repeats);
+        nlohmann::json r = run_case(rt, c, timer, repeats, shuffle_pages);
         r["fraction_of_copy"] = r["gbps"].get<double>() / copy_gbps;
         fmt::print("{:<11} {:>5} {:>7} {:>6} {:>9.1f} {:>10.1f} {:>7.0f} {:>6.1f}%   {}\n", c.layout(), c.batch,
                    fmt::format("{}/{}", c.heads, c.kv_heads), c.len, c.kv_bytes() / 1e6, r["median_us"].get<double>(),

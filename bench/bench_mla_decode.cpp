@@ -2,7 +2,7 @@
 // 2 x batch x heads x q_len x kv_len x (576 + 512) / time, and the latent cache read
 // (batch x kv_len x 576 x 2 bytes) per second against the device's copy bandwidth.
 //
-//   bench_mla_decode [--json out.json] [--repeats N] [--only BATCHxHEADSxLEN[xPAGE]]
+//   bench_mla_decode [--json out.json] [--repeats N] [--sequential-pages] [--only BATCHxHEADSxLEN[xPAGE]]
 //
 // Shapes (issue 6): 128 heads, batch 64 and 128, KV length 4k and 8k, paged (64-token pages
 // scattered over the pool) and contiguous; plus small batches and 16 / 32 / 64 heads (the heads one
@@ -34,7 +34,7 @@ struct Case {
     double kv_bytes() const { return 2.0 * batch * len * MlaDecode::kKeyDim; }
 };
 
-nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, int repeats) {
+nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, int repeats, bool shuffle_pages) {
     MlaDecodeProblem p;
     p.batch = c.batch;
     p.num_heads = c.heads;
@@ -45,7 +45,7 @@ nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, 
         p.page_size = c.page;
         p.max_pages_per_seq = (c.len + c.page - 1) / c.page;
         p.num_pages = c.batch * p.max_pages_per_seq;
-        table = shuffled_pages(p.num_pages);
+        table = pool_pages(p.num_pages, shuffle_pages);
     }
     MlaDecode op(p);
     DeviceBuffer q = random_buffer(static_cast<size_t>(c.batch * c.heads * MlaDecode::kKeyDim) * 2, DType::bf16);
@@ -69,13 +69,15 @@ int main(int argc, char** argv) try {
     std::string json_path;
     int repeats = 20;
     std::vector<int64_t> only;  // one problem (for profiling)
+    bool shuffle_pages = true;  // --sequential-pages: each sequence's pages in pool order
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
         else if (arg == "--only" && i + 1 < argc) only = parse_dims(argv[++i]);
+        else if (arg == "--sequential-pages") shuffle_pages = false;
         else {
-            fmt::print(stderr, "usage: bench_mla_decode [--json out.json] [--repeats N] [--only BATCHxHEADSxLEN[xPAGE]]\n");
+            fmt::print(stderr, "usage: bench_mla_decode [--json out.json] [--repeats N] [--sequential-pages] [--only BATCHxHEADSxLEN[xPAGE]]\n");
             return 2;
         }
     }
@@ -103,7 +105,7 @@ int main(int argc, char** argv) try {
     fmt::print("{:<11} {:>5} {:>5} {:>6} {:>10} {:>8} {:>8}\n", "layout", "batch", "heads", "kv_len", "time us", "TFLOP/s",
                "KV GB/s");
     for (const Case& c : cases) {
-        nlohmann::json r = run_case(rt, c, timer, repeats);
+        nlohmann::json r = run_case(rt, c, timer, repeats, shuffle_pages);
         fmt::print("{:<11} {:>5} {:>5} {:>6} {:>10.1f} {:>8.1f} {:>8.0f}   {}\n", c.layout(), c.batch, c.heads, c.len,
                    r["median_us"].get<double>(), r["tflops"].get<double>(), r["kv_gbps"].get<double>(),
                    r["config"].get<std::string>());

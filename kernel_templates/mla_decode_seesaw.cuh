@@ -51,19 +51,31 @@ __device__ __forceinline__ unsigned seesaw_swizzled(int r, int c_bytes) {
     return static_cast<unsigned>(r * 128 + ((((c_bytes / 16) ^ (r % 8))) << 4) + c_bytes % 16);
 }
 
-// The page table entry of each of this thread's four key rows of the tile from n0 (row t / 8 + 16 i;
-// -1 past kv_end). Read a pair of tiles ahead of the copies and checked only there, so that the
-// page table's latency is not paid in between.
+// Where this thread's four key rows of the tile from n0 (row t / 8 + 16 i) lie. Tiles start at
+// multiples of 64 keys, so a contiguous cache or pages of a multiple of 64 tokens hold the whole
+// tile in one piece: then one offset serves every row (the element offset of key n0; -1 when its
+// page lies outside the pool). Smaller pages keep each row's page table entry (-1 past kv_end).
+// Read a pair of tiles ahead of the copies and checked only there, so that the page table's
+// latency is not paid in between.
 template <int PAGE_SIZE>
 struct SeesawRowPages {
-    int page[PAGE_SIZE > 0 ? 4 : 1];
+    static constexpr bool kWholeTile = PAGE_SIZE % kSeesawKeys == 0;
+    int page[kWholeTile ? 1 : 4];  // pages smaller than a tile
+    long long tile_base;           // whole tiles
 };
 
 template <int PAGE_SIZE>
 __device__ __forceinline__ SeesawRowPages<PAGE_SIZE> seesaw_row_pages(const MlaDecodeArgs& p, const MlaKeys& k, int batch,
                                                                       int n0, int t) {
     SeesawRowPages<PAGE_SIZE> rp{};
-    if constexpr (PAGE_SIZE > 0) {
+    if constexpr (PAGE_SIZE == 0) {
+        rp.tile_base = batch * p.kv_outer_stride + static_cast<long long>(n0) * p.kv_token_stride;
+    } else if constexpr (SeesawRowPages<PAGE_SIZE>::kWholeTile) {
+        const int page = n0 < k.kv_end ? __ldg(p.page_table + batch * p.page_table_stride + n0 / PAGE_SIZE) : -1;
+        rp.tile_base = page >= 0 && page < p.num_pages
+                           ? page * p.kv_outer_stride + static_cast<long long>(n0 % PAGE_SIZE) * p.kv_token_stride
+                           : -1;
+    } else {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int token = n0 + t / 8 + 16 * i;
@@ -88,12 +100,12 @@ __device__ __forceinline__ void seesaw_load_keys(const MlaDecodeArgs& p, const M
         const int r = t / 8 + 16 * i, token = n0 + r;
         bool valid;
         long long offset;
-        if constexpr (PAGE_SIZE > 0) {
+        if constexpr (SeesawRowPages<PAGE_SIZE>::kWholeTile) {
+            valid = rp.tile_base >= 0 && token < k.kv_end;
+            offset = rp.tile_base + static_cast<long long>(r) * p.kv_token_stride;
+        } else {
             valid = rp.page[i] >= 0 && rp.page[i] < p.num_pages;
             offset = static_cast<long long>(rp.page[i]) * p.kv_outer_stride + (token % PAGE_SIZE) * p.kv_token_stride;
-        } else {
-            valid = token < k.kv_end;
-            offset = batch * p.kv_outer_stride + static_cast<long long>(token) * p.kv_token_stride;
         }
         const T* src = valid ? kv + offset + g * 8 : kv;
 #pragma unroll
@@ -104,14 +116,15 @@ __device__ __forceinline__ void seesaw_load_keys(const MlaDecodeArgs& p, const M
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(landed)) : "memory");
 }
 
-// The page table entries behind the tile from n0 (up to kv_end), spread over the warp's lanes (page
-// n0 / PAGE_SIZE + lane + 32 j), for the mask's vote on whether they all lie inside the pool. Read
-// a pair of tiles ahead and checked only in the vote, like the copies' pages.
+// Whether the pages behind the tile from n0 (up to kv_end) all lie inside the pool, for the mask.
+// Pages smaller than a tile: their entries, spread over the warp's lanes (page n0 / PAGE_SIZE +
+// lane + 32 j), for a warp vote. Whole tiles: the copies' own offset says it. Read a pair of tiles
+// ahead and checked only in the mask, like the copies' pages.
 template <int PAGE_SIZE>
 struct SeesawTileEntries {
     // A tile spans at most 64 / PAGE_SIZE + 1 pages (one more when they do not divide 64).
-    static constexpr int kPerLane = PAGE_SIZE > 0 ? (kSeesawKeys / PAGE_SIZE + 32) / 32 : 1;
-    int entry[kPerLane];
+    static constexpr int kPerLane = SeesawRowPages<PAGE_SIZE>::kWholeTile ? 1 : (kSeesawKeys / PAGE_SIZE + 32) / 32;
+    int entry[kPerLane];  // whole tiles: 1 when the page lies inside the pool
 };
 
 // The last key of the tile from n0 that lies inside the cache (n0 - 1 when none does).
@@ -119,9 +132,12 @@ __device__ __forceinline__ int seesaw_last_key(const MlaKeys& k, int n0) { retur
 
 template <int PAGE_SIZE>
 __device__ __forceinline__ SeesawTileEntries<PAGE_SIZE> seesaw_tile_entries(const MlaDecodeArgs& p, const MlaKeys& k, int batch,
-                                                                            int n0, int lane) {
+                                                                            int n0, int lane,
+                                                                            const SeesawRowPages<PAGE_SIZE>& rows) {
     SeesawTileEntries<PAGE_SIZE> e{};
-    if constexpr (PAGE_SIZE > 0) {
+    if constexpr (SeesawRowPages<PAGE_SIZE>::kWholeTile) {
+        e.entry[0] = rows.tile_base >= 0;
+    } else {
         const int last_key = seesaw_last_key(k, n0);
 #pragma unroll
         for (int j = 0; j < SeesawTileEntries<PAGE_SIZE>::kPerLane; ++j) {
@@ -133,20 +149,24 @@ __device__ __forceinline__ SeesawTileEntries<PAGE_SIZE> seesaw_tile_entries(cons
     return e;
 }
 
-// Whether every page table entry behind the tile's keys lies inside the pool (a warp vote).
+// Whether every page behind the tile's keys lies inside the pool (a warp vote for pages smaller than a tile).
 template <int PAGE_SIZE>
 __device__ __forceinline__ bool seesaw_tile_in_pool(const MlaDecodeArgs& p, const MlaKeys& k, int n0, int lane,
                                                     const SeesawTileEntries<PAGE_SIZE>& e) {
-    bool in_pool = true;
-    if constexpr (PAGE_SIZE > 0) {
+    if constexpr (PAGE_SIZE == 0) {
+        return true;
+    } else if constexpr (SeesawRowPages<PAGE_SIZE>::kWholeTile) {
+        return e.entry[0] != 0;  // the same for the whole warp: no vote
+    } else {
         const int last_key = seesaw_last_key(k, n0);
+        bool in_pool = true;
 #pragma unroll
         for (int j = 0; j < SeesawTileEntries<PAGE_SIZE>::kPerLane; ++j) {
             const bool behind_tile = last_key >= n0 && n0 / PAGE_SIZE + lane + 32 * j <= last_key / PAGE_SIZE;
             in_pool = in_pool && (!behind_tile || (e.entry[j] >= 0 && e.entry[j] < p.num_pages));
         }
+        return __all_sync(0xffffffffu, in_pool);
     }
-    return __all_sync(0xffffffffu, in_pool);
 }
 
 // Starts cp.async copies of Q's first 512 dims (64 rows, zeros past the problem's rows) into 8
@@ -395,8 +415,9 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
     };
     scores_of_my_tile(half < keys.num_tiles, 0);
 
-    // The page table entries behind this warpgroup's current tile (for the mask's vote).
-    SeesawTileEntries<PAGE_SIZE> entries = seesaw_tile_entries<PAGE_SIZE>(p, keys, batch, tile_key0(half), lane);
+    // The page table entries behind this warpgroup's current tile (for the mask).
+    SeesawTileEntries<PAGE_SIZE> entries = seesaw_tile_entries<PAGE_SIZE>(
+        p, keys, batch, tile_key0(half), lane, seesaw_row_pages<PAGE_SIZE>(p, keys, batch, tile_key0(half), t));
     for (int pair = 0; pair < pairs; ++pair) {
         const int index = 2 * pair + half;  // this warpgroup's tile; the other's is 2 pair + 1 - half
         const bool have = index < keys.num_tiles, other_have = 2 * pair + 1 - half < keys.num_tiles;
@@ -411,7 +432,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
         // The page table entries of both next tiles, read now so that their latency hides behind the softmax.
         const SeesawRowPages<PAGE_SIZE> mine_pages = seesaw_row_pages<PAGE_SIZE>(p, keys, batch, tile_key0(index + 2), t);
         const SeesawRowPages<PAGE_SIZE> other_pages = seesaw_row_pages<PAGE_SIZE>(p, keys, batch, tile_key0(other_next), t);
-        entries = seesaw_tile_entries<PAGE_SIZE>(p, keys, batch, tile_key0(index + 2), lane);
+        entries = seesaw_tile_entries<PAGE_SIZE>(p, keys, batch, tile_key0(index + 2), lane, mine_pages);
         if (half == 0) {
             // Softmax of S0 against the running max; O_L and the sum follow the new max.
             seesaw_update_max(s, row_max, scale0, rows, p.scale_log2, new_max, rescale);

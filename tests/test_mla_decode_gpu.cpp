@@ -204,11 +204,12 @@ TEST_CASE("MlaDecode over a paged cache with a shuffled page table", "[gpu][mla]
 TEST_CASE("MlaDecode skips keys behind page table entries outside the page pool", "[gpu][mla]") {
     TILEOPS_REQUIRE_GPU();
     shared_runtime();
-    MlaDecodeProblem p = problem(DType::bf16, 32, 1, 1000);
-    p.page_size = 32;
+    MlaDecodeProblem p = problem(DType::bf16, GENERATE(32, 128), 1, 1000);
+    // Pages smaller than a key tile (checked per row and by a warp vote) and whole tiles (one offset).
+    p.page_size = GENERATE(32, 128);
     MlaCase c(p, {1000, 500}, 4242);
-    c.page_table[3] = -7;                                        // sequence 0, tokens 96..127
-    c.page_table[c.p.max_pages_per_seq + 2] = static_cast<int>(c.p.num_pages);  // sequence 1, tokens 64..95
+    c.page_table[3] = -7;                                                       // sequence 0, its 4th page
+    c.page_table[c.p.max_pages_per_seq + 2] = static_cast<int>(c.p.num_pages);  // sequence 1, its 3rd page
     run_and_check(c);
 }
 
