@@ -342,7 +342,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_m64k16<T, HEAD_DIM, 1>(o, pv[kk], desc_v + kk * 128, 1);
             wgmma_commit();
         };
-        // S of `tile` has landed in registers: its K buffer is free. (The Q buffer is freed after
+        // The tile's S has landed in registers: its K buffer is free. (The Q buffer is freed after
         // the epilogue, which stages the output in it.)
         auto scores_done = [&] {
             wgmma_fence_registers(s);
@@ -437,10 +437,13 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
         }
         T* const out_tile = static_cast<T*>(p.o) + work.b * p.o_batch_stride + work.seq.q_first * p.o_row_stride +
                             work.h * p.o_head_stride;
-        const bool vector_stores =
-            ((reinterpret_cast<unsigned long long>(p.o) |
-              static_cast<unsigned long long>(p.o_row_stride | p.o_head_stride | p.o_batch_stride) * sizeof(T)) & 15) == 0;
-        if (has_keys && vector_stores) {
+        // The output pair (columns 8 j + 2 (t % 4), + 1) of accumulator row `half`, normalized.
+        auto normalized_pair = [&](int j, int half) {
+            return pack_pair<T>(o[4 * j + 2 * half] * inverse[half], o[4 * j + 2 * half + 1] * inverse[half]);
+        };
+        // The op checks that O and its strides are 16-byte aligned, so the staged 16-byte stores
+        // always apply where the work tile has a Q buffer.
+        if (has_keys) {
             // Each warp stages its 16 rows in its own rows of the work tile's Q buffer (no longer
             // read: the last S is done), in the buffer's 128-byte swizzled layout so that the
             // 4-byte writes of the accumulator layout are free of bank conflicts, then stores
@@ -460,10 +463,8 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             for (int half = 0; half < 2; ++half) {
                 const int warp_row = lane / 4 + half * 8;
 #pragma unroll
-                for (int j = 0; j < kChunks; ++j) {
-                    const unsigned pair = pack_pair<T>(o[4 * j + 2 * half] * inverse[half], o[4 * j + 2 * half + 1] * inverse[half]);
-                    *reinterpret_cast<unsigned*>(staging + piece(warp_row, j) + (lane % 4) * 4) = pair;
-                }
+                for (int j = 0; j < kChunks; ++j)
+                    *reinterpret_cast<unsigned*>(staging + piece(warp_row, j) + (lane % 4) * 4) = normalized_pair(j, half);
             }
             __syncwarp();
             const int warp_row0 = rows0 + (t / 32) * 16;  // the warp's first row in the sequence
@@ -474,19 +475,20 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
                     *reinterpret_cast<int4*>(out_tile + (warp_row0 + warp_row) * p.o_row_stride + chunk * 8) =
                         *reinterpret_cast<const int4*>(staging + piece(warp_row, chunk));
             }
+            // The producer's TMA (the async proxy) writes a later Q here once the buffer is
+            // released: order this thread's generic writes before it.
+            fence_proxy_async();
             __syncwarp();
         } else {
-            // Rows that see no key (their tile loaded no Q buffer) or an output not 16-byte aligned:
-            // T pairs straight from the accumulators.
+            // Rows that see no key (their tile loaded no Q buffer): T pairs straight from the
+            // accumulators.
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int r = row + half * 8;
                 if (r >= work.seq.len_q) continue;
                 T* out = out_tile + r * p.o_row_stride + (t % 4) * 2;
 #pragma unroll
-                for (int j = 0; j < HEAD_DIM / 8; ++j)
-                    *reinterpret_cast<unsigned*>(out + 8 * j) =
-                        pack_pair<T>(o[4 * j + 2 * half] * inverse[half], o[4 * j + 2 * half + 1] * inverse[half]);
+                for (int j = 0; j < HEAD_DIM / 8; ++j) *reinterpret_cast<unsigned*>(out + 8 * j) = normalized_pair(j, half);
             }
         }
         if (has_keys) {
