@@ -1,12 +1,14 @@
 // Times DecodeAttention on the GPU: achieved bandwidth = bytes of K and V the problem needs /
 // time, against the device's measured copy bandwidth.
 //
-//   bench_decode_attention [--json out.json] [--repeats N] [--quick] [--sequential-pages] [--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]
+//   bench_decode_attention [--json out.json] [--repeats N] [--quick] [--sequential-pages] [--fp8-kv]
+//                          [--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]
 //
 // Shapes (issue 6): batch {1, 8, 32, 128} x KV length {1k, 4k, 16k, 64k} x heads 32/8 and 32/32
 // (D = 128, bf16, one query token), contiguous and paged (pages of 16 and 64 tokens, pages of a
 // sequence scattered over the pool). Problems whose KV cache would exceed 24 GB are skipped.
 // Every sequence has the full length. Timing as in bench_common.hpp (L2 flushed, median).
+// --fp8-kv: the same problems over an fp8 e4m3 cache (half the bytes; bandwidth counts those).
 #include <algorithm>
 #include <fstream>
 #include <numeric>
@@ -28,10 +30,13 @@ namespace {
 struct Case {
     int64_t batch, heads, kv_heads, head_dim, len, page;
     bool heads_outer = false;  // contiguous KV as [batch, kv_heads, len, dim] (torch's layout) instead of [batch, len, kv_heads, dim]
+    bool fp8 = false;          // an fp8 e4m3 cache (else bf16)
     std::string layout() const {
-        return page > 0 ? fmt::format("paged{}", page) : heads_outer ? "contiguous-bhsd" : "contiguous";
+        const std::string base = page > 0 ? fmt::format("paged{}", page) : heads_outer ? "contiguous-bhsd" : "contiguous";
+        return fp8 ? base + "-fp8" : base;
     }
-    double kv_bytes() const { return 2.0 * batch * len * kv_heads * head_dim * 2; }  // K and V, bf16
+    DType kv_dtype() const { return fp8 ? DType::fp8_e4m3 : DType::bf16; }
+    double kv_bytes() const { return 2.0 * batch * len * kv_heads * head_dim * static_cast<double>(dtype_size(kv_dtype())); }
 };
 
 nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, int repeats, bool shuffle_pages) {
@@ -42,6 +47,7 @@ nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, 
     p.head_dim = c.head_dim;
     p.max_kv_len = c.len;
     p.dtype = DType::bf16;
+    if (c.fp8) p.kv_dtype = DType::fp8_e4m3;
     std::vector<int32_t> table;
     if (c.page > 0) {
         p.page_size = c.page;
@@ -60,7 +66,7 @@ nlohmann::json run_case(Runtime& rt, const Case& c, tuning::KernelTimer& timer, 
     // Random keys and values, as a real cache holds (a constant fill measured up to 15% apart from
     // the tuner's random operands on one shape, 128 x 32/8 x 1k); 8 MiB of them repeated.
     constexpr size_t kPeriod = size_t{8} << 20;
-    DeviceBuffer k = random_buffer(kv_bytes, DType::bf16, 1, kPeriod), v = random_buffer(kv_bytes, DType::bf16, 2, kPeriod);
+    DeviceBuffer k = random_buffer(kv_bytes, c.kv_dtype(), 1, kPeriod), v = random_buffer(kv_bytes, c.kv_dtype(), 2, kPeriod);
     DeviceBuffer out(static_cast<size_t>(c.batch * c.heads * c.head_dim) * 2);
     DeviceBuffer lengths = int_buffer(std::vector<int32_t>(static_cast<size_t>(c.batch), static_cast<int32_t>(c.len)));
     DeviceBuffer pages = table.empty() ? DeviceBuffer(4) : int_buffer(table);
@@ -85,6 +91,7 @@ int main(int argc, char** argv) try {
     bool quick = false;
     std::vector<int64_t> only;  // one problem (for profiling)
     bool shuffle_pages = true;  // --sequential-pages: each sequence's pages in pool order
+    bool fp8_kv = false;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
@@ -92,9 +99,10 @@ int main(int argc, char** argv) try {
         else if (arg == "--quick") quick = true;
         else if (arg == "--only" && i + 1 < argc) only = parse_dims(argv[++i]);
         else if (arg == "--sequential-pages") shuffle_pages = false;
+        else if (arg == "--fp8-kv") fp8_kv = true;
         else {
             fmt::print(stderr, "usage: bench_decode_attention [--json out.json] [--repeats N] [--quick] "
-                               "[--sequential-pages] [--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]\n");
+                               "[--sequential-pages] [--fp8-kv] [--only BATCHxHEADSxKV_HEADSxLEN[xPAGE]]\n");
             return 2;
         }
     }
@@ -122,6 +130,7 @@ int main(int argc, char** argv) try {
     for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{32, 8}, {32, 32}})
         for (int64_t batch : {1, 32}) cases.push_back({batch, heads, kv_heads, 128, 4096, 0, true});
     if (!only.empty()) cases = {{only[0], only[1], only[2], 128, only[3], only.size() == 5 ? only[4] : 0}};
+    for (Case& c : cases) c.fp8 = fp8_kv;
     nlohmann::json json;
     json["device"] = device.name;
     json["arch"] = device.arch();

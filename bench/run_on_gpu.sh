@@ -16,6 +16,7 @@
 #           on a warm machine, so a tune too long for one call can be split over several.
 #   tune_act  tileops-tune tune of bench/tune_activations.json into $OUT/act_tuned.json (not used later)
 #   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
+#   decode_fp8  bench_decode_attention --fp8-kv --quick (an fp8 e4m3 cache; no torch peer)
 #   decode  bench_decode_attention and torch SDPA on the same problems, merged into a table;
 #           decode_tests the [gpu][decode] tests; decode_tune: tileops-tune warm --search-space, then
 #           tune, of bench/tune_decode_attention.json into $OUT/decode_tuned.json (later steps use it)
@@ -111,6 +112,9 @@ PY
       PYTHONUNBUFFERED=1 timeout 200 python3 bench/torch_decode_peers.py --json "$OUT/torch_decode.json" \
         > "$OUT/torch_decode.log" 2>&1 || status=1
       python3 bench/compare_decode_attention.py "$OUT/decode.json" "$OUT/torch_decode.json" | tee "$OUT/decode.md" ;;
+    decode_fp8)
+      timeout 200 ./build-gpu/bench/bench_decode_attention --fp8-kv --quick --json "$OUT/decode_fp8.json" 2>&1 |
+        tee "$OUT/decode_fp8.log" | cut -c1-150 || status=1 ;;
     flash|flash_quick)
       extra=""; [ "$step" = flash_quick ] && extra="--quick"
       timeout ${FLASH_TIMEOUT:-180} ./build-gpu/bench/bench_flash_attention $extra --json "$OUT/flash.json" \

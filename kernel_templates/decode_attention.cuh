@@ -15,6 +15,9 @@
 // partial output and log-sum-exp to the workspace and the last CTA of a (batch, kv head, row
 // block) to finish merges them (an atomic counter it resets, so the workspace is reusable).
 //
+// An fp8 cache (TKV = __nv_fp8_e4m3) is read as e4m3 codes: the host folds the key scale into
+// `scale`, and `v_scale` multiplies the values (applied once to the accumulated output).
+//
 // Template parameters: T query/output type, TKV key/value type, HEAD_DIM, ROWS rows per CTA,
 // WARPS, UNROLL steps per iteration, STAGES iterations of loads in the shared-memory ring (loads
 // run STAGES - 1 iterations ahead), PAGE_SIZE tokens per page (0: contiguous KV).
@@ -27,6 +30,7 @@
 
 #include "common/async_copy.cuh"
 #include "common/decode.cuh"
+#include "common/fp8.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -48,7 +52,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                             const int* __restrict__ page_table, long long page_table_stride, int num_pages,
                             int max_kv_len, T* __restrict__ out, long long o_batch_stride, long long o_token_stride,
                             long long o_head_stride, float* __restrict__ lse, int group, int q_len,
-                            int window_left, float scale, float softcap, float* workspace) {
+                            int window_left, float scale, float softcap, float* workspace, float v_scale) {
     using Lanes = DecodeLanes<TKV, HEAD_DIM>;
     constexpr int VEC = Lanes::VEC, LANES = Lanes::LANES, TPS = Lanes::TOKENS_PER_STEP;
     constexpr int WARP_TOKENS = TPS * UNROLL;  // tokens a warp covers per iteration
@@ -284,7 +288,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
 #pragma unroll
-            for (int e = 0; e < VEC; ++e) warp_out[(warp * ROWS + r) * HEAD_DIM + dim0 + e] = acc[r][e];
+            for (int e = 0; e < VEC; ++e) warp_out[(warp * ROWS + r) * HEAD_DIM + dim0 + e] = acc[r][e] * v_scale;
     }
     if (lane == 0) {
 #pragma unroll

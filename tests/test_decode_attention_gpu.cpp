@@ -1,8 +1,8 @@
 // DecodeAttention against a double-precision reference on the CPU: random inputs scaled so that
 // the softmax is far from uniform, poisoned outputs, mixed sequence lengths (0, 1, 7, 255, 256,
 // 257, 4097, 100k), GQA ratios 1/4/8, 1-4 query tokens, every page size with a shuffled page
-// table, windows, soft-capping, the log-sum-exp, every config of the search space, and the
-// tensor-core kernel on one row per KV head.
+// table, windows, soft-capping, the log-sum-exp, every config of the search space, the
+// tensor-core kernel on one row per KV head, and fp8 e4m3 caches with key and value scales.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -33,7 +33,7 @@ namespace {
 struct DecodeCase {
     DecodeAttentionProblem p;
     std::vector<int> lengths;
-    std::vector<double> q, k, v;         // q: [batch, q_len, heads, d]; k, v: the cache's storage
+    std::vector<double> q, k, v;         // q: [batch, q_len, heads, d]; k, v: the cache's storage (fp8: the codes' values)
     std::vector<int> page_table;         // [batch, max_pages_per_seq], -1 where unused
     int64_t out_head_stride = 0;         // > head_dim leaves poisoned gaps between heads
 
@@ -63,9 +63,14 @@ struct DecodeCase {
         }
         q = test::round_to(p.dtype, test::random_values(p.batch * p.q_len * p.num_heads * d, seed + 1));
         const int64_t kv_elements = kv_rows() * p.num_kv_heads * d;
-        k = test::round_to(p.dtype, test::random_values(kv_elements, seed + 2));
-        v = test::round_to(p.dtype, test::random_values(kv_elements, seed + 3));
+        k = test::round_to(kv_type(), test::random_values(kv_elements, seed + 2));
+        v = test::round_to(kv_type(), test::random_values(kv_elements, seed + 3));
     }
+
+    DType kv_type() const { return p.kv_dtype.value_or(p.dtype); }
+    // What a stored key or value element stands for: its value times the cache's scale.
+    double k_scale() const { return kv_type() == DType::fp8_e4m3 ? p.k_scale : 1.0; }
+    double v_scale() const { return kv_type() == DType::fp8_e4m3 ? p.v_scale : 1.0; }
 
     int64_t kv_rows() const { return p.page_size > 0 ? p.num_pages * p.page_size : p.batch * p.max_kv_len; }
 
@@ -108,7 +113,7 @@ struct DecodeCase {
                         const double* kv = &k[kv_index(b, t, h / group)];
                         double s = 0;
                         for (int64_t e = 0; e < d; ++e) s += qv[e] * kv[e];
-                        s *= p.scale;
+                        s *= p.scale * k_scale();
                         if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
                         scores.push_back(s);
                         max_score = std::max(max_score, s);
@@ -119,7 +124,7 @@ struct DecodeCase {
                     double* o = &out[((b * p.q_len + i) * p.num_heads + h) * d];
                     for (int64_t t = begin; t < end; ++t) {
                         const double* vv = &v[kv_index(b, t, h / group)];
-                        const double w = scores[t - begin] / sum;
+                        const double w = scores[t - begin] / sum * v_scale();
                         for (int64_t e = 0; e < d; ++e) o[e] += w * vv[e];
                     }
                     lse[(b * p.q_len + i) * p.num_heads + h] = max_score + std::log(sum);
@@ -135,8 +140,8 @@ struct DecodeBuffers {
 
     explicit DecodeBuffers(const DecodeCase& c)
         : q(c.p.dtype, 1, static_cast<int64_t>(c.q.size())),
-          k(c.p.dtype, 1, static_cast<int64_t>(c.k.size())),
-          v(c.p.dtype, 1, static_cast<int64_t>(c.v.size())),
+          k(c.kv_type(), 1, static_cast<int64_t>(c.k.size())),
+          v(c.kv_type(), 1, static_cast<int64_t>(c.v.size())),
           lengths(DType::int32, 1, c.p.batch),
           page_table(DType::int32, 1, std::max<int64_t>(1, static_cast<int64_t>(c.page_table.size()))),
           out(c.p.dtype, 1, c.p.batch * c.p.o_batch_stride),
@@ -161,9 +166,9 @@ struct DecodeBuffers {
 };
 
 std::string label(const DecodeCase& c) {
-    return fmt::format("{} heads {}/{} d {} q_len {} page {} window {} softcap {} lengths [{}]", dtype_name(c.p.dtype),
-                       c.p.num_heads, c.p.num_kv_heads, c.p.head_dim, c.p.q_len, c.p.page_size, c.p.window_left,
-                       c.p.softcap, fmt::join(c.lengths, ", "));
+    return fmt::format("{} (cache {}) heads {}/{} d {} q_len {} page {} window {} softcap {} lengths [{}]",
+                       dtype_name(c.p.dtype), dtype_name(c.kv_type()), c.p.num_heads, c.p.num_kv_heads, c.p.head_dim,
+                       c.p.q_len, c.p.page_size, c.p.window_left, c.p.softcap, fmt::join(c.lengths, ", "));
 }
 
 // Checks the output (and lse) of a run against the reference; the gaps between heads stay poisoned.
@@ -316,4 +321,34 @@ TEST_CASE("The tensor-core DecodeAttention kernel with one row per KV head (MHA)
     check_configs(c, {{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}},
                       {{"kernel", 1}, {"warps", 2}, {"tile", 32}, {"stages", 2}, {"splits", 5}},
                       {{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 16}}});
+}
+
+TEST_CASE("DecodeAttention over an fp8 e4m3 cache with key and value scales", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    DecodeAttentionProblem p = problem(GENERATE(DType::fp16, DType::bf16), 32, GENERATE(8, 32), GENERATE(64, 128, 256), 1, 5000);
+    p.kv_dtype = DType::fp8_e4m3;
+    p.k_scale = 0.37f;  // with keys of up to 2 (the codes' values), scores stay far from uniform
+    p.v_scale = 1.9f;
+    p.page_size = GENERATE(0, 16, 64);
+    p.return_lse = true;
+    run_and_check(DecodeCase(p, {5000, 1, 0, 257, 4097}, 901 + p.page_size, 8));
+}
+
+TEST_CASE("DecodeAttention over an fp8 cache: speculative tokens, a window, soft-capping, every config", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    DecodeAttentionProblem p = problem(DType::bf16, 16, 2, 128, 2, 2500);
+    p.kv_dtype = DType::fp8_e4m3;
+    p.k_scale = 1.5f;
+    p.v_scale = 0.25f;
+    p.page_size = GENERATE(0, 32);
+    p.window_left = 700;
+    p.softcap = 30.0f;
+    p.return_lse = true;
+    const DecodeCase c(p, {2500, 1, 700}, 556);
+    std::vector<Config> configs = DecodeAttention(c.p).model().search_space(shared_runtime().device());
+    REQUIRE(!configs.empty());
+    for (const Config& config : configs) CHECK(config.at("kernel") == 0);  // fp8: the CUDA-core kernel only
+    configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
+    check_configs(c, configs);
 }

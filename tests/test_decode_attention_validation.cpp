@@ -1,5 +1,7 @@
 // DecodeAttention refuses bad problems and bad operands before any launch, naming what was wrong;
 // its configs, workspace and the problem factory behave as documented. No GPU needed.
+#include <cmath>
+
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -71,6 +73,20 @@ TEST_CASE("DecodeAttention refuses bad problems by name", "[validation][decode]"
     CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_token_stride = 1028; })),
                       ContainsSubstring("kv_token_stride = 1028 must be a multiple of 8 elements"));
     CHECK_THROWS_AS(DecodeAttention(with([](auto& p) { p.head_dim = 0; })), InvalidArgument);
+    // An fp8 cache: only e4m3 beside dtype itself, positive finite scales, strides of whole 16-byte pieces.
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp32; })),
+                      ContainsSubstring("kv_dtype must be dtype (bf16) or fp8_e4m3, got fp32"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp16; })),
+                      ContainsSubstring("kv_dtype must be dtype (bf16) or fp8_e4m3, got fp16"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.k_scale = 0.0f; })),
+                      ContainsSubstring("k_scale must be positive and finite, got 0"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.v_scale = std::nanf(""); })),
+                      ContainsSubstring("v_scale must be positive and finite"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.k_scale = 2.0f; })),
+                      ContainsSubstring("k_scale and v_scale apply to an fp8_e4m3 cache (kv_dtype) only"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.kv_token_stride = 1032; })),
+                      ContainsSubstring("kv_token_stride = 1032 must be a multiple of 16 elements"));
+    CHECK_NOTHROW(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::bf16; })));  // the same as dtype
     // The row ops refuse the index dtype too.
     CHECK_THROWS_WITH(RmsNorm({4, 16, DType::int32}), ContainsSubstring("dtype must be fp32, fp16 or bf16, got int32"));
 }
@@ -104,6 +120,27 @@ TEST_CASE("DecodeAttention checks its operands by name", "[validation][decode]")
     CHECK_THROWS_WITH(paged_op.check({kQ, kK, kV, kLengths, kPages}, {kOut}), ContainsSubstring("(out, lse)"));
     CHECK_THROWS_WITH(paged_op.check({kQ, kK, kV, kLengths, TensorView::contiguous(kPages, DType::int32, {4, 128})}, {kOut, kLse}),
                       ContainsSubstring("'page_table' must have shape [batch, max_pages_per_seq] = [4, 256]"));
+}
+
+TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, the CUDA-core kernel only", "[validation][decode]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    DecodeAttentionProblem p = gqa();
+    p.kv_dtype = DType::fp8_e4m3;
+    p.k_scale = 0.5f;
+    DecodeAttention op(p);
+    CHECK_NOTHROW(op.check({kQ, kK, kV, kLengths}, {kOut}));
+    // k as bf16 where the problem says fp8.
+    CHECK_THROWS_WITH(op.check({kQ, TensorView::contiguous(kK, DType::bf16, {4, 4096, 8, 128}), kV, kLengths}, {kOut}),
+                      ContainsSubstring("'k'"));
+    const detail::OpModel& model = op.model();
+    CHECK(model.flags() == "kv_fp8");
+    CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3; }, paged())).model().flags() == "page16,kv_fp8");
+    CHECK(model.heuristic(h100).at("kernel") == detail::kDecodeCudaCores);
+    CHECK_FALSE(model.invalid_reason(model.heuristic(h100), h100).has_value());
+    for (const Config& config : model.search_space(h100)) CHECK(config.at("kernel") == detail::kDecodeCudaCores);
+    const Config mma{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
+    CHECK(model.invalid_reason(mma, h100).value_or("").find("not an fp8 cache") != std::string::npos);
+    CHECK(model.plan(model.heuristic(h100), 1, h100).name_expression.find("__nv_fp8_e4m3") != std::string::npos);
 }
 
 TEST_CASE("DecodeAttention configs: heuristic valid, workspace only with splits", "[decode]") {
@@ -153,7 +190,9 @@ TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_80 
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     test::KernelsByFile kernels;
     for (auto p : {gqa(), with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 64; }, paged()),
-                   with([](auto& q) { q.head_dim = 256, q.page_size = 64, q.max_pages_per_seq = 64; }, paged())}) {
+                   with([](auto& q) { q.head_dim = 256, q.page_size = 64, q.max_pages_per_seq = 64; }, paged()),
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.dtype = DType::fp16; }),
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 256, q.num_heads = 8; }, paged())}) {
         DecodeAttention op(p);
         for (const Config& config : op.model().search_space(device)) test::add_kernels(kernels, op.model(), config, 1, device);
     }
@@ -172,4 +211,11 @@ TEST_CASE("decode_attention problems parse from tileops-tune's text form", "[dec
                       ContainsSubstring("batch x heads x kv_heads x head_dim x q_len x max_kv_len"));
     CHECK_THROWS_WITH(detail::make_op({"decode_attention", {8, 32, 8, 128, 1, 64}, "bf16", "pagex"}),
                       ContainsSubstring("flag 'pagex' does not apply"));
+    auto fp8 = detail::make_op({"decode_attention", {8, 32, 8, 128, 1, 16384}, "bf16", "page16,kv_fp8"});
+    CHECK(fp8->describe() == "decode_attention 8x32x8x128x1x16384 bf16 [page16,kv_fp8]");
+    CHECK(static_cast<DecodeAttention&>(*fp8).problem().kv_dtype == DType::fp8_e4m3);
+    CHECK(static_cast<DecodeAttention&>(*fp8).problem().page_size == 16);
+    CHECK(static_cast<DecodeAttention&>(*detail::make_op({"decode_attention", {1, 32, 8, 128, 1, 64}, "fp16", "kv_fp8"}))
+              .problem()
+              .kv_dtype == DType::fp8_e4m3);
 }

@@ -34,6 +34,11 @@ TEST_CASE("Gemm refuses bad problems with the argument's name", "[validation][ge
     CHECK_THROWS_AS(Gemm(p), Unsupported);
     CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("dtype fp32 is not supported for A and B"));
     p = problem(8, 8, 8);
+    for (DType out : {DType::int32, DType::fp8_e4m3}) {
+        p.out_dtype = out;
+        CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("out_dtype must be fp32, fp16 or bf16"));
+    }
+    p = problem(8, 8, 8);
     p.beta = 0.5f;
     CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("beta = 0.5 needs C: set has_c"));
     p = problem(8, 16, 32);

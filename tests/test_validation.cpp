@@ -6,6 +6,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include "tileops/tileops.hpp"
+#include "util/host_dtype.hpp"
 
 using namespace tileops;
 using Catch::Matchers::ContainsSubstring;
@@ -79,5 +80,32 @@ TEST_CASE("dtype names parse and print", "[validation]") {
     CHECK(parse_dtype("bf16") == DType::bf16);
     CHECK(parse_dtype("float16") == DType::fp16);
     CHECK(std::string(dtype_name(DType::fp32)) == "fp32");
+    CHECK(parse_dtype("float8_e4m3fn") == DType::fp8_e4m3);
+    CHECK(std::string(dtype_name(DType::fp8_e4m3)) == "fp8_e4m3");
+    CHECK(dtype_size(DType::fp8_e4m3) == 1);
     CHECK_THROWS_WITH(parse_dtype("int8"), ContainsSubstring("unknown dtype 'int8'"));
+    // fp8 is a cache format: the ops that compute in a dtype refuse it.
+    CHECK_THROWS_WITH(RmsNorm({4, 16, DType::fp8_e4m3}), ContainsSubstring("dtype must be fp32, fp16 or bf16, got fp8_e4m3"));
+}
+
+TEST_CASE("fp8 e4m3 host encoding: every code round-trips, values round to nearest even and saturate", "[validation]") {
+    // The known points of the format: subnormals of 2^-9, the smallest normal 2^-6, 1, the largest 448, NaN.
+    CHECK(util::fp8_e4m3_to_float(0x01) == std::ldexp(1.0f, -9));
+    CHECK(util::fp8_e4m3_to_float(0x08) == std::ldexp(1.0f, -6));
+    CHECK(util::fp8_e4m3_to_float(0x38) == 1.0f);
+    CHECK(util::fp8_e4m3_to_float(0x7e) == 448.0f);
+    CHECK(util::fp8_e4m3_to_float(0xfe) == -448.0f);
+    CHECK(std::isnan(util::fp8_e4m3_to_float(0x7f)));
+    for (int code = 0; code < 256; ++code) {
+        if ((code & 0x7f) == 0x7f) continue;  // NaN
+        const float value = util::fp8_e4m3_to_float(static_cast<uint8_t>(code));
+        INFO("code " << code << " value " << value);
+        CHECK(util::float_to_fp8_e4m3(value) == code);  // -0 (0x80) keeps its sign
+    }
+    CHECK(util::float_to_fp8_e4m3(1.0625f) == 0x38);  // halfway between 1 and 1.125: to the even code (1)
+    CHECK(util::float_to_fp8_e4m3(1.1875f) == 0x3a);  // halfway between 1.125 and 1.25: to the even code (1.25)
+    CHECK(util::float_to_fp8_e4m3(1.07f) == 0x39);    // nearer 1.125
+    CHECK(util::float_to_fp8_e4m3(1000.0f) == 0x7e);  // saturates at 448
+    CHECK(util::float_to_fp8_e4m3(-1e30f) == 0xfe);
+    CHECK(util::float_to_fp8_e4m3(std::nanf("")) == 0x7f);
 }

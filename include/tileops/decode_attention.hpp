@@ -2,6 +2,8 @@
 // for speculative decoding) against that sequence's cached keys and values.
 #pragma once
 
+#include <optional>
+
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -13,7 +15,12 @@ struct DecodeAttentionProblem {
     int64_t head_dim = 128;      // 64, 128 or 256
     int64_t q_len = 1;           // query tokens per sequence, 1..8: the last q_len positions
     int64_t max_kv_len = 0;      // lengths[b] above this are clamped to it (contiguous: k/v's token extent)
-    DType dtype = DType::bf16;   // q, k, v and the output
+    DType dtype = DType::bf16;   // q and the output; k and v too unless kv_dtype says otherwise
+    // A quantized cache: kv_dtype = DType::fp8_e4m3 makes k and v e4m3 codes (1 byte each), a key
+    // element being k_scale x its code's value and a value element v_scale x its (per-tensor
+    // scales, as vLLM keeps them). Empty: k and v are dtype, and the scales must stay 1.
+    std::optional<DType> kv_dtype;
+    float k_scale = 1.0f, v_scale = 1.0f;
     float scale = 0.0f;          // softmax scale; 0: 1 / sqrt(head_dim)
     float softcap = 0.0f;        // > 0: scores become softcap * tanh(score / softcap)
     int64_t window_left = -1;    // >= 0: a query at position p sees keys p - window_left .. p
@@ -46,6 +53,8 @@ struct DecodeAttentionProblem {
 // A query row that sees no key (length 0, or shorter than q_len) gets a zero output and an lse
 // of -inf. Page table entries outside [0, num_pages) are skipped, never read through.
 // k and v must be 16-byte aligned, as must every stride of them times the element size.
+// An fp8_e4m3 cache runs on the CUDA-core kernel (config kernel 0; its tuning entries carry the
+// flag kv_fp8).
 // Runs of one DecodeAttention object on different streams must not overlap: they share the
 // op's split-KV workspace (allocated when the launch is resolved; call Runtime::prepare before
 // capturing a CUDA graph).

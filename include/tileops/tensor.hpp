@@ -10,11 +10,13 @@
 namespace tileops {
 
 // int32 is for indices (sequence lengths, page tables); the ops compute in fp32/fp16/bf16.
-enum class DType : uint8_t { fp32, fp16, bf16, int32 };
+// fp8_e4m3 (1 sign, 4 exponent, 3 mantissa bits, no infinities, largest 448: CUDA's
+// __nv_fp8_e4m3) is a storage type for quantized KV caches (DecodeAttentionProblem::kv_dtype).
+enum class DType : uint8_t { fp32, fp16, bf16, int32, fp8_e4m3 };
 
-// "fp32", "fp16", "bf16", "int32".
+// "fp32", "fp16", "bf16", "int32", "fp8_e4m3".
 const char* dtype_name(DType dtype) noexcept;
-// Parses a name (also "float32", "float16", "bfloat16"); throws InvalidArgument otherwise.
+// Parses a name (also "float32", "float16", "bfloat16", "float8_e4m3fn"); throws InvalidArgument otherwise.
 DType parse_dtype(const std::string& name);
 size_t dtype_size(DType dtype) noexcept;
 

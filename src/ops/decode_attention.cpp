@@ -31,12 +31,21 @@ public:
 
     std::string op_name() const override { return "decode_attention"; }
     std::string template_file() const override { return kCudaCoreTemplate; }
-    std::vector<std::string> template_files() const override { return {kCudaCoreTemplate, kTensorCoreTemplate}; }
+    // The templates a config may run (the tuning key hashes them): an fp8 cache has only the CUDA-core kernel.
+    std::vector<std::string> template_files() const override {
+        if (fp8_cache()) return {kCudaCoreTemplate};
+        return {kCudaCoreTemplate, kTensorCoreTemplate};
+    }
     std::vector<long long> shape() const override {
         return {p_.batch, p_.num_heads, p_.num_kv_heads, p_.head_dim, p_.q_len, p_.max_kv_len};
     }
     std::string dtype_key() const override { return dtype_name(p_.dtype); }
-    std::string flags() const override { return p_.page_size > 0 ? fmt::format("page{}", p_.page_size) : ""; }
+    // "page16", "kv_fp8", "page16,kv_fp8".
+    std::string flags() const override {
+        std::string text = p_.page_size > 0 ? fmt::format("page{}", p_.page_size) : "";
+        if (fp8_cache()) text += text.empty() ? "kv_fp8" : ",kv_fp8";
+        return text;
+    }
 
     Config heuristic(const DeviceInfo& device) const override { return decode_heuristic(shape_, device); }
     std::vector<Config> search_space(const DeviceInfo& device) const override {
@@ -51,14 +60,16 @@ public:
         const DecodeLaunch l = decode_launch(shape_, config);
         LaunchPlan plan;
         const char* type = device_type_name(p_.dtype);
+        plan.kind = static_cast<unsigned>(l.kernel);  // launch_with passes each kernel its own parameters
         if (l.kernel == kDecodeTensorCores) {
             plan.template_file = kTensorCoreTemplate;
             plan.name_expression = fmt::format("tileops::decode_attention_mma_kernel<{}, {}, {}, {}, {}, {}>", type,
                                                p_.head_dim, l.warps, l.tile, l.stages, p_.page_size);
         } else {
             plan.template_file = kCudaCoreTemplate;
-            plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type, type,
-                                               p_.head_dim, l.rows, l.warps, l.unroll, l.stages, p_.page_size);
+            plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type,
+                                               device_type_name(*p_.kv_dtype), p_.head_dim, l.rows, l.warps, l.unroll,
+                                               l.stages, p_.page_size);
         }
         plan.grid[0] = static_cast<unsigned>(l.splits);
         plan.grid[1] = static_cast<unsigned>(p_.num_kv_heads * l.row_blocks);
@@ -75,8 +86,8 @@ public:
     std::vector<OperandSpec> operands() const override {
         std::vector<OperandSpec> list{
             {"q", p_.dtype, 0, extent(p_.batch, p_.q_len, p_.num_heads, p_.q_batch_stride, p_.q_token_stride, p_.q_head_stride), 0, false},
-            {"k", p_.dtype, 0, kv_extent(), 0, false},
-            {"v", p_.dtype, 0, kv_extent(), 0, false},
+            {"k", *p_.kv_dtype, 0, kv_extent(), 0, false},
+            {"v", *p_.kv_dtype, 0, kv_extent(), 0, false},
             {"lengths", DType::int32, 0, p_.batch, 0, false, OperandFill::constant, p_.max_kv_len},
         };
         if (p_.page_size > 0)
@@ -90,6 +101,7 @@ public:
     }
 
 private:
+    bool fp8_cache() const { return p_.kv_dtype == DType::fp8_e4m3; }
     // Elements spanned by a [outer, tokens, heads, head_dim] tensor with these strides.
     long long extent(long long outer, long long tokens, long long heads, long long outer_stride, long long token_stride,
                      long long head_stride) const {
@@ -123,6 +135,19 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
     check_range("max_kv_len", p.max_kv_len, 1, kIntMax / 2);
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw InvalidArgument(fmt::format("tileops::{}: dtype must be fp16 or bf16, got {}", kOp, dtype_name(p.dtype)));
+    const DType kv = p.kv_dtype.value_or(p.dtype);
+    if (kv != p.dtype && kv != DType::fp8_e4m3)
+        throw InvalidArgument(fmt::format("tileops::{}: kv_dtype must be dtype ({}) or fp8_e4m3, got {}", kOp,
+                                          dtype_name(p.dtype), dtype_name(kv)));
+    p.kv_dtype = kv;
+    if (kv == DType::fp8_e4m3) {
+        for (auto [name, value] : {std::pair{"k_scale", p.k_scale}, {"v_scale", p.v_scale}})
+            if (!(value > 0.0f) || !std::isfinite(value))
+                throw InvalidArgument(fmt::format("tileops::{}: {} must be positive and finite, got {}", kOp, name, value));
+    } else if (p.k_scale != 1.0f || p.v_scale != 1.0f) {
+        throw InvalidArgument(fmt::format("tileops::{}: k_scale and v_scale apply to an fp8_e4m3 cache (kv_dtype) only, "
+                                          "got {} and {}", kOp, p.k_scale, p.v_scale));
+    }
     if (p.scale == 0.0f) p.scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
     if (!(p.scale > 0.0f) || !std::isfinite(p.scale))
         throw InvalidArgument(fmt::format("tileops::{}: scale must be positive and finite, got {}", kOp, p.scale));
@@ -155,7 +180,7 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
     p.kv_token_stride = default_stride("kv_token_stride", p.kv_token_stride, p.num_kv_heads * d);
     p.kv_outer_stride = default_stride("kv_outer_stride", p.kv_outer_stride, kv_tokens * p.num_kv_heads * d);
     // The kernel loads 16 bytes of a key or value row at a time.
-    const int64_t vec = 16 / static_cast<int64_t>(dtype_size(p.dtype));
+    const int64_t vec = 16 / static_cast<int64_t>(dtype_size(kv));
     for (auto [name, stride] : {std::pair{"kv_head_stride", p.kv_head_stride}, {"kv_token_stride", p.kv_token_stride},
                                 {"kv_outer_stride", p.kv_outer_stride}})
         if (stride % vec != 0)
@@ -179,7 +204,7 @@ void bind(const DecodeAttentionProblem& p, Inputs inputs, Outputs outputs) {
     const int64_t outer = paged ? p.num_pages : p.batch, tokens = paged ? p.page_size : p.max_kv_len;
     const char* kv_dims = paged ? "[num_pages, page_size, num_kv_heads, head_dim]" : "[batch, max_kv_len, num_kv_heads, head_dim]";
     for (size_t i : {size_t{1}, size_t{2}})
-        check_tensor(kOp, i == 1 ? "k" : "v", inputs[i].data(), inputs[i].view(), p.dtype,
+        check_tensor(kOp, i == 1 ? "k" : "v", inputs[i].data(), inputs[i].view(), *p.kv_dtype,
                      {outer, tokens, p.num_kv_heads, p.head_dim}, {p.kv_outer_stride, p.kv_token_stride, p.kv_head_stride, 1},
                      16, kv_dims);
     check_tensor(kOp, "lengths", inputs[3].data(), inputs[3].view(), DType::int32, {p.batch}, {1}, 4, "[batch]");
@@ -224,12 +249,15 @@ void DecodeAttention::launch_with(const detail::ResolvedLaunch& launch, Inputs i
     long long o_bs = p.o_batch_stride, o_ts = p.o_token_stride, o_hs = p.o_head_stride;
     int group = static_cast<int>(p.num_heads / p.num_kv_heads), q_len = static_cast<int>(p.q_len);
     int window = static_cast<int>(p.window_left);
-    float scale = p.scale, softcap = p.softcap;
+    // An fp8 cache's key scale is folded into the score scale; its value scale goes to the kernel.
+    const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+    float scale = fp8 ? p.scale * p.k_scale : p.scale, softcap = p.softcap, v_scale = fp8 ? p.v_scale : 1.0f;
     void* workspace = launch.workspace_data();  // null without splits
+    // The CUDA-core kernel (kind 0) takes v_scale after the workspace; the tensor-core kernel does not.
     void* args[] = {&q,     &q_bs,    &q_ts,       &q_hs,      &k,         &v,          &kv_os, &kv_ts,
                     &kv_hs, &lengths, &page_table, &pt_stride, &num_pages, &max_kv_len, &out,   &o_bs,
                     &o_ts,  &o_hs,    &lse,        &group,     &q_len,     &window,     &scale, &softcap,
-                    &workspace};
+                    &workspace, launch.kind == detail::kDecodeCudaCores ? static_cast<void*>(&v_scale) : nullptr};
     detail::launch(launch, args, stream, *this);
 }
 

@@ -35,7 +35,7 @@ long long max_useful_splits(const DecodeShape& s) {
 
 DecodeShape decode_shape(const DecodeAttentionProblem& p) {
     return {p.batch, p.num_heads, p.num_kv_heads, p.head_dim, p.q_len, p.max_kv_len, p.page_size,
-            static_cast<int>(dtype_size(p.dtype))};
+            static_cast<int>(dtype_size(p.dtype)), p.kv_dtype == DType::fp8_e4m3};
 }
 
 DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
@@ -85,7 +85,7 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     // row (MHA) once batch x kv heads fills the GPU without splits (H100, tuned: 8 x 32 x 4k MHA
     // 177 us against 205 on CUDA cores; 1 x 32 x 16k kept the CUDA cores, 100 us).
     const bool mma = s.rows_per_kv_head() >= 2 || s.batch * s.num_kv_heads >= device.sm_count;
-    if (mma && device.sm() >= 80) {
+    if (mma && device.sm() >= 80 && !s.fp8_cache) {
         // A ring of about 96 KB: three stages of 16 keys for four warps at head dim <= 128, for two
         // warps at 256.
         const long long warps = s.head_dim == 256 ? 2 : 4;
@@ -124,7 +124,7 @@ std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& 
                                            {"stages", stages}, {"splits", splits}});
     // The tensor-core kernel pads a KV head's rows to 16; the MMAs per key are the same for one
     // row as for sixteen, so it is tried for MHA too.
-    if (device.sm() >= 80)
+    if (device.sm() >= 80 && !s.fp8_cache)
         for (long long warps : {2, 4, 8})
             for (long long tile : {16, 32})
                 for (long long stages : {2, 3, 4})
@@ -149,6 +149,7 @@ std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Con
     if (l.stages < 2 || l.stages > 8) return fmt::format("stages = {} is not in [2, 8]", l.stages);
     if (kernel == kDecodeTensorCores) {
         if (device.sm() < 80) return fmt::format("kernel 1 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
+        if (s.fp8_cache) return "kernel 1 (mma.sync) takes 16-bit keys and values, not an fp8 cache: use kernel 0";
         if (l.tile != 16 && l.tile != 32) return fmt::format("tile = {} is not 16 or 32", l.tile);
         if (l.warps > 8) return fmt::format("kernel 1: warps = {} is more than 8 (registers)", l.warps);
     } else {

@@ -7,7 +7,7 @@
 //      per lane and iteration), stages (iterations in the shared-memory load ring; loads run
 //      stages - 1 iterations ahead);
 //   1, tensor cores (decode_attention_mma.cuh, sm_80+): 16 query rows per CTA, warps, tile (keys
-//      per warp iteration, 16 or 32), stages.
+//      per warp iteration, 16 or 32), stages. Not for an fp8 cache (its MMAs take 16-bit K and V).
 // Both: splits (CTAs sharing one sequence's KV length; 1: no workspace, no merge).
 #pragma once
 
@@ -28,7 +28,8 @@ namespace tileops::detail {
 // What the config choice needs to know about a decode problem.
 struct DecodeShape {
     long long batch, num_heads, num_kv_heads, head_dim, q_len, max_kv_len, page_size;
-    int element_bytes;
+    int element_bytes;  // of q and the output
+    bool fp8_cache;     // k and v are fp8 e4m3 (kernel 0 only)
     long long rows_per_kv_head() const { return num_heads / num_kv_heads * q_len; }
 };
 DecodeShape decode_shape(const DecodeAttentionProblem& problem);

@@ -77,6 +77,7 @@ GemmProblem normalized(GemmProblem p) {
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw Unsupported(fmt::format("tileops::Gemm: dtype {} is not supported for A and B (fp16 or bf16)", dtype_name(p.dtype)));
     if (!p.out_dtype) p.out_dtype = p.dtype;
+    check_float_dtype("Gemm", "out_dtype", *p.out_dtype);
     if (p.layout != GemmLayout::nn && p.layout != GemmLayout::nt)
         throw InvalidArgument(fmt::format("tileops::Gemm: layout {} is not nn or nt", static_cast<int>(p.layout)));
     if (p.epilogue != GemmEpilogue::none && p.epilogue != GemmEpilogue::gelu && p.epilogue != GemmEpilogue::silu)

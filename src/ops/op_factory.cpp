@@ -117,8 +117,9 @@ PagedCache paged_cache(const ProblemSpec& spec, long long batch, long long max_k
 
 }  // namespace
 
-// decode_attention: shape batch x heads x kv_heads x head_dim x q_len x max_kv_len; flag pageN
-// for a paged KV cache of N-token pages (a page pool of exactly batch x pages per sequence).
+// decode_attention: shape batch x heads x kv_heads x head_dim x q_len x max_kv_len; flags pageN
+// for a paged KV cache of N-token pages (a page pool of exactly batch x pages per sequence) and
+// kv_fp8 for an fp8 e4m3 cache.
 std::unique_ptr<Op> make_decode_attention(const ProblemSpec& spec) {
     if (spec.shape.size() != 6)
         throw InvalidArgument(fmt::format(
@@ -132,7 +133,14 @@ std::unique_ptr<Op> make_decode_attention(const ProblemSpec& spec) {
     p.q_len = spec.shape[4];
     p.max_kv_len = spec.shape[5];
     p.dtype = parse_dtype(spec.dtype);
-    const PagedCache cache = paged_cache(spec, p.batch, p.max_kv_len);
+    ProblemSpec cache_spec = spec;  // the flags paged_cache reads: all but kv_fp8
+    std::vector<std::string> flags = split(spec.flags, ',');
+    if (const auto fp8 = std::find(flags.begin(), flags.end(), "kv_fp8"); fp8 != flags.end()) {
+        p.kv_dtype = DType::fp8_e4m3;
+        flags.erase(fp8);
+    }
+    cache_spec.flags = fmt::format("{}", fmt::join(flags, ","));
+    const PagedCache cache = paged_cache(cache_spec, p.batch, p.max_kv_len);
     p.page_size = cache.page_size, p.max_pages_per_seq = cache.max_pages_per_seq, p.num_pages = cache.num_pages;
     return std::make_unique<DecodeAttention>(p);
 }

@@ -37,6 +37,7 @@ const char* device_type_name(DType dtype) noexcept {
         case DType::fp16: return "__half";
         case DType::bf16: return "__nv_bfloat16";
         case DType::int32: return "int";
+        case DType::fp8_e4m3: return "__nv_fp8_e4m3";
     }
     return "float";
 }

@@ -12,6 +12,7 @@ const char* dtype_name(DType dtype) noexcept {
         case DType::fp16: return "fp16";
         case DType::bf16: return "bf16";
         case DType::int32: return "int32";
+        case DType::fp8_e4m3: return "fp8_e4m3";
     }
     return "unknown";
 }
@@ -21,10 +22,21 @@ DType parse_dtype(const std::string& name) {
     if (name == "fp16" || name == "float16" || name == "half") return DType::fp16;
     if (name == "bf16" || name == "bfloat16") return DType::bf16;
     if (name == "int32") return DType::int32;
-    throw InvalidArgument(fmt::format("tileops: unknown dtype '{}' (expected fp32, fp16, bf16 or int32)", name));
+    if (name == "fp8_e4m3" || name == "float8_e4m3fn") return DType::fp8_e4m3;
+    throw InvalidArgument(
+        fmt::format("tileops: unknown dtype '{}' (expected fp32, fp16, bf16, int32 or fp8_e4m3)", name));
 }
 
-size_t dtype_size(DType dtype) noexcept { return dtype == DType::fp32 || dtype == DType::int32 ? 4 : 2; }
+size_t dtype_size(DType dtype) noexcept {
+    switch (dtype) {
+        case DType::fp32:
+        case DType::int32: return 4;
+        case DType::fp16:
+        case DType::bf16: return 2;
+        case DType::fp8_e4m3: return 1;
+    }
+    return 0;
+}
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> shape) {
     if (shape.size() > static_cast<size_t>(kMaxRank))

@@ -50,6 +50,21 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
                     page_cache(p, page_size);
                     ops.push_back(std::make_unique<DecodeAttention>(p));
                 }
+    // Decode attention over an fp8 e4m3 cache (the CUDA-core kernel): each head dim, GQA and MHA, paged.
+    for (int64_t head_dim : {64, 128, 256})
+        for (auto [heads, kv_heads, page_size] : {std::tuple{32, 8, 0}, {32, 32, 16}, {64, 8, 64}}) {
+            DecodeAttentionProblem p;
+            p.batch = 3;
+            p.num_heads = heads;
+            p.num_kv_heads = kv_heads;
+            p.head_dim = head_dim;
+            p.max_kv_len = 4097;
+            p.kv_dtype = DType::fp8_e4m3;
+            p.k_scale = 0.5f;
+            p.v_scale = 2.0f;
+            page_cache(p, page_size);
+            ops.push_back(std::make_unique<DecodeAttention>(p));
+        }
     // GEMM (each kernel takes seconds to compile, so few problems; the whole GEMM search space has
     // its own compile test): both layouts, tiny and large M, a ragged shape (narrow copies), every
     // epilogue option, fp32 output, a batch.

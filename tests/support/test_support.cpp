@@ -92,6 +92,7 @@ double tolerance(DType dtype) {
         case DType::fp16: return 1e-3;
         case DType::bf16: return 1.6e-2;
         case DType::int32: return 0;
+        case DType::fp8_e4m3: return 6.25e-2;  // 3 mantissa bits
     }
     return 0;
 }
