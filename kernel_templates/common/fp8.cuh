@@ -1,4 +1,4 @@
-// fp8 e4m3 (CUDA's __nv_fp8_e4m3) as a storage type: conversions to float for the kernels that
+// fp8 e4m3 (CUDA's __nv_fp8_e4m3) as a storage type: conversion to float for the kernels that
 // read quantized caches. Kept out of types.cuh so that kernels without fp8 keep their template
 // hashes (and tuned entries).
 #pragma once
@@ -9,11 +9,10 @@
 
 namespace tileops {
 
-template <>
-__device__ __forceinline__ float to_float<__nv_fp8_e4m3>(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
-
 // N e4m3 codes as floats, two at a time (one cvt.rn.f16x2.e4m3x2 per pair on sm_89 and newer; a
-// short software path before). Picked over types.cuh's generic unpack for fp8 vectors.
+// short software path before). Picked over types.cuh's generic unpack for fp8 vectors; there is
+// deliberately no to_float for one code, so a kernel that reached the generic per-element path
+// with fp8 would not compile.
 template <int N>
 __device__ __forceinline__ void unpack(const Vec<__nv_fp8_e4m3, N>& vec, float (&out)[N]) {
     static_assert(N % 2 == 0, "fp8 vectors convert in pairs");

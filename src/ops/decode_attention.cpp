@@ -141,16 +141,14 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
                                           dtype_name(p.dtype), dtype_name(kv)));
     p.kv_dtype = kv;
     if (kv == DType::fp8_e4m3) {
-        for (auto [name, value] : {std::pair{"k_scale", p.k_scale}, {"v_scale", p.v_scale}})
-            if (!(value > 0.0f) || !std::isfinite(value))
-                throw InvalidArgument(fmt::format("tileops::{}: {} must be positive and finite, got {}", kOp, name, value));
+        check_positive_finite(kOp, "k_scale", p.k_scale);
+        check_positive_finite(kOp, "v_scale", p.v_scale);
     } else if (p.k_scale != 1.0f || p.v_scale != 1.0f) {
         throw InvalidArgument(fmt::format("tileops::{}: k_scale and v_scale apply to an fp8_e4m3 cache (kv_dtype) only, "
                                           "got {} and {}", kOp, p.k_scale, p.v_scale));
     }
     if (p.scale == 0.0f) p.scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
-    if (!(p.scale > 0.0f) || !std::isfinite(p.scale))
-        throw InvalidArgument(fmt::format("tileops::{}: scale must be positive and finite, got {}", kOp, p.scale));
+    check_positive_finite(kOp, "scale", p.scale);
     if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))
         throw InvalidArgument(fmt::format("tileops::{}: softcap must be >= 0 and finite, got {}", kOp, p.softcap));
     check_range("window_left", p.window_left, -1, kIntMax / 2);

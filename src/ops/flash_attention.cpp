@@ -75,8 +75,7 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw Unsupported(fmt::format("tileops::{}: dtype must be fp16 or bf16, got {}", kOp, dtype_name(p.dtype)));
     if (p.scale == 0.0f) p.scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
-    if (!(p.scale > 0.0f) || !std::isfinite(p.scale))
-        throw InvalidArgument(fmt::format("tileops::{}: scale must be positive and finite, got {}", kOp, p.scale));
+    check_positive_finite(kOp, "scale", p.scale);
     check_range("window_left", p.window_left, -1, kIntMax / 2);
     if (p.layout != AttentionLayout::bshd && p.layout != AttentionLayout::bhsd)
         throw InvalidArgument(fmt::format("tileops::{}: layout {} is not bshd or bhsd", kOp, static_cast<int>(p.layout)));

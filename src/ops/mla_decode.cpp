@@ -127,8 +127,7 @@ MlaDecodeProblem normalized(MlaDecodeProblem p) {
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw InvalidArgument(fmt::format("tileops::{}: dtype must be fp16 or bf16, got {}", kOp, dtype_name(p.dtype)));
     if (p.scale == 0.0f) p.scale = 1.0f / std::sqrt(static_cast<float>(kKeyDim));
-    if (!(p.scale > 0.0f) || !std::isfinite(p.scale))
-        throw InvalidArgument(fmt::format("tileops::{}: scale must be positive and finite, got {}", kOp, p.scale));
+    check_positive_finite(kOp, "scale", p.scale);
     const bool paged = p.page_size != 0;
     if (paged) {
         if (p.page_size != 16 && p.page_size != 32 && p.page_size != 64 && p.page_size != 128 && p.page_size != 256)

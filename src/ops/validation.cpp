@@ -1,5 +1,6 @@
 #include "ops/validation.hpp"
 
+#include <cmath>
 #include <limits>
 
 #include <fmt/format.h>
@@ -54,6 +55,11 @@ void check_operand(const char* op, const char* argument, const void* data, const
     if (view->strides[1] != 1 || (rows > 1 && view->strides[0] != stride))
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}, 1] as in the problem, got [{}, {}]",
                                           op, argument, stride, view->strides[0], view->strides[1]));
+}
+
+void check_positive_finite(const char* op, const char* name, float value) {
+    if (!(value > 0.0f) || !std::isfinite(value))
+        throw InvalidArgument(fmt::format("tileops::{}: {} must be positive and finite, got {}", op, name, value));
 }
 
 void check_float_dtype(const char* op, const char* argument, DType dtype) {

@@ -34,6 +34,9 @@ void check_operand(const char* op, const char* argument, const void* data, const
 // A dtype the op computes in (fp32, fp16, bf16); int32 is for indices only.
 void check_float_dtype(const char* op, const char* argument, DType dtype);
 
+// A factor that must be > 0 and finite (softmax scales, a quantized cache's scales).
+void check_positive_finite(const char* op, const char* name, float value);
+
 // A device operand of the given shape and strides (in elements): non-null, aligned to
 // `alignment` bytes and, when given as a TensorView, of the expected dtype, rank, shape and
 // strides (strides of dimensions of extent 1 are not compared). `dims` names the dimensions for
