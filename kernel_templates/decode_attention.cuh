@@ -117,8 +117,10 @@ __global__ void __launch_bounds__(WARPS * 32)
     // waits for the page table in front of a copy.
     auto page_entry = [&](int it, int u) {
         const int token = first + it * CTA_TOKENS + u * TPS + slot;
-        return it < iterations && token < chunk_end ? __ldg(pages_of_sequence + token / (PAGE_SIZE > 0 ? PAGE_SIZE : 1))
-                                                    : -1;
+        // Tokens are never negative: unsigned division by the page size is a shift.
+        return it < iterations && token < chunk_end
+                   ? __ldg(pages_of_sequence + static_cast<unsigned>(token) / (PAGE_SIZE > 0 ? PAGE_SIZE : 1))
+                   : -1;
     };
     int pages_ahead[UNROLL];  // the entries of the next iteration to issue
     if constexpr (PAGE_SIZE > 0) {
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(WARPS * 32)
             if constexpr (PAGE_SIZE > 0) {
                 const int page = pages_ahead[u];
                 valid = valid && page >= 0 && page < num_pages;  // a bad page table entry reads nothing
-                offset = static_cast<long long>(page) * kv_outer_stride + (token % PAGE_SIZE) * kv_token_stride;
+                offset = static_cast<long long>(page) * kv_outer_stride + (static_cast<unsigned>(token) % PAGE_SIZE) * kv_token_stride;
             } else {
                 offset = batch * kv_outer_stride + static_cast<long long>(token) * kv_token_stride;
             }

@@ -15,7 +15,7 @@
 //
 // Latency, which decides small problems (batch 1: each CTA streams a few hundred keys): the first
 // tiles' copies start as soon as the sequence length is known, before Q is staged; with a paged
-// cache, each tile's page numbers are loaded one tile before its copies are issued, so a warp never
+// cache, a warp loads the page numbers of 16-32 tiles at once, a batch ahead, so that it never
 // waits for the page table in front of a copy.
 //
 // Rows of the ring are swizzled (common/mma_sm80.cuh: swizzled_offset) so that ldmatrix reads
@@ -101,63 +101,78 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int iterations = tile_end > tile_begin + warp ? (tile_end - tile_begin - warp + WARPS - 1) / WARPS : 0;
     const float score_scale = scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
 
-    const long long head_offset = kv_head * kv_head_stride;
     const int* pages_of_sequence = PAGE_SIZE > 0 ? page_table + batch * page_table_stride : nullptr;
+    // This lane's element offset inside a tile's keys: its row of the first copy, its chunk and the
+    // KV head. Copy i is ROWS_PER_COPY rows further; only the tile's (or page span's) start varies.
+    const long long lane_offset = (lane / CHUNKS) * kv_token_stride + (lane % CHUNKS) * 8 + kv_head * kv_head_stride;
+    const long long copy_step = ROWS_PER_COPY * kv_token_stride;
+    static_assert(PAGE_SPAN % ROWS_PER_COPY == 0, "a copy's rows lie in one page span");
 
-    // The page-table entry of iteration `it`'s page p, or -1 for none (past the split or the
-    // sequence). Loaded one tile before the tile's copies are issued (pages_ahead).
-    auto page_entry = [&](int it, int p) {
-        const int token = (tile_begin + warp + it * WARPS) * TILE + p * PAGE_SPAN;
-        return it < iterations && token < kv_end ? __ldg(pages_of_sequence + token / (PAGE_SIZE > 0 ? PAGE_SIZE : 1)) : -1;
+    // Page-table entries, fetched a whole batch of iterations ahead: lane j of the warp holds the
+    // entry of page j % PAGES of the batch's iteration j / PAGES (-1 past the split or the
+    // sequence), and a tile takes its entries from the lanes with a shuffle. One load per 32 / PAGES
+    // tiles, issued that many tiles before it is needed: a load just one tile ahead queues behind
+    // the copies in a saturated memory system and then delays the next tile's copies. Tokens are
+    // never negative: unsigned division by the page size is a shift.
+    constexpr int BATCH_ITERATIONS = 32 / PAGES;
+    auto fetch_pages = [&](int batch_index) {
+        const int it = batch_index * BATCH_ITERATIONS + lane / PAGES;
+        const int token = (tile_begin + warp + it * WARPS) * TILE + (lane % PAGES) * PAGE_SPAN;
+        return it < iterations && token < kv_end
+                   ? __ldg(pages_of_sequence + static_cast<unsigned>(token) / (PAGE_SIZE > 0 ? PAGE_SIZE : 1))
+                   : -1;
     };
-    int pages_ahead[PAGES];  // the page-table entries of the next iteration to issue
+    int pages_now = -1, pages_next = -1;  // this batch's entries and the next one's
     if constexpr (PAGE_SIZE > 0) {
-#pragma unroll
-        for (int p = 0; p < PAGES; ++p) pages_ahead[p] = page_entry(0, p);
+        pages_now = fetch_pages(0);
+        pages_next = fetch_pages(1);
     }
 
     // Starts the copies of iteration `it` into its stage (zero-filled past the end), and records
     // which of the tile's pages are valid: a bad page table entry reads nothing and is masked.
-    // Iterations are issued in order, so `pages_ahead` holds this one's entries; the next
-    // iteration's are loaded here, a whole iteration before they are needed.
+    // Iterations are issued in order, by the whole warp (the shuffles need every lane). The address
+    // of each page span is computed once per tile (a tile lies in one page, or spans whole pages), so
+    // a copy adds only a constant multiple of copy_step.
     auto issue = [&](int it) {
         const int stage = it % STAGES;
         const int base = (tile_begin + warp + it * WARPS) * TILE;
         const bool live = it < iterations;
-        long long page_base[PAGES];
+        const unsigned in_batch = static_cast<unsigned>(it) % BATCH_ITERATIONS;
+        if (PAGE_SIZE > 0 && in_batch == 0 && it > 0) {
+            pages_now = pages_next;
+            pages_next = fetch_pages(it / BATCH_ITERATIONS + 1);
+        }
+        long long span_offset[PAGES];
         unsigned valid_pages = 0;
 #pragma unroll
         for (int p = 0; p < PAGES; ++p) {
             const int token = base + p * PAGE_SPAN;
             bool ok = live && token < kv_end;
             if constexpr (PAGE_SIZE > 0) {
-                const int page = pages_ahead[p];
+                const int page = __shfl_sync(0xffffffffu, pages_now, in_batch * PAGES + p);
                 ok = ok && page >= 0 && page < num_pages;
-                page_base[p] = static_cast<long long>(ok ? page : 0) * kv_outer_stride;
+                const unsigned in_page = PAGE_SIZE > TILE ? static_cast<unsigned>(base) % PAGE_SIZE : 0u;
+                span_offset[p] = static_cast<long long>(ok ? page : 0) * kv_outer_stride + in_page * kv_token_stride;
             } else {
-                page_base[p] = batch * kv_outer_stride;
+                span_offset[p] = batch * kv_outer_stride + static_cast<long long>(token) * kv_token_stride;
             }
+            span_offset[p] += lane_offset;
             valid_pages |= ok ? 1u << p : 0u;
         }
         T* stage_k = ring + stage * 2 * TILE_ELEMS;
 #pragma unroll
         for (int i = 0; i < COPIES; ++i) {
-            const int row = i * ROWS_PER_COPY + lane / CHUNKS, chunk = lane % CHUNKS;
+            const int first_row = i * ROWS_PER_COPY, p = first_row / PAGE_SPAN;
+            const int row = first_row + lane / CHUNKS, chunk = lane % CHUNKS;
             const int token = base + row;
-            const int p = row / PAGE_SPAN;
             const bool valid = ((valid_pages >> p) & 1u) && token >= kv_begin && token < kv_end;
-            const int in_page = PAGE_SIZE > 0 ? token % PAGE_SIZE : token;
-            const long long at = valid ? page_base[p] + in_page * kv_token_stride + head_offset + chunk * 8 : 0;
+            const long long at = valid ? span_offset[p] + (first_row % PAGE_SPAN / ROWS_PER_COPY) * copy_step : 0;
             const int offset = swizzled_offset<HEAD_DIM>(row, chunk * 8);
             cp_async<16>(stage_k + offset, k + at, valid ? 16 : 0);
             cp_async<16>(stage_k + TILE_ELEMS + offset, v + at, valid ? 16 : 0);
         }
         if (lane == 0) page_flags[stage] = valid_pages;
         cp_async_commit();
-        if constexpr (PAGE_SIZE > 0) {
-#pragma unroll
-            for (int p = 0; p < PAGES; ++p) pages_ahead[p] = page_entry(it + 1, p);
-        }
     };
 
     // The first tiles' copies go out before Q is staged: at batch 1 a CTA streams only a few
