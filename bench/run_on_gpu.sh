@@ -37,6 +37,12 @@
 #               after 3 warm-up launches
 # PACK=1: everything written goes into $OUT/res.tgz, with the step summaries in $OUT/summary.txt
 # (the device tool returns 8 files at most).
+# The [gpu] tests that run every config of a search space compile a few hundred kernels. Compile
+# them here first (no GPU needed; same NVRTC as the GPU machine, see ../shared/DEVICE.md):
+#   ./build-dev/tools/tileops-tune warm --arch sm_90a --search-space \
+#     --workload tests/data/gpu_tests_warm.json --cache-dir .gpucarry/cache
+# then carry .gpucarry and set TILEOPS_CACHE_DIR=$PWD/.gpucarry/cache for the call (~22 MB).
+# Test logs carry each test case's duration.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -56,7 +62,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,power.draw,temper
 status=0
 # The [gpu] tests matching FILTER into $OUT/NAME.log; prints the failures and the summary.
 run_tests() {  # NAME FILTER TIMEOUT
-  timeout "$3" ./build-gpu/tests/tileops_tests "$2" --reporter compact 2>&1 | grep -v '^\[20' > "$OUT/$1.log"
+  timeout "$3" ./build-gpu/tests/tileops_tests "$2" --reporter compact --durations yes 2>&1 | grep -v '^\[20' > "$OUT/$1.log"
   grep -E 'failed|FAILED|SIG|error' "$OUT/$1.log" | head -40; tail -2 "$OUT/$1.log"
   grep -q '^All tests passed' "$OUT/$1.log" || status=1
 }

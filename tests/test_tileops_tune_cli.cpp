@@ -538,6 +538,26 @@ TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shap
     CHECK_THAT(missing.err, ContainsSubstring("nope.json"));
 }
 
+TEST_CASE("tileops-tune: every workload file the project ships names problems the library accepts", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // The example workloads, the benchmarks' tuning workloads and the GPU tests' cache warm-up: a
+    // typo or a problem the ops refuse would otherwise show only on a GPU machine, mid-call.
+    const fs::path root = TILEOPS_TEST_SOURCE_DIR;
+    std::vector<fs::path> workloads = {root / "tests" / "data" / "gpu_tests_warm.json"};
+    for (const fs::path& dir : {root / "tools" / "workloads", root / "bench"})
+        for (const auto& file : fs::directory_iterator(dir))
+            if (file.path().extension() == ".json" && (dir.filename() != "bench" || file.path().stem().string().rfind("tune_", 0) == 0))
+                workloads.push_back(file.path());
+    REQUIRE(workloads.size() >= 5);
+    for (const fs::path& workload : workloads) {
+        INFO(workload.string());
+        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--workload", workload.string()});
+        CHECK(r.status == 0);
+        CHECK_THAT(r.err, !ContainsSubstring("error"));
+        CHECK_THAT(r.out, ContainsSubstring("on sm_90a"));
+    }
+}
+
 TEST_CASE("tileops-tune: tune and verify without a GPU fail with a clear message", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     if (tileops::test::have_gpu()) SKIP("a GPU is present: tune would really run");
