@@ -75,11 +75,15 @@ struct DecodeCase {
 
     int64_t kv_rows() const { return p.page_size > 0 ? p.num_pages * p.page_size : p.batch * p.max_kv_len; }
 
-    // Index into k/v of token t of sequence b, kv head h, dim 0 (packed storage).
+    // Index into k/v of token t of sequence b, kv head h, dim 0 (packed storage), or -1 when its
+    // page table entry is outside the page pool (the op skips such keys).
     int64_t kv_index(int64_t b, int64_t t, int64_t h) const {
-        const int64_t row = p.page_size > 0
-                                ? page_table[b * p.max_pages_per_seq + t / p.page_size] * p.page_size + t % p.page_size
-                                : b * p.max_kv_len + t;
+        int64_t row = b * p.max_kv_len + t;
+        if (p.page_size > 0) {
+            const int page = page_table[b * p.max_pages_per_seq + t / p.page_size];
+            if (page < 0 || page >= p.num_pages) return -1;
+            row = static_cast<int64_t>(page) * p.page_size + t % p.page_size;
+        }
         return (row * p.num_kv_heads + h) * p.head_dim;
     }
 
@@ -111,7 +115,12 @@ struct DecodeCase {
                     std::vector<double> scores;
                     double max_score = -INFINITY;
                     for (int64_t t = begin; t < end; ++t) {
-                        const double* kv = &k[kv_index(b, t, h / group)];
+                        const int64_t at = kv_index(b, t, h / group);
+                        if (at < 0) {  // a skipped key: weight 0
+                            scores.push_back(-INFINITY);
+                            continue;
+                        }
+                        const double* kv = &k[at];
                         double s = 0;
                         for (int64_t e = 0; e < d; ++e) s += qv[e] * kv[e];
                         s *= p.scale * k_scale();
@@ -119,12 +128,14 @@ struct DecodeCase {
                         scores.push_back(s);
                         max_score = std::max(max_score, s);
                     }
-                    if (scores.empty()) continue;
+                    if (max_score == -INFINITY) continue;  // no key seen: output 0, lse -inf
                     double sum = 0;
                     for (double& s : scores) sum += (s = std::exp(s - max_score));
                     double* o = &out[((b * p.q_len + i) * p.num_heads + h) * d];
                     for (int64_t t = begin; t < end; ++t) {
-                        const double* vv = &v[kv_index(b, t, h / group)];
+                        const int64_t at = kv_index(b, t, h / group);
+                        if (at < 0) continue;
+                        const double* vv = &v[at];
                         const double w = scores[t - begin] / sum * v_scale();
                         for (int64_t e = 0; e < d; ++e) o[e] += w * vv[e];
                     }
@@ -309,6 +320,22 @@ TEST_CASE("Every DecodeAttention config in the search space is correct, run afte
     configs.push_back({{"kernel", 1}, {"warps", 1}, {"tile", 32}, {"stages", 5}, {"splits", 3}});
     configs.push_back({{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 1000}});
     check_configs(c, configs);
+}
+
+TEST_CASE("DecodeAttention skips keys behind page table entries outside the page pool", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    // Pages of 16 under tensor-core tiles of 32 keys (two page entries per tile) and of 16, and
+    // pages of 64 (several tiles per page); the tensor-core kernel and the CUDA-core kernel.
+    DecodeAttentionProblem p = problem(DType::bf16, 16, 4, 128, 1, 1000);
+    p.page_size = GENERATE(16, 64);
+    p.return_lse = true;
+    DecodeCase c(p, {1000, 500, 40}, 4343 + p.page_size);
+    c.page_table[3] = -7;                                                       // sequence 0, its 4th page
+    c.page_table[c.p.max_pages_per_seq + 2] = static_cast<int>(c.p.num_pages);  // sequence 1, its 3rd page
+    c.page_table[2 * c.p.max_pages_per_seq] = -1;  // sequence 2, its first page (all its keys with pages of 64)
+    check_configs(c, {{{"kernel", 1}, {"warps", 4}, {"tile", 32}, {"stages", 2}, {"splits", 3}},
+                      {{"kernel", 1}, {"warps", 2}, {"tile", 16}, {"stages", 3}, {"splits", 1}},
+                      {{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 3}}});
 }
 
 TEST_CASE("The tensor-core DecodeAttention kernel with one row per KV head (MHA)", "[gpu][decode]") {
