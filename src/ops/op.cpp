@@ -28,6 +28,31 @@ void Op::run(Runtime& runtime, Inputs inputs, Outputs outputs, CUstream stream) 
 
 namespace detail {
 
+RuntimeEntry& OpState::entry_locked(uint64_t id, bool (*is_live)(uint64_t)) {
+    RuntimeEntry* reusable = nullptr;
+    for (RuntimeEntry& entry : runtimes) {
+        const uint64_t owner = entry.runtime_id.load(std::memory_order_relaxed);
+        if (owner == id) return entry;
+        if (owner == 0) {  // a fresh entry: its slots are empty
+            entry.runtime_id.store(id, std::memory_order_release);
+            return entry;
+        }
+        if (reusable == nullptr && !is_live(owner)) reusable = &entry;
+    }
+    if (reusable == nullptr)
+        throw Unsupported(fmt::format("tileops: an op object serves at most {} runtimes at a time; use one op object "
+                                      "per runtime beyond that",
+                                      kMaxRuntimesPerOp));
+    // No thread reads this entry: its runtime is gone. Reset it, then publish the new owner.
+    for (KernelSlot& kernel : reusable->slots) {
+        kernel.ready.store(false, std::memory_order_relaxed);
+        kernel.launch = ResolvedLaunch{};
+    }
+    reusable->choice.reset();
+    reusable->runtime_id.store(id, std::memory_order_release);
+    return *reusable;
+}
+
 void launch(const ResolvedLaunch& launch, void** args, CUstream stream, const Op& op) {
     const runtime::DriverApi& cu = runtime::driver();
     CUresult status;

@@ -114,12 +114,14 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 void DeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
-    if (offset + bytes > bytes_) throw InvalidArgument("tileops: DeviceBuffer::upload past the end of the buffer");
+    if (offset > bytes_ || bytes > bytes_ - offset)  // (offset + bytes could wrap around)
+        throw InvalidArgument("tileops: DeviceBuffer::upload past the end of the buffer");
     TILEOPS_CU_CHECK(driver().cuMemcpyHtoD(ptr_ + offset, host, bytes));
 }
 
 void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
-    if (offset + bytes > bytes_) throw InvalidArgument("tileops: DeviceBuffer::download past the end of the buffer");
+    if (offset > bytes_ || bytes > bytes_ - offset)  // (offset + bytes could wrap around)
+        throw InvalidArgument("tileops: DeviceBuffer::download past the end of the buffer");
     TILEOPS_CU_CHECK(driver().cuMemcpyDtoH(host, ptr_ + offset, bytes));
 }
 

@@ -1,5 +1,9 @@
 #include "tileops/runtime.hpp"
 
+#include <limits>
+#include <mutex>
+#include <unordered_set>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -18,6 +22,13 @@ namespace {
 
 std::atomic<uint64_t> next_runtime_id{1};
 
+// The ids of the runtimes that exist (a set for the slow paths only).
+std::mutex live_runtimes_mutex;
+std::unordered_set<uint64_t>& live_runtimes() {
+    static std::unordered_set<uint64_t> ids;
+    return ids;
+}
+
 std::filesystem::path cache_directory(const RuntimeOptions& options) {
     if (!options.cache_dir.empty()) return options.cache_dir;
     return runtime::DiskCache::default_directory();
@@ -25,6 +36,9 @@ std::filesystem::path cache_directory(const RuntimeOptions& options) {
 
 uint64_t cache_max_bytes(const RuntimeOptions& options) {
     // 0: TILEOPS_CACHE_MAX_MB, else the cache's default bound.
+    if (options.cache_max_mb > (std::numeric_limits<uint64_t>::max() >> 20))
+        throw InvalidArgument(fmt::format("tileops: RuntimeOptions::cache_max_mb = {} is larger than a byte count can hold",
+                                          options.cache_max_mb));
     return options.cache_max_mb != 0 ? options.cache_max_mb << 20 : runtime::DiskCache::default_max_bytes();
 }
 
@@ -54,6 +68,10 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     // Like the CUDA runtime, a new runtime makes its device's primary context current on the
     // constructing thread; run() makes it current on any other thread that uses it.
     make_current();
+    {
+        std::lock_guard lock(live_runtimes_mutex);
+        live_runtimes().insert(id_);
+    }
     spdlog::debug("tileops: runtime on device {} ({}, {}, {} SMs), kernel cache {}", device_.ordinal, device_.name,
                   device_.arch(), device_.sm_count, builder_.cache().directory().string());
 }
@@ -94,18 +112,25 @@ const LoadedKernel& RuntimeImpl::kernel(const LaunchPlan& plan) {
     return *loaded;
 }
 
-const tuning::ConfigChoice& RuntimeImpl::choice_locked(const Op& op) {
-    OpState& state = op.state();
-    if (state.config_runtime_id != id_) {
-        state.choice = tuning::choose_config(resolver_, op.model(), device_);
-        state.config_runtime_id = id_;
-    }
-    return state.choice;
+RuntimeImpl::~RuntimeImpl() {
+    std::lock_guard lock(live_runtimes_mutex);
+    live_runtimes().erase(id_);
+}
+
+bool RuntimeImpl::is_live(uint64_t id) {
+    std::lock_guard lock(live_runtimes_mutex);
+    return live_runtimes().count(id) > 0;
+}
+
+const tuning::ConfigChoice& RuntimeImpl::choice_locked(const Op& op, RuntimeEntry& entry) {
+    if (!entry.choice) entry.choice = tuning::choose_config(resolver_, op.model(), device_);
+    return *entry.choice;
 }
 
 const tuning::ConfigChoice& RuntimeImpl::choice(const Op& op) {
-    std::lock_guard lock(op.state().mutex);
-    return choice_locked(op);
+    OpState& state = op.state();
+    std::lock_guard lock(state.mutex);
+    return choice_locked(op, state.entry_locked(id_, &RuntimeImpl::is_live));
 }
 
 ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& config, int vec) {
@@ -126,8 +151,8 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     launch.shared_bytes = plan.shared_bytes;
     if (const size_t bytes = model.workspace_bytes(config); bytes > 0) {
         make_current();
-        launch.workspace = std::make_shared<runtime::DeviceBuffer>(bytes);
-        launch.workspace->fill_bytes(0);
+        launch.workspace = std::make_shared<Workspace>(device_.ordinal, bytes);
+        launch.workspace->buffer.fill_bytes(0);
         // The caller's stream may not synchronize with the legacy stream the memset ran on.
         TILEOPS_CU_CHECK(runtime::driver().cuCtxSynchronize());
     }
@@ -200,11 +225,12 @@ unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& 
 const ResolvedLaunch& RuntimeImpl::resolve(const Op& op, int vec) {
     OpState& state = op.state();
     std::lock_guard lock(state.mutex);
-    KernelSlot& slot = state.slots[vector_slot(vec)];
-    if (slot.runtime_id.load(std::memory_order_acquire) == id_) return slot.launch;
-    const tuning::ConfigChoice& chosen = choice_locked(op);
+    RuntimeEntry& entry = state.entry_locked(id_, &RuntimeImpl::is_live);
+    KernelSlot& slot = entry.slots[static_cast<size_t>(vector_slot(vec))];
+    if (slot.ready.load(std::memory_order_acquire)) return slot.launch;
+    const tuning::ConfigChoice& chosen = choice_locked(op, entry);
     slot.launch = resolve_config(op.model(), chosen.config, vec);
-    slot.runtime_id.store(id_, std::memory_order_release);
+    slot.ready.store(true, std::memory_order_release);
     return slot.launch;
 }
 

@@ -27,6 +27,12 @@ struct LoadedKernel {
 class RuntimeImpl {
 public:
     explicit RuntimeImpl(const RuntimeOptions& options);
+    ~RuntimeImpl();
+    RuntimeImpl(const RuntimeImpl&) = delete;
+    RuntimeImpl& operator=(const RuntimeImpl&) = delete;
+
+    // Whether the runtime with this id still exists (ops reuse the entries of those that do not).
+    static bool is_live(uint64_t id);
 
     uint64_t id() const noexcept { return id_; }
     const DeviceInfo& device() const noexcept { return device_; }
@@ -38,8 +44,7 @@ public:
 
     // The hot path: the launch resolved for (op, vec) on this runtime, or the slow path.
     const ResolvedLaunch& resolved_launch(const Op& op, int vec) {
-        KernelSlot& slot = op.state().slots[vector_slot(vec)];
-        if (slot.runtime_id.load(std::memory_order_acquire) == id_) return slot.launch;
+        if (const ResolvedLaunch* launch = op.state().find_launch(id_, vector_slot(vec))) return *launch;
         return resolve(op, vec);
     }
 
@@ -53,7 +58,7 @@ public:
 
 private:
     const ResolvedLaunch& resolve(const Op& op, int vec);
-    const tuning::ConfigChoice& choice_locked(const Op& op);
+    const tuning::ConfigChoice& choice_locked(const Op& op, RuntimeEntry& entry);
 
     uint64_t id_;
     DeviceInfo device_;
