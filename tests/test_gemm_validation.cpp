@@ -165,6 +165,16 @@ TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the d
         Config missing = op.model().heuristic(device);
         missing.erase("block_n");
         CHECK_THAT(*op.model().invalid_reason(missing, device), ContainsSubstring("block_n"));
+        // Values from a hostile database: a reason, never int overflow (warps_m = 2^28 times
+        // warps_n = 16 wrapped to 0, passed the warp count check, then was divided by).
+        Config absurd = op.model().heuristic(device);
+        absurd["kernel"] = 0;
+        absurd["warps_m"] = 1LL << 28;
+        absurd["warps_n"] = 16;
+        CHECK_THAT(op.model().invalid_reason(absurd, device).value_or(""), ContainsSubstring("'warps_m' = 268435456"));
+        absurd["warps_m"] = 2;
+        absurd["stages"] = -3;
+        CHECK_THAT(op.model().invalid_reason(absurd, device).value_or(""), ContainsSubstring("'stages' = -3"));
     }
     // The TMA kernel's widths: the instantiated wgmma widths only, and multiples of 64 for layout
     // NN (B comes in boxes of 64 columns).

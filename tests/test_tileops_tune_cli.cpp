@@ -408,6 +408,65 @@ TEST_CASE("tileops-tune: merge -o writes the union, the faster entry per key", "
     CHECK_FALSE(fs::exists(mixed));
 }
 
+TEST_CASE("tileops-tune: merge writes nothing when an input holds malformed entries, unless told to", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string bad = fixture("bad_entries.json").string();
+    REQUIRE_FALSE(TuningDb::load(bad).rejected().empty());
+    const fs::path out = dir.path() / "merged.json";
+    const ToolResult refused = run_tool({"merge", "-o", out.string(), bad});
+    CHECK(refused.status == 1);
+    CHECK_THAT(refused.err, ContainsSubstring("rejected " + bad + ": entries["));
+    CHECK_THAT(refused.err, ContainsSubstring("nothing written"));
+    CHECK_FALSE(fs::exists(out));
+    const ToolResult refused_json = run_tool({"merge", "--json", "-o", out.string(), bad});
+    CHECK(refused_json.status == 1);
+    CHECK(parse_json(refused_json.out).at("rejected").size() == TuningDb::load(bad).rejected().size());
+
+    const ToolResult allowed = run_tool({"merge", "--json", "--allow-rejected", "-o", out.string(), bad});
+    INFO(allowed.err);
+    REQUIRE(allowed.status == 0);
+    const json summary = parse_json(allowed.out);
+    CHECK(summary.at("rejected").size() == TuningDb::load(bad).rejected().size());
+    CHECK(summary.at("entries") == TuningDb::load(bad).entries().size());
+    CHECK(TuningDb::load(out).entries() == TuningDb::load(bad).entries());
+}
+
+TEST_CASE("tileops-tune: a hostile config is ignored by explain and reported by warm, never a crash", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // warps_m x warps_n wrapped to 0 in 32 bits, and the validator then divided by 16 x warps_m.
+    const std::string hash = tileops::codegen::TemplateRegistry::instance().template_hash("gemm.cuh");
+    json entry = {{"op", "gemm"},        {"shape", {1, 4096, 4096}}, {"dtype", "bf16"},  {"flags", "nt"},
+                  {"arch", "sm_90a"},    {"template_hash", hash},    {"median_us", 10.0},
+                  {"config", {{"kernel", 0}, {"block_m", 128}, {"block_n", 128}, {"block_k", 32}, {"stages", 3},
+                              {"group_m", 8}, {"vec", 8}, {"warps_m", 268435456}, {"warps_n", 16}}}};
+    json unknown = entry;
+    unknown["op"] = "nosuchop";
+    const fs::path db_path = dir.path() / "hostile.json";
+    {
+        std::ofstream(db_path) << json({{"format_version", 1}, {"entries", {entry, unknown}}}).dump();
+    }
+    REQUIRE(TuningDb::load(db_path).entries().size() == 2);
+
+    const ToolResult explained =
+        run_tool({"explain", "--arch", "sm_90a", "--op", "gemm", "--shape", "1x4096x4096", "--flags", "nt", "--db",
+                  db_path.string()});
+    INFO(explained.err);
+    CHECK(explained.status == 0);
+    CHECK_THAT(explained.err, ContainsSubstring("ignored: " + db_path.string()));
+    CHECK_THAT(explained.err, ContainsSubstring("'warps_m' = 268435456 is outside"));
+    CHECK_THAT(explained.out, ContainsSubstring("on sm_90a"));
+
+    const ToolResult warmed =
+        run_tool({"warm", "--arch", "sm_90a", "--db", db_path.string(), "--cache-dir", (dir.path() / "cache").string()});
+    INFO(warmed.out);
+    CHECK(warmed.status == 1);
+    CHECK_THAT(warmed.err, ContainsSubstring(db_path.string() + ": gemm 1x4096x4096"));
+    CHECK_THAT(warmed.err, ContainsSubstring("unknown op 'nosuchop'"));
+    CHECK_THAT(warmed.out, ContainsSubstring("2 failed"));
+}
+
 TEST_CASE("tileops-tune: merge --drop-stale leaves out entries of other template versions", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;

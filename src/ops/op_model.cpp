@@ -45,6 +45,12 @@ const char* device_type_name(DType dtype) noexcept {
 long long config_value(const Config& config, const char* name, const std::string& op) {
     auto it = config.find(name);
     if (it == config.end()) throw InvalidArgument(fmt::format("tileops::{}: config has no '{}'", op, name));
+    // Every tunable is a small count or size. The bound keeps the validators' products and
+    // divisions (warps_m * warps_n, block_m % (16 * warps_m), ...) far from int overflow for any
+    // config, including one read from a hostile database.
+    if (it->second < 0 || it->second > kMaxConfigValue)
+        throw InvalidArgument(fmt::format("tileops::{}: config '{}' = {} is outside [0, {}]", op, name, it->second,
+                                          kMaxConfigValue));
     return it->second;
 }
 

@@ -105,7 +105,11 @@ protected:
 // The C++ type name of a dtype inside templates: "float", "__half", "__nv_bfloat16".
 const char* device_type_name(DType dtype) noexcept;
 
-// Reads a named tunable; throws InvalidArgument naming the op and the key when it is missing.
+// The largest value of any tunable (the largest real one is 1024 threads).
+inline constexpr long long kMaxConfigValue = 1 << 20;
+
+// Reads a named tunable; throws InvalidArgument naming the op and the key when it is missing or
+// outside [0, kMaxConfigValue].
 long long config_value(const Config& config, const char* name, const std::string& op);
 
 }  // namespace tileops::detail

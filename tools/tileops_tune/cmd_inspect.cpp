@@ -1,5 +1,6 @@
 // tileops-tune list / show / merge: what a database holds, as a table or JSON; databases merged
 // into one to ship.
+#include <filesystem>
 #include <string>
 
 #include <fmt/format.h>
@@ -101,6 +102,8 @@ int cmd_merge(int argc, char** argv) {
             options.add_options()("o,output", "the merged database to write", cxxopts::value<std::string>())(
                 "drop-stale", "leave out entries this library would never use (tuned with another version of the "
                 "kernel templates): what a database shipped with this version should hold")(
+                "allow-rejected", "write the merge even when an input holds malformed entries (they are left out; "
+                "without this flag such a merge writes nothing and exits 1)")(
                 "inputs", "databases to merge", cxxopts::value<std::vector<std::string>>());
             options.parse_positional({"inputs"});
             options.positional_help("A.json B.json ...");
@@ -108,11 +111,27 @@ int cmd_merge(int argc, char** argv) {
         [](const cxxopts::ParseResult& args) {
             if (!args.count("output")) throw InvalidArgument("give the output file with -o");
             if (!args.count("inputs")) throw InvalidArgument("give the databases to merge");
+            const std::string output = args["output"].as<std::string>();
+            // The lock TuningDb::save takes: a tune writing into the output meanwhile is not lost.
+            util::FileLock lock(std::filesystem::path(output + ".lock"), util::FileLock::Mode::exclusive);
             TuningDb merged;
+            nlohmann::json rejected = nlohmann::json::array();
             for (const std::string& path : args["inputs"].as<std::vector<std::string>>()) {
                 TuningDb db = TuningDb::load(path);
+                for (const RejectedEntry& r : db.rejected()) {
+                    rejected.push_back({{"file", path}, {"index", r.index}, {"why", r.reason}});
+                    if (!args.count("json")) fmt::print(stderr, "rejected {}: entries[{}]: {}\n", path, r.index, r.reason);
+                }
                 if (db.meta().sources.empty()) db.meta().sources = {path};
                 merged = TuningDb::merge(merged, db);
+            }
+            if (!rejected.empty() && !args.count("allow-rejected")) {
+                if (args.count("json"))
+                    fmt::print("{}\n", nlohmann::json({{"output", nullptr}, {"rejected", rejected}}).dump(2));
+                else
+                    fmt::print(stderr, "{} malformed entries in the inputs: nothing written to {} (fix them, or merge "
+                               "without them with --allow-rejected)\n", rejected.size(), output);
+                return 1;
             }
             nlohmann::json dropped = nlohmann::json::array();
             if (args.count("drop-stale")) {
@@ -128,10 +147,12 @@ int cmd_merge(int argc, char** argv) {
                 }
                 merged = std::move(kept);
             }
-            const std::string output = args["output"].as<std::string>();
             util::write_file_atomic(output, merged.to_json());
             if (args.count("json"))
-                fmt::print("{}\n", nlohmann::json({{"output", output}, {"entries", merged.entries().size()}, {"dropped", dropped}})
+                fmt::print("{}\n", nlohmann::json({{"output", output},
+                                                   {"entries", merged.entries().size()},
+                                                   {"dropped", dropped},
+                                                   {"rejected", rejected}})
                                        .dump(2));
             else
                 fmt::print("{} entries written to {}{}\n", merged.entries().size(), output,

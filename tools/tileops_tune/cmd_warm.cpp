@@ -70,14 +70,22 @@ int cmd_warm(int argc, char** argv) {
             // Kernels of every database entry for this arch, with the entry's own config.
             std::set<Kernel> kernels;
             size_t entries = 0;
+            // Entries this library cannot build (an unknown op, a shape of the wrong rank, a config
+            // it refuses): named and counted as failed, while the others are still compiled.
+            std::vector<std::string> bad_entries;
             for (const std::string& path : dbs) {
                 TuningDb db = TuningDb::load(path);
                 for (const TuningEntry& entry : db.entries()) {
                     if (entry.key.arch != arch) continue;
-                    auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
-                    if (op->model().invalid_reason(entry.config, device)) continue;
-                    add_kernels(op->model(), entry.config, device, kernels);
-                    ++entries;
+                    try {
+                        auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
+                        if (auto reason = op->model().invalid_reason(entry.config, device))
+                            throw InvalidArgument(*reason);
+                        add_kernels(op->model(), entry.config, device, kernels);
+                        ++entries;
+                    } catch (const std::exception& e) {
+                        bad_entries.push_back(fmt::format("{}: {}: {}", path, entry.key.to_string(), e.what()));
+                    }
                 }
             }
             // Kernels of every workload problem, with the config the runtime would choose (and,
@@ -120,8 +128,9 @@ int cmd_warm(int argc, char** argv) {
             for (auto& t : pool) t.join();
             progress.done();
 
-            size_t failed = 0;
+            size_t failed = bad_entries.size();
             nlohmann::json failed_json = nlohmann::json::array();
+            for (const std::string& bad : bad_entries) failed_json.push_back({{"entry", bad}, {"error", bad}});
             for (size_t i = 0; i < list.size(); ++i)
                 if (!failures[i].empty()) {
                     ++failed;
@@ -130,15 +139,15 @@ int cmd_warm(int argc, char** argv) {
             if (args.count("json")) {
                 nlohmann::json out = {{"arch", arch},           {"cache_dir", cache_dir.string()},
                                       {"kernels", list.size()}, {"compiled", compiled.load()},
-                                      {"already_cached", list.size() - compiled - failed},
+                                      {"already_cached", list.size() - compiled - (failed - bad_entries.size())},
                                       {"db_entries", entries},  {"problems", problems.size()},
                                       {"failed", failed_json}};
                 fmt::print("{}\n", out.dump(2));
             } else {
                 fmt::print("{} kernels for {} ({} database entries, {} workload problems): {} compiled, {} already "
                            "cached, {} failed; cache {}\n",
-                           list.size(), arch, entries, problems.size(), compiled.load(), list.size() - compiled - failed,
-                           failed, cache_dir.string());
+                           list.size(), arch, entries, problems.size(), compiled.load(),
+                           list.size() - compiled - (failed - bad_entries.size()), failed, cache_dir.string());
                 for (const auto& f : failed_json) fmt::print(stderr, "failed: {}\n", f["error"].get<std::string>());
             }
             return failed == 0 ? 0 : 1;
