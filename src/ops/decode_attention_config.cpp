@@ -153,6 +153,7 @@ std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Con
         if (l.tile != 16 && l.tile != 32) return fmt::format("tile = {} is not 16 or 32", l.tile);
         if (l.warps > 8) return fmt::format("kernel 1: warps = {} is more than 8 (registers)", l.warps);
     } else {
+        if (device.sm() < 80) return fmt::format("kernel 0 (cp.async) needs sm_80 or newer, the device is {}", device.arch());
         if (!is_power_of_two_up_to(l.rows, 8)) return fmt::format("rows = {} is not 1, 2, 4 or 8", l.rows);
         if (!is_power_of_two_up_to(l.unroll, 8)) return fmt::format("unroll = {} is not 1, 2, 4 or 8", l.unroll);
         if (l.rows * l.unroll > 32) return fmt::format("rows x unroll = {} scores per lane would spill", l.rows * l.unroll);

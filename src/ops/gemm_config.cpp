@@ -127,6 +127,7 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
         if (ceil_div(s.m, c.block_m) > 65535) return fmt::format("M = {} needs more than 65535 blocks of {} rows", s.m, c.block_m);
         if (s.batch > 65535) return fmt::format("batch = {} is more than 65535 (the grid's z)", s.batch);
     } else if (c.kernel == kGemmSm80) {
+        if (device.sm() < 80) return fmt::format("kernel 0 (mma.sync, cp.async) needs sm_80 or newer, the device is {}", device.arch());
         if (!is_pow2(c.block_m) || c.block_m < 16 || c.block_m > 256)
             return fmt::format("block_m = {} is not a power of two in [16, 256]", c.block_m);
         if (!is_pow2(c.block_n) || c.block_n < 32 || c.block_n > 256)

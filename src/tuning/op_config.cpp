@@ -31,9 +31,17 @@ std::optional<std::string> stale_entry_reason(const TuningEntry& entry) {
     }
 }
 
+Config heuristic_that_fits(const detail::OpModel& model, const DeviceInfo& device) {
+    Config heuristic = model.heuristic(device);
+    if (!model.invalid_reason(heuristic, device)) return heuristic;
+    for (const Config& config : model.search_space(device))
+        if (!model.invalid_reason(config, device)) return config;
+    return heuristic;  // nothing fits: resolving it says why
+}
+
 ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& model, const DeviceInfo& device) {
     return resolver.choose(
-        tuning_key_for(model, device), [&] { return model.heuristic(device); },
+        tuning_key_for(model, device), [&] { return heuristic_that_fits(model, device); },
         [&](const TuningEntry& entry) { return model.invalid_reason(entry.config, device); });
 }
 

@@ -21,6 +21,12 @@ std::string current_template_hash(const detail::OpModel& model);
 // kernel template, or for a problem it does not know), or nullopt when it would.
 std::optional<std::string> stale_entry_reason(const TuningEntry& entry);
 
+// The op's heuristic config, or, where `device` cannot run it (less shared memory than the
+// heuristic assumed, as on sm_86 / sm_89 against sm_80), the first config of its search space
+// that it can. The heuristic itself when none fits, so that resolving it says why.
+Config heuristic_that_fits(const detail::OpModel& model, const DeviceInfo& device);
+
+// A tuned entry (exact or nearest shape) when one is usable, else heuristic_that_fits().
 ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& model, const DeviceInfo& device);
 
 // "name=value name=value ...", in the config's (alphabetical) order: for logs and tables.
