@@ -87,6 +87,20 @@ TEST_CASE("DecodeAttention refuses bad problems by name", "[validation][decode]"
     CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.kv_token_stride = 1032; })),
                       ContainsSubstring("kv_token_stride = 1032 must be a multiple of 16 elements"));
     CHECK_NOTHROW(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::bf16; })));  // the same as dtype
+    // Output rows that overlap would be written by racing blocks.
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.o_head_stride = 64; })),
+                      ContainsSubstring("o_batch_stride = 2048, o_token_stride = 2048 and o_head_stride = 64 make output "
+                                        "rows overlap"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.o_token_stride = 2048, p.o_batch_stride = 1024; })),
+                      ContainsSubstring("make output rows overlap"));
+    // A stride left at 0 packs around the strides given inside it.
+    const DecodeAttention padded(with([](auto& p) { p.o_head_stride = 256, p.kv_head_stride = 256; }));
+    CHECK(padded.problem().o_token_stride == 32 * 256);
+    CHECK(padded.problem().o_batch_stride == padded.problem().q_len * 32 * 256);
+    CHECK(padded.problem().kv_token_stride == 8 * 256);
+    CHECK(padded.problem().kv_outer_stride == 4096 * 8 * 256);
+    const DecodeAttention bhsd(with([](auto& p) { p.kv_head_stride = 4096 * 128, p.kv_token_stride = 128; }));
+    CHECK(bhsd.problem().kv_outer_stride == 8 * 4096 * 128);  // the heads span the sequence
     // The row ops refuse the index dtype too.
     CHECK_THROWS_WITH(RmsNorm({4, 16, DType::int32}), ContainsSubstring("dtype must be fp32, fp16 or bf16, got int32"));
 }

@@ -60,6 +60,9 @@ TEST_CASE("MlaDecode refuses bad problems by name", "[validation][mla]") {
     CHECK_THROWS_WITH(MlaDecode(with([](auto& p) { p.o_head_stride = 516; })),
                       ContainsSubstring("o_head_stride = 516 must be a multiple of 8 elements"));
     CHECK_THROWS_WITH(MlaDecode(with([](auto& p) { p.q_head_stride = -576; })), ContainsSubstring("q_head_stride must be >= 0"));
+    // Output rows of 512 that overlap would be written by racing blocks.
+    CHECK_THROWS_WITH(MlaDecode(with([](auto& p) { p.o_head_stride = 256; })), ContainsSubstring("make output rows overlap"));
+    CHECK_NOTHROW(MlaDecode(with([](auto& p) { p.o_head_stride = 1024; })));
 }
 
 TEST_CASE("MlaDecode checks its operands by name", "[validation][mla]") {

@@ -33,7 +33,10 @@ struct DecodeAttentionProblem {
     int64_t num_pages = 0;
     int64_t max_pages_per_seq = 0;
 
-    // Strides in elements; 0 means packed. The head dim is always contiguous.
+    // Strides in elements. The head dim is always contiguous. A stride left at 0 packs around the
+    // ones given inside it: the token stride is heads x head stride, the outer (batch or page)
+    // stride is what the tokens and heads span (so [batch, heads, len, dim] needs only the head and
+    // token strides). Output rows that would overlap are refused.
     int64_t q_batch_stride = 0, q_token_stride = 0, q_head_stride = 0;  // q: [batch, q_len, num_heads, head_dim]
     int64_t o_batch_stride = 0, o_token_stride = 0, o_head_stride = 0;  // out: like q
     // k, v: [batch, max_kv_len, num_kv_heads, head_dim] (kv_outer_stride between sequences), or

@@ -168,15 +168,25 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
         throw InvalidArgument(fmt::format("tileops::{}: num_pages and max_pages_per_seq need page_size > 0", kOp));
     }
     const int64_t kv_tokens = paged ? p.page_size : p.max_kv_len;
+    // A stride left at 0 packs its dimension around the ones inside it, as given: a token holds its
+    // heads, and a sequence (or page) whatever its tokens and heads span, in either order (BHSD too).
     p.q_head_stride = default_stride("q_head_stride", p.q_head_stride, d);
-    p.q_token_stride = default_stride("q_token_stride", p.q_token_stride, p.num_heads * d);
-    p.q_batch_stride = default_stride("q_batch_stride", p.q_batch_stride, p.q_len * p.num_heads * d);
+    p.q_token_stride = default_stride("q_token_stride", p.q_token_stride, p.num_heads * p.q_head_stride);
+    p.q_batch_stride = default_stride("q_batch_stride", p.q_batch_stride,
+                                      std::max(p.q_len * p.q_token_stride, p.num_heads * p.q_head_stride));
     p.o_head_stride = default_stride("o_head_stride", p.o_head_stride, d);
-    p.o_token_stride = default_stride("o_token_stride", p.o_token_stride, p.num_heads * d);
-    p.o_batch_stride = default_stride("o_batch_stride", p.o_batch_stride, p.q_len * p.num_heads * d);
+    p.o_token_stride = default_stride("o_token_stride", p.o_token_stride, p.num_heads * p.o_head_stride);
+    p.o_batch_stride = default_stride("o_batch_stride", p.o_batch_stride,
+                                      std::max(p.q_len * p.o_token_stride, p.num_heads * p.o_head_stride));
     p.kv_head_stride = default_stride("kv_head_stride", p.kv_head_stride, d);
-    p.kv_token_stride = default_stride("kv_token_stride", p.kv_token_stride, p.num_kv_heads * d);
-    p.kv_outer_stride = default_stride("kv_outer_stride", p.kv_outer_stride, kv_tokens * p.num_kv_heads * d);
+    p.kv_token_stride = default_stride("kv_token_stride", p.kv_token_stride, p.num_kv_heads * p.kv_head_stride);
+    p.kv_outer_stride = default_stride("kv_outer_stride", p.kv_outer_stride,
+                                       std::max(kv_tokens * p.kv_token_stride, p.num_kv_heads * p.kv_head_stride));
+    // Distinct output rows must not share elements (their blocks would race).
+    if (!rows_disjoint(d, {{p.batch, p.o_batch_stride}, {p.q_len, p.o_token_stride}, {p.num_heads, p.o_head_stride}}))
+        throw InvalidArgument(fmt::format("tileops::{}: o_batch_stride = {}, o_token_stride = {} and o_head_stride = {} "
+                                          "make output rows overlap",
+                                          kOp, p.o_batch_stride, p.o_token_stride, p.o_head_stride));
     // The kernel loads 16 bytes of a key or value row at a time.
     const int64_t vec = 16 / static_cast<int64_t>(dtype_size(kv));
     for (auto [name, stride] : {std::pair{"kv_head_stride", p.kv_head_stride}, {"kv_token_stride", p.kv_token_stride},

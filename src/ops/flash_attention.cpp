@@ -45,19 +45,6 @@ void normalize_strides(const FlashAttentionProblem& p, const char* tensor, int64
     batch_stride = p.varlen ? 0 : stride_or((name + "_batch_stride").c_str(), batch_stride, rows * heads * d);
 }
 
-// Whether rows of `row_elements` at every combination of (count, stride) offsets are disjoint:
-// taken from the smallest stride up, each stride must clear everything the smaller ones span.
-bool rows_disjoint(int64_t row_elements, std::vector<std::pair<int64_t, int64_t>> dims) {
-    std::sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-    int64_t extent = row_elements;
-    for (const auto& [count, stride] : dims) {
-        if (count <= 1) continue;
-        if (stride < extent) return false;
-        extent = (count - 1) * stride + extent;
-    }
-    return true;
-}
-
 FlashAttentionProblem normalized(FlashAttentionProblem p) {
     constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
     if (p.num_kv_heads == 0) p.num_kv_heads = p.num_heads;

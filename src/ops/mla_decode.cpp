@@ -147,6 +147,11 @@ MlaDecodeProblem normalized(MlaDecodeProblem p) {
     p.o_head_stride = default_stride("o_head_stride", p.o_head_stride, kValueDim);
     p.o_token_stride = default_stride("o_token_stride", p.o_token_stride, p.num_heads * p.o_head_stride);
     p.o_batch_stride = default_stride("o_batch_stride", p.o_batch_stride, p.q_len * p.o_token_stride);
+    // Distinct output rows must not share elements (their blocks would race).
+    if (!rows_disjoint(kValueDim, {{p.batch, p.o_batch_stride}, {p.q_len, p.o_token_stride}, {p.num_heads, p.o_head_stride}}))
+        throw InvalidArgument(fmt::format("tileops::{}: o_batch_stride = {}, o_token_stride = {} and o_head_stride = {} "
+                                          "make output rows overlap",
+                                          kOp, p.o_batch_stride, p.o_token_stride, p.o_head_stride));
     p.kv_token_stride = default_stride("kv_token_stride", p.kv_token_stride, kKeyDim);
     p.kv_outer_stride = default_stride("kv_outer_stride", p.kv_outer_stride,
                                        (paged ? p.page_size : p.max_kv_len) * p.kv_token_stride);

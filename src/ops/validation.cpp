@@ -1,5 +1,6 @@
 #include "ops/validation.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -112,6 +113,18 @@ int64_t stride_or_packed(const char* op, const char* name, int64_t stride, int64
     if (stride == 0) return packed;
     if (stride < 0) throw InvalidArgument(fmt::format("tileops::{}: {} must be >= 0, got {}", op, name, stride));
     return stride;
+}
+
+bool rows_disjoint(int64_t row_elements, std::vector<std::pair<int64_t, int64_t>> dims) {
+    // From the smallest stride up, each stride must clear everything the smaller ones span.
+    std::sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    int64_t extent = row_elements;
+    for (const auto& [count, stride] : dims) {
+        if (count <= 1) continue;
+        if (stride < extent) return false;
+        extent = (count - 1) * stride + extent;
+    }
+    return true;
 }
 
 }  // namespace tileops::detail

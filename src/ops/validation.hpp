@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tileops/tensor.hpp"
 
@@ -44,6 +46,10 @@ void check_positive_finite(const char* op, const char* name, float value);
 void check_tensor(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
                   std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, size_t alignment,
                   const char* dims);
+
+// Whether rows of `row_elements` placed at every combination of the (count, stride) offsets in
+// `dims` are disjoint (outputs whose rows overlap would be written by racing blocks).
+bool rows_disjoint(int64_t row_elements, std::vector<std::pair<int64_t, int64_t>> dims);
 
 // The widest vector width <= `max_vec` (a power of two) that divides every value in `counts`.
 int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts);
