@@ -626,3 +626,29 @@ TEST_CASE("InFlight: a failure reaches every waiter and the next call retries", 
     }) == "ok");
     CHECK(calls.load() == 2);
 }
+
+TEST_CASE("a lock taken on a lock file that was unlinked meanwhile is retaken on the file at the path", "[disk_cache]") {
+    // Eviction and clear() unlink a key's lock file while holding it. A process that was already
+    // waiting on that file must not end up owning a file nobody else can see, while a newcomer
+    // creates and locks a new one at the path: both would build the key.
+    TempDir dir;
+    const std::filesystem::path path = dir.path / "key.lock";
+    auto holder = std::make_unique<FileLock>(path, FileLock::Mode::exclusive);
+    std::atomic<bool> waiting{false}, locked{false};
+    bool newcomer_got_it = true;
+    std::thread waiter([&] {
+        waiting = true;
+        FileLock lock(path, FileLock::Mode::exclusive);
+        locked = true;
+        newcomer_got_it = FileLock::try_lock(path, FileLock::Mode::exclusive).owns();
+    });
+    while (!waiting) std::this_thread::yield();
+    std::this_thread::sleep_for(100ms);  // the waiter blocks in flock on the first file
+    CHECK_FALSE(locked.load());
+    std::filesystem::remove(path);  // what eviction does, then it lets go
+    holder.reset();
+    waiter.join();
+    CHECK(locked.load());
+    CHECK_FALSE(newcomer_got_it);  // the waiter holds the lock at the path, not an unlinked file
+    CHECK(std::filesystem::exists(path));
+}

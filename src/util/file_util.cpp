@@ -96,20 +96,39 @@ int flock_op(FileLock::Mode mode) { return mode == FileLock::Mode::shared ? LOCK
 
 }  // namespace
 
-FileLock::FileLock(const fs::path& path, Mode mode) : fd_(open_lock_file(path)) {
-    while (::flock(fd_, flock_op(mode)) != 0) {
-        if (errno == EINTR) continue;
-        int err = errno;
-        ::close(fd_);
-        fd_ = -1;
-        throw FileError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(err)));
+namespace {
+
+// Whether the open lock file `fd` is still the file at `path`. A holder may unlink a lock file
+// (cache eviction and clear() do); whoever then locks the unlinked file owns nothing, while a
+// newcomer creates and locks a new one at the path. So a lock counts only once this holds.
+bool still_at_path(int fd, const fs::path& path) {
+    struct stat held {};
+    struct stat now {};
+    if (::fstat(fd, &held) != 0 || ::stat(path.c_str(), &now) != 0) return false;
+    return held.st_dev == now.st_dev && held.st_ino == now.st_ino;
+}
+
+}  // namespace
+
+FileLock::FileLock(const fs::path& path, Mode mode) {
+    for (;;) {
+        fd_ = open_lock_file(path);
+        while (::flock(fd_, flock_op(mode)) != 0) {
+            if (errno == EINTR) continue;
+            int err = errno;
+            ::close(fd_);
+            fd_ = -1;
+            throw FileError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(err)));
+        }
+        if (still_at_path(fd_, path)) return;
+        ::close(fd_);  // the file was unlinked while we waited: lock the one at the path now
     }
 }
 
 FileLock FileLock::try_lock(const fs::path& path, Mode mode) {
     FileLock lock;
     int fd = open_lock_file(path);
-    if (::flock(fd, flock_op(mode) | LOCK_NB) == 0) {
+    if (::flock(fd, flock_op(mode) | LOCK_NB) == 0 && still_at_path(fd, path)) {
         lock.fd_ = fd;
     } else {
         ::close(fd);
