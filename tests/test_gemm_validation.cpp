@@ -91,7 +91,18 @@ TEST_CASE("Gemm checks run()'s operands by name", "[validation][gemm]") {
     GemmProblem shifted = p;
     shifted.ldc = 256;
     Gemm shifted_alias(shifted);
-    CHECK_THROWS_WITH(shifted_alias.check({kA, kB, kD, kBias}, {kD}), ContainsSubstring("C aliases D"));
+    CHECK_THROWS_WITH(shifted_alias.check({kA, kB, kD, kBias}, {kD}), ContainsSubstring("C and D overlap"));
+    // C one row (128 elements) past D, same leading dimension: blocks would read C rows that
+    // others have already overwritten as D.
+    CHECK_THROWS_WITH(fused.check({kA, kB, static_cast<char*>(kD) + 128 * 2, kBias}, {kD}),
+                      ContainsSubstring("C and D overlap"));
+    // Just past D's last element (64 rows of 128 bf16): apart.
+    CHECK_NOTHROW(fused.check({kA, kB, static_cast<char*>(kD) + 64 * 128 * 2, kBias}, {kD}));
+
+    // A leading dimension or batch stride too large for 64-bit offsets is named.
+    GemmProblem huge = problem(1024, 1024, 1024);
+    huge.lda = int64_t{1} << 45;
+    CHECK_THROWS_WITH(Gemm(huge), ContainsSubstring("lda = 35184372088832 is larger than supported"));
 
     // Views are checked against the problem.
     const TensorView a = TensorView::contiguous(kA, DType::bf16, {64, 256});

@@ -196,7 +196,9 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
                                               stride, vec));
     // Offsets inside the kernel are 64-bit; lengths, positions and page numbers are 32-bit.
     const double kv_span = static_cast<double>(paged ? p.num_pages : p.batch) * static_cast<double>(p.kv_outer_stride);
-    if (kv_span > 9e18) throw InvalidArgument(fmt::format("tileops::{}: the KV cache extent overflows 64-bit offsets", kOp));
+    if (kv_span > 9e18)
+        throw InvalidArgument(fmt::format("tileops::{}: {} x kv_outer_stride ({} x {}) overflows 64-bit offsets", kOp,
+                                          paged ? "num_pages" : "batch", paged ? p.num_pages : p.batch, p.kv_outer_stride));
     return p;
 }
 

@@ -88,10 +88,13 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
                                           "output rows overlap", kOp, p.o_batch_stride, p.o_seq_stride, p.o_head_stride));
     // Offsets are 64-bit in the kernels and TMA strides must stay below 2^40 bytes.
     const int64_t limit = int64_t{1} << 38;
-    for (int64_t s : {p.q_batch_stride, p.q_seq_stride, p.q_head_stride, p.k_batch_stride, p.k_seq_stride,
-                      p.k_head_stride, p.v_batch_stride, p.v_seq_stride, p.v_head_stride, p.o_batch_stride,
-                      p.o_seq_stride, p.o_head_stride})
-        if (s > limit) throw InvalidArgument(fmt::format("tileops::{}: a stride of {} elements is larger than supported", kOp, s));
+    for (auto [name, stride] :
+         {std::pair{"q_batch_stride", p.q_batch_stride}, {"q_seq_stride", p.q_seq_stride}, {"q_head_stride", p.q_head_stride},
+          {"k_batch_stride", p.k_batch_stride}, {"k_seq_stride", p.k_seq_stride}, {"k_head_stride", p.k_head_stride},
+          {"v_batch_stride", p.v_batch_stride}, {"v_seq_stride", p.v_seq_stride}, {"v_head_stride", p.v_head_stride},
+          {"o_batch_stride", p.o_batch_stride}, {"o_seq_stride", p.o_seq_stride}, {"o_head_stride", p.o_head_stride}})
+        if (stride > limit)
+            throw InvalidArgument(fmt::format("tileops::{}: {} = {} elements is larger than supported", kOp, name, stride));
     return p;
 }
 

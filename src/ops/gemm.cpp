@@ -94,17 +94,30 @@ GemmProblem normalized(GemmProblem p) {
     p.ldd = leading_dimension("ldd", p.ldd, p.n);
     // Every offset the kernels form must fit in 64 bits: check the largest one, with headroom.
     const int64_t limit = int64_t{1} << 50;
-    for (int64_t ld : {p.lda, p.ldb, p.ldc, p.ldd})
+    for (auto [name, ld] : {std::pair{"lda", p.lda}, {"ldb", p.ldb}, {"ldc", p.ldc}, {"ldd", p.ldd}})
         if (ld > limit / std::max(p.m, std::max(p.n, p.k)))
-            throw InvalidArgument(fmt::format("tileops::Gemm: a leading dimension of {} is larger than supported", ld));
+            throw InvalidArgument(fmt::format("tileops::Gemm: {} = {} is larger than supported", name, ld));
     p.batch_stride_a = batch_stride("batch_stride_a", p.batch_stride_a, p.batch, p.m, p.k, p.lda, false);
     p.batch_stride_b = batch_stride("batch_stride_b", p.batch_stride_b, p.batch, b_rows(p), b_cols(p), p.ldb, false);
     p.batch_stride_c = batch_stride("batch_stride_c", p.batch_stride_c, p.batch, p.m, p.n, p.ldc, false);
     p.batch_stride_d = batch_stride("batch_stride_d", p.batch_stride_d, p.batch, p.m, p.n, p.ldd, true);
-    for (int64_t s : {p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d})
-        if (s > limit / p.batch)
-            throw InvalidArgument(fmt::format("tileops::Gemm: a batch stride of {} is larger than supported", s));
+    for (auto [name, stride] : {std::pair{"batch_stride_a", p.batch_stride_a}, {"batch_stride_b", p.batch_stride_b},
+                                {"batch_stride_c", p.batch_stride_c}, {"batch_stride_d", p.batch_stride_d}})
+        if (stride > limit / p.batch)
+            throw InvalidArgument(fmt::format("tileops::Gemm: {} = {} is larger than supported", name, stride));
     return p;
+}
+
+// Bytes from an operand's first element to one past its last: `rows` x `cols` with leading
+// dimension `ld`, `batch` times `batch_stride` apart.
+uint64_t operand_bytes(const GemmProblem& p, int64_t rows, int64_t cols, int64_t ld, int64_t batch_stride, DType dtype) {
+    const int64_t last = (p.batch - 1) * batch_stride + (rows - 1) * ld + cols;
+    return static_cast<uint64_t>(last) * dtype_size(dtype);
+}
+
+bool bytes_overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
+    const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
+    return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
 }
 
 const char* activation_index(GemmEpilogue e) { return e == GemmEpilogue::gelu ? "1" : e == GemmEpilogue::silu ? "2" : "0"; }
@@ -287,9 +300,13 @@ int bind(const GemmProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
     if (p.has_c) {
         const TensorArg& c = inputs[2];
         check_gemm_operand(p, "C", c, out, p.m, p.n, p.ldc, p.batch_stride_c);
-        // In place is fine (each element is read, then written, by one thread); a shifted alias is a race.
-        if (c.data() == d.data() && (p.ldc != p.ldd || (p.batch > 1 && p.batch_stride_c != p.batch_stride_d)))
-            throw InvalidArgument("tileops::Gemm: C aliases D but with another leading dimension or batch stride");
+        // In place is fine (each element is read, then written, by one thread); any other overlap of
+        // C and D is a race between blocks (one reads C where another has already written D).
+        const bool in_place = c.data() == d.data() && p.ldc == p.ldd && (p.batch == 1 || p.batch_stride_c == p.batch_stride_d);
+        if (!in_place && bytes_overlap(c.data(), operand_bytes(p, p.m, p.n, p.ldc, p.batch_stride_c, out), d.data(),
+                                       operand_bytes(p, p.m, p.n, p.ldd, p.batch_stride_d, out)))
+            throw InvalidArgument("tileops::Gemm: C and D overlap (only C == D with the same leading dimension and batch "
+                                  "stride, in place, is allowed)");
     }
     if (p.bias) {
         const TensorArg& bias = inputs[p.has_c ? 3 : 2];

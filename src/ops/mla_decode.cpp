@@ -165,7 +165,9 @@ MlaDecodeProblem normalized(MlaDecodeProblem p) {
             throw InvalidArgument(fmt::format("tileops::{}: {} = {} must be a multiple of {} elements (16 bytes)", kOp, name,
                                               stride, vec));
     const double kv_span = static_cast<double>(paged ? p.num_pages : p.batch) * static_cast<double>(p.kv_outer_stride);
-    if (kv_span > 9e18) throw InvalidArgument(fmt::format("tileops::{}: the KV cache extent overflows 64-bit offsets", kOp));
+    if (kv_span > 9e18)
+        throw InvalidArgument(fmt::format("tileops::{}: {} x kv_outer_stride ({} x {}) overflows 64-bit offsets", kOp,
+                                          paged ? "num_pages" : "batch", paged ? p.num_pages : p.batch, p.kv_outer_stride));
     return p;
 }
 
