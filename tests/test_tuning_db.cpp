@@ -646,6 +646,25 @@ TEST_CASE("tuning_db: merge is commutative, idempotent and keeps the faster entr
     }
 }
 
+TEST_CASE("tuning_db: a key repeated in one object is refused, not silently dropped", "[tuning_db]") {
+    const std::string entries_twice = R"({"format_version": 1, "entries": [], "entries": []})";
+    CHECK_THROWS_AS(TuningDb::parse(entries_twice, "joined.json"), tileops::FileError);
+    CHECK_THAT(error_of([&] { TuningDb::parse(entries_twice, "joined.json"); }),
+               ContainsSubstring("joined.json: the key \"entries\" appears twice"));
+    nlohmann::json db = nlohmann::json::parse(make_db({make_entry(make_key("add", {8}), 1.0, {{"vec", 4}})}).to_json());
+    std::string text = db.dump();
+    const std::string config = R"("config":{"vec":4})";
+    REQUIRE(text.find(config) != std::string::npos);
+    text.replace(text.find(config), config.size(), R"("config":{"vec":4,"vec":8})");
+    CHECK_THAT(error_of([&] { TuningDb::parse(text, "db.json"); }), ContainsSubstring("the key \"vec\" appears twice"));
+    // The same key in different objects is fine.
+    CHECK_NOTHROW(TuningDb::parse(nlohmann::json::parse(make_db({make_entry(make_key("add", {8}), 1.0),
+                                                       make_entry(make_key("add", {16}), 1.0)})
+                                                  .to_json())
+                                      .dump(),
+                                  "two.json"));
+}
+
 TEST_CASE("tuning_db: merge keeps the faster entry and refuses different archs", "[tuning_db]") {
     const TuningKey key = make_key("rmsnorm", {4096, 4096});
     TuningDb a = make_db({make_entry(key, 10.0, {{"vec", 4}}, "GPU slow")});

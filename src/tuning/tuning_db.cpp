@@ -327,8 +327,23 @@ void sort_keeping_best(std::vector<TuningEntry>& entries) {
 
 TuningDb TuningDb::parse(std::string_view text, const std::string& source, const EntryValidator& validator) {
     json root;
+    // JSON keeps only the last of repeated keys: a hand-joined file with two "entries" lists would
+    // silently lose the first. Repeated keys in any object are refused.
+    std::vector<std::set<std::string>> keys_seen;  // one set per open object
+    std::string repeated;
+    const json::parser_callback_t reject_repeated_keys = [&](int, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::object_start) {
+            keys_seen.emplace_back();
+        } else if (event == json::parse_event_t::object_end) {
+            if (!keys_seen.empty()) keys_seen.pop_back();
+        } else if (event == json::parse_event_t::key && !keys_seen.empty() &&
+                   !keys_seen.back().insert(parsed.get<std::string>()).second && repeated.empty()) {
+            repeated = parsed.get<std::string>().substr(0, 64);
+        }
+        return true;
+    };
     try {
-        root = json::parse(text.begin(), text.end());
+        root = json::parse(text.begin(), text.end(), reject_repeated_keys);
     } catch (const json::parse_error& e) {
         // e.byte is the 1-based offset of the last byte read: where the error was found.
         auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
@@ -338,6 +353,9 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         const std::string where = overflow_position(text, e.what());
         throw FileError(fmt::format("{}{}{}: invalid JSON: {}", source, where.empty() ? "" : ":", where, e.what()));
     }
+    if (!repeated.empty())
+        throw FileError(fmt::format("{}: the key \"{}\" appears twice in one object (JSON would keep only the last)",
+                                    source, repeated));
     if (!root.is_object()) throw FileError(fmt::format("{}: expected a JSON object at the top, got {}", source, type_name(root)));
     TuningDb db;
     db.meta_ = parse_meta(root, source);
