@@ -482,10 +482,16 @@ TEST_CASE("tuning_db: the validator rejects entries with a warning, the rest loa
 
 TEST_CASE("tuning_db: hostile input never crashes and fails only with FileError", "[tuning_db]") {
     LogCapture log;  // thousands of warnings, kept off the terminal
+    // A valid entry with `field_json` in place of the fields it names.
     auto entry_with = [](const std::string& field_json) {
-        return "{\"format_version\": 1, \"entries\": [{\"op\": \"rmsnorm\", \"shape\": [64, 64], \"dtype\": \"bf16\", "
-               "\"arch\": \"sm_90a\", \"template_hash\": \"h\", \"config\": {\"vec\": 8}, \"median_us\": 1.0, " +
-               field_json + "}]}";
+        const std::vector<std::pair<std::string, std::string>> base = {
+            {"op", "\"rmsnorm\""}, {"shape", "[64, 64]"},           {"dtype", "\"bf16\""},    {"arch", "\"sm_90a\""},
+            {"template_hash", "\"h\""}, {"config", "{\"vec\": 8}"}, {"median_us", "1.0"}};
+        std::string entry = "{" + field_json;
+        for (const auto& [key, value] : base)
+            if (field_json.rfind("\"" + key + "\":", 0) != 0 && field_json.find(", \"" + key + "\":") == std::string::npos)
+                entry += ", \"" + key + "\": " + value;
+        return "{\"format_version\": 1, \"entries\": [" + entry + "}]}";
     };
     // Each of these loads the file and rejects its one entry.
     const std::vector<std::string> rejected_fields = {
@@ -530,8 +536,12 @@ TEST_CASE("tuning_db: hostile input never crashes and fails only with FileError"
         CHECK_THAT(db->rejected()[0].reason, ContainsSubstring("entries[0]"));
     }
     // Extreme but valid values load.
-    TuningDb ok = TuningDb::parse(entry_with("\"median_us\": 1e300, \"shape\": [1099511627776, 1]"), "ok.json");
+    TuningDb ok = TuningDb::parse(
+        "{\"format_version\": 1, \"entries\": [{\"op\": \"rmsnorm\", \"shape\": [1099511627776, 1], \"dtype\": "
+        "\"bf16\", \"arch\": \"sm_90a\", \"template_hash\": \"h\", \"config\": {\"vec\": 8}, \"median_us\": 1e300}]}",
+        "ok.json");
     CHECK(ok.entries().size() == 1);
+    CHECK(ok.rejected().empty());
 
     // Structural damage: a FileError, never anything else.
     const std::vector<std::string> structural = {
@@ -656,7 +666,14 @@ TEST_CASE("tuning_db: a key repeated in one object is refused, not silently drop
     const std::string config = R"("config":{"vec":4})";
     REQUIRE(text.find(config) != std::string::npos);
     text.replace(text.find(config), config.size(), R"("config":{"vec":4,"vec":8})");
-    CHECK_THAT(error_of([&] { TuningDb::parse(text, "db.json"); }), ContainsSubstring("the key \"vec\" appears twice"));
+    // Inside an entry: that entry is rejected, the file loads.
+    const TuningDb loaded = TuningDb::parse(text, "db.json");
+    CHECK(loaded.entries().empty());
+    REQUIRE(loaded.rejected().size() == 1);
+    CHECK_THAT(loaded.rejected()[0].reason, ContainsSubstring("entries[0]: the key \"vec\" appears twice"));
+    CHECK_THAT(error_of([&] { TuningDb::parse(R"({"format_version": 1, "metadata": {"arch": "sm_80", "arch": "sm_90a"}})",
+                                              "meta.json"); }),
+               ContainsSubstring("the key \"arch\" appears twice"));
     // The same key in different objects is fine.
     CHECK_NOTHROW(TuningDb::parse(nlohmann::json::parse(make_db({make_entry(make_key("add", {8}), 1.0),
                                                        make_entry(make_key("add", {16}), 1.0)})

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -328,22 +329,32 @@ void sort_keeping_best(std::vector<TuningEntry>& entries) {
 TuningDb TuningDb::parse(std::string_view text, const std::string& source, const EntryValidator& validator) {
     json root;
     // JSON keeps only the last of repeated keys: a hand-joined file with two "entries" lists would
-    // silently lose the first. Repeated keys in any object are refused.
+    // silently lose the first. A key repeated in the file's own objects refuses the file; one
+    // repeated inside an entry rejects that entry.
     std::vector<std::set<std::string>> keys_seen;  // one set per open object
-    std::string repeated;
-    const json::parser_callback_t reject_repeated_keys = [&](int, json::parse_event_t event, json& parsed) {
-        if (event == json::parse_event_t::object_start) {
+    std::string repeated;                          // outside the entries
+    std::map<size_t, std::string> repeated_in_entry;
+    bool in_entries = false, entries_key = false;
+    size_t current_entry = 0, entries_started = 0;
+    const json::parser_callback_t find_repeated_keys = [&](int depth, json::parse_event_t event, json& parsed) {
+        using Event = json::parse_event_t;
+        if (event == Event::key && depth == 1) entries_key = parsed.get<std::string>() == "entries";
+        if (event == Event::array_start && depth == 1) in_entries = entries_key;
+        if (event == Event::array_end && depth == 1) in_entries = false;
+        if (event == Event::object_start) {
             keys_seen.emplace_back();
-        } else if (event == json::parse_event_t::object_end) {
+            if (in_entries && depth == 2) current_entry = entries_started++;
+        } else if (event == Event::object_end) {
             if (!keys_seen.empty()) keys_seen.pop_back();
-        } else if (event == json::parse_event_t::key && !keys_seen.empty() &&
-                   !keys_seen.back().insert(parsed.get<std::string>()).second && repeated.empty()) {
-            repeated = parsed.get<std::string>().substr(0, 64);
+        } else if (event == Event::key && !keys_seen.empty() && !keys_seen.back().insert(parsed.get<std::string>()).second) {
+            const std::string key = parsed.get<std::string>().substr(0, 64);
+            if (in_entries && depth >= 3) repeated_in_entry.emplace(current_entry, key);
+            else if (repeated.empty()) repeated = key;
         }
         return true;
     };
     try {
-        root = json::parse(text.begin(), text.end(), reject_repeated_keys);
+        root = json::parse(text.begin(), text.end(), find_repeated_keys);
     } catch (const json::parse_error& e) {
         // e.byte is the 1-based offset of the last byte read: where the error was found.
         auto [line, column] = line_column(text, e.byte == 0 ? 0 : e.byte - 1);
@@ -366,6 +377,8 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         const std::string path = fmt::format("entries[{}]", i);
         std::string reason;
         try {
+            if (auto twice = repeated_in_entry.find(i); twice != repeated_in_entry.end())
+                throw EntryError{fmt::format("{}: the key \"{}\" appears twice in one object", path, twice->second)};
             TuningEntry entry = parse_entry((*entries)[i], path);
             if (validator) {
                 std::optional<std::string> why;
