@@ -432,6 +432,20 @@ TEST_CASE("tileops-tune: merge writes nothing when an input holds malformed entr
     CHECK(TuningDb::load(out).entries() == TuningDb::load(bad).entries());
 }
 
+TEST_CASE("tileops-tune: an unknown TILEOPS_LOG_LEVEL keeps warnings on and says so", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // The bad entries fixture makes explain warn about skipped entries.
+    const std::vector<std::string> args = {"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "64x64",
+                                           "--db", fixture("bad_entries.json").string()};
+    const ToolResult bogus = run_tool(args, {"TILEOPS_LOG_LEVEL=loud"});
+    CHECK(bogus.status == 0);
+    CHECK_THAT(bogus.err, ContainsSubstring("TILEOPS_LOG_LEVEL=loud is not"));
+    CHECK_THAT(bogus.err, ContainsSubstring("skipping tuning entry"));
+    const ToolResult off = run_tool(args, {"TILEOPS_LOG_LEVEL=off"});
+    CHECK(off.status == 0);
+    CHECK_THAT(off.err, !ContainsSubstring("skipping tuning entry"));
+}
+
 TEST_CASE("tileops-tune: a hostile config is ignored by explain and reported by warm, never a crash", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;
