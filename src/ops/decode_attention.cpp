@@ -183,10 +183,8 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
     p.kv_outer_stride = default_stride("kv_outer_stride", p.kv_outer_stride,
                                        std::max(kv_tokens * p.kv_token_stride, p.num_kv_heads * p.kv_head_stride));
     // Distinct output rows must not share elements (their blocks would race).
-    if (!rows_disjoint(d, {{p.batch, p.o_batch_stride}, {p.q_len, p.o_token_stride}, {p.num_heads, p.o_head_stride}}))
-        throw InvalidArgument(fmt::format("tileops::{}: o_batch_stride = {}, o_token_stride = {} and o_head_stride = {} "
-                                          "make output rows overlap",
-                                          kOp, p.o_batch_stride, p.o_token_stride, p.o_head_stride));
+    check_rows_disjoint(kOp, d, {{"o_batch_stride", p.batch, p.o_batch_stride}, {"o_token_stride", p.q_len, p.o_token_stride},
+                                 {"o_head_stride", p.num_heads, p.o_head_stride}});
     // The kernel loads 16 bytes of a key or value row at a time.
     const int64_t vec = 16 / static_cast<int64_t>(dtype_size(kv));
     for (auto [name, stride] : {std::pair{"kv_head_stride", p.kv_head_stride}, {"kv_token_stride", p.kv_token_stride},
@@ -195,10 +193,7 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
             throw InvalidArgument(fmt::format("tileops::{}: {} = {} must be a multiple of {} elements (16 bytes)", kOp, name,
                                               stride, vec));
     // Offsets inside the kernel are 64-bit; lengths, positions and page numbers are 32-bit.
-    const double kv_span = static_cast<double>(paged ? p.num_pages : p.batch) * static_cast<double>(p.kv_outer_stride);
-    if (kv_span > 9e18)
-        throw InvalidArgument(fmt::format("tileops::{}: {} x kv_outer_stride ({} x {}) overflows 64-bit offsets", kOp,
-                                          paged ? "num_pages" : "batch", paged ? p.num_pages : p.batch, p.kv_outer_stride));
+    check_offsets_fit(kOp, paged ? "num_pages" : "batch", paged ? p.num_pages : p.batch, "kv_outer_stride", p.kv_outer_stride);
     return p;
 }
 

@@ -82,10 +82,8 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
     normalize_strides(p, "v", rows_k, p.num_kv_heads, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
     normalize_strides(p, "o", rows_q, p.num_heads, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
     // Distinct output rows must not share elements (their blocks would race).
-    if (!rows_disjoint(p.head_dim, {{p.varlen ? 1 : p.batch, p.o_batch_stride}, {rows_q, p.o_seq_stride},
-                                    {p.num_heads, p.o_head_stride}}))
-        throw InvalidArgument(fmt::format("tileops::{}: o_batch_stride = {}, o_seq_stride = {} and o_head_stride = {} make "
-                                          "output rows overlap", kOp, p.o_batch_stride, p.o_seq_stride, p.o_head_stride));
+    check_rows_disjoint(kOp, p.head_dim, {{"o_batch_stride", p.varlen ? 1 : p.batch, p.o_batch_stride},
+                                          {"o_seq_stride", rows_q, p.o_seq_stride}, {"o_head_stride", p.num_heads, p.o_head_stride}});
     // Offsets are 64-bit in the kernels and TMA strides must stay below 2^40 bytes.
     const int64_t limit = int64_t{1} << 38;
     for (auto [name, stride] :

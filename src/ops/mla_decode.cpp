@@ -148,10 +148,8 @@ MlaDecodeProblem normalized(MlaDecodeProblem p) {
     p.o_token_stride = default_stride("o_token_stride", p.o_token_stride, p.num_heads * p.o_head_stride);
     p.o_batch_stride = default_stride("o_batch_stride", p.o_batch_stride, p.q_len * p.o_token_stride);
     // Distinct output rows must not share elements (their blocks would race).
-    if (!rows_disjoint(kValueDim, {{p.batch, p.o_batch_stride}, {p.q_len, p.o_token_stride}, {p.num_heads, p.o_head_stride}}))
-        throw InvalidArgument(fmt::format("tileops::{}: o_batch_stride = {}, o_token_stride = {} and o_head_stride = {} "
-                                          "make output rows overlap",
-                                          kOp, p.o_batch_stride, p.o_token_stride, p.o_head_stride));
+    check_rows_disjoint(kOp, kValueDim, {{"o_batch_stride", p.batch, p.o_batch_stride}, {"o_token_stride", p.q_len, p.o_token_stride},
+                                         {"o_head_stride", p.num_heads, p.o_head_stride}});
     p.kv_token_stride = default_stride("kv_token_stride", p.kv_token_stride, kKeyDim);
     p.kv_outer_stride = default_stride("kv_outer_stride", p.kv_outer_stride,
                                        (paged ? p.page_size : p.max_kv_len) * p.kv_token_stride);
@@ -164,10 +162,7 @@ MlaDecodeProblem normalized(MlaDecodeProblem p) {
         if (stride % vec != 0)
             throw InvalidArgument(fmt::format("tileops::{}: {} = {} must be a multiple of {} elements (16 bytes)", kOp, name,
                                               stride, vec));
-    const double kv_span = static_cast<double>(paged ? p.num_pages : p.batch) * static_cast<double>(p.kv_outer_stride);
-    if (kv_span > 9e18)
-        throw InvalidArgument(fmt::format("tileops::{}: {} x kv_outer_stride ({} x {}) overflows 64-bit offsets", kOp,
-                                          paged ? "num_pages" : "batch", paged ? p.num_pages : p.batch, p.kv_outer_stride));
+    check_offsets_fit(kOp, paged ? "num_pages" : "batch", paged ? p.num_pages : p.batch, "kv_outer_stride", p.kv_outer_stride);
     return p;
 }
 

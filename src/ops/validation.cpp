@@ -115,16 +115,28 @@ int64_t stride_or_packed(const char* op, const char* name, int64_t stride, int64
     return stride;
 }
 
-bool rows_disjoint(int64_t row_elements, std::vector<std::pair<int64_t, int64_t>> dims) {
+void check_rows_disjoint(const char* op, int64_t row_elements, std::vector<StridedDim> dims) {
+    std::vector<std::string> given;
+    for (const StridedDim& dim : dims) given.push_back(fmt::format("{} = {}", dim.name, dim.stride));
     // From the smallest stride up, each stride must clear everything the smaller ones span.
-    std::sort(dims.begin(), dims.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    std::sort(dims.begin(), dims.end(), [](const StridedDim& a, const StridedDim& b) { return a.stride < b.stride; });
     int64_t extent = row_elements;
-    for (const auto& [count, stride] : dims) {
-        if (count <= 1) continue;
-        if (stride < extent) return false;
-        extent = (count - 1) * stride + extent;
+    for (const StridedDim& dim : dims) {
+        if (dim.count <= 1) continue;
+        if (dim.stride < extent) {
+            const std::string last = given.back();
+            given.pop_back();
+            throw InvalidArgument(fmt::format("tileops::{}: {} and {} make output rows overlap", op,
+                                              fmt::join(given, ", "), last));
+        }
+        extent = (dim.count - 1) * dim.stride + extent;
     }
-    return true;
+}
+
+void check_offsets_fit(const char* op, const char* count_name, int64_t count, const char* stride_name, int64_t stride) {
+    if (static_cast<double>(count) * static_cast<double>(stride) > 9e18)
+        throw InvalidArgument(fmt::format("tileops::{}: {} x {} ({} x {}) overflows 64-bit offsets", op, count_name,
+                                          stride_name, count, stride));
 }
 
 }  // namespace tileops::detail

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "tileops/tensor.hpp"
@@ -47,9 +46,21 @@ void check_tensor(const char* op, const char* argument, const void* data, const 
                   std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, size_t alignment,
                   const char* dims);
 
-// Whether rows of `row_elements` placed at every combination of the (count, stride) offsets in
-// `dims` are disjoint (outputs whose rows overlap would be written by racing blocks).
-bool rows_disjoint(int64_t row_elements, std::vector<std::pair<int64_t, int64_t>> dims);
+// A dimension of an output: its stride's name, its extent and its stride (in elements).
+struct StridedDim {
+    const char* name;
+    int64_t count;
+    int64_t stride;
+};
+
+// Output rows of `row_elements` placed at every combination of the dims' offsets must be disjoint
+// (rows that overlap would be written by racing blocks): "tileops::<op>: a = x, b = y and c = z
+// make output rows overlap" otherwise.
+void check_rows_disjoint(const char* op, int64_t row_elements, std::vector<StridedDim> dims);
+
+// `count` x `stride` elements must stay addressable with 64-bit offsets (a cache's pages or
+// sequences times their stride): "<count_name> x <stride_name> (...) overflows 64-bit offsets".
+void check_offsets_fit(const char* op, const char* count_name, int64_t count, const char* stride_name, int64_t stride);
 
 // The widest vector width <= `max_vec` (a power of two) that divides every value in `counts`.
 int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts);

@@ -335,7 +335,7 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
     std::string repeated;                          // outside the entries
     std::map<size_t, std::string> repeated_in_entry;
     bool in_entries = false, entries_key = false;
-    size_t current_entry = 0, entries_started = 0;
+    size_t entries_started = 0;  // the entry being read is entries_started - 1
     const json::parser_callback_t find_repeated_keys = [&](int depth, json::parse_event_t event, json& parsed) {
         using Event = json::parse_event_t;
         if (event == Event::key && depth == 1) entries_key = parsed.get<std::string>() == "entries";
@@ -343,12 +343,12 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         if (event == Event::array_end && depth == 1) in_entries = false;
         if (event == Event::object_start) {
             keys_seen.emplace_back();
-            if (in_entries && depth == 2) current_entry = entries_started++;
+            if (in_entries && depth == 2) ++entries_started;
         } else if (event == Event::object_end) {
             if (!keys_seen.empty()) keys_seen.pop_back();
         } else if (event == Event::key && !keys_seen.empty() && !keys_seen.back().insert(parsed.get<std::string>()).second) {
             const std::string key = parsed.get<std::string>().substr(0, 64);
-            if (in_entries && depth >= 3) repeated_in_entry.emplace(current_entry, key);
+            if (in_entries && depth >= 3) repeated_in_entry.emplace(entries_started - 1, key);
             else if (repeated.empty()) repeated = key;
         }
         return true;

@@ -128,26 +128,27 @@ int cmd_warm(int argc, char** argv) {
             for (auto& t : pool) t.join();
             progress.done();
 
-            size_t failed = bad_entries.size();
+            // Failures: the unusable database entries, then the kernels that did not compile.
             nlohmann::json failed_json = nlohmann::json::array();
             for (const std::string& bad : bad_entries) failed_json.push_back({{"entry", bad}, {"error", bad}});
+            size_t failed_kernels = 0;
             for (size_t i = 0; i < list.size(); ++i)
                 if (!failures[i].empty()) {
-                    ++failed;
+                    ++failed_kernels;
                     failed_json.push_back({{"kernel", list[i].name_expression}, {"error", failures[i]}});
                 }
+            const size_t failed = failed_json.size(), cached = list.size() - compiled - failed_kernels;
             if (args.count("json")) {
                 nlohmann::json out = {{"arch", arch},           {"cache_dir", cache_dir.string()},
                                       {"kernels", list.size()}, {"compiled", compiled.load()},
-                                      {"already_cached", list.size() - compiled - (failed - bad_entries.size())},
+                                      {"already_cached", cached},
                                       {"db_entries", entries},  {"problems", problems.size()},
                                       {"failed", failed_json}};
                 fmt::print("{}\n", out.dump(2));
             } else {
                 fmt::print("{} kernels for {} ({} database entries, {} workload problems): {} compiled, {} already "
                            "cached, {} failed; cache {}\n",
-                           list.size(), arch, entries, problems.size(), compiled.load(),
-                           list.size() - compiled - (failed - bad_entries.size()), failed, cache_dir.string());
+                           list.size(), arch, entries, problems.size(), compiled.load(), cached, failed, cache_dir.string());
                 for (const auto& f : failed_json) fmt::print(stderr, "failed: {}\n", f["error"].get<std::string>());
             }
             return failed == 0 ? 0 : 1;
