@@ -20,6 +20,8 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "runtime/log.hpp"
+#include "support/log_capture.hpp"
 #include "support/test_support.hpp"
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
@@ -36,6 +38,7 @@ using tileops::InvalidArgument;
 using tileops::TuningDb;
 using tileops::TuningEntry;
 using tileops::TuningKey;
+using tileops::test::LogCapture;
 using tileops::test::ScopedEnv;
 using tileops::test::TempDir;
 using tileops::tuning::ConfigChoice;
@@ -46,31 +49,6 @@ using tileops::tuning::ResolverOptions;
 constexpr const char* kArch = "sm_90a";
 constexpr const char* kNvrtc = "13.0";
 constexpr const char* kHash = "template-hash-now";
-
-// Routes spdlog's default logger into a string for the object's lifetime (warnings and up).
-class LogToString {
-public:
-    LogToString() : previous_(spdlog::default_logger()) {
-        auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_);
-        auto logger = std::make_shared<spdlog::logger>("config-resolver-test", std::move(sink));
-        logger->set_level(spdlog::level::warn);
-        spdlog::set_default_logger(std::move(logger));
-    }
-    ~LogToString() { spdlog::set_default_logger(previous_); }
-    LogToString(const LogToString&) = delete;
-    LogToString& operator=(const LogToString&) = delete;
-
-    size_t count(std::string_view needle) const {
-        const std::string all = stream_.str();
-        size_t n = 0;
-        for (size_t at = all.find(needle); at != std::string::npos; at = all.find(needle, at + 1)) ++n;
-        return n;
-    }
-
-private:
-    std::ostringstream stream_;
-    std::shared_ptr<spdlog::logger> previous_;
-};
 
 TuningKey key_of(const std::string& op, std::vector<long long> shape) {
     return TuningKey{op, std::move(shape), "bf16", "", kArch, kHash};
@@ -163,7 +141,7 @@ TEST_CASE("config resolver: memory, then user databases, shipped databases of th
     std::ofstream(shipped / "broken.json") << "{ this is not json";
 
     Heuristic heuristic;
-    LogToString log;
+    LogCapture log(spdlog::level::warn);
 
     SECTION("memory comes first") {
         ConfigResolver resolver(options_with({user1, user2}, {shipped.string()}));
@@ -330,7 +308,7 @@ TEST_CASE("config resolver: stale entries are never used, fall through, and are 
         write_db(shipped / "db.json", {tagged(old_template, 21), tagged(old_nvrtc, 22), tagged(old_nvrtc_by_file, 24),
                                        tagged(other_arch_file, 25)});
 
-    LogToString log;
+    LogCapture log(spdlog::level::warn);
     Heuristic heuristic;
     ConfigResolver resolver(options_with({user, user_old, user_sm80}, {shipped.string()}));
 
@@ -398,7 +376,7 @@ TEST_CASE("config resolver: entries the validator rejects are skipped for the ne
     const fs::path shipped = dir.path() / "shipped";
     const std::string shipped_file = write_db(shipped / "db.json", {tagged(k, 4)});
 
-    LogToString log;
+    LogCapture log(spdlog::level::warn);
     Heuristic heuristic;
     ConfigResolver resolver(options_with({user}, {shipped.string()}));
     TuningEntry too_wide_memory = tagged(k, 1);
@@ -522,4 +500,34 @@ TEST_CASE("config resolver: a user database that is missing or broken is a FileE
     } catch (const FileError& e) {
         CHECK_THAT(e.what(), ContainsSubstring(broken.string() + ":4:1"));
     }
+}
+
+TEST_CASE("the library logs through its own logger and leaves spdlog's default logger alone", "[tuning][logging]") {
+    // An application's default logger, capturing everything at trace.
+    std::ostringstream app_stream;
+    const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+    auto app = std::make_shared<spdlog::logger>("app", std::make_shared<spdlog::sinks::ostream_sink_mt>(app_stream));
+    app->set_level(spdlog::level::trace);
+    spdlog::set_default_logger(app);
+
+    tileops::runtime::configure_logging();
+    CHECK(spdlog::default_logger()->level() == spdlog::level::trace);
+    CHECK(spdlog::get("tileops").get() == &tileops::runtime::logger());
+
+    // A broken file in the shipped directory is a warning: it reaches the library's logger only.
+    TempDir dir;
+    const fs::path shipped = dir.path() / "shipped";
+    fs::create_directories(shipped);
+    std::ofstream(shipped / "broken.json") << "{ this is not json";
+    Heuristic heuristic;
+    {
+        LogCapture log(spdlog::level::warn);
+        ConfigResolver resolver(options_with({}, {shipped.string()}));
+        CHECK(resolver.choose(key_of("rmsnorm", {1024, 4096}), heuristic.fn(), vec_at_most_8).source ==
+              ConfigSource::heuristic);
+        CHECK(log.count("broken.json") >= 1);
+    }
+    spdlog::set_default_logger(previous);
+    CHECK(app_stream.str().find("broken.json") == std::string::npos);
+    CHECK(spdlog::default_logger()->level() == previous->level());
 }

@@ -653,3 +653,40 @@ TEST_CASE("tileops-tune: tune and verify without a GPU fail with a clear message
     CHECK(verified.status == 1);
     CHECK_THAT(verified.err, ContainsSubstring("tileops-tune verify: "));
 }
+
+TEST_CASE("tileops-tune: tune checks its database before it tunes anything", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // These fail before the GPU is looked for, so they run on any machine, and a long tune never
+    // ends in a database it cannot write.
+    TempDir dir;
+    const std::vector<std::string> problem = {"tune", "--op", "rmsnorm", "--shape", "64x4096", "--dtype", "bf16", "--db"};
+    auto tune_into = [&](const std::string& db) {
+        std::vector<std::string> args = problem;
+        args.push_back(db);
+        return run_tool(args);
+    };
+
+    const fs::path broken = dir.path() / "broken.json";
+    std::ofstream(broken) << "{ \"format_version\": 1, \"entries\": [";
+    const ToolResult not_json = tune_into(broken.string());
+    CHECK(not_json.status == 1);
+    CHECK_THAT(not_json.err, ContainsSubstring(broken.string()));
+    CHECK_THAT(not_json.err, ContainsSubstring("invalid JSON"));
+
+    // Its malformed entries would be dropped by the save: refused, as merge refuses them.
+    const std::string bad = fixture("bad_entries.json").string();
+    const fs::path copy = dir.path() / "bad_entries.json";
+    fs::copy_file(bad, copy);
+    const ToolResult malformed = tune_into(copy.string());
+    CHECK(malformed.status == 2);
+    CHECK_THAT(malformed.err, ContainsSubstring("malformed entries"));
+    CHECK_THAT(malformed.err, ContainsSubstring("--allow-rejected"));
+    CHECK(slurp(copy) == slurp(bad));  // untouched
+
+    // A directory that cannot hold the file (a regular file stands where it should be).
+    const fs::path blocker = dir.path() / "not-a-dir";
+    std::ofstream(blocker) << "x";
+    const ToolResult unwritable = tune_into((blocker / "tuned.json").string());
+    CHECK(unwritable.status == 1);
+    CHECK_THAT(unwritable.err, ContainsSubstring((blocker / "tuned.json").string()));
+}

@@ -26,9 +26,8 @@
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <nlohmann/json.hpp>
-#include <spdlog/sinks/ostream_sink.h>
-#include <spdlog/spdlog.h>
 
+#include "support/log_capture.hpp"
 #include "support/test_support.hpp"
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
@@ -45,35 +44,10 @@ using tileops::InvalidArgument;
 using tileops::TuningDb;
 using tileops::TuningEntry;
 using tileops::TuningKey;
+using tileops::test::LogCapture;
 using tileops::test::TempDir;
 
 fs::path fixture(const std::string& name) { return fs::path(TILEOPS_TEST_SOURCE_DIR) / "tests" / "data" / "tuning" / name; }
-
-// Routes spdlog's default logger into a string for the object's lifetime (warnings and up).
-class CapturedLog {
-public:
-    CapturedLog() : previous_(spdlog::default_logger()) {
-        auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_);
-        auto logger = std::make_shared<spdlog::logger>("tuning-database-test", std::move(sink));
-        logger->set_level(spdlog::level::warn);
-        spdlog::set_default_logger(std::move(logger));
-    }
-    ~CapturedLog() { spdlog::set_default_logger(previous_); }
-    CapturedLog(const CapturedLog&) = delete;
-    CapturedLog& operator=(const CapturedLog&) = delete;
-
-    std::string text() const { return stream_.str(); }
-    size_t count(std::string_view needle) const {
-        const std::string all = text();
-        size_t n = 0;
-        for (size_t at = all.find(needle); at != std::string::npos; at = all.find(needle, at + 1)) ++n;
-        return n;
-    }
-
-private:
-    std::ostringstream stream_;
-    std::shared_ptr<spdlog::logger> previous_;
-};
 
 TuningEntry entry_of(const std::string& op, std::vector<long long> shape, double median_us, Config config = {{"vec", 8}}) {
     TuningEntry e;
@@ -266,7 +240,7 @@ TEST_CASE("tuning database: malformed JSON is a FileError with the file name and
 
 TEST_CASE("tuning database: entries with fields of the wrong type are rejected by index and field", "[tuning_db]") {
     const fs::path path = fixture("entry_field_errors.json");
-    CapturedLog log;
+    LogCapture log(spdlog::level::warn);
     TuningDb db = TuningDb::load(path);
 
     // Entries 0 and 5 are well formed and load.
@@ -347,7 +321,7 @@ TEST_CASE("tuning database: each malformed field of an entry is named; the next 
         {"entry is a string", [](json& e) { e = "not an entry"; }, "entries[0]: expected object, got string"},
         {"entry is null", [](json& e) { e = nullptr; }, "entries[0]: expected object, got null"},
     };
-    CapturedLog log;  // keeps the expected warnings out of the test output
+    LogCapture log(spdlog::level::warn);  // keeps the expected warnings out of the test output
     for (const Case& c : cases) {
         CAPTURE(c.what);
         json broken = good_entry_json(64);
@@ -403,7 +377,7 @@ TEST_CASE("tuning database: a file that is not a tuning database is a FileError 
 }
 
 TEST_CASE("tuning database: hostile input never crashes and fails only with FileError", "[tuning_db]") {
-    CapturedLog log;
+    LogCapture log(spdlog::level::warn);
     // A good entry with the raw JSON text `raw_value` (which may be invalid JSON) as `field`,
     // followed by a good neighbour entry.
     auto entry_with = [](const std::string& field, const std::string& raw_value) {
@@ -562,7 +536,7 @@ TEST_CASE("tuning database: the validator rejects entries with a reason, the res
         if (e.config.at("vec") > 8) return "vec 16 is wider than 16 bytes";
         return std::nullopt;
     };
-    CapturedLog log;
+    LogCapture log(spdlog::level::warn);
     TuningDb db = TuningDb::parse(db_text(entries), "validated.json", validator);
     CHECK(calls == 3);
     REQUIRE(db.entries().size() == 2);

@@ -16,7 +16,6 @@
 #include <optional>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -28,9 +27,9 @@
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <fmt/format.h>
-#include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "support/log_capture.hpp"
 #include "support/test_support.hpp"
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
@@ -46,6 +45,7 @@ using tileops::InvalidArgument;
 using tileops::TuningDb;
 using tileops::TuningEntry;
 using tileops::TuningKey;
+using tileops::test::LogCapture;
 using tileops::test::ScopedEnv;
 using tileops::test::TempDir;
 using tileops::tuning::ConfigResolver;
@@ -55,39 +55,6 @@ using tileops::tuning::ResolverOptions;
 namespace {
 
 const fs::path kData = fs::path(TILEOPS_TEST_SOURCE_DIR) / "tests" / "data" / "tuning";
-
-// Sends spdlog's default logger into a string for the object's lifetime (and keeps the noise of
-// deliberately bad input off the terminal).
-class LogCapture {
-public:
-    LogCapture() : previous_(spdlog::default_logger()) {
-        auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_);
-        auto logger = std::make_shared<spdlog::logger>("tuning_db_test_capture", sink);
-        logger->set_level(spdlog::level::debug);
-        logger->set_pattern("%l %v");
-        spdlog::set_default_logger(logger);
-    }
-    ~LogCapture() { spdlog::set_default_logger(previous_); }
-    LogCapture(const LogCapture&) = delete;
-    LogCapture& operator=(const LogCapture&) = delete;
-
-    std::string text() const { return stream_.str(); }
-    // Lines holding every one of `parts`.
-    size_t count(const std::vector<std::string>& parts) const {
-        std::istringstream lines(text());
-        size_t n = 0;
-        for (std::string line; std::getline(lines, line);) {
-            bool all = true;
-            for (const std::string& part : parts) all = all && line.find(part) != std::string::npos;
-            n += all ? 1 : 0;
-        }
-        return n;
-    }
-
-private:
-    std::ostringstream stream_;
-    std::shared_ptr<spdlog::logger> previous_;
-};
 
 TuningKey make_key(std::string op, std::vector<long long> shape, std::string dtype = "bf16", std::string flags = "",
                    std::string arch = "sm_90a", std::string hash = "h1") {
@@ -451,7 +418,7 @@ TEST_CASE("tuning_db: malformed entries are rejected by index and field, the res
         CHECK(r.index == expected[i].first);
         CHECK_THAT(r.reason, ContainsSubstring(expected[i].second));
         // One warning per rejected entry, naming the file and the entry.
-        CHECK(log.count({"warn", fixture, expected[i].second}) == 1);
+        CHECK(log.lines_with({"warn", fixture, expected[i].second}) == 1);
     }
     // As the brief puts it: "<file>: entries[3].config.vec: expected integer, got string".
     CHECK_THAT(log.text(), ContainsSubstring(fixture + ": entries[1].config.vec: expected integer, got string"));
@@ -476,8 +443,8 @@ TEST_CASE("tuning_db: the validator rejects entries with a warning, the rest loa
     CHECK_THAT(db.rejected()[0].reason, ContainsSubstring("threads_per_row 128 cannot run here"));
     CHECK(db.rejected()[1].index == 2);
     CHECK_THAT(db.rejected()[1].reason, ContainsSubstring("validator blew up"));
-    CHECK(log.count({"warn", fixture.string(), "entries[1]", "cannot run here"}) == 1);
-    CHECK(log.count({"warn", fixture.string(), "entries[2]", "validator blew up"}) == 1);
+    CHECK(log.lines_with({"warn", fixture.string(), "entries[1]", "cannot run here"}) == 1);
+    CHECK(log.lines_with({"warn", fixture.string(), "entries[2]", "validator blew up"}) == 1);
 }
 
 TEST_CASE("tuning_db: hostile input never crashes and fails only with FileError", "[tuning_db]") {
@@ -938,7 +905,7 @@ TEST_CASE("tuning_db: resolver looks in memory, user, shipped, nearest, then the
     SECTION("the choice is logged at debug") {
         ConfigResolver resolver(f.options({user}));
         resolver.choose(key, heuristic_config, {});
-        CHECK(log.count({"debug", "rmsnorm 4096x4096 bf16 sm_90a", "user database", user}) == 1);
+        CHECK(log.lines_with({"debug", "rmsnorm 4096x4096 bf16 sm_90a", "user database", user}) == 1);
     }
 }
 
@@ -1037,10 +1004,10 @@ TEST_CASE("tuning_db: stale entries are never used and reported once; the rest o
     CHECK(listed(a100, "rmsnorm 32768x1024", "for sm_80") == 1);
     CHECK(stale.size() == 4);
     // Each reported once, however often it was looked at.
-    CHECK(log.count({"warn", mixed, "rmsnorm 1024x1024", "kernel template"}) == 1);
-    CHECK(log.count({"warn", mixed, "rmsnorm 2048x1024", "NVRTC 12.8"}) == 1);
-    CHECK(log.count({"warn", old_file, "rmsnorm 1024x1024", "NVRTC 12.8"}) == 1);
-    CHECK(log.count({"warn", a100, "sm_80"}) == 1);
+    CHECK(log.lines_with({"warn", mixed, "rmsnorm 1024x1024", "kernel template"}) == 1);
+    CHECK(log.lines_with({"warn", mixed, "rmsnorm 2048x1024", "NVRTC 12.8"}) == 1);
+    CHECK(log.lines_with({"warn", old_file, "rmsnorm 1024x1024", "NVRTC 12.8"}) == 1);
+    CHECK(log.lines_with({"warn", a100, "sm_80"}) == 1);
 }
 
 TEST_CASE("tuning_db: entries the validator rejects are skipped for the next source", "[tuning_db]") {
@@ -1069,10 +1036,10 @@ TEST_CASE("tuning_db: entries the validator rejects are skipped for the next sou
                                       [](const TuningEntry&) -> std::optional<std::string> { throw std::runtime_error("boom"); });
         CHECK(thrown.source == ConfigSource::heuristic);
     }
-    CHECK(log.count({"warn", "memory", "vec 32 is wider"}) == 1);
-    CHECK(log.count({"warn", user, "rmsnorm 4096x4096", "vec 16 is wider"}) == 1);
-    CHECK(log.count({"warn", user, "rmsnorm 4096x2048", "vec 16 is wider"}) == 1);
-    CHECK(log.count({"warn", "boom"}) >= 1);
+    CHECK(log.lines_with({"warn", "memory", "vec 32 is wider"}) == 1);
+    CHECK(log.lines_with({"warn", user, "rmsnorm 4096x4096", "vec 16 is wider"}) == 1);
+    CHECK(log.lines_with({"warn", user, "rmsnorm 4096x2048", "vec 16 is wider"}) == 1);
+    CHECK(log.lines_with({"warn", "boom"}) >= 1);
     // Without the validator the user entry is used.
     CHECK(resolver.choose(key, heuristic_config, {}).config == Config{{"vec", 32}});
 }

@@ -5,9 +5,9 @@
 #include <set>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "codegen/embedded_templates.hpp"
+#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
 #include "util/sha256.hpp"
@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 const TemplateRegistry& TemplateRegistry::instance() {
     static const TemplateRegistry registry = [] {
         if (auto dir = util::env("TILEOPS_TEMPLATE_DIR")) {
-            spdlog::info("tileops: kernel templates from TILEOPS_TEMPLATE_DIR={}", *dir);
+            runtime::logger().info("tileops: kernel templates from TILEOPS_TEMPLATE_DIR={}", *dir);
             return TemplateRegistry(*dir);
         }
         return TemplateRegistry();

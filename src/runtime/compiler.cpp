@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
+#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
 
@@ -61,7 +61,7 @@ std::vector<std::string> search_include_dirs() {
             if (fs::exists(include / "cuda_fp16.h", ec)) {
                 std::vector<std::string> dirs{include.string()};
                 if (fs::exists(include / "cccl", ec)) dirs.push_back((include / "cccl").string());
-                spdlog::debug("tileops: CUDA headers found in {}", include.string());
+                logger().debug("tileops: CUDA headers found in {}", include.string());
                 return dirs;
             }
         }

@@ -13,8 +13,8 @@
 #include <limits>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
+#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
 #include "util/sha256.hpp"
@@ -112,7 +112,7 @@ Clock::time_point mtime_of(const struct stat& st) {
 // Sets the file's times to now: the entry's "last use" for LRU eviction. Best effort.
 void touch(const fs::path& path) {
     if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0)
-        spdlog::debug("tileops: cannot refresh the time of {}: {}", path.string(), std::strerror(errno));
+        logger().debug("tileops: cannot refresh the time of {}: {}", path.string(), std::strerror(errno));
 }
 
 bool remove_file(const fs::path& path) { return ::unlink(path.c_str()) == 0 || errno == ENOENT; }
@@ -179,7 +179,7 @@ std::optional<util::FileLock> try_exclusive(const fs::path& lock_path) {
         auto lock = util::FileLock::try_lock(lock_path, util::FileLock::Mode::exclusive);
         if (lock.owns()) return std::optional<util::FileLock>(std::move(lock));
     } catch (const FileError& e) {
-        spdlog::debug("tileops: {}", e.what());
+        logger().debug("tileops: {}", e.what());
     }
     return std::nullopt;
 }
@@ -258,7 +258,7 @@ std::optional<std::string> DiskCache::load(const std::string& key) {
     const fs::path path = entry_path(key);
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
-        spdlog::debug("tileops: kernel cache miss {}", key);
+        logger().debug("tileops: kernel cache miss {}", key);
         return std::nullopt;
     }
     // A shared lock keeps the evictor away while we read. A cache we cannot lock (read-only) cannot
@@ -267,19 +267,19 @@ std::optional<std::string> DiskCache::load(const std::string& key) {
     try {
         lock.emplace(lock_path(key), util::FileLock::Mode::shared);
     } catch (const FileError& e) {
-        spdlog::debug("tileops: reading {} without a lock: {}", path.string(), e.what());
+        logger().debug("tileops: reading {} without a lock: {}", path.string(), e.what());
     }
     ReadResult entry = read_entry(key);
     switch (entry.status) {
         case ReadStatus::hit:
             touch(path);
-            spdlog::debug("tileops: kernel cache hit {} ({} bytes)", key, entry.payload.size());
+            logger().debug("tileops: kernel cache hit {} ({} bytes)", key, entry.payload.size());
             return std::move(entry.payload);
         case ReadStatus::missing:
-            spdlog::debug("tileops: kernel cache miss {} (removed meanwhile)", key);
+            logger().debug("tileops: kernel cache miss {} (removed meanwhile)", key);
             return std::nullopt;
         case ReadStatus::damaged:
-            spdlog::warn("tileops: ignoring damaged kernel cache entry {}: {}", path.string(), entry.payload);
+            logger().warn("tileops: ignoring damaged kernel cache entry {}: {}", path.string(), entry.payload);
             return std::nullopt;
     }
     return std::nullopt;
@@ -292,7 +292,7 @@ void DiskCache::write_entry(const std::string& key, std::string_view payload) {
     } catch (const FileError& e) {
         throw FileError(fmt::format("tileops: cannot write kernel cache entry {}: {}", path.string(), e.what()));
     }
-    spdlog::debug("tileops: stored kernel cache entry {} ({} bytes)", key, payload.size());
+    logger().debug("tileops: stored kernel cache entry {} ({} bytes)", key, payload.size());
 }
 
 void DiskCache::store(const std::string& key, std::string_view payload) {
@@ -325,16 +325,16 @@ std::string DiskCache::build_locked(const std::string& key, const std::function<
         ReadResult entry = read_entry(key);
         if (entry.status == ReadStatus::hit) {
             touch(entry_path(key));
-            spdlog::debug("tileops: kernel cache hit {} (built by another caller)", key);
+            logger().debug("tileops: kernel cache hit {} (built by another caller)", key);
             return std::move(entry.payload);
         }
         if (entry.status == ReadStatus::damaged) {
             // Remove it now so that a failing build does not leave it behind.
-            spdlog::debug("tileops: removing damaged kernel cache entry {}: {}", key, entry.payload);
+            logger().debug("tileops: removing damaged kernel cache entry {}: {}", key, entry.payload);
             remove_file(entry_path(key));
         }
     }
-    spdlog::debug("tileops: kernel cache miss {}; building", key);
+    logger().debug("tileops: kernel cache miss {}; building", key);
     ran = true;
     std::string payload = build();  // on an exception the lock is released and nothing is written
     try {
@@ -350,10 +350,10 @@ std::string DiskCache::build_locked(const std::string& key, const std::function<
 
 void DiskCache::warn_unwritable(const std::string& what) {
     if (!warned_unwritable_.exchange(true))
-        spdlog::warn("tileops: the kernel cache {} cannot be written; kernels are built but not cached ({})",
+        logger().warn("tileops: the kernel cache {} cannot be written; kernels are built but not cached ({})",
                      directory_.string(), what);
     else
-        spdlog::debug("tileops: kernel cache not written: {}", what);
+        logger().debug("tileops: kernel cache not written: {}", what);
 }
 
 void DiskCache::after_store(const std::string& key) {
@@ -361,7 +361,7 @@ void DiskCache::after_store(const std::string& key) {
     try {
         evict(key);
     } catch (const std::exception& e) {
-        spdlog::warn("tileops: kernel cache maintenance in {} failed: {}", directory_.string(), e.what());
+        logger().warn("tileops: kernel cache maintenance in {} failed: {}", directory_.string(), e.what());
     }
 }
 
@@ -380,7 +380,7 @@ std::size_t DiskCache::evict(const std::string& keep) {
         const auto stale = Clock::now() - kStaleAge;
         for (const FileInfo& temp : scan.temps) {
             if (temp.mtime < stale && remove_file(temp.path))
-                spdlog::debug("tileops: removed stale temporary file {}", temp.path.string());
+                logger().debug("tileops: removed stale temporary file {}", temp.path.string());
         }
         std::vector<std::string> keys;
         for (const FileInfo& entry : scan.entries) keys.push_back(entry.key);
@@ -391,7 +391,7 @@ std::size_t DiskCache::evict(const std::string& keep) {
                 // Re-check under the lock: a builder may have stored the entry meanwhile.
                 struct stat st {};
                 if (::stat(entry_path(lock_file.key).c_str(), &st) != 0 && remove_file(lock_file.path))
-                    spdlog::debug("tileops: removed orphan lock file {}", lock_file.path.string());
+                    logger().debug("tileops: removed orphan lock file {}", lock_file.path.string());
             }
         }
     }
@@ -411,7 +411,7 @@ std::size_t DiskCache::evict(const std::string& keep) {
         if (entry.key == keep) continue;
         auto lock = try_exclusive(lock_path(entry.key));
         if (!lock) {
-            spdlog::debug("tileops: not evicting kernel cache entry {}: in use", entry.key);
+            logger().debug("tileops: not evicting kernel cache entry {}: in use", entry.key);
             continue;
         }
         struct stat st {};
@@ -420,20 +420,20 @@ std::size_t DiskCache::evict(const std::string& keep) {
             continue;
         }
         if (mtime_of(st) > entry.mtime) {
-            spdlog::debug("tileops: not evicting kernel cache entry {}: used since the scan", entry.key);
+            logger().debug("tileops: not evicting kernel cache entry {}: used since the scan", entry.key);
             continue;
         }
         if (!remove_file(entry.path)) {
-            spdlog::debug("tileops: cannot evict {}: {}", entry.path.string(), std::strerror(errno));
+            logger().debug("tileops: cannot evict {}: {}", entry.path.string(), std::strerror(errno));
             continue;
         }
         remove_file(lock_path(entry.key));  // still ours until `lock` goes out of scope
         total -= std::min(total, static_cast<uint64_t>(st.st_size));
         ++removed;
-        spdlog::debug("tileops: evicted kernel cache entry {} ({} bytes)", entry.key, st.st_size);
+        logger().debug("tileops: evicted kernel cache entry {} ({} bytes)", entry.key, st.st_size);
     }
     if (total > max_bytes_)
-        spdlog::debug("tileops: kernel cache {} holds {} bytes, over its bound of {} (entries in use)",
+        logger().debug("tileops: kernel cache {} holds {} bytes, over its bound of {} (entries in use)",
                       directory_.string(), total, max_bytes_);
     return removed;
 }
@@ -460,7 +460,7 @@ std::size_t DiskCache::clear() {
     for (const FileInfo& entry : scan.entries) {
         auto lock = try_exclusive(lock_path(entry.key));
         if (!lock) {
-            spdlog::debug("tileops: not removing kernel cache entry {}: in use", entry.key);
+            logger().debug("tileops: not removing kernel cache entry {}: in use", entry.key);
             continue;
         }
         if (remove_file(entry.path)) {
@@ -477,7 +477,7 @@ std::size_t DiskCache::clear() {
             if (::stat(entry_path(lock_file.key).c_str(), &st) != 0) remove_file(lock_file.path);
         }
     }
-    spdlog::debug("tileops: cleared {} entries from the kernel cache {}", removed, directory_.string());
+    logger().debug("tileops: cleared {} entries from the kernel cache {}", removed, directory_.string());
     return removed;
 }
 

@@ -5,8 +5,8 @@
 #include <mutex>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
+#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 
 namespace tileops::runtime {
@@ -60,7 +60,7 @@ LoadedDriver load_driver() {
     }
     int version = 0;
     api.cuDriverGetVersion(&version);
-    spdlog::debug("tileops: CUDA driver {}.{} loaded, {} device(s)", version / 1000, (version % 1000) / 10, count);
+    logger().debug("tileops: CUDA driver {}.{} loaded, {} device(s)", version / 1000, (version % 1000) / 10, count);
     return loaded;
 }
 

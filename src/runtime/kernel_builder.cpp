@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 #include "codegen/template_registry.hpp"
 #include "runtime/compiler.hpp"
+#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 #include "util/sha256.hpp"
 
@@ -65,15 +65,15 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
                                         "fill the cache with `tileops-tune warm`",
                                         name_expression, arch, cache_.directory().string()));
         CompileResult result = compile(codegen::compile_request(template_file, {name_expression}, arch));
-        spdlog::debug("tileops: compiled {} for {} in {:.0f} ms", name_expression, arch, result.milliseconds);
-        if (!result.log.empty()) spdlog::debug("tileops: NVRTC log for {}:\n{}", name_expression, result.log);
+        logger().debug("tileops: compiled {} for {} in {:.0f} ms", name_expression, arch, result.milliseconds);
+        if (!result.log.empty()) logger().debug("tileops: NVRTC log for {}:\n{}", name_expression, result.log);
         return encode_payload(result.lowered_names.at(name_expression), result.cubin);
     };
     std::string payload = cache_.get_or_build(key, build, &built);
     KernelBinary binary;
     if (!decode_payload(payload, binary)) {
         // A payload that passed the cache's checksum but is not ours: rebuild and overwrite it.
-        spdlog::warn("tileops: cache entry {} has an unexpected payload; rebuilding", key);
+        logger().warn("tileops: cache entry {} has an unexpected payload; rebuilding", key);
         payload = build();
         built = true;
         cache_.store(key, payload);
@@ -84,7 +84,7 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
         compiled_.fetch_add(1);
     } else {
         disk_hits_.fetch_add(1);
-        spdlog::debug("tileops: loaded {} for {} from the disk cache", name_expression, arch);
+        logger().debug("tileops: loaded {} for {} from the disk cache", name_expression, arch);
     }
     return binary;
 }

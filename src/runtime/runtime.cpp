@@ -5,7 +5,6 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "runtime/compiler.hpp"
 #include "runtime/driver.hpp"
@@ -72,7 +71,7 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
         std::lock_guard lock(live_runtimes_mutex);
         live_runtimes().insert(id_);
     }
-    spdlog::debug("tileops: runtime on device {} ({}, {}, {} SMs), kernel cache {}", device_.ordinal, device_.name,
+    runtime::logger().debug("tileops: runtime on device {} ({}, {}, {} SMs), kernel cache {}", device_.ordinal, device_.name,
                   device_.arch(), device_.sm_count, builder_.cache().directory().string());
 }
 
@@ -217,7 +216,7 @@ unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& 
                                       launch.cluster > 1 ? fmt::format(" in clusters of {}", launch.cluster) : "",
                                       launch.shared_bytes, device_.name));
     if (resident < launch.grid[0])
-        spdlog::debug("tileops: {}: persistent grid of {} blocks cut to the {} that can be resident", model.op_name(),
+        runtime::logger().debug("tileops: {}: persistent grid of {} blocks cut to the {} that can be resident", model.op_name(),
                       launch.grid[0], resident);
     return std::min(launch.grid[0], resident);
 }

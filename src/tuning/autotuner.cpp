@@ -10,11 +10,11 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
 #include "ops/op_model.hpp"
 #include "ops/op_state.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/log.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "tileops/error.hpp"
 #include "runtime/compiler.hpp"
@@ -28,7 +28,6 @@ namespace tileops::tuning {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
 
 // Norm-wise relative difference; +inf when any element is not finite (unwritten or broken).
 double relative_difference(const std::vector<float>& out, const std::vector<float>& ref) {
@@ -172,7 +171,7 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
             TimingStats stats = timer.time(launch, options.warmup, options.repeats);
             outcome.median_us = stats.median_us;
             outcome.spread_us = stats.spread_us();
-            spdlog::debug("tileops: {} candidate {}: {:.2f} us (grid {})", model.op_name(),
+            runtime::logger().debug("tileops: {} candidate {}: {:.2f} us (grid {})", model.op_name(),
                           config_text(candidates[i]), stats.median_us, launches[i].grid[0]);
         } catch (const DriverError& e) {
             outcome.ok = false;
@@ -237,7 +236,7 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
     entry.stability = static_cast<double>(round_wins[winner]) / std::max(1, options.retime_rounds);
     entry.tuned_at = util::utc_timestamp();
     entry.device = device.name;
-    spdlog::debug("tileops: tuned {}: {:.2f} us ({} candidates, {} failed), heuristic {:.2f} us{}", model.describe(),
+    runtime::logger().debug("tileops: tuned {}: {:.2f} us ({} candidates, {} failed), heuristic {:.2f} us{}", model.describe(),
                   entry.median_us, entry.candidates_tried, entry.candidates_failed, result.heuristic_median_us,
                   result.heuristic_kept ? " (kept: within noise)" : "");
     return result;

@@ -5,8 +5,8 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 
+#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
 
@@ -86,7 +86,7 @@ void ConfigResolver::load_once() {
                 TuningDb db = TuningDb::load(file.path());
                 if (db.meta().arch == options_.arch) shipped.push_back({file.path().string(), std::move(db)});
             } catch (const std::exception& e) {
-                spdlog::warn("tileops: skipping shipped tuning database: {}", e.what());
+                runtime::logger().warn("tileops: skipping shipped tuning database: {}", e.what());
             }
         }
     }
@@ -98,7 +98,7 @@ void ConfigResolver::load_once() {
 void ConfigResolver::report(const std::string& origin, const TuningEntry& entry, const std::string& why) {
     std::string line = fmt::format("{}: {}: {}", origin, entry.key.to_string(), why);
     if (reported_.insert(line).second) {
-        spdlog::warn("tileops: ignoring tuning entry {}", line);
+        runtime::logger().warn("tileops: ignoring tuning entry {}", line);
         stale_.push_back(std::move(line));
     }
 }
@@ -152,7 +152,7 @@ ConfigChoice ConfigResolver::choose(const TuningKey& key, const std::function<Co
         if (heuristic) choice->config = heuristic();
         choice->explanation = "no tuned entry for this shape or a near one";
     }
-    spdlog::debug("tileops: {}: config from {}{}{}; {}", key.to_string(), to_string(choice->source),
+    runtime::logger().debug("tileops: {}: config from {}{}{}; {}", key.to_string(), to_string(choice->source),
                   choice->origin.empty() ? "" : " ", choice->origin, choice->explanation);
     return std::move(*choice);
 }

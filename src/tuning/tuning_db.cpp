@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 
+#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
 
@@ -396,7 +396,7 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         } catch (const EntryError& e) {
             reason = e.message;
         }
-        spdlog::warn("tileops: skipping tuning entry {}: {}", source, reason);
+        runtime::logger().warn("tileops: skipping tuning entry {}: {}", source, reason);
         db.rejected_.push_back({source, i, reason});
     }
     sort_keeping_best(db.entries_);
@@ -524,7 +524,7 @@ void TuningDb::save(const std::filesystem::path& path) const {
         if (!text) throw FileError(fmt::format("tileops: cannot read {} to merge into it", path.string()));
         on_disk = parse(*text, path.string());
         if (!on_disk.rejected().empty())
-            spdlog::warn("tileops: rewriting tuning database {} drops its {} malformed entries", path.string(),
+            runtime::logger().warn("tileops: rewriting tuning database {} drops its {} malformed entries", path.string(),
                          on_disk.rejected().size());
     }
     // Entries of other archs may share a file only when neither names an arch in its metadata.

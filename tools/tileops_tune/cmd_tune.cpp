@@ -1,5 +1,9 @@
 // tileops-tune tune: autotunes problems on this GPU and merges the winners into a database.
 
+#include <filesystem>
+#include <optional>
+#include <string>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -13,8 +17,48 @@
 #include "tileops_tune/resolver_setup.hpp"
 #include "tuning/autotuner.hpp"
 #include "util/clock.hpp"
+#include "util/file_util.hpp"
 
 namespace tileops::cli {
+namespace {
+
+// The database the results go into, checked before any tuning (not after hours of it): an
+// existing file must parse without malformed entries (it is returned, for the arch check once the
+// device is known), and the lock file beside it must be creatable (the directory is writable).
+std::optional<TuningDb> open_target_db(const std::string& db_path) {
+    (void)util::FileLock::try_lock(db_path + ".lock", util::FileLock::Mode::shared);
+    std::error_code ec;
+    if (!std::filesystem::exists(db_path, ec)) return std::nullopt;
+    TuningDb db = TuningDb::load(db_path);
+    // Saving rewrites the file without them: refuse, as merge does, rather than drop them unasked.
+    if (!db.rejected().empty())
+        throw InvalidArgument(fmt::format("{} holds {} malformed entries (the first: {}); fix them, or "
+                                          "drop them with `tileops-tune merge --allow-rejected`, before tuning into it",
+                                          db_path, db.rejected().size(),
+                                          db.rejected().front().reason));
+    return db;
+}
+
+// Saves the results; where that fails (the file changed or its disk filled meanwhile), writes
+// them beside it instead, so that a long tune is never lost, and says where.
+void save_results(const TuningDb& db, const std::string& db_path) {
+    try {
+        db.save(db_path);
+    } catch (const std::exception& e) {
+        const std::string rescue = fmt::format("{}.unsaved-{}.json", db_path, util::utc_timestamp());
+        try {
+            util::write_file_atomic(rescue, db.to_json());
+        } catch (const std::exception& rescue_error) {
+            throw FileError(fmt::format("tileops-tune: could not save into {} ({}), nor into {} ({}): the results are lost",
+                                        db_path, e.what(), rescue, rescue_error.what()));
+        }
+        throw FileError(fmt::format("tileops-tune: could not save into {} ({}); the results are in {}: merge them "
+                                    "with `tileops-tune merge`",
+                                    db_path, e.what(), rescue));
+    }
+}
+
+}  // namespace
 
 int cmd_tune(int argc, char** argv) {
     return run_command(
@@ -35,6 +79,7 @@ int cmd_tune(int argc, char** argv) {
             if (problems.empty()) throw InvalidArgument("nothing to tune: give --op/--shape or --workload");
             if (!args.count("db")) throw InvalidArgument("give the database to write with --db");
             const std::string db_path = args["db"].as<std::string>();
+            const std::optional<TuningDb> existing = open_target_db(db_path);
             RuntimeOptions runtime_options;
             runtime_options.device = args["device"].as<int>();
             Runtime runtime(runtime_options);
@@ -57,6 +102,7 @@ int cmd_tune(int argc, char** argv) {
             meta.nvrtc_version = runtime::nvrtc_version();
             meta.created_at = util::utc_timestamp();
             meta.sources = {fmt::format("tileops-tune on {}", device.name)};
+            if (existing) (void)TuningDb::merge(*existing, db);  // refuses a file of another arch now
 
             nlohmann::json results = nlohmann::json::array();
             std::vector<std::vector<std::string>> rows;
@@ -94,7 +140,7 @@ int cmd_tune(int argc, char** argv) {
                 }
             }
             progress.done();
-            db.save(db_path);
+            save_results(db, db_path);
             if (args.count("json")) {
                 fmt::print("{}\n", nlohmann::json({{"db", db_path}, {"results", results}}).dump(2));
             } else {

@@ -4,8 +4,6 @@
 #include <string>
 
 #include <fmt/format.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
 
 #include "runtime/log.hpp"
 #include "tileops_tune/commands.hpp"
@@ -37,8 +35,7 @@ void usage(std::FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    // Logs go to stderr so that --json output on stdout stays parseable.
-    spdlog::set_default_logger(spdlog::stderr_color_mt("tileops-tune"));
+    // The library logs to stderr (its "tileops" logger), so --json output on stdout stays parseable.
     tileops::runtime::configure_logging();
     if (argc < 2) {
         usage(stderr);
