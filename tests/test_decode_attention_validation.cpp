@@ -2,6 +2,8 @@
 // its configs, workspace and the problem factory behave as documented. No GPU needed.
 #include <cmath>
 
+#include <string>
+
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -125,6 +127,13 @@ TEST_CASE("DecodeAttention checks its operands by name", "[validation][decode]")
     CHECK_NOTHROW(op.check({TensorView::contiguous(kQ, DType::bf16, {4, 1, 32, 128}), k_view, kV,
                             TensorView::contiguous(kLengths, DType::int32, {4})},
                            {TensorView::contiguous(kOut, DType::bf16, {4, 1, 32, 128})}));
+
+    // A view of an impossible rank is refused by name (its shape is not read past its four slots).
+    for (int rank : {-1, 5, 1 << 20}) {
+        TensorView bad = TensorView::contiguous(kK, DType::bf16, {4, 4096, 8, 128});
+        bad.rank = rank;
+        CHECK_THROWS_WITH(op.check({kQ, bad, kV, kLengths}, {kOut}), ContainsSubstring("'k' has rank " + std::to_string(rank)));
+    }
 
     DecodeAttentionProblem with_lse = paged();
     with_lse.return_lse = true;

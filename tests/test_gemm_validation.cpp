@@ -224,3 +224,45 @@ TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the d
         CHECK_THAT(*op.model().invalid_reason(wide, h100), ContainsSubstring("accumulators"));
     }
 }
+
+TEST_CASE("Gemm refuses D over its operands, C read at beta = 0, and the skinny kernel at K not a multiple of 8",
+          "[validation][gemm]") {
+    // D written over A or B races (X = X W in place).
+    GemmProblem p = problem(64, 64, 64);  // square: A, B and D each 64 x 64 bf16, 8 KB
+    Gemm square(p);
+    CHECK_THROWS_WITH(square.check({kA, kB}, {kA}), ContainsSubstring("D overlaps A"));
+    CHECK_THROWS_WITH(square.check({kA, kB}, {kB}), ContainsSubstring("D overlaps B"));
+    CHECK_THROWS_WITH(square.check({kA, kB}, {static_cast<char*>(kB) + 64 * 2}), ContainsSubstring("D overlaps B"));
+    CHECK_NOTHROW(square.check({kA, kB}, {static_cast<char*>(kB) + 64 * 64 * 2}));  // just past B
+    // A and D as the two column halves of one [64, 128] buffer: interleaved but disjoint.
+    GemmProblem halves = p;
+    halves.lda = 128, halves.ldd = 128;
+    Gemm side_by_side(halves);
+    CHECK_NOTHROW(side_by_side.check({kA, kB}, {static_cast<char*>(kA) + 64 * 2}));
+    CHECK_THROWS_WITH(side_by_side.check({kA, kB}, {static_cast<char*>(kA) + 32 * 2}), ContainsSubstring("D overlaps A"));
+    GemmProblem with_bias = p;
+    with_bias.bias = true;
+    Gemm biased(with_bias);
+    CHECK_THROWS_WITH(biased.check({kA, kB, kD}, {kD}), ContainsSubstring("D overlaps the bias"));
+
+    // C given at beta = 0 would still be read: NaN there reaches D.
+    GemmProblem unread_c = p;
+    unread_c.has_c = true, unread_c.beta = 0.0f;
+    CHECK_THROWS_WITH(Gemm(unread_c), ContainsSubstring("beta = 0"));
+
+    // The skinny kernel copies whole 16-byte chunks of K: with K = 4100 and padded rows (lda = ldb
+    // = 4104) it would add the padding into the sum. The heuristic takes the TMA kernel instead.
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    GemmProblem padded = problem(1, 4096, 4100);
+    padded.layout = GemmLayout::nt, padded.lda = 4104, padded.ldb = 4104;
+    Gemm decode_step(padded);
+    const Config heuristic = decode_step.model().heuristic(h100);
+    CHECK(heuristic.at("kernel") != 2);
+    Config skinny{{"kernel", 2}, {"block_m", 16}, {"block_n", 16}, {"block_k", 64}, {"warps", 8},
+                  {"stages", 2}, {"group_m", 1},  {"vec", 8}};
+    CHECK_THAT(decode_step.model().invalid_reason(skinny, h100).value_or(""), ContainsSubstring("K a multiple of 8"));
+    for (const Config& c : decode_step.model().search_space(h100)) CHECK(c.at("kernel") != 2);
+    GemmProblem aligned = padded;
+    aligned.k = 4096;
+    CHECK_FALSE(Gemm(aligned).model().invalid_reason(skinny, h100).has_value());
+}

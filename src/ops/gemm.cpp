@@ -86,6 +86,10 @@ GemmProblem normalized(GemmProblem p) {
         throw InvalidArgument(fmt::format("tileops::Gemm: alpha and beta must be finite, got {} and {}", p.alpha, p.beta));
     if (p.beta != 0.0f && !p.has_c)
         throw InvalidArgument(fmt::format("tileops::Gemm: beta = {} needs C: set has_c (and pass C to run())", p.beta));
+    // The kernels read C whenever it is given, and 0 x NaN is NaN: BLAS leaves C unread at beta = 0.
+    if (p.beta == 0.0f && p.has_c)
+        throw InvalidArgument("tileops::Gemm: has_c with beta = 0 would still read C (NaN or Inf there reaches D): "
+                              "leave has_c unset when beta is 0");
     if (p.batch < 1 || p.batch > kMaxBatch)
         throw InvalidArgument(fmt::format("tileops::Gemm: batch = {} is not in [1, {}]", p.batch, kMaxBatch));
     p.lda = leading_dimension("lda", p.lda, p.k);
@@ -118,6 +122,27 @@ uint64_t operand_bytes(const GemmProblem& p, int64_t rows, int64_t cols, int64_t
 bool bytes_overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
     const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
     return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+// Whether an input operand (rows x cols, leading dimension ld) and D share an element. Their
+// extents are compared; where they overlap but both have the same row pitch and batch stride in
+// bytes (say, a row-concatenated buffer [A | D]), the rows' column ranges decide.
+bool input_overlaps_d(const GemmProblem& p, const void* x, int64_t rows, int64_t cols, int64_t ld, int64_t batch_stride,
+                      DType x_dtype, const void* d, DType d_dtype) {
+    const uint64_t x_bytes = operand_bytes(p, rows, cols, ld, batch_stride, x_dtype);
+    const uint64_t d_bytes = operand_bytes(p, p.m, p.n, p.ldd, p.batch_stride_d, d_dtype);
+    if (!bytes_overlap(x, x_bytes, d, d_bytes)) return false;
+    const int64_t pitch = ld * static_cast<int64_t>(dtype_size(x_dtype));
+    const int64_t x_batch = batch_stride * static_cast<int64_t>(dtype_size(x_dtype));
+    const bool same_layout = pitch == p.ldd * static_cast<int64_t>(dtype_size(d_dtype)) &&
+                             (p.batch == 1 || (pitch > 0 && x_batch % pitch == 0 &&
+                                               x_batch == p.batch_stride_d * static_cast<int64_t>(dtype_size(d_dtype))));
+    if (!same_layout || pitch <= 0) return true;
+    const int64_t delta = static_cast<int64_t>(reinterpret_cast<uintptr_t>(d) - reinterpret_cast<uintptr_t>(x));
+    const int64_t column = ((delta % pitch) + pitch) % pitch;  // where D's rows start within x's row pitch
+    const int64_t x_row = cols * static_cast<int64_t>(dtype_size(x_dtype)), d_row = p.n * static_cast<int64_t>(dtype_size(d_dtype));
+    // Disjoint when D's columns sit after x's in each row and end before the next row begins.
+    return !(column >= x_row && column + d_row <= pitch);
 }
 
 const char* activation_index(GemmEpilogue e) { return e == GemmEpilogue::gelu ? "1" : e == GemmEpilogue::silu ? "2" : "0"; }
@@ -308,11 +333,20 @@ int bind(const GemmProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
             throw InvalidArgument("tileops::Gemm: C and D overlap (only C == D with the same leading dimension and batch "
                                   "stride, in place, is allowed)");
     }
+    // D written over A or B (X = X W in place) races: a block writes D where another still reads
+    // its operands. The same for the bias.
+    if (input_overlaps_d(p, a.data(), p.m, p.k, p.lda, p.batch_stride_a, p.dtype, d.data(), out))
+        throw InvalidArgument("tileops::Gemm: D overlaps A (the output cannot be written over an operand)");
+    if (input_overlaps_d(p, b.data(), b_rows(p), b_cols(p), p.ldb, p.batch_stride_b, p.dtype, d.data(), out))
+        throw InvalidArgument("tileops::Gemm: D overlaps B (the output cannot be written over an operand)");
+    const size_t in_bytes = dtype_size(p.dtype);
     if (p.bias) {
         const TensorArg& bias = inputs[p.has_c ? 3 : 2];
         check_operand("Gemm", "bias", bias.data(), bias.view(), p.dtype, 0, p.n, 1);
+        if (bytes_overlap(bias.data(), static_cast<uint64_t>(p.n) * in_bytes, d.data(),
+                          operand_bytes(p, p.m, p.n, p.ldd, p.batch_stride_d, out)))
+            throw InvalidArgument("tileops::Gemm: D overlaps the bias (the output cannot be written over an operand)");
     }
-    const size_t in_bytes = dtype_size(p.dtype);
     int vec = widest_aligned_vector(shape_vec, a.data(), in_bytes);
     vec = widest_aligned_vector(vec, b.data(), in_bytes);
     // A 16-bit D may be stored with TMA by the sm_90 kernel (gemm_sm90_stores_with_tma).

@@ -118,6 +118,9 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
         if (device.sm() < 80) return fmt::format("kernel 2 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
         if (!s.b_nt) return "kernel 2 (skinny) needs layout nt (B as N x K rows)";
         if (c.vec != 8) return "kernel 2 (skinny) needs vec = 8 (16-byte aligned rows)";
+        // It copies whole 16-byte chunks of K: past a K that is not a multiple of 8 it would read
+        // the rows' padding (or past the last row) into the sum.
+        if (s.k % 8 != 0) return fmt::format("kernel 2 (skinny) needs K a multiple of 8, K = {}", s.k);
         if (c.block_m != 16 && c.block_m != 32 && c.block_m != 64)
             return fmt::format("block_m = {} is not 16, 32 or 64", c.block_m);
         if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64)

@@ -84,6 +84,9 @@ void check_tensor(const char* op, const char* argument, const void* data, const 
     const int64_t* want_shape = shape.begin();
     const int64_t* want_strides = strides.begin();
     const int rank = static_cast<int>(shape.size());
+    if (view->rank < 0 || view->rank > TensorView::kMaxRank)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has rank {}, expected {} ({})", op, argument,
+                                          view->rank, rank, dims));
     bool same = view->rank == rank;
     for (int d = 0; same && d < rank; ++d) same = view->shape[d] == want_shape[d];
     if (!same)
