@@ -25,6 +25,25 @@ double time_ms(const std::function<void()>& fn, tuning::KernelTimer& timer, int 
     return timer.time(fn, 3, repeats).median_us * 1e-3;
 }
 
+std::pair<double, double> time_pair_ms(const std::function<void()>& a, const std::function<void()>& b,
+                                       tuning::KernelTimer& timer, int repeats) {
+    for (int i = 0; i < 3; ++i) {
+        timer.time_once(a);
+        timer.time_once(b);
+    }
+    std::vector<double> a_us, b_us;
+    for (int i = 0; i < repeats; ++i) {
+        if (i % 2 == 0) {
+            a_us.push_back(timer.time_once(a));
+            b_us.push_back(timer.time_once(b));
+        } else {
+            b_us.push_back(timer.time_once(b));
+            a_us.push_back(timer.time_once(a));
+        }
+    }
+    return {median(std::move(a_us)) * 1e-3, median(std::move(b_us)) * 1e-3};
+}
+
 DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed, size_t period) {
     // Values in [-2, 2) as the dtype stores them; never zeros. With a period, only the first
     // `period` bytes are drawn on the host and device-to-device copies repeat them.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/device.hpp"
@@ -25,6 +26,12 @@ double median(std::vector<double> values);
 // timed as the tuner times (tuning::KernelTimer: L2 flushed by a read before each timed run, so
 // inputs come from HBM and no dirty line of an earlier run is written back inside the timed one).
 double time_ms(const std::function<void()>& fn, tuning::KernelTimer& timer, int repeats);
+
+// time_ms of two functions that are compared, their runs interleaved (a b, then b a, ...) after
+// 3 warm-up runs each, so that neither side always runs first on a cooler or idler GPU or in the
+// other's wake. Returns {a, b}.
+std::pair<double, double> time_pair_ms(const std::function<void()>& a, const std::function<void()>& b,
+                                       tuning::KernelTimer& timer, int repeats);
 
 // A buffer of `bytes` filled with values in [-2, 2) as `dtype` stores them (never zeros); `seed`
 // tells apart buffers of the same size. With `period` > 0 the values repeat every `period` bytes,

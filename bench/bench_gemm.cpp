@@ -4,8 +4,9 @@
 //   bench_gemm [--json out.json] [--repeats N] [--quick] [--large] [--dtype bf16|fp16] [--layout nt|nn]
 //              [--only MxNxK]
 //
-// Timing: bench_common's time_ms (CUDA events, warm-up, median; L2 flushed by a read before each
-// timed run: small-M problems are bound by reading B, which must come from HBM).
+// Timing: bench_common's time_pair_ms (CUDA events, warm-up, median; ours and cuBLAS interleaved
+// run by run; L2 flushed by a read before each timed run: small-M problems are bound by reading B,
+// which must come from HBM).
 // TFLOP/s counts 2 * M * N * K.
 #include <cublas_v2.h>
 
@@ -27,7 +28,7 @@
 using namespace tileops;
 using runtime::DeviceBuffer;
 using bench::cu;
-using bench::time_ms;
+using bench::time_pair_ms;
 
 namespace {
 
@@ -139,11 +140,13 @@ int run(int argc, char** argv) {
         GemmProblem problem;
         problem.m = s.m, problem.n = s.n, problem.k = s.k, problem.dtype = dtype, problem.layout = layout;
         Gemm op(problem);
-        const double ours = time_ms([&] { op.run(rt, {a.data(), b.data()}, {d.data()}); }, timer, repeats);
         // cuBLAS is column-major: D^T (N x M) = op(B)^T (N x K) * A^T (K x M), every matrix as stored.
         const float alpha = 1.0f, beta = 0.0f;
         const bool nt = layout == GemmLayout::nt;
-        const double theirs = time_ms(
+        // The two sides' runs interleaved: timed one after the other, the first of a shape ran on a
+        // GPU left idle by the host's input fill and the second in its wake.
+        const auto [ours, theirs] = time_pair_ms(
+            [&] { op.run(rt, {a.data(), b.data()}, {d.data()}); },
             [&] {
                 check_cublas(cublasGemmEx(handle, nt ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(s.n),
                                           static_cast<int>(s.m), static_cast<int>(s.k), &alpha, b.data(), cuda_type,
