@@ -5,7 +5,9 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include "ops/op_model.hpp"
 #include "tileops/tileops.hpp"
+#include "tileops/tuning_db.hpp"
 #include "util/host_dtype.hpp"
 
 using namespace tileops;
@@ -108,4 +110,54 @@ TEST_CASE("fp8 e4m3 host encoding: every code round-trips, values round to neare
     CHECK(util::float_to_fp8_e4m3(1000.0f) == 0x7e);  // saturates at 448
     CHECK(util::float_to_fp8_e4m3(-1e30f) == 0xfe);
     CHECK(util::float_to_fp8_e4m3(std::nanf("")) == 0x7f);
+}
+
+TEST_CASE("row and elementwise outputs over their inputs: exactly in place, or refused by name", "[validation]") {
+    // 8 rows of 64 bf16 (1 KB); the fake operands are 64 KB apart.
+    auto at = [](void* base, size_t bytes) { return static_cast<void*>(static_cast<char*>(base) + bytes); };
+
+    // Softmax in place with the same dtype: each element is read, then written, by one thread.
+    Softmax same(SoftmaxProblem{.rows = 8, .cols = 64, .dtype = DType::bf16});
+    CHECK_NOTHROW(same.check({kX}, {kX}));
+    CHECK_THROWS_WITH(same.check({kX}, {at(kX, 128)}), ContainsSubstring("output 'y' overlaps 'x'"));
+    // bf16 in, fp32 out in place: output row r covers input rows 2r and 2r + 1 of other blocks.
+    SoftmaxProblem widening{.rows = 8, .cols = 64, .dtype = DType::bf16};
+    widening.out_dtype = DType::fp32;
+    CHECK_THROWS_WITH(Softmax(widening).check({kX}, {kX}), ContainsSubstring("same pointer, row stride and dtype size"));
+
+    // RmsNorm: the sum may replace x or the residual only where it has their row stride.
+    RmsNormProblem fused_problem{.rows = 8, .cols = 64, .dtype = DType::bf16, .residual = true};
+    RmsNorm fused(fused_problem);
+    CHECK_NOTHROW(fused.check({kX, kB, kW}, {kY, kX}));
+    CHECK_NOTHROW(fused.check({kX, kB, kW}, {kY, kB}));
+    fused_problem.x_stride = 128;  // x is half of a wider buffer; the sum is written 64 apart
+    CHECK_THROWS_WITH(RmsNorm(fused_problem).check({kX, kB, kW}, {kY, kX}), ContainsSubstring("output 'sum' overlaps 'x'"));
+    CHECK_THROWS_WITH(fused.check({kX, kB, kW}, {kW, kY}), ContainsSubstring("output 'y' overlaps 'weight'"));
+    CHECK_THROWS_WITH(fused.check({kX, kB, kW}, {kY, kY}), ContainsSubstring("output 'y' overlaps 'sum'"));
+    // Without a residual its stride is not used: a leftover value refuses nothing.
+    RmsNormProblem plain{.rows = 8, .cols = 64, .dtype = DType::bf16};
+    plain.residual_stride = 1;
+    CHECK_NOTHROW(RmsNorm(plain).check({kX, kW}, {kY}));
+
+    LayerNorm ln(LayerNormProblem{.rows = 8, .cols = 64, .dtype = DType::bf16});
+    CHECK_NOTHROW(ln.check({kX, kW, kB}, {kX}));
+    CHECK_THROWS_WITH(ln.check({kX, kW, kB}, {at(kB, 64)}), ContainsSubstring("output 'y' overlaps 'bias'"));
+
+    // A broadcast b is read by every row.
+    ElementwiseProblem add_row{.op = ElementwiseOp::add, .rows = 8, .cols = 64, .dtype = DType::bf16};
+    add_row.broadcast_b = true;
+    Elementwise add(add_row);
+    CHECK_NOTHROW(add.check({kX, kB}, {kX}));
+    CHECK_THROWS_WITH(add.check({kX, kB}, {kB}), ContainsSubstring("output 'y' overlaps 'b'"));
+}
+
+TEST_CASE("row configs whose sub-warp rows do not fill whole warps are invalid, not compile errors", "[validation]") {
+    Softmax op(SoftmaxProblem{.rows = 1024, .cols = 128, .dtype = DType::bf16});
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    Config config = op.model().heuristic(h100);
+    config["threads_per_row"] = 16, config["rows_per_block"] = 1, config["vec"] = 8, config["items"] = 1;
+    config["cluster"] = 1, config["prefetch"] = 0;
+    CHECK_THAT(op.model().invalid_reason(config, h100).value_or(""), ContainsSubstring("whole warps"));
+    config["rows_per_block"] = 2;
+    CHECK_FALSE(op.model().invalid_reason(config, h100).has_value());
 }

@@ -72,6 +72,10 @@ int bind(const LayerNormProblem& p, int shape_vec, Inputs inputs, Outputs output
     check_operand("LayerNorm", "bias", bias.data(), bias.view(), p.dtype, 0, p.cols, 1);
     check_operand("LayerNorm", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
     const size_t in_bytes = dtype_size(p.dtype);
+    const RowsSpan y_span{"y", y.data(), p.rows, p.cols, p.y_stride, dtype_size(out)};
+    check_output_overlap("LayerNorm", y_span, {"x", x.data(), p.rows, p.cols, p.x_stride, in_bytes}, true);
+    check_output_overlap("LayerNorm", y_span, {"weight", weight.data(), 1, p.cols, p.cols, in_bytes}, false);
+    check_output_overlap("LayerNorm", y_span, {"bias", bias.data(), 1, p.cols, p.cols, in_bytes}, false);
     int vec = widest_aligned_vector(shape_vec, x.data(), in_bytes);
     vec = widest_aligned_vector(vec, weight.data(), in_bytes);
     vec = widest_aligned_vector(vec, bias.data(), in_bytes);

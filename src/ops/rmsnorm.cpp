@@ -49,7 +49,8 @@ RmsNormProblem normalized(RmsNormProblem p) {
     check_float_dtype("RmsNorm", "out_dtype", *p.out_dtype);
     p.x_stride = row_stride("RmsNorm", "x_stride", p.x_stride, p.cols);
     p.y_stride = row_stride("RmsNorm", "y_stride", p.y_stride, p.cols);
-    p.residual_stride = row_stride("RmsNorm", "residual_stride", p.residual_stride, p.cols);
+    // Without a residual the field is unused: a leftover value must not refuse or narrow anything.
+    p.residual_stride = p.residual ? row_stride("RmsNorm", "residual_stride", p.residual_stride, p.cols) : p.cols;
     if (!(p.eps >= 0.0f)) throw InvalidArgument(fmt::format("tileops::RmsNorm: eps must be >= 0, got {}", p.eps));
     return p;
 }
@@ -76,12 +77,25 @@ int bind(const RmsNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs)
     check_operand("RmsNorm", "weight", weight.data(), weight.view(), p.dtype, 0, p.cols, 1);
     check_operand("RmsNorm", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
     const size_t in_bytes = dtype_size(p.dtype);
+    const RowsSpan x_span{"x", x.data(), p.rows, p.cols, p.x_stride, in_bytes};
+    const RowsSpan weight_span{"weight", weight.data(), 1, p.cols, p.cols, in_bytes};
+    const RowsSpan y_span{"y", y.data(), p.rows, p.cols, p.y_stride, dtype_size(out)};
+    check_output_overlap("RmsNorm", y_span, x_span, true);
+    check_output_overlap("RmsNorm", y_span, weight_span, false);
     int vec = shape_vec;
     if (res) {
         const TensorArg& r = inputs.begin()[1];
         const OutputArg& s = outputs.begin()[1];
         check_operand("RmsNorm", "residual", r.data(), r.view(), p.dtype, p.rows, p.cols, p.residual_stride);
         check_operand("RmsNorm", "sum", s.data(), s.view(), p.dtype, p.rows, p.cols, p.residual_stride);
+        // sum is written with the residual's stride: in place of x only where x has that stride.
+        const RowsSpan r_span{"residual", r.data(), p.rows, p.cols, p.residual_stride, in_bytes};
+        const RowsSpan sum_span{"sum", s.data(), p.rows, p.cols, p.residual_stride, in_bytes};
+        check_output_overlap("RmsNorm", y_span, r_span, true);
+        check_output_overlap("RmsNorm", sum_span, x_span, true);
+        check_output_overlap("RmsNorm", sum_span, r_span, true);
+        check_output_overlap("RmsNorm", sum_span, weight_span, false);
+        check_output_overlap("RmsNorm", y_span, sum_span, false);
         vec = widest_aligned_vector(vec, r.data(), in_bytes);
         vec = widest_aligned_vector(vec, s.data(), in_bytes);
     }

@@ -98,6 +98,11 @@ std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, 
     if (c.rows_per_block < 1 || int64_t{c.threads_per_row} * c.rows_per_block > device.max_threads_per_block)
         return fmt::format("threads_per_row x rows_per_block = {} x {} exceeds {} threads", c.threads_per_row,
                            c.rows_per_block, device.max_threads_per_block);
+    // Must match common/row_layout.cuh: rows of fewer than 32 threads share warps, whose shuffles
+    // take every lane.
+    if (c.threads_per_row < 32 && (c.threads_per_row * c.rows_per_block) % 32 != 0)
+        return fmt::format("threads_per_row x rows_per_block = {} x {} does not fill whole warps", c.threads_per_row,
+                           c.rows_per_block);
     if (!is_pow2(c.vec) || c.vec * element_bytes > 16)
         return fmt::format("vec = {} is not a power of two of at most 16 bytes", c.vec);
     if (c.items < 0 || c.items > max_items(c.vec, element_bytes, c.threads_per_row * c.rows_per_block))

@@ -65,6 +65,8 @@ int bind(const SoftmaxProblem& p, int shape_vec, Inputs inputs, Outputs outputs)
     const OutputArg& y = outputs.begin()[0];
     check_operand("Softmax", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
     check_operand("Softmax", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
+    check_output_overlap("Softmax", {"y", y.data(), p.rows, p.cols, p.y_stride, dtype_size(out)},
+                         {"x", x.data(), p.rows, p.cols, p.x_stride, dtype_size(p.dtype)}, true);
     return widest_aligned_vector(widest_aligned_vector(shape_vec, x.data(), dtype_size(p.dtype)), y.data(),
                                  dtype_size(out));
 }

@@ -100,6 +100,19 @@ void check_tensor(const char* op, const char* argument, const void* data, const 
                                               fmt::join(view->strides.begin(), view->strides.begin() + rank, ", ")));
 }
 
+void check_output_overlap(const char* op, const RowsSpan& output, const RowsSpan& other, bool in_place_ok) {
+    auto extent = [](const RowsSpan& x) {  // bytes from the first element to one past the last
+        return static_cast<uint64_t>((x.rows - 1) * x.stride + x.cols) * x.element;
+    };
+    const auto out0 = reinterpret_cast<uintptr_t>(output.data), other0 = reinterpret_cast<uintptr_t>(other.data);
+    if (out0 >= other0 + extent(other) || other0 >= out0 + extent(output)) return;
+    if (in_place_ok && output.data == other.data && output.stride == other.stride && output.element == other.element)
+        return;
+    throw InvalidArgument(fmt::format("tileops::{}: output '{}' overlaps '{}' ({})", op, output.name, other.name,
+                                      in_place_ok ? "in place needs the same pointer, row stride and dtype size"
+                                                  : "it must be apart"));
+}
+
 int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts) {
     int vec = max_vec;
     for (int64_t count : counts)

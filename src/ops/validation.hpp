@@ -58,6 +58,22 @@ struct StridedDim {
 // make output rows overlap" otherwise.
 void check_rows_disjoint(const char* op, int64_t row_elements, std::vector<StridedDim> dims);
 
+// A row-major operand's memory: `rows` rows of `cols` elements of `element` bytes, `stride`
+// elements apart (a row every block reads, such as a weight: rows = 1).
+struct RowsSpan {
+    const char* name;
+    const void* data;
+    int64_t rows, cols, stride;
+    size_t element;
+};
+
+// An output sharing memory with another operand races between blocks, except exactly in place
+// (`in_place_ok`: the same pointer, row stride and element size, so that each element is read,
+// then written, by one thread): "tileops::<op>: output 'y' overlaps 'x' ..." otherwise. Pass
+// in_place_ok = false for an operand every row reads (weights, a broadcast row) and for another
+// output.
+void check_output_overlap(const char* op, const RowsSpan& output, const RowsSpan& other, bool in_place_ok);
+
 // `count` x `stride` elements must stay addressable with 64-bit offsets (a cache's pages or
 // sequences times their stride): "<count_name> x <stride_name> (...) overflows 64-bit offsets".
 void check_offsets_fit(const char* op, const char* count_name, int64_t count, const char* stride_name, int64_t stride);

@@ -14,7 +14,9 @@ struct CompileRequest {
     std::vector<std::pair<std::string, std::string>> headers;  // in-memory headers: (include name, content)
     std::vector<std::string> name_expressions;                 // kernels to instantiate, e.g. "tileops::k<1, 2>"
     std::string arch;                                          // "sm_80", "sm_90a", ...
-    std::vector<std::string> extra_options;                    // part of the cache key
+    // Options beyond base_compile_options. The kernel cache's key holds only the base options and
+    // KernelBuilder never sets these: a caller that caches what it compiles with them must key them.
+    std::vector<std::string> extra_options;
 };
 
 struct CompileResult {
