@@ -120,6 +120,9 @@ TEST_CASE("row and elementwise outputs over their inputs: exactly in place, or r
     Softmax same(SoftmaxProblem{.rows = 8, .cols = 64, .dtype = DType::bf16});
     CHECK_NOTHROW(same.check({kX}, {kX}));
     CHECK_THROWS_WITH(same.check({kX}, {at(kX, 128)}), ContainsSubstring("output 'y' overlaps 'x'"));
+    // x and y as the two column halves of one [8, 128] buffer: interleaved but disjoint.
+    Softmax halves(SoftmaxProblem{.rows = 8, .cols = 64, .dtype = DType::bf16, .x_stride = 128, .y_stride = 128});
+    CHECK_NOTHROW(halves.check({kX}, {at(kX, 128)}));
     // bf16 in, fp32 out in place: output row r covers input rows 2r and 2r + 1 of other blocks.
     SoftmaxProblem widening{.rows = 8, .cols = 64, .dtype = DType::bf16};
     widening.out_dtype = DType::fp32;

@@ -112,37 +112,10 @@ GemmProblem normalized(GemmProblem p) {
     return p;
 }
 
-// Bytes from an operand's first element to one past its last: `rows` x `cols` with leading
-// dimension `ld`, `batch` times `batch_stride` apart.
-uint64_t operand_bytes(const GemmProblem& p, int64_t rows, int64_t cols, int64_t ld, int64_t batch_stride, DType dtype) {
-    const int64_t last = (p.batch - 1) * batch_stride + (rows - 1) * ld + cols;
-    return static_cast<uint64_t>(last) * dtype_size(dtype);
-}
-
-bool bytes_overlap(const void* a, uint64_t a_bytes, const void* b, uint64_t b_bytes) {
-    const auto a0 = reinterpret_cast<uintptr_t>(a), b0 = reinterpret_cast<uintptr_t>(b);
-    return a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
-// Whether an input operand (rows x cols, leading dimension ld) and D share an element. Their
-// extents are compared; where they overlap but both have the same row pitch and batch stride in
-// bytes (say, a row-concatenated buffer [A | D]), the rows' column ranges decide.
-bool input_overlaps_d(const GemmProblem& p, const void* x, int64_t rows, int64_t cols, int64_t ld, int64_t batch_stride,
-                      DType x_dtype, const void* d, DType d_dtype) {
-    const uint64_t x_bytes = operand_bytes(p, rows, cols, ld, batch_stride, x_dtype);
-    const uint64_t d_bytes = operand_bytes(p, p.m, p.n, p.ldd, p.batch_stride_d, d_dtype);
-    if (!bytes_overlap(x, x_bytes, d, d_bytes)) return false;
-    const int64_t pitch = ld * static_cast<int64_t>(dtype_size(x_dtype));
-    const int64_t x_batch = batch_stride * static_cast<int64_t>(dtype_size(x_dtype));
-    const bool same_layout = pitch == p.ldd * static_cast<int64_t>(dtype_size(d_dtype)) &&
-                             (p.batch == 1 || (pitch > 0 && x_batch % pitch == 0 &&
-                                               x_batch == p.batch_stride_d * static_cast<int64_t>(dtype_size(d_dtype))));
-    if (!same_layout || pitch <= 0) return true;
-    const int64_t delta = static_cast<int64_t>(reinterpret_cast<uintptr_t>(d) - reinterpret_cast<uintptr_t>(x));
-    const int64_t column = ((delta % pitch) + pitch) % pitch;  // where D's rows start within x's row pitch
-    const int64_t x_row = cols * static_cast<int64_t>(dtype_size(x_dtype)), d_row = p.n * static_cast<int64_t>(dtype_size(d_dtype));
-    // Disjoint when D's columns sit after x's in each row and end before the next row begins.
-    return !(column >= x_row && column + d_row <= pitch);
+// An operand's memory for the overlap checks: rows x cols, leading dimension ld, p.batch of them.
+RowsSpan span(const GemmProblem& p, const char* name, const void* data, int64_t rows, int64_t cols, int64_t ld,
+              int64_t batch_stride, DType dtype) {
+    return {name, data, rows, cols, ld, dtype_size(dtype), p.batch, batch_stride};
 }
 
 const char* activation_index(GemmEpilogue e) { return e == GemmEpilogue::gelu ? "1" : e == GemmEpilogue::silu ? "2" : "0"; }
@@ -322,29 +295,25 @@ int bind(const GemmProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
     check_gemm_operand(p, "A", a, p.dtype, p.m, p.k, p.lda, p.batch_stride_a);
     check_gemm_operand(p, "B", b, p.dtype, b_rows(p), b_cols(p), p.ldb, p.batch_stride_b);
     check_gemm_operand(p, "D", d, out, p.m, p.n, p.ldd, p.batch_stride_d);
+    // Blocks write D where others still read their operands: any overlap with A, B or the bias
+    // races (X = X W in place included), and with C all but exactly in place.
+    const RowsSpan d_span = span(p, "D", d.data(), p.m, p.n, p.ldd, p.batch_stride_d, out);
     if (p.has_c) {
         const TensorArg& c = inputs[2];
         check_gemm_operand(p, "C", c, out, p.m, p.n, p.ldc, p.batch_stride_c);
-        // In place is fine (each element is read, then written, by one thread); any other overlap of
-        // C and D is a race between blocks (one reads C where another has already written D).
-        const bool in_place = c.data() == d.data() && p.ldc == p.ldd && (p.batch == 1 || p.batch_stride_c == p.batch_stride_d);
-        if (!in_place && bytes_overlap(c.data(), operand_bytes(p, p.m, p.n, p.ldc, p.batch_stride_c, out), d.data(),
-                                       operand_bytes(p, p.m, p.n, p.ldd, p.batch_stride_d, out)))
+        if (outputs_conflict(d_span, span(p, "C", c.data(), p.m, p.n, p.ldc, p.batch_stride_c, out), true))
             throw InvalidArgument("tileops::Gemm: C and D overlap (only C == D with the same leading dimension and batch "
                                   "stride, in place, is allowed)");
     }
-    // D written over A or B (X = X W in place) races: a block writes D where another still reads
-    // its operands. The same for the bias.
-    if (input_overlaps_d(p, a.data(), p.m, p.k, p.lda, p.batch_stride_a, p.dtype, d.data(), out))
+    if (outputs_conflict(d_span, span(p, "A", a.data(), p.m, p.k, p.lda, p.batch_stride_a, p.dtype), false))
         throw InvalidArgument("tileops::Gemm: D overlaps A (the output cannot be written over an operand)");
-    if (input_overlaps_d(p, b.data(), b_rows(p), b_cols(p), p.ldb, p.batch_stride_b, p.dtype, d.data(), out))
+    if (outputs_conflict(d_span, span(p, "B", b.data(), b_rows(p), b_cols(p), p.ldb, p.batch_stride_b, p.dtype), false))
         throw InvalidArgument("tileops::Gemm: D overlaps B (the output cannot be written over an operand)");
     const size_t in_bytes = dtype_size(p.dtype);
     if (p.bias) {
         const TensorArg& bias = inputs[p.has_c ? 3 : 2];
         check_operand("Gemm", "bias", bias.data(), bias.view(), p.dtype, 0, p.n, 1);
-        if (bytes_overlap(bias.data(), static_cast<uint64_t>(p.n) * in_bytes, d.data(),
-                          operand_bytes(p, p.m, p.n, p.ldd, p.batch_stride_d, out)))
+        if (outputs_conflict(d_span, {"bias", bias.data(), 1, p.n, p.n, in_bytes}, false))
             throw InvalidArgument("tileops::Gemm: D overlaps the bias (the output cannot be written over an operand)");
     }
     int vec = widest_aligned_vector(shape_vec, a.data(), in_bytes);

@@ -100,17 +100,32 @@ void check_tensor(const char* op, const char* argument, const void* data, const 
                                               fmt::join(view->strides.begin(), view->strides.begin() + rank, ", ")));
 }
 
-void check_output_overlap(const char* op, const RowsSpan& output, const RowsSpan& other, bool in_place_ok) {
-    auto extent = [](const RowsSpan& x) {  // bytes from the first element to one past the last
-        return static_cast<uint64_t>((x.rows - 1) * x.stride + x.cols) * x.element;
+bool outputs_conflict(const RowsSpan& output, const RowsSpan& other, bool in_place_ok) {
+    auto bytes = [](const RowsSpan& x, int64_t elements) { return elements * static_cast<int64_t>(x.element); };
+    auto extent = [&](const RowsSpan& x) {  // from the first element to one past the last
+        return static_cast<uint64_t>(bytes(x, (x.batch - 1) * x.batch_stride + (x.rows - 1) * x.stride + x.cols));
     };
     const auto out0 = reinterpret_cast<uintptr_t>(output.data), other0 = reinterpret_cast<uintptr_t>(other.data);
-    if (out0 >= other0 + extent(other) || other0 >= out0 + extent(output)) return;
-    if (in_place_ok && output.data == other.data && output.stride == other.stride && output.element == other.element)
-        return;
-    throw InvalidArgument(fmt::format("tileops::{}: output '{}' overlaps '{}' ({})", op, output.name, other.name,
-                                      in_place_ok ? "in place needs the same pointer, row stride and dtype size"
-                                                  : "it must be apart"));
+    if (out0 >= other0 + extent(other) || other0 >= out0 + extent(output)) return false;
+    if (in_place_ok && output.data == other.data && output.stride == other.stride && output.element == other.element &&
+        (output.batch == 1 || output.batch_stride == other.batch_stride))
+        return false;
+    // Both spans' rows on one lattice of the same pitch: their column ranges within a pitch decide.
+    const int64_t pitch = bytes(output, output.stride);
+    auto on_lattice = [&](const RowsSpan& x) {
+        return bytes(x, x.stride) == pitch && (x.batch == 1 || bytes(x, x.batch_stride) % pitch == 0);
+    };
+    if (pitch <= 0 || !on_lattice(output) || !on_lattice(other)) return true;
+    const int64_t delta = static_cast<int64_t>(out0 - other0);
+    const int64_t column = ((delta % pitch) + pitch) % pitch;  // where output's rows start within other's pitch
+    return !(column >= bytes(other, other.cols) && column + bytes(output, output.cols) <= pitch);
+}
+
+void check_output_overlap(const char* op, const RowsSpan& output, const RowsSpan& other, bool in_place_ok) {
+    if (outputs_conflict(output, other, in_place_ok))
+        throw InvalidArgument(fmt::format("tileops::{}: output '{}' overlaps '{}' ({})", op, output.name, other.name,
+                                          in_place_ok ? "in place needs the same pointer, row stride and dtype size"
+                                                      : "it must be apart"));
 }
 
 int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts) {

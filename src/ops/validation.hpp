@@ -58,18 +58,24 @@ struct StridedDim {
 // make output rows overlap" otherwise.
 void check_rows_disjoint(const char* op, int64_t row_elements, std::vector<StridedDim> dims);
 
-// A row-major operand's memory: `rows` rows of `cols` elements of `element` bytes, `stride`
-// elements apart (a row every block reads, such as a weight: rows = 1).
+// A row-major operand's memory: `batch` matrices `batch_stride` elements apart, each `rows` rows
+// of `cols` elements of `element` bytes, `stride` elements apart (a row every block reads, such as
+// a weight: rows = 1).
 struct RowsSpan {
     const char* name;
     const void* data;
     int64_t rows, cols, stride;
     size_t element;
+    int64_t batch = 1, batch_stride = 0;
 };
 
-// An output sharing memory with another operand races between blocks, except exactly in place
-// (`in_place_ok`: the same pointer, row stride and element size, so that each element is read,
-// then written, by one thread): "tileops::<op>: output 'y' overlaps 'x' ..." otherwise. Pass
+// Whether blocks writing `output` race with those reading (or writing) `other`: they share an
+// element, except exactly in place (`in_place_ok`: the same pointer, row strides, batch strides
+// and element size, so that each element is read, then written, by one thread). Rows of the same
+// pitch interleaved in one buffer ([x | y]) share none.
+bool outputs_conflict(const RowsSpan& output, const RowsSpan& other, bool in_place_ok);
+
+// Throws unless outputs_conflict is false: "tileops::<op>: output 'y' overlaps 'x' ...". Pass
 // in_place_ok = false for an operand every row reads (weights, a broadcast row) and for another
 // output.
 void check_output_overlap(const char* op, const RowsSpan& output, const RowsSpan& other, bool in_place_ok);
