@@ -351,7 +351,7 @@ std::string DiskCache::build_locked(const std::string& key, const std::function<
 void DiskCache::warn_unwritable(const std::string& what) {
     if (!warned_unwritable_.exchange(true))
         logger().warn("tileops: the kernel cache {} cannot be written; kernels are built but not cached ({})",
-                     directory_.string(), what);
+                      directory_.string(), what);
     else
         logger().debug("tileops: kernel cache not written: {}", what);
 }
@@ -434,7 +434,7 @@ std::size_t DiskCache::evict(const std::string& keep) {
     }
     if (total > max_bytes_)
         logger().debug("tileops: kernel cache {} holds {} bytes, over its bound of {} (entries in use)",
-                      directory_.string(), total, max_bytes_);
+                       directory_.string(), total, max_bytes_);
     return removed;
 }
 

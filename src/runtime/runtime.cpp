@@ -72,7 +72,7 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
         live_runtimes().insert(id_);
     }
     runtime::logger().debug("tileops: runtime on device {} ({}, {}, {} SMs), kernel cache {}", device_.ordinal, device_.name,
-                  device_.arch(), device_.sm_count, builder_.cache().directory().string());
+                            device_.arch(), device_.sm_count, builder_.cache().directory().string());
 }
 
 RuntimeStats RuntimeImpl::stats() const {
@@ -217,7 +217,7 @@ unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& 
                                       launch.shared_bytes, device_.name));
     if (resident < launch.grid[0])
         runtime::logger().debug("tileops: {}: persistent grid of {} blocks cut to the {} that can be resident", model.op_name(),
-                      launch.grid[0], resident);
+                                launch.grid[0], resident);
     return std::min(launch.grid[0], resident);
 }
 

@@ -172,7 +172,7 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
             outcome.median_us = stats.median_us;
             outcome.spread_us = stats.spread_us();
             runtime::logger().debug("tileops: {} candidate {}: {:.2f} us (grid {})", model.op_name(),
-                          config_text(candidates[i]), stats.median_us, launches[i].grid[0]);
+                                    config_text(candidates[i]), stats.median_us, launches[i].grid[0]);
         } catch (const DriverError& e) {
             outcome.ok = false;
             outcome.failure = fmt::format("launch: {}", e.what());
@@ -237,8 +237,8 @@ TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) 
     entry.tuned_at = util::utc_timestamp();
     entry.device = device.name;
     runtime::logger().debug("tileops: tuned {}: {:.2f} us ({} candidates, {} failed), heuristic {:.2f} us{}", model.describe(),
-                  entry.median_us, entry.candidates_tried, entry.candidates_failed, result.heuristic_median_us,
-                  result.heuristic_kept ? " (kept: within noise)" : "");
+                            entry.median_us, entry.candidates_tried, entry.candidates_failed, result.heuristic_median_us,
+                            result.heuristic_kept ? " (kept: within noise)" : "");
     return result;
 }
 

@@ -153,7 +153,7 @@ ConfigChoice ConfigResolver::choose(const TuningKey& key, const std::function<Co
         choice->explanation = "no tuned entry for this shape or a near one";
     }
     runtime::logger().debug("tileops: {}: config from {}{}{}; {}", key.to_string(), to_string(choice->source),
-                  choice->origin.empty() ? "" : " ", choice->origin, choice->explanation);
+                            choice->origin.empty() ? "" : " ", choice->origin, choice->explanation);
     return std::move(*choice);
 }
 

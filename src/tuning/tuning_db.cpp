@@ -525,7 +525,7 @@ void TuningDb::save(const std::filesystem::path& path) const {
         on_disk = parse(*text, path.string());
         if (!on_disk.rejected().empty())
             runtime::logger().warn("tileops: rewriting tuning database {} drops its {} malformed entries", path.string(),
-                         on_disk.rejected().size());
+                                   on_disk.rejected().size());
     }
     // Entries of other archs may share a file only when neither names an arch in its metadata.
     TuningDb merged = merge(on_disk, *this);
