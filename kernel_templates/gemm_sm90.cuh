@@ -259,7 +259,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     constexpr int kAtoms = kRows / 64;     // wgmma m64 atoms per consumer
     static_assert(kRows % 64 == 0 && kAtoms >= 1 && kAtoms <= 2, "a consumer owns 64 or 128 rows");
     constexpr int kTileA = BM * BK, kTileB = BN * BK;
-    constexpr unsigned kStageBytes = (kTileA + kTileB) * sizeof(T);
+    // Bytes a stage receives: A's box (p.a_box_rows of its BM rows; GemmArgs) and B's tile.
+    const unsigned stage_bytes = static_cast<unsigned>((p.a_box_rows * BK + kTileB) * sizeof(T));
 
     // The swizzle pattern repeats every 1024 bytes: the ring starts on such a boundary (the host
     // adds 1024 bytes of slack).
@@ -318,7 +319,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
                 const int kt_end = gemm_split_begin(k_tiles, split + 1, p.split_k);
                 for (int kt = gemm_split_begin(k_tiles, split, p.split_k); kt < kt_end; ++kt) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
-                    mbarrier_arrive_expect_tx(&full[stage], kStageBytes);
+                    mbarrier_arrive_expect_tx(&full[stage], stage_bytes);
                     tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
                     if constexpr (CLUSTER_M == 2) {
                         // This block's half of B, into both blocks of the pair.

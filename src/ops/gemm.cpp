@@ -338,6 +338,7 @@ struct GemmKernelArgs {
     int split_k;
     float* partials;
     int* split_counters;
+    int a_box_rows;
 };
 
 // A 3-D (cols, rows, batch) tensor map of 16-bit elements, in boxes of 64 columns (128 bytes,
@@ -378,7 +379,7 @@ void Gemm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outp
                                 outputs[0].data(),
                                 p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd,
                                 p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d,
-                                p.batch, p.alpha, p.beta, 1, nullptr, nullptr};
+                                p.batch, p.alpha, p.beta, 1, nullptr, nullptr, 0};
     if (launch.kind == 0) {
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);
@@ -395,7 +396,11 @@ void Gemm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outp
         args.partials = reinterpret_cast<float*>(workspace + (tiles * sizeof(int) + 255) / 256 * 256);
     }
     const unsigned b_rows = (launch.kind & detail::kPairedKind) ? block_n / 2 : block_n;  // pairs load half each
-    alignas(64) CUtensorMap map_a = detail::tensor_map(args.a, p.dtype, p.m, p.k, p.lda, p.batch, p.batch_stride_a, block_m);
+    // A shorter than a tile is loaded in a box of its own rows (rounded up to 8): TMA is slow to
+    // zero-fill rows past the matrix.
+    args.a_box_rows = static_cast<int>(p.m < block_m ? std::min<int64_t>((p.m + 7) / 8 * 8, block_m) : block_m);
+    alignas(64) CUtensorMap map_a =
+        detail::tensor_map(args.a, p.dtype, p.m, p.k, p.lda, p.batch, p.batch_stride_a, static_cast<unsigned>(args.a_box_rows));
     alignas(64) CUtensorMap map_b =
         detail::nt(p) ? detail::tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.batch, p.batch_stride_b, b_rows)
                       : detail::tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.batch, p.batch_stride_b, 64);
