@@ -47,6 +47,7 @@
 #pragma once
 
 #include "common/attention.cuh"
+#include "common/flash_varlen.cuh"
 #include "common/mma_sm80.cuh"
 #include "common/types.cuh"
 
@@ -112,7 +113,7 @@ __device__ __forceinline__ void flash_sm80_load_tile(T* tile, const T* rows, lon
 }
 
 template <typename T, int HEAD_DIM, int BM, int BN, int WARPS, int STAGES, bool CAUSAL, bool WINDOW>
-__global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const FlashAttentionArgs p) {
+__global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const FlashAttentionArgs p, const FlashPackedRows rows) {
     static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "head dims 64, 128, 256");
     static_assert(BN == 32 || BN == 64 || BN == 128, "key tiles of 32, 64 or 128");
     static_assert(WARPS >= 1 && BM % WARPS == 0 && (BM / WARPS) % 16 == 0, "each warp owns a multiple of 16 rows");
@@ -136,7 +137,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
 
     const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     const int m_block = CAUSAL ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
-    const AttentionSequence seq = attention_sequence(p, b);
+    const AttentionSequence seq = flash_sequence(p, rows, b);
     const int m0 = m_block * BM;
     if (m0 >= seq.len_q) return;  // a varlen sequence shorter than the longest
     const AttentionKeyRange range = attention_key_range<CAUSAL, WINDOW>(seq, p.window_left, m0, BM);

@@ -33,6 +33,7 @@
 #pragma once
 
 #include "common/attention.cuh"
+#include "common/flash_varlen.cuh"
 #include "common/hopper.cuh"
 #include "common/wgmma_rs.cuh"
 
@@ -152,7 +153,8 @@ struct FlashSm90Work {
 // the last tiles handed out are short ones. False when the tile lies past its sequence's end
 // (varlen sequences shorter than the longest).
 template <bool CAUSAL, bool WINDOW, int BM, int BN>
-__device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, int w, int q_tiles, FlashSm90Work& work) {
+__device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, const FlashPackedRows& rows, int w, int q_tiles,
+                                                FlashSm90Work& work) {
     int m_index, head_index;
     if (CAUSAL) {
         const int heads = p.num_heads * p.batch;
@@ -169,7 +171,7 @@ __device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, int
     work.h = head_index % p.num_heads;
     work.b = head_index / p.num_heads;
     work.m0 = (CAUSAL ? q_tiles - 1 - m_index : m_index) * BM;
-    work.seq = attention_sequence(p, work.b);
+    work.seq = flash_sequence(p, rows, work.b);
     if (work.m0 >= work.seq.len_q) return false;
     work.range = attention_key_range<CAUSAL, WINDOW>(work.seq, p.window_left, work.m0, BM);
     work.first_tile = work.range.begin / BN;
@@ -230,8 +232,8 @@ struct RingPosition {
 
 // The producer's single thread: Q, then K and V tiles, of every work tile of this block.
 template <typename T, int HEAD_DIM, int BM, int BN, int STAGES, int Q_BUFFERS, bool CAUSAL, bool WINDOW>
-__device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, const TensorMap* map_q,
-                                                   const TensorMap* map_k, const TensorMap* map_v,
+__device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, const FlashPackedRows& rows,
+                                                   const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
                                                    const FlashSm90Shared<T>& sh, int q_tiles, int work_count) {
     constexpr int kKV = BN * HEAD_DIM;
     constexpr unsigned kTileBytes = kKV * sizeof(T);
@@ -243,7 +245,7 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
     FlashSm90Queue<CAUSAL> queue;
     for (int w; (w = queue.produce(p, sh.work, sh.work_full, sh.work_empty)) < work_count;) {
         FlashSm90Work work;
-        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, w, q_tiles, work) || work.first_tile >= work.end_tile) continue;
+        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, q_tiles, work) || work.first_tile >= work.end_tile) continue;
         // Tensor maps are 4-D: (head dim, rows, heads, batch); varlen has one batch entry of every packed row.
         const int batch_index = p.cu_seqlens_q != nullptr ? 0 : work.b;
         const int kv_head = work.h / p.group;
@@ -278,7 +280,8 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
 // A consumer warpgroup: 64 query rows of every work tile of this block.
 template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool PINGPONG, bool CAUSAL,
           bool WINDOW>
-__device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const FlashSm90Shared<T>& sh,
+__device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const FlashPackedRows& rows,
+                                                   const FlashSm90Shared<T>& sh,
                                                    int consumer, int q_tiles, int work_count) {
     constexpr int kKV = BN * HEAD_DIM;
     const int t = static_cast<int>(threadIdx.x) % 128;
@@ -305,7 +308,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     FlashSm90Queue<CAUSAL> queue;
     for (int w; (w = queue.consume(sh.work, sh.work_full, sh.work_empty)) < work_count;) {
         FlashSm90Work work;
-        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, w, q_tiles, work)) continue;
+        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, q_tiles, work)) continue;
         const AttentionKeyRange& range = work.range;
         // This thread's rows (within the sequence): g and g + 8 of its warp's 16.
         const int rows0 = work.m0 + consumer * 64;  // this warpgroup's first row
@@ -423,7 +426,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
         }
         if constexpr (CONSUMERS == 3) {
             asm volatile("" : "+r"(w));
-            flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, w, q_tiles, work);
+            flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, q_tiles, work);
         }
         const bool has_keys = work.first_tile < work.end_tile;
         float inverse[2];
@@ -505,7 +508,8 @@ template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUF
           bool WINDOW>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     flash_attention_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
-                                const __grid_constant__ TensorMap map_v, const FlashAttentionArgs p) {
+                                const __grid_constant__ TensorMap map_v, const FlashAttentionArgs p,
+                                const FlashPackedRows rows) {
     static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "head dims 64, 128, 256");
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
     static_assert(STAGES >= 2, "K/V tiles are double-buffered at least");
@@ -564,10 +568,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     if (warpgroup == 0) {
         warpgroup_registers_release<kProducerRegisters>();
         if (threadIdx.x == 0)
-            flash_sm90_produce<T, HEAD_DIM, BM, BN, STAGES, Q_BUFFERS, CAUSAL, WINDOW>(p, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
+            flash_sm90_produce<T, HEAD_DIM, BM, BN, STAGES, Q_BUFFERS, CAUSAL, WINDOW>(p, rows, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
     } else {
         warpgroup_registers_claim<kConsumerRegisters>();
-        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CONSUMERS, Q_BUFFERS, PINGPONG, CAUSAL, WINDOW>(p, sh, warpgroup - 1, q_tiles, work_count);
+        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CONSUMERS, Q_BUFFERS, PINGPONG, CAUSAL, WINDOW>(p, rows, sh, warpgroup - 1, q_tiles, work_count);
     }
 }
 

@@ -31,6 +31,11 @@ namespace {
 struct FlashCase {
     FlashAttentionProblem p;
     std::vector<int> lens_q, lens_k;  // varlen: each sequence's lengths
+    // Varlen: offsets handed to the op instead of the lengths' prefix sums (malformed ones, which
+    // the kernels must clamp to the lengths above), and rows of poison after O and the LSE that
+    // must stay untouched.
+    std::vector<int> cu_q_given, cu_k_given;
+    int64_t guard_rows = 0;
     int64_t seq_pad = 0;              // extra elements between consecutive rows (BSHD) or heads' rows (BHSD)
     int64_t max_rows_checked = 160;   // per (sequence, head)
 };
@@ -67,6 +72,7 @@ int64_t tensor_elements(const FlashAttentionProblem& p, const Strides& s, int64_
 
 struct Result {
     std::vector<double> out, lse;
+    bool guard_poisoned = true;  // nothing written past the outputs (FlashCase::guard_rows)
 };
 
 class FlashRun {
@@ -94,16 +100,17 @@ public:
         if (p_.varlen) {
             cu_q_ = offsets(c.lens_q);
             cu_k_ = offsets(c.lens_k);
-            dcu_q_ = upload_ints(cu_q_);
-            dcu_k_ = upload_ints(cu_k_);
+            dcu_q_ = upload_ints(c.cu_q_given.empty() ? cu_q_ : c.cu_q_given);
+            dcu_k_ = upload_ints(c.cu_k_given.empty() ? cu_k_ : c.cu_k_given);
         }
     }
 
     // Runs with the heuristic (config empty) or the given config; returns what the GPU wrote.
     Result run(FlashAttention& op, const Config* config) {
-        DeviceMatrix out(p_.dtype, 1, out_elements_);  // poisoned
+        const int64_t guard = c_.guard_rows * p_.num_heads;  // elements of poison after each output (x head_dim for O)
+        DeviceMatrix out(p_.dtype, 1, out_elements_ + guard * p_.head_dim);  // poisoned
         const int64_t lse_count = p_.varlen ? p_.num_heads * p_.total_q : p_.batch * p_.num_heads * p_.seqlen_q;
-        DeviceMatrix lse(DType::fp32, 1, lse_count);
+        DeviceMatrix lse(DType::fp32, 1, lse_count + guard);
         std::vector<TensorArg> in{dq_->data(), dk_->data(), dv_->data()};
         if (p_.varlen) in.insert(in.end(), {dcu_q_->data(), dcu_k_->data()});
         std::vector<OutputArg> outs{out.data()};
@@ -117,6 +124,13 @@ public:
         Result r;
         r.out = out.download();
         if (p_.return_lse) r.lse = lse.download();
+        auto untouched_tail = [&](std::vector<double>& values, int64_t size) {
+            const bool poisoned = std::all_of(values.begin() + size, values.end(), [](double x) { return std::isnan(x); });
+            values.resize(static_cast<size_t>(size));
+            return poisoned;
+        };
+        r.guard_poisoned = untouched_tail(r.out, out_elements_);
+        if (p_.return_lse) r.guard_poisoned = untouched_tail(r.lse, lse_count) && r.guard_poisoned;
         return r;
     }
 
@@ -154,6 +168,7 @@ public:
         }
         CHECK(all_written);
         CHECK(empty_rows_ok);
+        CHECK(r.guard_poisoned);
         const double error = test::relative_error(got, test::round_to(p_.dtype, want));
         INFO("output relative error " << error << " (tolerance " << test::tolerance(p_.dtype) << ")");
         CHECK(error <= test::tolerance(p_.dtype));
@@ -334,6 +349,25 @@ TEST_CASE("FlashAttention varlen batches of very different lengths", "[gpu][flas
     c.lens_k = {300, 17, 1500, 64, 5000};
     c.p.seqlen_k = 5000;
     c.p.total_k = 300 + 17 + 1500 + 64 + 5000;
+    run_and_check(c);
+}
+
+TEST_CASE("FlashAttention varlen clamps malformed offsets into the packed tensors", "[gpu][flash]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const bool causal = GENERATE(false, true);
+    const int64_t d = GENERATE(64, 128);
+    FlashCase c{problem(DType::bf16, 5, 4, 2, d, 0, 0, causal)};
+    c.p.varlen = true;
+    c.p.seqlen_q = c.p.seqlen_k = 150;
+    c.p.total_q = c.p.total_k = 300;
+    // A negative first offset, an end past the last row (unclamped, 4750 rows: the grid's 150 would
+    // write 100 rows past O), an end before its start, and INT_MIN: the kernels must make of them
+    // sequences of 100, 0, 150, 50 and 0 rows.
+    c.cu_q_given = {-5, 100, 100, 250, 5000, -3};
+    c.cu_k_given = {0, 100, 100, 250, 300, std::numeric_limits<int>::min()};
+    c.lens_q = c.lens_k = {100, 0, 150, 50, 0};
+    c.guard_rows = 400;
     run_and_check(c);
 }
 

@@ -30,7 +30,10 @@ struct FlashAttentionProblem {
     // [total_q, num_heads, head_dim], k and v [total_k, num_kv_heads, head_dim] (layout and batch
     // strides are ignored), and run() takes cu_seqlens_q and cu_seqlens_k ([batch + 1] int32 on
     // the device: sequence b owns rows cu[b] .. cu[b + 1] - 1). seqlen_q/seqlen_k bound every
-    // sequence's length (longer ones are an error the kernel cannot report: keep them in bound).
+    // sequence's length: the query rows of a longer sequence past seqlen_q are not computed (an
+    // error the kernel cannot report: keep lengths in bound). The kernels clamp the offsets into
+    // [0, total_q] and [0, total_k], an end before its start giving an empty sequence, so that
+    // malformed offsets never read or write outside the tensors.
     bool varlen = false;
     int64_t total_q = 0, total_k = 0;
 

@@ -263,6 +263,11 @@ struct FlashAttentionKernelArgs {
     int* scheduler;
 };
 
+// The kernels' second parameter, as tileops::FlashPackedRows in common/flash_varlen.cuh.
+struct FlashPackedRows {
+    int q, k;
+};
+
 // A 4-D (head dim, rows, heads, batch) tensor map of 16-bit elements, loaded in boxes of 64 head-dim
 // columns (128 bytes, swizzled to match wgmma's shared-memory layout) x box_rows rows of one head.
 CUtensorMap attention_tensor_map(const void* data, DType dtype, int64_t head_dim, int64_t rows, int64_t heads,
@@ -322,8 +327,10 @@ void FlashAttention::launch_with(const detail::ResolvedLaunch& launch, Inputs in
     args.num_heads = static_cast<int>(p.num_heads);
     args.batch = static_cast<int>(p.batch);
     args.scheduler = static_cast<int*>(launch.workspace_data());  // null unless the sm_90 kernel is causal
+    // Varlen: the packed tensors' rows, into which the kernels clamp the caller's cu_seqlens.
+    detail::FlashPackedRows rows{static_cast<int>(p.varlen ? p.total_q : 0), static_cast<int>(p.varlen ? p.total_k : 0)};
     if (launch.kind == 0) {
-        void* params[] = {&args};
+        void* params[] = {&args, &rows};
         detail::launch(launch, params, stream, *this);
         return;
     }
@@ -337,7 +344,7 @@ void FlashAttention::launch_with(const detail::ResolvedLaunch& launch, Inputs in
                                                                  p.k_seq_stride, p.k_head_stride, p.k_batch_stride, block_n);
     alignas(64) CUtensorMap map_v = detail::attention_tensor_map(args.v, p.dtype, p.head_dim, rows_k, p.num_kv_heads, batch,
                                                                  p.v_seq_stride, p.v_head_stride, p.v_batch_stride, block_n);
-    void* params[] = {&map_q, &map_k, &map_v, &args};
+    void* params[] = {&map_q, &map_k, &map_v, &args, &rows};
     detail::launch(launch, params, stream, *this);
 }
 
