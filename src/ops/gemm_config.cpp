@@ -320,9 +320,10 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
                     {256, 2, 128, 4, 0}, {128, 1, 128, 5, 0}, {128, 2, 128, 5, 1}, {128, 2, 128, 6, 1},
                     {64, 2, 256, 4, 1},  {64, 2, 192, 5, 1},  {64, 1, 256, 4, 0},  {64, 1, 192, 5, 0},
                     {64, 1, 128, 6, 0},  {64, 1, 128, 8, 0},  {64, 1, 96, 8, 0},   {64, 1, 96, 10, 0},
-                    {64, 1, 64, 8, 0},   {64, 1, 64, 12, 0},  {64, 1, 32, 8, 0},   {64, 1, 32, 16, 0}};
-        // Not listed: 128 x 64 tiles with two consumers (cuBLAS's 1024^3 tile): on H100 within the
-        // noise of 64 x 128 at 1024^3 and 5-50% slower at M = 128-512 (bench/README.md, 2026-11-26).
+                    {64, 1, 64, 8, 0},   {64, 1, 64, 12, 0},  {64, 1, 32, 8, 0},   {64, 1, 32, 16, 0},
+                    // cuBLAS's 1024^3 tile (ncu: nvjet_sm90_tst_128x64_64x8_1x2): 128 x 64, two
+                    // consumers of 64 x 64 each; 1024^3 10.0 us against 10.6 for 64 x 128 (H100).
+                    {128, 2, 64, 6, 0},  {128, 2, 64, 8, 0}};
 
         for (const auto& t : sm90) {
             if (t.bm > std::max(64, max_m)) continue;
