@@ -3,6 +3,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include "ops/gemm_config.hpp"
 #include "ops/op_factory.hpp"
 #include "ops/op_model.hpp"
 #include "tileops/tileops.hpp"
@@ -147,6 +148,16 @@ TEST_CASE("Gemm tuning keys carry layout, epilogue and batch; the factory builds
     CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 4096}, "bf16", ""}), ContainsSubstring("MxNxK"));
     CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 16, 16}, "bf16", "gelu,silu"}), ContainsSubstring("flag 'silu'"));
     CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 16, 16}, "bf16", "residual"}), ContainsSubstring("flag 'residual'"));
+}
+
+TEST_CASE("Gemm's TMA box of A holds only the rows M has, rounded up to 8", "[validation][gemm]") {
+    CHECK(detail::gemm_a_box_rows(1, 64) == 8);
+    CHECK(detail::gemm_a_box_rows(8, 64) == 8);
+    CHECK(detail::gemm_a_box_rows(9, 64) == 16);
+    CHECK(detail::gemm_a_box_rows(60, 64) == 64);
+    CHECK(detail::gemm_a_box_rows(100, 128) == 104);
+    CHECK(detail::gemm_a_box_rows(64, 64) == 64);  // a whole tile and more: the tile's rows
+    CHECK(detail::gemm_a_box_rows(4096, 128) == 128);
 }
 
 TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the device", "[validation][gemm]") {

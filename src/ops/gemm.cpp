@@ -396,9 +396,7 @@ void Gemm::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outp
         args.partials = reinterpret_cast<float*>(workspace + (tiles * sizeof(int) + 255) / 256 * 256);
     }
     const unsigned b_rows = (launch.kind & detail::kPairedKind) ? block_n / 2 : block_n;  // pairs load half each
-    // A shorter than a tile is loaded in a box of its own rows (rounded up to 8): TMA is slow to
-    // zero-fill rows past the matrix.
-    args.a_box_rows = static_cast<int>(p.m < block_m ? std::min<int64_t>((p.m + 7) / 8 * 8, block_m) : block_m);
+    args.a_box_rows = detail::gemm_a_box_rows(p.m, static_cast<int>(block_m));
     alignas(64) CUtensorMap map_a =
         detail::tensor_map(args.a, p.dtype, p.m, p.k, p.lda, p.batch, p.batch_stride_a, static_cast<unsigned>(args.a_box_rows));
     alignas(64) CUtensorMap map_b =
