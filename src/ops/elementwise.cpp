@@ -185,22 +185,17 @@ int bind(const ElementwiseProblem& p, int shape_vec, Inputs inputs, Outputs outp
     check_count("Elementwise", "outputs", outputs.size(), 1, "y");
     const TensorArg& a = inputs.begin()[0];
     const OutputArg& y = outputs.begin()[0];
-    check_operand("Elementwise", "a", a.data(), a.view(), p.dtype, p.rows, p.cols, p.a_stride);
-    check_operand("Elementwise", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
-    const RowsSpan y_span{"y", y.data(), p.rows, p.cols, p.y_stride, dtype_size(out)};
-    check_output_overlap("Elementwise", y_span, {"a", a.data(), p.rows, p.cols, p.a_stride, dtype_size(p.dtype)}, true);
+    const RowsSpan a_span = check_operand("Elementwise", "a", a.data(), a.view(), p.dtype, p.rows, p.cols, p.a_stride);
+    const RowsSpan y_span = check_operand("Elementwise", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
+    check_output_overlap("Elementwise", y_span, a_span, true);
     int vec = shape_vec;
     if (binary) {
         const TensorArg& b = inputs.begin()[1];
-        if (p.broadcast_b)
-            check_operand("Elementwise", "b", b.data(), b.view(), p.dtype, 0, p.cols, 1);
-        else
-            check_operand("Elementwise", "b", b.data(), b.view(), p.dtype, p.rows, p.cols, p.b_stride);
+        const RowsSpan b_span = p.broadcast_b
+                                    ? check_operand("Elementwise", "b", b.data(), b.view(), p.dtype, 0, p.cols, 1)
+                                    : check_operand("Elementwise", "b", b.data(), b.view(), p.dtype, p.rows, p.cols, p.b_stride);
         // A broadcast b is read by every row: y must keep apart from it.
-        check_output_overlap("Elementwise", y_span,
-                             {"b", b.data(), p.broadcast_b ? 1 : p.rows, p.cols, p.broadcast_b ? p.cols : p.b_stride,
-                              dtype_size(p.dtype)},
-                             !p.broadcast_b);
+        check_output_overlap("Elementwise", y_span, b_span, !p.broadcast_b);
         vec = widest_aligned_vector(vec, b.data(), dtype_size(p.dtype));
     }
     vec = widest_aligned_vector(vec, a.data(), dtype_size(p.dtype));

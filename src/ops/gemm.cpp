@@ -112,12 +112,6 @@ GemmProblem normalized(GemmProblem p) {
     return p;
 }
 
-// An operand's memory for the overlap checks: rows x cols, leading dimension ld, p.batch of them.
-RowsSpan span(const GemmProblem& p, const char* name, const void* data, int64_t rows, int64_t cols, int64_t ld,
-              int64_t batch_stride, DType dtype) {
-    return {name, data, rows, cols, ld, dtype_size(dtype), p.batch, batch_stride};
-}
-
 const char* activation_index(GemmEpilogue e) { return e == GemmEpilogue::gelu ? "1" : e == GemmEpilogue::silu ? "2" : "0"; }
 
 class GemmModel final : public OpModel {
@@ -263,23 +257,24 @@ private:
 };
 
 // One operand: a pointer (or a 2-D view for batch 1, a 3-D [batch, rows, cols] view otherwise).
+// Returns its memory, p.batch matrices, for the overlap checks.
 template <typename Arg>
-void check_gemm_operand(const GemmProblem& p, const char* name, const Arg& arg, DType dtype, int64_t rows, int64_t cols,
-                        int64_t ld, int64_t stride) {
+RowsSpan check_gemm_operand(const GemmProblem& p, const char* name, const Arg& arg, DType dtype, int64_t rows,
+                            int64_t cols, int64_t ld, int64_t stride) {
     const TensorView* view = arg.view();
-    if (p.batch == 1 || view == nullptr || view->rank != 3) {
-        if (p.batch > 1 && view != nullptr)
-            throw InvalidArgument(fmt::format("tileops::Gemm: argument '{}' must be a rank-3 view [{}, {}, {}] (batch {}), got rank {}",
-                                              name, p.batch, rows, cols, p.batch, view->rank));
-        check_operand("Gemm", name, arg.data(), view, dtype, rows, cols, ld);
-        return;
-    }
-    check_operand("Gemm", name, arg.data(), nullptr, dtype, rows, cols, ld);
-    if (view->dtype != dtype || view->shape[0] != p.batch || view->shape[1] != rows || view->shape[2] != cols ||
-        view->strides[0] != stride || view->strides[1] != ld || view->strides[2] != 1)
+    const bool batched_view = p.batch > 1 && view != nullptr && view->rank == 3;
+    if (p.batch > 1 && view != nullptr && !batched_view)
+        throw InvalidArgument(fmt::format("tileops::Gemm: argument '{}' must be a rank-3 view [{}, {}, {}] (batch {}), got rank {}",
+                                          name, p.batch, rows, cols, p.batch, view->rank));
+    RowsSpan span = check_operand("Gemm", name, arg.data(), batched_view ? nullptr : view, dtype, rows, cols, ld);
+    span.batch = p.batch, span.batch_stride = stride;
+    if (batched_view && (view->dtype != dtype || view->shape[0] != p.batch || view->shape[1] != rows ||
+                         view->shape[2] != cols || view->strides[0] != stride || view->strides[1] != ld ||
+                         view->strides[2] != 1))
         throw InvalidArgument(fmt::format("tileops::Gemm: argument '{}' must be a {} view of shape [{}, {}, {}] and strides "
                                           "[{}, {}, 1] as in the problem", name, dtype_name(dtype), p.batch, rows, cols,
                                           stride, ld));
+    return span;
 }
 
 // Checks run()'s operands; returns the widest vector width the shape and the A, B pointers allow.
@@ -292,28 +287,25 @@ int bind(const GemmProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
     const TensorArg& a = inputs[0];
     const TensorArg& b = inputs[1];
     const OutputArg& d = outputs[0];
-    check_gemm_operand(p, "A", a, p.dtype, p.m, p.k, p.lda, p.batch_stride_a);
-    check_gemm_operand(p, "B", b, p.dtype, b_rows(p), b_cols(p), p.ldb, p.batch_stride_b);
-    check_gemm_operand(p, "D", d, out, p.m, p.n, p.ldd, p.batch_stride_d);
+    const RowsSpan a_span = check_gemm_operand(p, "A", a, p.dtype, p.m, p.k, p.lda, p.batch_stride_a);
+    const RowsSpan b_span = check_gemm_operand(p, "B", b, p.dtype, b_rows(p), b_cols(p), p.ldb, p.batch_stride_b);
+    const RowsSpan d_span = check_gemm_operand(p, "D", d, out, p.m, p.n, p.ldd, p.batch_stride_d);
     // Blocks write D where others still read their operands: any overlap with A, B or the bias
     // races (X = X W in place included), and with C all but exactly in place.
-    const RowsSpan d_span = span(p, "D", d.data(), p.m, p.n, p.ldd, p.batch_stride_d, out);
     if (p.has_c) {
         const TensorArg& c = inputs[2];
-        check_gemm_operand(p, "C", c, out, p.m, p.n, p.ldc, p.batch_stride_c);
-        if (outputs_conflict(d_span, span(p, "C", c.data(), p.m, p.n, p.ldc, p.batch_stride_c, out), true))
+        if (outputs_conflict(d_span, check_gemm_operand(p, "C", c, out, p.m, p.n, p.ldc, p.batch_stride_c), true))
             throw InvalidArgument("tileops::Gemm: C and D overlap (only C == D with the same leading dimension and batch "
                                   "stride, in place, is allowed)");
     }
-    if (outputs_conflict(d_span, span(p, "A", a.data(), p.m, p.k, p.lda, p.batch_stride_a, p.dtype), false))
+    if (outputs_conflict(d_span, a_span, false))
         throw InvalidArgument("tileops::Gemm: D overlaps A (the output cannot be written over an operand)");
-    if (outputs_conflict(d_span, span(p, "B", b.data(), b_rows(p), b_cols(p), p.ldb, p.batch_stride_b, p.dtype), false))
+    if (outputs_conflict(d_span, b_span, false))
         throw InvalidArgument("tileops::Gemm: D overlaps B (the output cannot be written over an operand)");
     const size_t in_bytes = dtype_size(p.dtype);
     if (p.bias) {
         const TensorArg& bias = inputs[p.has_c ? 3 : 2];
-        check_operand("Gemm", "bias", bias.data(), bias.view(), p.dtype, 0, p.n, 1);
-        if (outputs_conflict(d_span, {"bias", bias.data(), 1, p.n, p.n, in_bytes}, false))
+        if (outputs_conflict(d_span, check_operand("Gemm", "bias", bias.data(), bias.view(), p.dtype, 0, p.n, 1), false))
             throw InvalidArgument("tileops::Gemm: D overlaps the bias (the output cannot be written over an operand)");
     }
     int vec = widest_aligned_vector(shape_vec, a.data(), in_bytes);

@@ -73,24 +73,20 @@ int bind(const RmsNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs)
     const TensorArg& x = inputs.begin()[0];
     const TensorArg& weight = inputs.begin()[res ? 2 : 1];
     const OutputArg& y = outputs.begin()[0];
-    check_operand("RmsNorm", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
-    check_operand("RmsNorm", "weight", weight.data(), weight.view(), p.dtype, 0, p.cols, 1);
-    check_operand("RmsNorm", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
+    const RowsSpan x_span = check_operand("RmsNorm", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
+    const RowsSpan weight_span = check_operand("RmsNorm", "weight", weight.data(), weight.view(), p.dtype, 0, p.cols, 1);
+    const RowsSpan y_span = check_operand("RmsNorm", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
     const size_t in_bytes = dtype_size(p.dtype);
-    const RowsSpan x_span{"x", x.data(), p.rows, p.cols, p.x_stride, in_bytes};
-    const RowsSpan weight_span{"weight", weight.data(), 1, p.cols, p.cols, in_bytes};
-    const RowsSpan y_span{"y", y.data(), p.rows, p.cols, p.y_stride, dtype_size(out)};
     check_output_overlap("RmsNorm", y_span, x_span, true);
     check_output_overlap("RmsNorm", y_span, weight_span, false);
     int vec = shape_vec;
     if (res) {
         const TensorArg& r = inputs.begin()[1];
         const OutputArg& s = outputs.begin()[1];
-        check_operand("RmsNorm", "residual", r.data(), r.view(), p.dtype, p.rows, p.cols, p.residual_stride);
-        check_operand("RmsNorm", "sum", s.data(), s.view(), p.dtype, p.rows, p.cols, p.residual_stride);
+        const RowsSpan r_span =
+            check_operand("RmsNorm", "residual", r.data(), r.view(), p.dtype, p.rows, p.cols, p.residual_stride);
         // sum is written with the residual's stride: in place of x only where x has that stride.
-        const RowsSpan r_span{"residual", r.data(), p.rows, p.cols, p.residual_stride, in_bytes};
-        const RowsSpan sum_span{"sum", s.data(), p.rows, p.cols, p.residual_stride, in_bytes};
+        const RowsSpan sum_span = check_operand("RmsNorm", "sum", s.data(), s.view(), p.dtype, p.rows, p.cols, p.residual_stride);
         check_output_overlap("RmsNorm", y_span, r_span, true);
         check_output_overlap("RmsNorm", sum_span, x_span, true);
         check_output_overlap("RmsNorm", sum_span, r_span, true);

@@ -63,10 +63,9 @@ int bind(const SoftmaxProblem& p, int shape_vec, Inputs inputs, Outputs outputs)
     check_count("Softmax", "outputs", outputs.size(), 1, "y");
     const TensorArg& x = inputs.begin()[0];
     const OutputArg& y = outputs.begin()[0];
-    check_operand("Softmax", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
-    check_operand("Softmax", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
-    check_output_overlap("Softmax", {"y", y.data(), p.rows, p.cols, p.y_stride, dtype_size(out)},
-                         {"x", x.data(), p.rows, p.cols, p.x_stride, dtype_size(p.dtype)}, true);
+    const RowsSpan x_span = check_operand("Softmax", "x", x.data(), x.view(), p.dtype, p.rows, p.cols, p.x_stride);
+    const RowsSpan y_span = check_operand("Softmax", "y", y.data(), y.view(), out, p.rows, p.cols, p.y_stride);
+    check_output_overlap("Softmax", y_span, x_span, true);
     return widest_aligned_vector(widest_aligned_vector(shape_vec, x.data(), dtype_size(p.dtype)), y.data(),
                                  dtype_size(out));
 }

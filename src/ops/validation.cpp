@@ -33,14 +33,16 @@ void check_count(const char* op, const char* which, size_t given, size_t expecte
         throw InvalidArgument(fmt::format("tileops::{}: expected {} {} ({}), got {}", op, expected, which, names, given));
 }
 
-void check_operand(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
-                   int64_t rows, int64_t cols, int64_t stride) {
+RowsSpan check_operand(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                       int64_t rows, int64_t cols, int64_t stride) {
     if (data == nullptr) throw InvalidArgument(fmt::format("tileops::{}: argument '{}' is a null pointer", op, argument));
     const size_t element = dtype_size(dtype);
+    const RowsSpan span = rows == 0 ? RowsSpan{argument, data, 1, cols, cols, element}
+                                    : RowsSpan{argument, data, rows, cols, stride, element};
     if (reinterpret_cast<uintptr_t>(data) % element != 0)
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' ({}) is not aligned to its element size ({} bytes)",
                                           op, argument, data, element));
-    if (view == nullptr) return;
+    if (view == nullptr) return span;
     if (view->dtype != dtype)
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has dtype {}, expected {}", op, argument,
                                           dtype_name(view->dtype), dtype_name(dtype)));
@@ -48,7 +50,7 @@ void check_operand(const char* op, const char* argument, const void* data, const
         if (view->rank != 1 || view->shape[0] != cols || (cols > 1 && view->strides[0] != 1))
             throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must be a contiguous vector of {} elements",
                                               op, argument, cols));
-        return;
+        return span;
     }
     if (view->rank != 2 || view->shape[0] != rows || view->shape[1] != cols)
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have shape [{}, {}] (rank 2), got rank {} [{}, {}]",
@@ -56,6 +58,7 @@ void check_operand(const char* op, const char* argument, const void* data, const
     if (view->strides[1] != 1 || (rows > 1 && view->strides[0] != stride))
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}, 1] as in the problem, got [{}, {}]",
                                           op, argument, stride, view->strides[0], view->strides[1]));
+    return span;
 }
 
 void check_positive_finite(const char* op, const char* name, float value) {

@@ -27,10 +27,22 @@ int64_t stride_or_packed(const char* op, const char* name, int64_t stride, int64
 // Throws when the argument list does not have `expected` entries; `names` lists them for the message.
 void check_count(const char* op, const char* which, size_t given, size_t expected, const char* names);
 
+// A row-major operand's memory: `batch` matrices `batch_stride` elements apart, each `rows` rows
+// of `cols` elements of `element` bytes, `stride` elements apart (a row every block reads, such as
+// a weight: rows = 1).
+struct RowsSpan {
+    const char* name;
+    const void* data;
+    int64_t rows, cols, stride;
+    size_t element;
+    int64_t batch = 1, batch_stride = 0;
+};
+
 // A device operand of `rows` x `cols` with `stride`: non-null, aligned to its element size and,
 // when given as a TensorView, of the expected dtype, shape and strides (rows == 0: a 1-D vector).
-void check_operand(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
-                   int64_t rows, int64_t cols, int64_t stride);
+// Returns the memory it checked, for the overlap checks below (a vector: one row).
+RowsSpan check_operand(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                       int64_t rows, int64_t cols, int64_t stride);
 
 // A dtype the op computes in (fp32, fp16, bf16); int32 is for indices only.
 void check_float_dtype(const char* op, const char* argument, DType dtype);
@@ -57,17 +69,6 @@ struct StridedDim {
 // (rows that overlap would be written by racing blocks): "tileops::<op>: a = x, b = y and c = z
 // make output rows overlap" otherwise.
 void check_rows_disjoint(const char* op, int64_t row_elements, std::vector<StridedDim> dims);
-
-// A row-major operand's memory: `batch` matrices `batch_stride` elements apart, each `rows` rows
-// of `cols` elements of `element` bytes, `stride` elements apart (a row every block reads, such as
-// a weight: rows = 1).
-struct RowsSpan {
-    const char* name;
-    const void* data;
-    int64_t rows, cols, stride;
-    size_t element;
-    int64_t batch = 1, batch_stride = 0;
-};
 
 // Whether blocks writing `output` race with those reading (or writing) `other`: they share an
 // element, except exactly in place (`in_place_ok`: the same pointer, row strides, batch strides
