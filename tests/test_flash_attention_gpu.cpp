@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <random>
 
 #include <catch2/catch_test_macros.hpp>
@@ -280,6 +281,20 @@ FlashAttentionProblem problem(DType dtype, int64_t batch, int64_t heads, int64_t
     return p;
 }
 
+// Varlen, bf16, 4 query heads over 2 KV heads, one sequence per length: seqlen_q/seqlen_k are the
+// longest lengths and total_q/total_k their sums.
+FlashCase varlen_case(bool causal, int64_t d, std::vector<int> lens_q, std::vector<int> lens_k) {
+    FlashCase c{problem(DType::bf16, static_cast<int64_t>(lens_q.size()), 4, 2, d, 0, 0, causal)};
+    c.p.varlen = true;
+    c.p.seqlen_q = *std::max_element(lens_q.begin(), lens_q.end());
+    c.p.seqlen_k = *std::max_element(lens_k.begin(), lens_k.end());
+    c.p.total_q = std::accumulate(lens_q.begin(), lens_q.end(), int64_t{0});
+    c.p.total_k = std::accumulate(lens_k.begin(), lens_k.end(), int64_t{0});
+    c.lens_q = std::move(lens_q);
+    c.lens_k = std::move(lens_k);
+    return c;
+}
+
 }  // namespace
 
 TEST_CASE("FlashAttention matches a double-precision reference across lengths and head dims", "[gpu][flash]") {
@@ -337,19 +352,14 @@ TEST_CASE("FlashAttention varlen batches of very different lengths", "[gpu][flas
     shared_runtime();
     const bool causal = GENERATE(false, true);
     const int64_t d = GENERATE(64, 128);
-    FlashCase c{problem(DType::bf16, 5, 4, 2, d, 0, 0, causal)};
-    c.lens_q = {1, 17, 1000, 130, 4097};
-    c.lens_k = {1, 17, 1000, 130, 4097};
-    c.p.varlen = true;
-    c.p.seqlen_q = c.p.seqlen_k = 4097;
-    c.p.total_q = c.p.total_k = 1 + 17 + 1000 + 130 + 4097;
+    const std::vector<int> lens = {1, 17, 1000, 130, 4097};
+    FlashCase c = varlen_case(causal, d, lens, lens);
     c.max_rows_checked = 64;
     run_and_check(c);
     // Different key lengths (a prefix cache): more keys than queries, and one sequence with fewer.
-    c.lens_k = {300, 17, 1500, 64, 5000};
-    c.p.seqlen_k = 5000;
-    c.p.total_k = 300 + 17 + 1500 + 64 + 5000;
-    run_and_check(c);
+    FlashCase prefix = varlen_case(causal, d, lens, {300, 17, 1500, 64, 5000});
+    prefix.max_rows_checked = 64;
+    run_and_check(prefix);
 }
 
 TEST_CASE("FlashAttention varlen clamps malformed offsets into the packed tensors", "[gpu][flash]") {
@@ -357,16 +367,12 @@ TEST_CASE("FlashAttention varlen clamps malformed offsets into the packed tensor
     shared_runtime();
     const bool causal = GENERATE(false, true);
     const int64_t d = GENERATE(64, 128);
-    FlashCase c{problem(DType::bf16, 5, 4, 2, d, 0, 0, causal)};
-    c.p.varlen = true;
-    c.p.seqlen_q = c.p.seqlen_k = 150;
-    c.p.total_q = c.p.total_k = 300;
     // A negative first offset, an end past the last row (unclamped, 4750 rows: the grid's 150 would
     // write 100 rows past O), an end before its start, and INT_MIN: the kernels must make of them
-    // sequences of 100, 0, 150, 50 and 0 rows.
+    // sequences of 100, 0, 150, 50 and 0 rows (300 packed rows, the longest 150).
+    FlashCase c = varlen_case(causal, d, {100, 0, 150, 50, 0}, {100, 0, 150, 50, 0});
     c.cu_q_given = {-5, 100, 100, 250, 5000, -3};
     c.cu_k_given = {0, 100, 100, 250, 300, std::numeric_limits<int>::min()};
-    c.lens_q = c.lens_k = {100, 0, 150, 50, 0};
     c.guard_rows = 400;
     run_and_check(c);
 }
