@@ -1,12 +1,14 @@
 // Times the memory-bound ops on the GPU: achieved bandwidth against the device's measured
 // copy bandwidth, and the host cost of Op::run on a cache hit against a raw cuLaunchKernel.
 //
-//   bench_memory_ops [--json out.json] [--repeats N] [--quick] [--ops a,b,...]
+//   bench_memory_ops [--json out.json] [--repeats N] [--quick] [--ops a,b,...] [--shapes RxC,...]
+//                    [--dtypes bf16,fp32] [--launch-only]
 //
 // Timing: CUDA events around each launch, L2 flushed before each (so inputs come from HBM),
 // warm-up first, median of the repeats. Bytes are the fewest the op must move: each input read
 // once, each output written once.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <chrono>
 #include <cstring>
@@ -130,6 +132,8 @@ int run(int argc, char** argv) {
     bool quick = false;
     bool launch_only = false;  // only the host cost of a launch
     std::vector<std::string> only_ops;  // --ops: a subset of the ops, by name
+    std::vector<std::string> only_shapes;  // --shapes: "ROWSxCOLS" (any shape, not only the issue's)
+    std::vector<std::string> only_dtypes;  // --dtypes: a subset of bf16, fp32
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
@@ -137,10 +141,12 @@ int run(int argc, char** argv) {
         else if (arg == "--quick") quick = true;
         else if (arg == "--launch-only") launch_only = true;
         else if (arg == "--ops" && i + 1 < argc) only_ops = split_list(argv[++i]);
+        else if (arg == "--shapes" && i + 1 < argc) only_shapes = split_list(argv[++i]);
+        else if (arg == "--dtypes" && i + 1 < argc) only_dtypes = split_list(argv[++i]);
         else {
             fmt::print(stderr,
                        "usage: bench_memory_ops [--json out.json] [--repeats N] [--quick] [--ops a,b,...] "
-                       "[--launch-only]\n");
+                       "[--shapes RxC,...] [--dtypes bf16,fp32] [--launch-only]\n");
             return 2;
         }
     }
@@ -150,7 +156,27 @@ int run(int argc, char** argv) {
     const double copy_gbps = measure_copy_bandwidth(timer, repeats);
     print_device(device, copy_gbps);
 
-    const int64_t shapes[][2] = {{16384, 1024}, {16384, 4096}, {4096, 16384}, {1024, 65536}, {256, 262144}, {65536, 4096}};
+    std::vector<std::array<int64_t, 2>> shapes = {{16384, 1024}, {16384, 4096}, {4096, 16384},
+                                                  {1024, 65536}, {256, 262144}, {65536, 4096}};
+    if (!only_shapes.empty()) {
+        shapes.clear();
+        for (const std::string& text : only_shapes) {
+            long long rows = 0, cols = 0;
+            char tail = 0;
+            if (std::sscanf(text.c_str(), "%lldx%lld%c", &rows, &cols, &tail) != 2 || rows < 1 || cols < 1)
+                throw std::invalid_argument(fmt::format("--shapes: '{}' is not ROWSxCOLS", text));
+            shapes.push_back({rows, cols});
+        }
+    }
+    std::vector<DType> dtypes = {DType::bf16, DType::fp32};
+    if (!only_dtypes.empty()) {
+        dtypes.clear();
+        for (const std::string& name : only_dtypes) {
+            if (name != "bf16" && name != "fp32")
+                throw std::invalid_argument(fmt::format("--dtypes: '{}' is not bf16 or fp32", name));
+            dtypes.push_back(name == "bf16" ? DType::bf16 : DType::fp32);
+        }
+    }
     std::vector<std::string> ops = {"rmsnorm", "rmsnorm_residual", "layernorm", "softmax", "log_softmax",
                                     "gelu", "gelu_tanh", "silu", "silu_mul", "add", "mul"};
     if (quick) ops = {"rmsnorm", "softmax", "silu_mul"};
@@ -167,7 +193,7 @@ int run(int argc, char** argv) {
     json["copy_gbps"] = copy_gbps;
     fmt::print("{:<18} {:>14} {:>5} {:>10} {:>9} {:>7}\n", "op", "shape", "dtype", "time us", "GB/s", "% copy");
     for (const std::string& op : ops)
-        for (DType dtype : {DType::bf16, DType::fp32})
+        for (DType dtype : dtypes)
             for (const auto& s : shapes) {
                 Result r = run_case(rt, {op, s[0], s[1], dtype}, timer, repeats);
                 TILEOPS_CU_CHECK(cu().cuCtxSynchronize());
