@@ -53,6 +53,22 @@ __host__ __device__ constexpr bool gemm_sm90_tma_store() {
 // warp writes at once fall in different banks and TMA reads the box with the same 128B swizzle.
 __device__ __forceinline__ int gemm_out_offset(int r, int c) { return r * 64 + (((c / 8) ^ (r % 8)) * 8) + c % 8; }
 
+// Two values as one 32-bit register of two 16-bit elements (the first in the low half).
+template <typename TOut>
+__device__ __forceinline__ unsigned gemm_pack_pair(const float (&v)[2]) {
+    const Vec<TOut, 2> pair = pack<TOut, 2>(v);
+    return *reinterpret_cast<const unsigned*>(&pair);
+}
+
+// Stores four 8 x 8 matrices of 16-bit elements: register i of each thread holds its two elements
+// of matrix i (row lane / 4, columns 2 (lane % 4) and the next; the mma/wgmma accumulator layout),
+// and lane 8 i + r gives the shared address of row r of matrix i (16 bytes).
+__device__ __forceinline__ void gemm_stmatrix_x4(void* row, const unsigned (&regs)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(shared_address(row)),
+                 "r"(regs[0]), "r"(regs[1]), "r"(regs[2]), "r"(regs[3])
+                 : "memory");
+}
+
 // The first of the K tiles [0, k_tiles) that split `split` of `splits` multiplies (the last split ends at k_tiles).
 __device__ __forceinline__ int gemm_split_begin(int k_tiles, int split, int splits) {
     return static_cast<int>(static_cast<long long>(k_tiles) * split / splits);
@@ -193,26 +209,42 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
             // until the store that used this one (two boxes ago) has read it, fill it, make the
             // writes visible to TMA, store (what lies past M or N is clipped).
             const int row0 = tile_m * BM + row_offset;
+            const int warp = t / 32, lane = t % 32;
+            // Only C and bias are read, and only inside the matrix: a tile wholly inside needs no
+            // checks (measured on H100: the per-pair checks and 4-byte stores cost 5% at 4096^3).
+            const bool interior = row0 + kRows <= p.m && n0 + BN <= p.n;
+            const float alpha = p.alpha;
 #pragma unroll
             for (int box = 0; box < kAtoms * (BN / 64); ++box) {
                 const int atom = box / (BN / 64), col0 = (box % (BN / 64)) * 64;
                 TOut* buffer = out_tiles + (consumer * 2 + out_slot) * 64 * 64;
                 if (t == 0) tma_store_wait_read<1>();
                 named_barrier_sync(1 + consumer, 128);
+                // The box's 16 8 x 8 fragments of this warp (8 column groups x 2 row halves), four
+                // per stmatrix: the accumulator layout is stmatrix's fragment layout.
 #pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int r = (t / 32) * 16 + (t % 32) / 4 + half * 8;
-                    const long long row = row0 + atom * 64 + r;
-                    const TOut* c_row = HAS_C && row < p.m ? C + row * p.ldc : nullptr;
+                for (int quad = 0; quad < 4; ++quad) {
+                    unsigned packed[4];
 #pragma unroll
-                    for (int jj = 0; jj < 8; ++jj) {
-                        const int j = col0 / 8 + jj, c = jj * 8 + (t % 4) * 2;
+                    for (int f = 0; f < 4; ++f) {
+                        const int jj = 2 * quad + f / 2, half = f % 2, j = col0 / 8 + jj;
                         float v[2] = {acc[atom][4 * j + 2 * half], acc[atom][4 * j + 2 * half + 1]};
-                        // C and bias are read only inside the matrix; what lies outside is not stored.
-                        if (row < p.m && n0 + col0 + c < p.n)
-                            gemm_epilogue_pair<T, TOut, HAS_C, BIAS, ACT>(p, c_row, n0 + col0 + c, v);
-                        store_vec<TOut, 2>(buffer + gemm_out_offset(r, c), v);
+                        if constexpr (HAS_C || BIAS) {
+                            const long long row = row0 + atom * 64 + warp * 16 + lane / 4 + half * 8;
+                            const long long col = n0 + col0 + jj * 8 + (lane % 4) * 2;
+                            if (interior || (row < p.m && col < p.n))
+                                gemm_epilogue_pair<T, TOut, HAS_C, BIAS, ACT>(p, HAS_C ? C + row * p.ldc : nullptr,
+                                                                              col, v);
+                        } else {
+                            v[0] = gemm_activation<ACT>(v[0] * alpha);
+                            v[1] = gemm_activation<ACT>(v[1] * alpha);
+                        }
+                        packed[f] = gemm_pack_pair<TOut>(v);
                     }
+                    // Lane L gives the address of row L % 8 of fragment L / 8.
+                    const int f = lane / 8;
+                    gemm_stmatrix_x4(buffer + gemm_out_offset(warp * 16 + (f % 2) * 8 + lane % 8, (2 * quad + f / 2) * 8),
+                                     packed);
                 }
                 fence_proxy_async();
                 named_barrier_sync(1 + consumer, 128);
