@@ -2,7 +2,7 @@
 // copy bandwidth, and the host cost of Op::run on a cache hit against a raw cuLaunchKernel.
 //
 //   bench_memory_ops [--json out.json] [--repeats N] [--quick] [--ops a,b,...] [--shapes RxC,...]
-//                    [--dtypes bf16,fp32] [--launch-only]
+//                    [--dtypes bf16,fp16,fp32] [--launch-only]
 //
 // Timing: CUDA events around each launch, L2 flushed before each (so inputs come from HBM),
 // warm-up first, median of the repeats. Bytes are the fewest the op must move: each input read
@@ -133,7 +133,7 @@ int run(int argc, char** argv) {
     bool launch_only = false;  // only the host cost of a launch
     std::vector<std::string> only_ops;  // --ops: a subset of the ops, by name
     std::vector<std::string> only_shapes;  // --shapes: "ROWSxCOLS" (any shape, not only the issue's)
-    std::vector<std::string> only_dtypes;  // --dtypes: a subset of bf16, fp32
+    std::vector<std::string> only_dtypes;  // --dtypes: bf16, fp16, fp32 (default bf16 and fp32)
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
         if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
@@ -146,35 +146,29 @@ int run(int argc, char** argv) {
         else {
             fmt::print(stderr,
                        "usage: bench_memory_ops [--json out.json] [--repeats N] [--quick] [--ops a,b,...] "
-                       "[--shapes RxC,...] [--dtypes bf16,fp32] [--launch-only]\n");
+                       "[--shapes RxC,...] [--dtypes bf16,fp16,fp32] [--launch-only]\n");
             return 2;
         }
     }
-    Runtime rt;
-    const DeviceInfo& device = rt.device();
-    tuning::KernelTimer timer(device);
-    const double copy_gbps = measure_copy_bandwidth(timer, repeats);
-    print_device(device, copy_gbps);
-
     std::vector<std::array<int64_t, 2>> shapes = {{16384, 1024}, {16384, 4096}, {4096, 16384},
                                                   {1024, 65536}, {256, 262144}, {65536, 4096}};
     if (!only_shapes.empty()) {
         shapes.clear();
         for (const std::string& text : only_shapes) {
-            long long rows = 0, cols = 0;
-            char tail = 0;
-            if (std::sscanf(text.c_str(), "%lldx%lld%c", &rows, &cols, &tail) != 2 || rows < 1 || cols < 1)
+            const std::vector<int64_t> dims = parse_dims(text);
+            if (dims.size() != 2 || dims[0] < 1 || dims[1] < 1)
                 throw std::invalid_argument(fmt::format("--shapes: '{}' is not ROWSxCOLS", text));
-            shapes.push_back({rows, cols});
+            shapes.push_back({dims[0], dims[1]});
         }
     }
     std::vector<DType> dtypes = {DType::bf16, DType::fp32};
     if (!only_dtypes.empty()) {
         dtypes.clear();
         for (const std::string& name : only_dtypes) {
-            if (name != "bf16" && name != "fp32")
-                throw std::invalid_argument(fmt::format("--dtypes: '{}' is not bf16 or fp32", name));
-            dtypes.push_back(name == "bf16" ? DType::bf16 : DType::fp32);
+            const DType dtype = parse_dtype(name);
+            if (dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::fp32)
+                throw std::invalid_argument(fmt::format("--dtypes: '{}' is not a float type (bf16, fp16, fp32)", name));
+            dtypes.push_back(dtype);
         }
     }
     std::vector<std::string> ops = {"rmsnorm", "rmsnorm_residual", "layernorm", "softmax", "log_softmax",
@@ -187,6 +181,14 @@ int run(int argc, char** argv) {
         ops = only_ops;
     }
     if (launch_only) ops.clear();
+
+    // Arguments are checked above, before the device is touched and the copy bandwidth measured.
+    Runtime rt;
+    const DeviceInfo& device = rt.device();
+    tuning::KernelTimer timer(device);
+    const double copy_gbps = measure_copy_bandwidth(timer, repeats);
+    print_device(device, copy_gbps);
+
     nlohmann::json json;
     json["device"] = device.name;
     json["arch"] = device.arch();
