@@ -267,7 +267,8 @@ RowsSpan check_gemm_operand(const GemmProblem& p, const char* name, const Arg& a
         throw InvalidArgument(fmt::format("tileops::Gemm: argument '{}' must be a rank-3 view [{}, {}, {}] (batch {}), got rank {}",
                                           name, p.batch, rows, cols, p.batch, view->rank));
     RowsSpan span = check_operand("Gemm", name, arg.data(), batched_view ? nullptr : view, dtype, rows, cols, ld);
-    span.batch = p.batch, span.batch_stride = stride;
+    span.batch = p.batch;
+    span.batch_stride = stride;
     if (batched_view && (view->dtype != dtype || view->shape[0] != p.batch || view->shape[1] != rows ||
                          view->shape[2] != cols || view->strides[0] != stride || view->strides[1] != ld ||
                          view->strides[2] != 1))
