@@ -2,7 +2,7 @@
 // buffers: square problems and the projections of Llama-3 8B/70B at decode and prefill batch sizes.
 //
 //   bench_gemm [--json out.json] [--repeats N] [--quick] [--large] [--dtype bf16|fp16] [--layout nt|nn]
-//              [--only MxNxK]
+//              [--only MxNxK[,MxNxK...]]
 //
 // Timing: bench_common's time_pair_ms (CUDA events, warm-up, median; ours and cuBLAS interleaved
 // run by run; L2 flushed by a read before each timed run: small-M problems are bound by reading B,
@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
+#include <string>
 #include <functional>
 #include <vector>
 
@@ -87,7 +89,7 @@ int run(int argc, char** argv) {
         else if (arg == "--layout" && i + 1 < argc) layout = std::string(argv[++i]) == "nn" ? GemmLayout::nn : GemmLayout::nt;
         else {
             fmt::print(stderr, "usage: bench_gemm [--json out.json] [--repeats N] [--quick] [--large] [--dtype bf16|fp16] "
-                               "[--layout nt|nn] [--only MxNxK]\n");
+                               "[--layout nt|nn] [--only MxNxK[,MxNxK...]]\n");
             return 2;
         }
     }
@@ -117,12 +119,17 @@ int run(int argc, char** argv) {
     }
 
     if (!only.empty()) {
-        long long m = 0, n = 0, k = 0;
-        if (std::sscanf(only.c_str(), "%lldx%lldx%lld", &m, &n, &k) != 3 || m < 1 || n < 1 || k < 1) {
-            fmt::print(stderr, "--only wants MxNxK, got {}\n", only);
-            return 2;
+        // MxNxK[,MxNxK...]: those shapes alone (profiling, A/Bs)
+        shapes.clear();
+        std::stringstream list(only);
+        for (std::string item; std::getline(list, item, ',');) {
+            const std::vector<int64_t> dims = bench::parse_dims(item);
+            if (dims.size() != 3 || *std::min_element(dims.begin(), dims.end()) < 1) {
+                fmt::print(stderr, "--only wants MxNxK[,MxNxK...], got {}\n", only);
+                return 2;
+            }
+            shapes.push_back({"only", dims[0], dims[1], dims[2]});
         }
-        shapes = {{"only", m, n, k}};
     }
     tuning::KernelTimer timer(device);
     nlohmann::json json;

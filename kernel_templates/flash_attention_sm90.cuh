@@ -136,6 +136,32 @@ struct FlashSm90Shared {
     int* work;
 };
 
+// The work tiles of a launch: q_tiles per head, work_count in all, handed out causal in groups of
+// group_heads heads (see flash_sm90_work).
+struct FlashSm90Schedule {
+    int q_tiles, work_count, group_heads;
+};
+
+// Causal: how many heads' work tiles are handed out longest first as one group. The longest
+// tiles of the last group start last, so a group should span several waves of tiles: then the
+// short tiles at its end fill the tail (16 x 16 heads x 1k, D = 64: with groups of one wave,
+// the SMs idled 9% of the time, the last group a single head whose 8-tile work ran alone).
+// The bound is L2: a group's K and V (kFlashGroupBytes) are read from DRAM once and reused by
+// every query tile of its heads. Groups are made equal, so that the last one is not a remnant.
+constexpr long long kFlashGroupBytes = 16ll << 20;
+__device__ __forceinline__ int flash_sm90_group_heads(const FlashAttentionArgs& p, int q_tiles, int kv_row_bytes) {
+    const int heads = p.num_heads * p.batch;
+    int group = max(1, (static_cast<int>(gridDim.x) + q_tiles - 1) / q_tiles);  // at least a wave
+    if (p.seqlen_k > 0) {
+        // The K and V bytes per query head (a KV head serves p.group query heads, adjacent).
+        const long long per_head = max(1ll, static_cast<long long>(p.seqlen_k) * kv_row_bytes / max(1, p.group));
+        group = max(group, static_cast<int>(min(static_cast<long long>(heads), kFlashGroupBytes / per_head)));
+    }
+    group = min(group, heads);
+    const int groups = (heads + group - 1) / group;
+    return (heads + groups - 1) / groups;
+}
+
 // One work tile: 128 query rows of sequence b, query head h, and the key tiles they may see.
 struct FlashSm90Work {
     int b, h, m0;
@@ -148,17 +174,16 @@ struct FlashSm90Work {
 // the query tiles of a head are adjacent (they share K and V in L2) and block b takes tiles b,
 // b + gridDim.x, ... With one, a tile's cost grows with its position in the sequence, and blocks
 // take the next tile from a global counter as they finish (see FlashSm90Queue) in this order:
-// heads in groups of about gridDim.x tiles (few enough that their K and V stay in L2), each
-// group's tiles longest first (all its heads' last query tiles, then the ones before), so that
-// the last tiles handed out are short ones. False when the tile lies past its sequence's end
-// (varlen sequences shorter than the longest).
+// heads in groups (see flash_sm90_group_heads), each group's tiles longest first (all its heads'
+// last query tiles, then the ones before), so that the last tiles handed out are short ones.
+// False when the tile lies past its sequence's end (varlen sequences shorter than the longest).
 template <bool CAUSAL, bool WINDOW, int BM, int BN>
-__device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, const FlashPackedRows& rows, int w, int q_tiles,
-                                                FlashSm90Work& work) {
+__device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, const FlashPackedRows& rows, int w,
+                                                const FlashSm90Schedule& schedule, FlashSm90Work& work) {
+    const int q_tiles = schedule.q_tiles, group_heads = schedule.group_heads;
     int m_index, head_index;
     if (CAUSAL) {
         const int heads = p.num_heads * p.batch;
-        const int group_heads = min(heads, max(1, (static_cast<int>(gridDim.x) + q_tiles - 1) / q_tiles));
         const int group = w / (group_heads * q_tiles), first_head = group * group_heads;
         const int heads_here = min(group_heads, heads - first_head);
         const int rank = w - first_head * q_tiles;
@@ -234,7 +259,7 @@ struct RingPosition {
 template <typename T, int HEAD_DIM, int BM, int BN, int STAGES, int Q_BUFFERS, bool CAUSAL, bool WINDOW>
 __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, const FlashPackedRows& rows,
                                                    const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
-                                                   const FlashSm90Shared<T>& sh, int q_tiles, int work_count) {
+                                                   const FlashSm90Shared<T>& sh, const FlashSm90Schedule& schedule) {
     constexpr int kKV = BN * HEAD_DIM;
     constexpr unsigned kTileBytes = kKV * sizeof(T);
     tma_prefetch_descriptor(map_q);
@@ -243,9 +268,9 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
     RingPosition<STAGES> ring;
     RingPosition<Q_BUFFERS> q_ring;
     FlashSm90Queue<CAUSAL> queue;
-    for (int w; (w = queue.produce(p, sh.work, sh.work_full, sh.work_empty)) < work_count;) {
+    for (int w; (w = queue.produce(p, sh.work, sh.work_full, sh.work_empty)) < schedule.work_count;) {
         FlashSm90Work work;
-        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, q_tiles, work) || work.first_tile >= work.end_tile) continue;
+        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, schedule, work) || work.first_tile >= work.end_tile) continue;
         // Tensor maps are 4-D: (head dim, rows, heads, batch); varlen has one batch entry of every packed row.
         const int batch_index = p.cu_seqlens_q != nullptr ? 0 : work.b;
         const int kv_head = work.h / p.group;
@@ -282,7 +307,7 @@ template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUF
           bool WINDOW>
 __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const FlashPackedRows& rows,
                                                    const FlashSm90Shared<T>& sh,
-                                                   int consumer, int q_tiles, int work_count) {
+                                                   int consumer, const FlashSm90Schedule& schedule) {
     constexpr int kKV = BN * HEAD_DIM;
     const int t = static_cast<int>(threadIdx.x) % 128;
     const bool warp_leader = t % 32 == 0;
@@ -306,9 +331,9 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     unsigned pv[BN / 16][4];
 
     FlashSm90Queue<CAUSAL> queue;
-    for (int w; (w = queue.consume(sh.work, sh.work_full, sh.work_empty)) < work_count;) {
+    for (int w; (w = queue.consume(sh.work, sh.work_full, sh.work_empty)) < schedule.work_count;) {
         FlashSm90Work work;
-        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, q_tiles, work)) continue;
+        if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, schedule, work)) continue;
         const AttentionKeyRange& range = work.range;
         // This thread's rows (within the sequence): g and g + 8 of its warp's 16.
         const int rows0 = work.m0 + consumer * 64;  // this warpgroup's first row
@@ -426,7 +451,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
         }
         if constexpr (CONSUMERS == 3) {
             asm volatile("" : "+r"(w));
-            flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, q_tiles, work);
+            flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, schedule, work);
         }
         const bool has_keys = work.first_tile < work.end_tile;
         float inverse[2];
@@ -552,8 +577,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     }
     __syncthreads();
 
-    const int q_tiles = (p.seqlen_q + BM - 1) / BM;
-    const int work_count = q_tiles * p.num_heads * p.batch;
+    FlashSm90Schedule schedule;
+    schedule.q_tiles = (p.seqlen_q + BM - 1) / BM;
+    schedule.work_count = schedule.q_tiles * p.num_heads * p.batch;
+    schedule.group_heads = CAUSAL ? flash_sm90_group_heads(p, schedule.q_tiles, 2 * HEAD_DIM * static_cast<int>(sizeof(T))) : 1;
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     // Registers per thread after the producer gives its share away. The block keeps what it was
     // launched with (the launch bound's per-thread cap x threads), so 128 x producer + consumers
@@ -568,10 +595,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     if (warpgroup == 0) {
         warpgroup_registers_release<kProducerRegisters>();
         if (threadIdx.x == 0)
-            flash_sm90_produce<T, HEAD_DIM, BM, BN, STAGES, Q_BUFFERS, CAUSAL, WINDOW>(p, rows, &map_q, &map_k, &map_v, sh, q_tiles, work_count);
+            flash_sm90_produce<T, HEAD_DIM, BM, BN, STAGES, Q_BUFFERS, CAUSAL, WINDOW>(p, rows, &map_q, &map_k, &map_v, sh, schedule);
     } else {
         warpgroup_registers_claim<kConsumerRegisters>();
-        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CONSUMERS, Q_BUFFERS, PINGPONG, CAUSAL, WINDOW>(p, rows, sh, warpgroup - 1, q_tiles, work_count);
+        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CONSUMERS, Q_BUFFERS, PINGPONG, CAUSAL, WINDOW>(p, rows, sh, warpgroup - 1, schedule);
     }
 }
 

@@ -33,17 +33,20 @@ int cmd_explain(int argc, char** argv) {
             for (const auto& spec : problems) {
                 auto op = detail::make_op(spec);
                 tuning::ConfigChoice choice = tuning::choose_config(resolver, op->model(), device);
+                // The hash a tuned entry must carry to apply (entries of edited templates are stale).
+                const std::string hash = tuning::current_template_hash(op->model());
                 out.push_back({{"problem", describe(spec)},
                                {"arch", arch},
+                               {"template_hash", hash},
                                {"config", config_json(choice.config)},
                                {"source", tuning::to_string(choice.source)},
                                {"origin", choice.origin},
                                {"distance", choice.distance},
                                {"explanation", choice.explanation}});
                 if (!args.count("json"))
-                    fmt::print("{} on {}: {{{}}} from {}{}: {}\n", describe(spec), arch, config_text(choice.config),
-                               tuning::to_string(choice.source), choice.origin.empty() ? "" : " " + choice.origin,
-                               choice.explanation);
+                    fmt::print("{} on {}: {{{}}} from {}{}: {} (template hash {})\n", describe(spec), arch,
+                               config_text(choice.config), tuning::to_string(choice.source),
+                               choice.origin.empty() ? "" : " " + choice.origin, choice.explanation, hash.substr(0, 12));
             }
             for (const std::string& stale : resolver.stale_entries())
                 if (!args.count("json")) fmt::print(stderr, "ignored: {}\n", stale);
