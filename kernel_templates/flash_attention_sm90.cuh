@@ -49,15 +49,25 @@ __device__ __forceinline__ unsigned k_major_step(int kk) {
 }
 
 // Masks S (64 rows x BN keys, the m64nBN accumulator layout) in place: keys a row may not see become -inf.
+// Each of the thread's two rows sees the keys [lo, hi) counted from its first column, so that an
+// element costs one compare against a constant (a mask per element through range.visible cost
+// 4% of the causal 16 x 16 x 1k, D = 64 run).
 template <bool CAUSAL, bool WINDOW, int BN>
 __device__ __forceinline__ void mask_scores(float (&s)[BN / 2], const AttentionKeyRange& range, int row, int n0) {
     const int col0 = n0 + (static_cast<int>(threadIdx.x) % 4) * 2;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
+    for (int half = 0; half < 2; ++half) {
+        const int r = row + half * 8;
+        int hi = range.len_k - col0;
+        if (CAUSAL) hi = min(hi, r + range.offset + 1 - col0);
+        const int lo = WINDOW ? r + range.offset - range.window - col0 : 0;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int r = row + (e >= 2 ? 8 : 0), c = col0 + 8 * j + (e & 1);
-            if (!range.visible<CAUSAL, WINDOW>(r, c)) s[4 * j + e] = -INFINITY;
+        for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int c = 8 * j + e;
+                if (c >= hi || (WINDOW && c < lo)) s[4 * j + 2 * half + e] = -INFINITY;
+            }
         }
     }
 }
