@@ -563,6 +563,7 @@ TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shap
     };
 
     const json exact = explain("512x4096", db_path);
+    CHECK(exact.at("template_hash") == hash);  // what an entry must carry to apply
     CHECK(exact.at("source") == "user database");
     CHECK(exact.at("origin") == db_path.string());
     CHECK(exact.at("config") == json(tuned_config));
@@ -585,6 +586,7 @@ TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shap
     CHECK(text.status == 0);
     CHECK_THAT(text.out, ContainsSubstring("rmsnorm 512x4096 bf16 on sm_90a:"));
     CHECK_THAT(text.out, ContainsSubstring("from user database " + db_path.string()));
+    CHECK_THAT(text.out, ContainsSubstring("(template hash " + hash.substr(0, 12) + ")"));
 
     TuningEntry stale = entry;
     stale.key.template_hash = std::string(64, '0');
