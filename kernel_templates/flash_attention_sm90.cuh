@@ -180,12 +180,12 @@ struct FlashSm90Work {
     int first_tile, end_tile;  // key tiles [first_tile, end_tile); empty: the rows see no key
 };
 
-// Work tile `w` of q_tiles x num_heads x batch. Without a causal mask every tile costs the same:
-// the query tiles of a head are adjacent (they share K and V in L2) and block b takes tiles b,
-// b + gridDim.x, ... With one, a tile's cost grows with its position in the sequence, and blocks
-// take the next tile from a global counter as they finish (see FlashSm90Queue) in this order:
-// heads in groups (see flash_sm90_group_heads), each group's tiles longest first (all its heads'
-// last query tiles, then the ones before), so that the last tiles handed out are short ones.
+// Work tile `w` of q_tiles x num_heads x batch, handed out by FlashSm90Queue. Without a causal
+// mask every tile costs the same and the query tiles of a head are adjacent (they share K and V
+// in L2). With one, a tile's cost grows
+// with its position in the sequence, and the order is: heads in groups (see
+// flash_sm90_group_heads), each group's tiles longest first (all its heads' last query tiles,
+// then the ones before), so that the last tiles handed out are short ones.
 // False when the tile lies past its sequence's end (varlen sequences shorter than the longest).
 template <bool CAUSAL, bool WINDOW, int BM, int BN>
 __device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, const FlashPackedRows& rows, int w,
@@ -214,10 +214,15 @@ __device__ __forceinline__ bool flash_sm90_work(const FlashAttentionArgs& p, con
     return true;
 }
 
-// Which work tiles this block takes. Static (DYNAMIC = false): b, b + gridDim.x, ... Dynamic: the
-// producer thread takes the next index from the global counter p.scheduler[0] and hands it to
-// the consumers through a shared slot (guarded by work_full / work_empty); the first index past
-// the end stops everyone. The last block to stop puts the counters back to zero for the next launch.
+// Which work tiles this block takes. Dynamic: the producer thread takes the next index from the
+// global counter p.scheduler[0] and hands it to the consumers through a shared slot (guarded by
+// work_full / work_empty); the first index past the end stops everyone. The last block to stop
+// puts the counters back to zero for the next launch. Handed out as blocks finish, the tiles even
+// out SMs that run at different speeds (non-causal 1 x 16 x 16k, D = 128: 612-634 TFLOP/s with a
+// static split, 651-683 dynamic). Static: b, b + gridDim.x, ..., where the producer has too few
+// registers for the queue (three consumers leave it 32: the queue spills 20 bytes; causal work
+// tiles need the queue all the same).
+__host__ __device__ constexpr bool flash_sm90_dynamic(bool causal, int consumers) { return causal || consumers == 2; }
 template <bool DYNAMIC>
 struct FlashSm90Queue {
     int round = 0;
@@ -277,7 +282,7 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
     tma_prefetch_descriptor(map_v);
     RingPosition<STAGES> ring;
     RingPosition<Q_BUFFERS> q_ring;
-    FlashSm90Queue<CAUSAL> queue;
+    FlashSm90Queue<flash_sm90_dynamic(CAUSAL, BM / 64)> queue;
     for (int w; (w = queue.produce(p, sh.work, sh.work_full, sh.work_empty)) < schedule.work_count;) {
         FlashSm90Work work;
         if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, schedule, work) || work.first_tile >= work.end_tile) continue;
@@ -340,7 +345,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     float s[BN / 2];
     unsigned pv[BN / 16][4];
 
-    FlashSm90Queue<CAUSAL> queue;
+    FlashSm90Queue<flash_sm90_dynamic(CAUSAL, CONSUMERS)> queue;
     for (int w; (w = queue.consume(sh.work, sh.work_full, sh.work_empty)) < schedule.work_count;) {
         FlashSm90Work work;
         if (!flash_sm90_work<CAUSAL, WINDOW, BM, BN>(p, rows, w, schedule, work)) continue;

@@ -134,9 +134,9 @@ public:
         return flash_invalid_reason(shape_, config, device);
     }
     std::vector<int> vector_widths(const Config&) const override { return {1}; }
-    // The sm_90 kernel hands causal work tiles out from two counters (flash_attention_sm90.cuh).
+    // The sm_90 kernel hands work tiles out from two counters (flash_attention_sm90.cuh).
     size_t workspace_bytes(const Config& config) const override {
-        return p_.causal && FlashConfig::from(config).kernel == kFlashSm90 ? 2 * sizeof(int) : 0;
+        return FlashConfig::from(config).kernel == kFlashSm90 ? 2 * sizeof(int) : 0;
     }
 
     LaunchPlan plan(const Config& config, int /*vec*/, const DeviceInfo& device) const override {
@@ -158,7 +158,7 @@ public:
         }
         const int64_t q_tiles = (p_.seqlen_q + c.block_m - 1) / c.block_m;
         if (c.kernel == kFlashSm90) {
-            // Persistent: one block per SM at most, each taking every gridDim.x-th work tile.
+            // Persistent: one block per SM at most, each taking the next work tile as it finishes one.
             plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(q_tiles * p_.num_heads * p_.batch, device.sm_count));
             plan.persistent = true;
         } else {
@@ -326,7 +326,7 @@ void FlashAttention::launch_with(const detail::ResolvedLaunch& launch, Inputs in
     args.scale = p.scale;
     args.num_heads = static_cast<int>(p.num_heads);
     args.batch = static_cast<int>(p.batch);
-    args.scheduler = static_cast<int*>(launch.workspace_data());  // null unless the sm_90 kernel is causal
+    args.scheduler = static_cast<int*>(launch.workspace_data());  // null unless the kernel is sm_90's
     // Varlen: the packed tensors' rows, into which the kernels clamp the caller's cu_seqlens.
     detail::FlashPackedRows rows{static_cast<int>(p.varlen ? p.total_q : 0), static_cast<int>(p.varlen ? p.total_k : 0)};
     if (launch.kind == 0) {
