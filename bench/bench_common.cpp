@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <stdexcept>
 #include <numeric>
 #include <cstdint>
 
@@ -111,6 +112,33 @@ std::vector<int64_t> parse_dims(const std::string& text) {
         at = x + 1;
     }
     return dims;
+}
+
+std::vector<std::string> split_list(const std::string& list) {
+    std::vector<std::string> items;
+    size_t start = 0;
+    while (start <= list.size()) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        if (comma > start) items.push_back(list.substr(start, comma - start));
+        start = comma + 1;
+    }
+    return items;
+}
+
+std::vector<std::vector<int64_t>> parse_shape_list(const std::string& list, size_t rank, const std::string& flag) {
+    std::vector<std::vector<int64_t>> shapes;
+    for (const std::string& item : split_list(list)) {
+        std::vector<int64_t> dims;
+        try {
+            dims = parse_dims(item);
+        } catch (const std::logic_error&) {  // std::stoll: not a number, or out of range
+            dims.clear();
+        }
+        if (dims.size() != rank || *std::min_element(dims.begin(), dims.end()) < 1)
+            throw std::invalid_argument(fmt::format("{}: '{}' is not {} positive dimensions joined by 'x'", flag, item, rank));
+        shapes.push_back(std::move(dims));
+    }
+    return shapes;
 }
 
 void print_device(const DeviceInfo& device, double copy_gbps) {

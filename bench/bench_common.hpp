@@ -49,6 +49,13 @@ std::vector<int32_t> pool_pages(int64_t num_pages, bool shuffled = true);
 // "64x128x8192" -> {64, 128, 8192} (a problem named on the command line, e.g. --only).
 std::vector<int64_t> parse_dims(const std::string& text);
 
+// "a,b,c" -> {"a", "b", "c"} (empty items dropped).
+std::vector<std::string> split_list(const std::string& list);
+
+// "16x4096,1x4096" -> {{16, 4096}, {1, 4096}}: shapes of `rank` positive dimensions, separated by
+// commas. Throws std::invalid_argument naming `flag` and the item that is not such a shape.
+std::vector<std::vector<int64_t>> parse_shape_list(const std::string& list, size_t rank, const std::string& flag);
+
 // The device, its arch and SM count and the copy bandwidth, as the benchmarks print them first.
 void print_device(const DeviceInfo& device, double copy_gbps);
 

@@ -13,8 +13,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
-#include <string>
 #include <functional>
 #include <vector>
 
@@ -93,14 +91,6 @@ int run(int argc, char** argv) {
             return 2;
         }
     }
-    Runtime rt;
-    const DeviceInfo& device = rt.device();
-    cublasHandle_t handle = nullptr;
-    check_cublas(cublasCreate(&handle), "cublasCreate");
-    check_cublas(cublasSetStream(handle, nullptr), "cublasSetStream");
-    fmt::print("device: {} ({}), {} SMs; {} {}, D = A * {}\n", device.name, device.arch(), device.sm_count,
-               dtype_name(dtype), gemm_layout_name(layout), layout == GemmLayout::nt ? "B^T (B is N x K)" : "B (K x N)");
-
     std::vector<Shape> shapes;
     std::vector<int64_t> squares = {1024, 2048, 4096, 8192};
     if (large) squares.push_back(16384);
@@ -121,16 +111,23 @@ int run(int argc, char** argv) {
     if (!only.empty()) {
         // MxNxK[,MxNxK...]: those shapes alone (profiling, A/Bs)
         shapes.clear();
-        std::stringstream list(only);
-        for (std::string item; std::getline(list, item, ',');) {
-            const std::vector<int64_t> dims = bench::parse_dims(item);
-            if (dims.size() != 3 || *std::min_element(dims.begin(), dims.end()) < 1) {
-                fmt::print(stderr, "--only wants MxNxK[,MxNxK...], got {}\n", only);
-                return 2;
-            }
-            shapes.push_back({"only", dims[0], dims[1], dims[2]});
+        try {
+            for (const std::vector<int64_t>& dims : bench::parse_shape_list(only, 3, "--only"))
+                shapes.push_back({"only", dims[0], dims[1], dims[2]});
+        } catch (const std::invalid_argument&) {
+            fmt::print(stderr, "--only wants MxNxK[,MxNxK...], got {}\n", only);
+            return 2;
         }
     }
+    // Arguments are checked above, before the device is touched.
+    Runtime rt;
+    const DeviceInfo& device = rt.device();
+    cublasHandle_t handle = nullptr;
+    check_cublas(cublasCreate(&handle), "cublasCreate");
+    check_cublas(cublasSetStream(handle, nullptr), "cublasSetStream");
+    fmt::print("device: {} ({}), {} SMs; {} {}, D = A * {}\n", device.name, device.arch(), device.sm_count,
+               dtype_name(dtype), gemm_layout_name(layout), layout == GemmLayout::nt ? "B^T (B is N x K)" : "B (K x N)");
+
     tuning::KernelTimer timer(device);
     nlohmann::json json;
     json["device"] = device.name;

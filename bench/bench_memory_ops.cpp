@@ -41,17 +41,6 @@ struct Case {
     DType dtype;
 };
 
-// "a,b,c" -> {"a", "b", "c"}
-std::vector<std::string> split_list(const std::string& list) {
-    std::vector<std::string> items;
-    size_t start = 0;
-    while (start <= list.size()) {
-        const size_t comma = std::min(list.find(',', start), list.size());
-        if (comma > start) items.push_back(list.substr(start, comma - start));
-        start = comma + 1;
-    }
-    return items;
-}
 
 struct Result {
     Case c;
@@ -132,7 +121,7 @@ int run(int argc, char** argv) {
     bool quick = false;
     bool launch_only = false;  // only the host cost of a launch
     std::vector<std::string> only_ops;  // --ops: a subset of the ops, by name
-    std::vector<std::string> only_shapes;  // --shapes: "ROWSxCOLS" (any shape, not only the issue's)
+    std::string only_shapes;  // --shapes: "ROWSxCOLS,..." (any shape, not only the issue's)
     std::vector<std::string> only_dtypes;  // --dtypes: bf16, fp16, fp32 (default bf16 and fp32)
     for (int i = 1; i < argc; ++i) {
         std::string arg = argv[i];
@@ -141,7 +130,7 @@ int run(int argc, char** argv) {
         else if (arg == "--quick") quick = true;
         else if (arg == "--launch-only") launch_only = true;
         else if (arg == "--ops" && i + 1 < argc) only_ops = split_list(argv[++i]);
-        else if (arg == "--shapes" && i + 1 < argc) only_shapes = split_list(argv[++i]);
+        else if (arg == "--shapes" && i + 1 < argc) only_shapes = argv[++i];
         else if (arg == "--dtypes" && i + 1 < argc) only_dtypes = split_list(argv[++i]);
         else {
             fmt::print(stderr,
@@ -154,12 +143,7 @@ int run(int argc, char** argv) {
                                                   {1024, 65536}, {256, 262144}, {65536, 4096}};
     if (!only_shapes.empty()) {
         shapes.clear();
-        for (const std::string& text : only_shapes) {
-            const std::vector<int64_t> dims = parse_dims(text);
-            if (dims.size() != 2 || dims[0] < 1 || dims[1] < 1)
-                throw std::invalid_argument(fmt::format("--shapes: '{}' is not ROWSxCOLS", text));
-            shapes.push_back({dims[0], dims[1]});
-        }
+        for (const std::vector<int64_t>& dims : parse_shape_list(only_shapes, 2, "--shapes")) shapes.push_back({dims[0], dims[1]});
     }
     std::vector<DType> dtypes = {DType::bf16, DType::fp32};
     if (!only_dtypes.empty()) {
