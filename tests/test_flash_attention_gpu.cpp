@@ -335,6 +335,8 @@ TEST_CASE("FlashAttention with seqlen_q != seqlen_k (causal aligned bottom-right
     const bool causal = GENERATE(false, true);
     run_and_check({problem(DType::bf16, 2, 2, 2, 128, 100, 1000, causal)});
     run_and_check({problem(DType::bf16, 2, 2, 2, 128, 1000, 100, causal)});  // causal: the first 900 rows see nothing
+    // The same at head dim 64 (its own kernels: three consumer warpgroups, other tiles).
+    run_and_check({problem(DType::fp16, 2, 2, 2, 64, 1000, 100, causal)});
     run_and_check({problem(DType::fp16, 1, 2, 1, 64, 1, 777, causal)});
     run_and_check({problem(DType::bf16, 1, 2, 2, 256, 129, 4000, causal)});
     FlashAttentionProblem window = problem(DType::bf16, 2, 2, 2, 128, 1000, 1000, causal);
