@@ -56,8 +56,14 @@ def main():
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument("--ops", default="", help="comma-separated subset of the ops (default: all)")
     args = parser.parse_args()
     ops = ["rmsnorm", "softmax", "silu_mul"] if args.quick else list(OPS)
+    if args.ops:
+        unknown = [name for name in args.ops.split(",") if name not in OPS]
+        if unknown:
+            parser.error(f"unknown ops: {', '.join(unknown)}")
+        ops = args.ops.split(",")
     results = []
     for name in ops:
         fn, n_in, n_out, n_vec = OPS[name]

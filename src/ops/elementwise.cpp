@@ -52,7 +52,9 @@ public:
 
     std::string op_name() const override { return elementwise_op_name(problem_.op); }
     std::string template_file() const override { return "elementwise.cuh"; }
-    std::vector<long long> shape() const override { return {problem_.rows, problem_.cols}; }
+    // The launch shape: a contiguous problem runs, and is tuned, as the one long row it is, so
+    // that one database entry serves every rows x cols of the same size.
+    std::vector<long long> shape() const override { return {shape_.rows, shape_.cols}; }
     std::string dtype_key() const override {
         if (problem_.dtype == *problem_.out_dtype) return dtype_name(problem_.dtype);
         return fmt::format("{}->{}", dtype_name(problem_.dtype), dtype_name(*problem_.out_dtype));
