@@ -41,7 +41,6 @@ struct Case {
     DType dtype;
 };
 
-
 struct Result {
     Case c;
     double ms = 0, gbps = 0, fraction_of_copy = 0;

@@ -60,10 +60,10 @@ def main():
     args = parser.parse_args()
     ops = ["rmsnorm", "softmax", "silu_mul"] if args.quick else list(OPS)
     if args.ops:
-        unknown = [name for name in args.ops.split(",") if name not in OPS]
+        ops = args.ops.split(",")
+        unknown = [name for name in ops if name not in OPS]
         if unknown:
             parser.error(f"unknown ops: {', '.join(unknown)}")
-        ops = args.ops.split(",")
     results = []
     for name in ops:
         fn, n_in, n_out, n_vec = OPS[name]
