@@ -49,3 +49,26 @@ TEST_CASE("row-op kernels that prefetch compile for sm_80 and sm_90a", "[compile
     CHECK(kernels.size() == 3);  // rmsnorm, layernorm and softmax kernels
     test::compile_all(kernels, arch);
 }
+
+TEST_CASE("resident row-op kernels of the long rows' search spaces compile without spilling", "[compile]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    std::vector<std::unique_ptr<Op>> ops;
+    for (const auto& [rows, cols, dtype] :
+         {std::tuple{int64_t{256}, int64_t{262144}, DType::bf16}, std::tuple{int64_t{1024}, int64_t{65536}, DType::fp32},
+          std::tuple{int64_t{1024}, int64_t{65536}, DType::bf16}}) {
+        ops.push_back(std::make_unique<RmsNorm>(RmsNormProblem{rows, cols, dtype}));
+        ops.push_back(std::make_unique<LayerNorm>(LayerNormProblem{rows, cols, dtype}));
+        ops.push_back(std::make_unique<Softmax>(SoftmaxProblem{rows, cols, dtype}));
+        ops.push_back(std::make_unique<Softmax>(SoftmaxProblem{rows, cols, dtype, {}, true}));
+    }
+    test::KernelsByFile kernels;
+    for (const auto& op : ops)
+        for (const Config& config : op->model().search_space(device))
+            if (config.count("slots")) test::add_kernels(kernels, op->model(), config, config.at("vec"), device);
+    REQUIRE(kernels.size() == 3);  // rmsnorm_resident, layernorm_resident and softmax_resident
+    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
+        INFO(arch << " " << name);
+        CHECK(report.spill_bytes == 0);
+    }
+}

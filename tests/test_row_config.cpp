@@ -55,3 +55,74 @@ TEST_CASE("every row heuristic config is valid for its problem", "[row_config]")
         }
     }
 }
+
+TEST_CASE("long rows get resident configs that hold the row in registers and shared memory", "[row_config]") {
+    using tileops::detail::row_launch;
+    using tileops::detail::row_search_space;
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    const RowInputs bf16{2, 1};
+
+    SECTION("a 512 KB bf16 row: clusters of two CTAs holding 256 KB each, within shared memory") {
+        bool found_pair = false;
+        for (const auto& config : row_search_space(256, 262144, 2, bf16, hopper)) {
+            if (!config.count("slots")) continue;
+            const RowConfig c = RowConfig::from(config, "rmsnorm");
+            INFO("threads " << c.threads_per_row << " items " << c.items << " slots " << c.slots << " cluster "
+                            << c.cluster);
+            CHECK_FALSE(row_invalid_reason(c, 262144, 2, bf16, hopper).has_value());
+            CHECK(int64_t{c.cluster} * c.threads_per_row * c.vec * (c.items + c.slots) >= 262144);
+            CHECK(c.items * c.vec * 2 <= tileops::detail::resident_held_bytes_limit(c.threads_per_row));
+            const auto launch = row_launch(c, c.vec, 256, 262144, bf16);
+            CHECK(launch.slots == c.slots);
+            CHECK(launch.shared_bytes == static_cast<unsigned>(c.slots * c.threads_per_row * c.vec * 2));
+            CHECK(launch.shared_bytes + 1024 <= static_cast<unsigned>(hopper.max_shared_memory_per_block_optin));
+            CHECK(launch.grid == static_cast<unsigned>(256 * c.cluster));
+            found_pair = found_pair || c.cluster == 2;
+        }
+        CHECK(found_pair);
+    }
+    SECTION("short rows and the residual add have none") {
+        for (const auto& config : row_search_space(16384, 4096, 2, bf16, hopper)) CHECK_FALSE(config.count("slots"));
+        for (const auto& config : row_search_space(256, 262144, 2, RowInputs{2, 2}, hopper))
+            CHECK_FALSE(config.count("slots"));
+    }
+    SECTION("what a resident config refuses, and why") {
+        RowConfig c;
+        c.threads_per_row = 1024;
+        c.vec = 8;
+        c.items = 2;
+        c.slots = 14;
+        c.cluster = 2;
+        CHECK_FALSE(row_invalid_reason(c, 262144, 2, bf16, hopper).has_value());
+        RowConfig too_many_registers = c;
+        too_many_registers.items = 4;  // 64 bytes at 1024 threads next to slots: spills
+        CHECK(row_invalid_reason(too_many_registers, 262144, 2, bf16, hopper).value().find("spill") != std::string::npos);
+        RowConfig too_much_shared = c;
+        too_much_shared.slots = 16;  // 256 KB
+        CHECK(row_invalid_reason(too_much_shared, 262144, 2, bf16, hopper).value().find("shared memory") !=
+              std::string::npos);
+        RowConfig too_short = c;
+        too_short.cluster = 1;
+        CHECK(row_invalid_reason(too_short, 262144, 2, bf16, hopper).value().find("fewer than cols") != std::string::npos);
+        CHECK(row_invalid_reason(c, 262144, 2, RowInputs{2, 2}, hopper).value().find("residual") != std::string::npos);
+        RowConfig with_prefetch = c;
+        with_prefetch.prefetch = 1;
+        CHECK(row_invalid_reason(with_prefetch, 262144, 2, bf16, hopper).has_value());
+    }
+    SECTION("a misaligned pointer keeps the bytes held with narrower copies, or streams below 4 bytes") {
+        RowConfig c;
+        c.threads_per_row = 1024;
+        c.vec = 8;
+        c.items = 2;
+        c.slots = 14;
+        c.cluster = 2;
+        const auto narrow = row_launch(c, 2, 256, 262144, bf16);
+        CHECK(narrow.items == 8);
+        CHECK(narrow.slots == 56);
+        CHECK(narrow.shared_bytes == 14u * 1024 * 16);
+        const auto scalar = row_launch(c, 1, 256, 262144, bf16);
+        CHECK(scalar.slots == 0);
+        CHECK(scalar.items == 0);
+        CHECK(scalar.cluster == 1);
+    }
+}

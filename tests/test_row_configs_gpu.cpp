@@ -1,5 +1,7 @@
 // Every config of the row ops' search spaces that prefetches (persistent grids walking several
-// row groups per block, with the next group's copies in flight), plus the heuristic's, against a
+// row groups per block, with the next group's copies in flight) or holds long rows resident
+// (registers and shared memory, the next row's loads issued as outputs are written), plus the
+// heuristic's, against a
 // double-precision reference: many more rows than resident blocks, rows split over clusters,
 // narrow vectors (4- and 8-byte copies), padded strides, outputs poisoned before every launch.
 #include <future>
@@ -36,11 +38,14 @@ std::string describe(const Config& config) {
     return text;
 }
 
-// The configs under test: those of the search space that prefetch, and the heuristic's.
-std::vector<Config> prefetching_configs(const Op& op, const DeviceInfo& device) {
+// The configs under test: those of the search space that prefetch or hold rows resident, and the
+// heuristic's.
+std::vector<Config> persistent_configs(const Op& op, const DeviceInfo& device) {
     std::vector<Config> configs{op.model().heuristic(device)};
-    for (const Config& config : op.model().search_space(device))
-        if (auto it = config.find("prefetch"); it != config.end() && it->second == 1) configs.push_back(config);
+    for (const Config& config : op.model().search_space(device)) {
+        const auto prefetch = config.find("prefetch");
+        if ((prefetch != config.end() && prefetch->second == 1) || config.count("slots")) configs.push_back(config);
+    }
     return configs;
 }
 
@@ -101,7 +106,7 @@ void check_every_config(const RowCase& c) {
     const int vec = op->vector_width(Inputs(inputs.data(), inputs.size()), Outputs(outputs.data(), outputs.size()));
 
     // Compile every kernel at once (misses on different keys compile in parallel), then run each.
-    const std::vector<Config> configs = prefetching_configs(*op, runtime.device());
+    const std::vector<Config> configs = persistent_configs(*op, runtime.device());
     std::vector<std::future<detail::ResolvedLaunch>> launches;
     for (const Config& config : configs)
         launches.push_back(std::async(std::launch::async, [&, config] { return impl.resolve_config(op->model(), config, vec); }));
@@ -124,15 +129,18 @@ void check_every_config(const RowCase& c) {
 
 }  // namespace
 
-TEST_CASE("Every prefetching row-op config is correct on many rows", "[gpu][rmsnorm][layernorm][softmax]") {
+TEST_CASE("Every prefetching or resident row-op config is correct on many rows", "[gpu][rmsnorm][layernorm][softmax]") {
     TILEOPS_REQUIRE_GPU();
     shared_runtime();  // makes the device's context current for the allocations below
     // Rows well beyond the resident blocks, so each persistent block walks several groups; 4100
-    // fp16 columns and 7 fp32 columns give 8- and 4-byte copies; 65536 and 262144 split over clusters.
+    // fp16 columns and 7 fp32 columns give 8- and 4-byte copies; 65536 and 262144 split over clusters;
+    // rows of 128 KB and more have resident configs (100003 fp32 columns: 4-byte copies, a chunk
+    // that ends mid-CTA).
     const RowCase cases[] = {
         {RowOpKind::rmsnorm_residual, DType::bf16, 3001, 1000}, {RowOpKind::rmsnorm, DType::fp32, 70, 262144},
         {RowOpKind::layernorm, DType::fp16, 997, 4100},         {RowOpKind::softmax, DType::bf16, 301, 65536},
         {RowOpKind::log_softmax, DType::fp32, 20001, 7},        {RowOpKind::layernorm, DType::bf16, 150, 65536},
+        {RowOpKind::log_softmax, DType::bf16, 67, 262144},      {RowOpKind::layernorm, DType::fp32, 301, 100003},
     };
     for (const RowCase& c : cases) check_every_config(c);
 }

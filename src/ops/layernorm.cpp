@@ -1,5 +1,5 @@
 // LayerNorm: problem checks, tuning key and kernel choice (LayerNormModel), and LayerNorm::run.
-// Kernel: kernel_templates/layernorm.cuh.
+// Kernels: kernel_templates/layernorm.cuh; for long rows also layernorm_resident.cuh.
 #include "tileops/layernorm.hpp"
 
 #include <fmt/format.h>
@@ -31,7 +31,11 @@ public:
     }
 
 private:
+    std::string resident_template_file() const override { return "layernorm_resident.cuh"; }
     std::string name_expression(const RowLaunch& l) const override {
+        if (l.slots > 0)
+            return fmt::format("tileops::layernorm_resident_kernel<{}, {}, {}, {}, {}, {}>", type_arguments(),
+                               l.threads_per_row, l.vec, l.items, l.slots, l.cluster);
         return fmt::format("tileops::layernorm_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
                            l.rows_per_block, l.vec, l.items, l.cluster, l.prefetch);
     }

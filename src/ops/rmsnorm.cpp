@@ -1,5 +1,5 @@
 // RMSNorm: problem checks, tuning key and kernel choice (RmsNormModel), and RmsNorm::run.
-// Kernel: kernel_templates/rmsnorm.cuh.
+// Kernels: kernel_templates/rmsnorm.cuh; for long rows also rmsnorm_resident.cuh.
 #include "tileops/rmsnorm.hpp"
 
 #include <fmt/format.h>
@@ -34,7 +34,11 @@ public:
 
 private:
     RowInputs inputs() const override { return {dtype_size(problem_.dtype), residual_ ? 2 : 1}; }
+    std::string resident_template_file() const override { return "rmsnorm_resident.cuh"; }
     std::string name_expression(const RowLaunch& l) const override {
+        if (l.slots > 0)
+            return fmt::format("tileops::rmsnorm_resident_kernel<{}, {}, {}, {}, {}, {}>", type_arguments(),
+                               l.threads_per_row, l.vec, l.items, l.slots, l.cluster);
         return fmt::format("tileops::rmsnorm_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
                            l.rows_per_block, l.vec, l.items, l.cluster, residual_, l.prefetch);
     }

@@ -30,12 +30,15 @@ RowConfig RowConfig::from(const Config& config, const std::string& op) {
     row.items = static_cast<int>(config_value(config, "items", op));
     row.cluster = static_cast<int>(config_value(config, "cluster", op));
     if (auto it = config.find("prefetch"); it != config.end()) row.prefetch = static_cast<int>(it->second);
+    if (config.count("slots")) row.slots = static_cast<int>(config_value(config, "slots", op));
     return row;
 }
 
 Config RowConfig::to_config() const {
-    return {{"threads_per_row", threads_per_row}, {"rows_per_block", rows_per_block}, {"vec", vec},
-            {"items", items}, {"cluster", cluster}, {"prefetch", prefetch}};
+    Config config{{"threads_per_row", threads_per_row}, {"rows_per_block", rows_per_block}, {"vec", vec},
+                  {"items", items}, {"cluster", cluster}, {"prefetch", prefetch}};
+    if (slots > 0) config["slots"] = slots;  // absent in the register kernels' configs
+    return config;
 }
 
 namespace {
@@ -49,6 +52,38 @@ int max_items(int vec, size_t element_bytes, int block_threads) {
 int64_t prefetch_bytes(const RowConfig& c, int vec, RowInputs inputs) {
     return 2 * int64_t{inputs.count} * c.items * c.threads_per_row * c.rows_per_block * vec *
            static_cast<int64_t>(inputs.element_bytes);
+}
+
+// Shared memory of the resident slots of a CTA at vector width `vec` (they hold the input type).
+int64_t resident_slot_bytes(const RowConfig& c, int vec, RowInputs inputs) {
+    return int64_t{c.slots} * c.threads_per_row * vec * static_cast<int64_t>(inputs.element_bytes);
+}
+
+// Static shared memory a resident kernel may use beside its slots (the RowReducer's).
+constexpr int64_t kResidentStaticShared = 1024;
+// Longest unrolled loop over a thread's vectors (registers and slots) in a resident kernel.
+constexpr int kMaxResidentVectors = 32;
+
+std::optional<std::string> resident_invalid_reason(const RowConfig& c, int64_t cols, RowInputs inputs,
+                                                   const DeviceInfo& device) {
+    if (inputs.count != 1) return "the resident kernels read one input row (no residual add)";
+    if (c.rows_per_block != 1 || c.prefetch != 0) return "slots need rows_per_block = 1 and prefetch = 0";
+    if (device.sm() < 80) return "slots need cp.async (sm_80 or newer)";
+    if (c.vec * inputs.element_bytes < 4) return "slots need vectors of at least 4 bytes (cp.async)";
+    const int64_t held = int64_t{c.items} * c.vec * static_cast<int64_t>(inputs.element_bytes);
+    if (c.items < 0 || held > resident_held_bytes_limit(c.threads_per_row))
+        return fmt::format("items x vec = {} x {} holds more than {} bytes per thread at {} threads next to slots "
+                           "(it would spill)",
+                           c.items, c.vec, resident_held_bytes_limit(c.threads_per_row), c.threads_per_row);
+    if (c.items + c.slots > kMaxResidentVectors)
+        return fmt::format("items + slots = {} exceeds {} vectors per thread", c.items + c.slots, kMaxResidentVectors);
+    if (const int64_t bytes = resident_slot_bytes(c, c.vec, inputs);
+        bytes + kResidentStaticShared > device.max_shared_memory_per_block_optin)
+        return fmt::format("slots need {} bytes of shared memory, more than the {} a block may have", bytes,
+                           device.max_shared_memory_per_block_optin - kResidentStaticShared);
+    if (const int64_t held_cols = int64_t{c.cluster} * c.threads_per_row * c.vec * (c.items + c.slots); held_cols < cols)
+        return fmt::format("holds {} elements per row, fewer than cols = {}", held_cols, cols);
+    return std::nullopt;
 }
 
 }  // namespace
@@ -105,13 +140,15 @@ std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, 
                            c.rows_per_block);
     if (!is_pow2(c.vec) || c.vec * element_bytes > 16)
         return fmt::format("vec = {} is not a power of two of at most 16 bytes", c.vec);
+    if (c.cluster < 1 || c.cluster > kMaxCluster || !is_pow2(c.cluster))
+        return fmt::format("cluster = {} is not a power of two up to {}", c.cluster, kMaxCluster);
+    if (c.cluster > 1 && device.sm() < 90) return fmt::format("cluster = {} needs sm_90 or newer", c.cluster);
+    if (c.slots < 0) return fmt::format("slots = {} is negative", c.slots);
+    if (c.slots > 0) return resident_invalid_reason(c, cols, inputs, device);
     if (c.items < 0 || c.items > max_items(c.vec, element_bytes, c.threads_per_row * c.rows_per_block))
         return fmt::format("items x vec = {} x {} holds more than {} bytes per thread at {} threads (it would spill)",
                            c.items, c.vec, held_bytes_limit(c.threads_per_row * c.rows_per_block),
                            c.threads_per_row * c.rows_per_block);
-    if (c.cluster < 1 || c.cluster > kMaxCluster || !is_pow2(c.cluster))
-        return fmt::format("cluster = {} is not a power of two up to {}", c.cluster, kMaxCluster);
-    if (c.cluster > 1 && device.sm() < 90) return fmt::format("cluster = {} needs sm_90 or newer", c.cluster);
     if (c.cluster > 1 && (c.rows_per_block != 1 || c.items == 0))
         return "a cluster needs rows_per_block = 1 and items > 0";
     if (c.items > 0 && int64_t{c.cluster} * c.threads_per_row * c.vec * c.items < cols)
@@ -154,6 +191,24 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
             }
         }
     }
+    // Resident configs for long rows: CTAs of 256-1024 threads, 0 or the most register bytes
+    // they may hold, the rest of their chunk in shared memory (the largest chunks: one CTA an SM).
+    if (cols * static_cast<int64_t>(inputs.element_bytes) > kResidentMinRowBytes) {
+        const int vec = max_vec;
+        for (int threads : {256, 512, 1024}) {
+            for (int cluster = 1; cluster <= 4; cluster *= 2) {
+                const int64_t vectors = ceil_div(cols, int64_t{cluster} * threads * vec);
+                const int register_items = resident_held_bytes_limit(threads) / static_cast<int>(vec * inputs.element_bytes);
+                for (int items : {0, register_items}) {
+                    if (vectors <= items) continue;
+                    RowConfig c{threads, 1, vec, items, cluster, 0};
+                    c.slots = static_cast<int>(vectors - items);
+                    if (row_invalid_reason(c, cols, element_bytes, inputs, device)) continue;
+                    if (seen.insert(c.to_config()).second) space.push_back(c.to_config());
+                }
+            }
+        }
+    }
     // Streaming configs, for rows too long for registers and as a fallback.
     for (int tpr : {256, 512, 1024}) {
         RowConfig c{tpr, 1, max_vec, 0, 1, 0};
@@ -165,6 +220,27 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
 
 RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, RowInputs inputs) {
     RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, c.prefetch == 1, 0, 0, 0};
+    if (c.slots > 0) {
+        // A narrower vector (misaligned pointers) keeps the bytes held: more items and slots, as
+        // long as cp.async can copy them and the loops stay short; otherwise stream.
+        const int widen = c.vec / vec;
+        if (vec * inputs.element_bytes >= 4 && (c.items + c.slots) * widen <= kMaxResidentVectors) {
+            launch.items = c.items * widen;
+            launch.slots = c.slots * widen;
+            launch.grid = static_cast<unsigned>(rows * c.cluster);
+            launch.block = static_cast<unsigned>(c.threads_per_row);
+            RowConfig held = c;
+            held.slots = launch.slots;
+            launch.shared_bytes = static_cast<unsigned>(resident_slot_bytes(held, vec, inputs));
+            return launch;
+        }
+        launch.items = 0;
+        launch.cluster = 1;
+        launch.prefetch = false;
+        launch.grid = static_cast<unsigned>(rows);
+        launch.block = static_cast<unsigned>(c.threads_per_row);
+        return launch;
+    }
     if (c.items > 0) {
         launch.items = static_cast<int>(ceil_div(cols, int64_t{c.cluster} * c.threads_per_row * vec));
         // A narrower vector needs more items for the same bytes held; past 32 items the unrolled
@@ -234,14 +310,25 @@ std::vector<int> RowOpModel::vector_widths(const Config& config) const {
 LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) const {
     RowLaunch launch = row_launch(RowConfig::from(config, op_name()), vec, rows_, cols_, inputs());
     LaunchPlan plan;
-    plan.template_file = template_file();
+    plan.template_file = launch.slots > 0 ? resident_template_file() : template_file();
     plan.name_expression = name_expression(launch);
     plan.grid[0] = launch.grid;
     plan.block[0] = launch.block;
     plan.cluster = static_cast<unsigned>(launch.cluster);
     plan.shared_bytes = launch.shared_bytes;
-    plan.persistent = launch.prefetch;  // the blocks walk the rows in steps of the resident grid
+    // The blocks walk the rows in steps of the resident grid.
+    plan.persistent = launch.prefetch || launch.slots > 0;
     return plan;
+}
+
+bool RowOpModel::has_resident_configs() const {
+    const RowInputs in = inputs();
+    return in.count == 1 && cols_ * static_cast<int64_t>(in.element_bytes) > kResidentMinRowBytes;
+}
+
+std::vector<std::string> RowOpModel::template_files() const {
+    if (!has_resident_configs()) return {template_file()};
+    return {template_file(), resident_template_file()};
 }
 
 std::string RowOpModel::type_arguments() const {

@@ -24,6 +24,10 @@ struct RowConfig {
     // (cp.async, sm_80+) while they work on the current one; register mode only. Optional in a
     // config (default 0).
     int prefetch = 0;
+    // Vectors each thread holds in shared memory besides its `items` in registers: the long-row
+    // kernels (*_resident.cuh), persistent, whose CTAs hold up to ~256 KB of a row so that clusters
+    // of two reach rows of 512 KB. 0: the register kernels. Optional in a config (default 0).
+    int slots = 0;
 
     static RowConfig from(const Config& config, const std::string& op);
     Config to_config() const;
@@ -35,7 +39,8 @@ struct RowLaunch {
     int threads_per_row, rows_per_block, vec, items, cluster;
     bool prefetch;
     unsigned grid, block;
-    unsigned shared_bytes;  // the prefetch stages
+    unsigned shared_bytes;  // the prefetch stages, or the resident slots
+    int slots = 0;          // > 0: the resident kernel
 };
 
 // The input rows a row op reads (x, and the residual for RMSNorm with the residual add): what
@@ -48,6 +53,12 @@ struct RowInputs {
 // Bytes of its row a thread may hold in registers (in the storage type) without spilling: the
 // register file allows 64 registers a thread at 1024 threads, 128 at 512 or fewer.
 inline constexpr int held_bytes_limit(int block_threads) { return block_threads > 512 ? 64 : 128; }
+// The same for the resident kernels, which keep more values live (ptxas spills softmax at 64
+// bytes and 1024 threads, and at 128 bytes and 512).
+inline constexpr int resident_held_bytes_limit(int block_threads) { return block_threads > 512 ? 32 : 64; }
+// Rows of more bytes than this have the resident kernels in their search space (and their tuning
+// entries depend on those templates): beyond what one 1024-thread CTA holds in registers.
+inline constexpr int64_t kResidentMinRowBytes = 64 * 1024;
 // Largest cluster a row may be split over (16 needs the non-portable cluster size opt-in, sm_90).
 inline constexpr int kMaxCluster = 16;
 
@@ -77,13 +88,21 @@ public:
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override;
     std::vector<int> vector_widths(const Config& config) const override;
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const override;
+    // The register kernel's template, and for rows long enough to have resident configs, the
+    // resident kernel's too.
+    std::vector<std::string> template_files() const override;
 
     // The widest vector width the shape and strides allow (pointers may narrow it further).
     int shape_vec() const noexcept { return shape_vec_; }
 
 protected:
     // e.g. "tileops::rmsnorm_kernel<__nv_bfloat16, __nv_bfloat16, 256, 1, 8, 4, 1, false>"
+    // (launch.slots > 0: the resident kernel of resident_template_file()).
     virtual std::string name_expression(const RowLaunch& launch) const = 0;
+    // The template of the op's resident kernel, e.g. "rmsnorm_resident.cuh".
+    virtual std::string resident_template_file() const = 0;
+    // Whether the resident configs apply to this problem (one input row, long rows).
+    bool has_resident_configs() const;
     // "T, TOut" as template arguments.
     std::string type_arguments() const;
     // The input rows the kernel reads (what its prefetch stages hold).

@@ -1,5 +1,5 @@
 // Softmax and log-softmax: problem checks, tuning key and kernel choice (SoftmaxModel), and
-// Softmax::run. Kernel: kernel_templates/softmax.cuh.
+// Softmax::run. Kernels: kernel_templates/softmax.cuh; for long rows also softmax_resident.cuh.
 #include "tileops/softmax.hpp"
 
 #include <fmt/format.h>
@@ -29,7 +29,11 @@ public:
     }
 
 private:
+    std::string resident_template_file() const override { return "softmax_resident.cuh"; }
     std::string name_expression(const RowLaunch& l) const override {
+        if (l.slots > 0)
+            return fmt::format("tileops::softmax_resident_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(),
+                               l.threads_per_row, l.vec, l.items, l.slots, l.cluster, log_ ? "true" : "false");
         return fmt::format("tileops::softmax_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
                            l.rows_per_block, l.vec, l.items, l.cluster, log_ ? "true" : "false", l.prefetch);
     }

@@ -1,0 +1,127 @@
+// A long row held on chip while it is reduced, for the row ops' long-row kernels
+// (rmsnorm_resident.cuh, layernorm_resident.cuh, softmax_resident.cuh).
+//
+// Why: a row of 256k bf16 elements (512 KB) fits in no CTA's registers, and clusters of more than
+// two CTAs cannot be placed on all 132 SMs of an H100 (bench/README.md, 2026-11-26), so the
+// register-only kernels leave SMs idle on such rows. Here each CTA of a cluster (two, typically)
+// holds its chunk of one row in registers (ITEMS vectors a thread) and in shared memory (SLOTS
+// vectors a thread), which together hold 256 KB a CTA, and the row is still read from memory once.
+//
+// The grid is persistent: a CTA walks the rows of its cluster's groups in steps of the grid. The
+// next row's loads start as soon as the current row's outputs are written: each shared slot is
+// refilled with cp.async right after its output is stored, and each register vector is reloaded
+// after its output, so a CTA's loads of the next row overlap its stores of this one.
+//
+// Item i of thread t is the vector at column first + (i * THREADS + t) * VEC of the CTA's chunk
+// (RowLayout with ITEMS + SLOTS items): items 0..ITEMS-1 live in registers, the rest in slots.
+// A thread reads back only the slots it filled itself, so waiting for its own copies suffices.
+#pragma once
+
+#include "common/async_copy.cuh"
+#include "common/row_layout.cuh"
+#include "common/types.cuh"
+
+namespace tileops {
+
+template <typename T, int THREADS, int VEC, int ITEMS, int SLOTS, int CLUSTER>
+class ResidentRow {
+public:
+    using Layout = RowLayout<THREADS, 1, VEC, ITEMS + SLOTS, CLUSTER>;
+    using Slot = Vec<T, VEC>;
+    static constexpr int kSlotBytes = static_cast<int>(sizeof(Slot));
+    static_assert(SLOTS > 0, "the resident kernels hold part of the row in shared memory");
+    static_assert(kSlotBytes == 4 || kSlotBytes == 8 || kSlotBytes == 16, "cp.async copies 4, 8 or 16 bytes");
+    // Dynamic shared memory of a CTA.
+    static constexpr int kSharedBytes = SLOTS * THREADS * kSlotBytes;
+
+    // Starts the loads of the CTA's first row. `shared` is the CTA's dynamic shared memory.
+    __device__ __forceinline__ ResidentRow(void* shared, const T* x, long long stride, long long rows, long long cols)
+        : slots_(static_cast<Slot*>(shared) + threadIdx.x), x_(x), stride_(stride), rows_(rows), cols_(cols) {
+        load(at_);
+    }
+
+    __device__ __forceinline__ bool has_row() const { return at_.row < rows_; }
+    __device__ __forceinline__ long long row() const { return at_.row; }
+
+    // Waits for this thread's part of the current row to land.
+    __device__ __forceinline__ void wait() const { cp_async_wait<0>(); }
+
+    // Calls f(vector, in_row) for every vector the thread holds; vectors past the row are zeros
+    // and come with in_row false.
+    template <class F>
+    __device__ __forceinline__ void for_each(F&& f) const {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) f(held_[i], at_.column(i) < cols_);
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) f(slot(s), at_.column(ITEMS + s) < cols_);
+    }
+
+    // Calls f(column, vector) for every vector of the row the thread holds (its outputs), and
+    // replaces each one, right after, with the same columns of the CTA's next row; then moves on
+    // to that row.
+    template <class F>
+    __device__ __forceinline__ void emit_and_advance(F&& f) {
+        Layout next = at_;
+        next.advance();
+        const bool next_exists = next.row < rows_;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const long long col = at_.column(ITEMS + s);
+            const bool in_row = col < cols_;
+            if (in_row) f(col, slot(s));  // read before the refill below is issued
+            copy_slot(s, next_exists && in_row, next.row, col);
+        }
+        cp_async_commit();
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const long long col = at_.column(i);
+            const bool in_row = col < cols_;
+            if (in_row) f(col, held_[i]);
+            held_[i] = load_or_zero(next_exists && in_row, next.row, col);
+        }
+        at_ = next;
+    }
+
+private:
+    __device__ __forceinline__ Slot& slot(int s) const { return slots_[s * THREADS]; }
+
+    __device__ __forceinline__ Slot load_or_zero(bool read, long long row, long long col) const {
+        if (read) return load_raw<T, VEC>(x_ + row * stride_ + col);
+        Slot zero;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) zero.v[k] = from_float<T>(0.0f);
+        return zero;
+    }
+
+    // Copies the vector at (row, col) into slot s, or zero-fills it without a read.
+    __device__ __forceinline__ void copy_slot(int s, bool read, long long row, long long col) const {
+        const T* from = read ? x_ + row * stride_ + col : x_;
+        if constexpr (kSlotBytes == 16)
+            cp_async_16(&slot(s), from, read);
+        else
+            cp_async_small<kSlotBytes>(&slot(s), from, read);
+    }
+
+    __device__ __forceinline__ void load(const Layout& at) {
+        const bool exists = at.row < rows_;
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const long long col = at.column(ITEMS + s);
+            copy_slot(s, exists && col < cols_, at.row, col);
+        }
+        cp_async_commit();
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const long long col = at.column(i);
+            held_[i] = load_or_zero(exists && col < cols_, at.row, col);
+        }
+    }
+
+    Layout at_;
+    Slot held_[ITEMS > 0 ? ITEMS : 1];
+    Slot* slots_;  // this thread's first slot
+    const T* x_;
+    long long stride_, rows_, cols_;
+};
+
+}  // namespace tileops
