@@ -3,8 +3,10 @@
 //
 //   y = (x - mean) * rsqrt(var + eps) * weight + bias      (fp32 arithmetic, biased variance)
 //
-// The variance is a second pass over the held row (squared deviations from the mean). Template
-// parameters as in rmsnorm_resident.cuh; the kernel parameters are layernorm_kernel's.
+// The statistics are gathered in one pass as the row lands: each thread's count, mean and squared
+// deviations (about its own first element), merged over the row pairwise (Chan et al.), which is
+// as exact as a second pass over the row and needs none. Template parameters as in
+// rmsnorm_resident.cuh; the kernel parameters are layernorm_kernel's.
 #pragma once
 
 #include "common/reduce.cuh"
@@ -26,24 +28,30 @@ __global__ void __launch_bounds__(THREADS, 1)
     const float inv_cols = 1.0f / static_cast<float>(cols);
 
     while (row.has_row()) {
-        row.wait();
-        float sum = 0.0f;  // vectors past the row are zeros
-        row.for_each([&](const Vec<T, VEC>& raw, bool) {
-            float v[VEC];
-            unpack(raw, v);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) sum += v[k];
-        });
-        const float mean = reducer.template reduce<SumOp>(sum) * inv_cols;
-        float squares = 0.0f;
-        row.for_each([&](const Vec<T, VEC>& raw, bool in_row) {
+        // One pass as the row lands: the thread's count, and its sum and squares of deviations
+        // from a shift (its first element), so its own variance does not cancel.
+        float count = 0.0f, shift = 0.0f, sum = 0.0f, squares = 0.0f;
+        row.for_each_as_it_lands([&](const Vec<T, VEC>& raw, bool in_row) {
             if (!in_row) return;  // padding is not part of the row
             float v[VEC];
             unpack(raw, v);
+            if (count == 0.0f) shift = v[0];
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) squares += (v[k] - mean) * (v[k] - mean);
+            for (int k = 0; k < VEC; ++k) {
+                const float d = v[k] - shift;
+                sum += d;
+                squares += d * d;
+            }
+            count += VEC;
         });
-        const float scale = rsqrtf(reducer.template reduce<SumOp>(squares) * inv_cols + eps);
+        // Chan et al.: the row's mean from the threads' sums, then its squared deviations as
+        // each thread's own plus count x (thread mean - row mean)^2.
+        const float thread_mean = count > 0.0f ? shift + sum / count : 0.0f;
+        const float thread_m2 = count > 0.0f ? fmaxf(squares - sum * sum / count, 0.0f) : 0.0f;
+        const float mean = reducer.template reduce<SumOp>(count * thread_mean) * inv_cols;
+        const float spread = thread_mean - mean;
+        const float m2 = reducer.template reduce<SumOp>(thread_m2 + count * spread * spread);
+        const float scale = rsqrtf(m2 * inv_cols + eps);
         TOut* y_row = y + row.row() * y_stride;
         row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
             float v[VEC], w[VEC], b[VEC];

@@ -28,9 +28,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     Row row(resident_slots, x, x_stride, rows, cols);
 
     while (row.has_row()) {
-        row.wait();
         float sum_sq = 0.0f;  // vectors past the row are zeros
-        row.for_each([&](const Vec<T, VEC>& raw, bool) {
+        row.for_each_as_it_lands([&](const Vec<T, VEC>& raw, bool) {
             float v[VEC];
             unpack(raw, v);
 #pragma unroll

@@ -3,7 +3,10 @@
 //
 //   y = exp(x - max) / sum(exp(x - max))       log-softmax: y = x - max - log(sum(exp(x - max)))
 //
-// exp is computed as exp2 with log2(e) folded in; -inf inputs give 0 (or -inf for log-softmax).
+// exp is computed as exp2 with log2(e) folded in; -inf inputs give 0 (or -inf for log-softmax), a
+// row entirely -inf gives NaN. The max and the sum are gathered in one pass (an online softmax per
+// thread) as the row lands, then reduced over the row: one pass over the held row besides the
+// output's.
 // Template parameters as in rmsnorm_resident.cuh; the kernel parameters are softmax_kernel's.
 #pragma once
 
@@ -27,27 +30,32 @@ __global__ void __launch_bounds__(THREADS, 1)
     extern __shared__ __align__(16) unsigned char resident_slots[];
     Reducer reducer(reduce_shared);
     Row row(resident_slots, x, x_stride, rows, cols);
+    const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
 
     while (row.has_row()) {
-        row.wait();
-        float max = -cuda::std::numeric_limits<float>::infinity();
-        row.for_each([&](const Vec<T, VEC>& raw, bool in_row) {
+        // One pass as the row lands: the thread's running max and its sum of exponentials
+        // relative to that max (rescaled when the max grows).
+        float max = neg_inf, sum = 0.0f;
+        row.for_each_as_it_lands([&](const Vec<T, VEC>& raw, bool in_row) {
             if (!in_row) return;  // padding is not part of the row
             float v[VEC];
             unpack(raw, v);
+            float vec_max = v[0];
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) max = fmaxf(max, v[k]);
-        });
-        const float max_scaled = reducer.template reduce<MaxOp>(max) * kLog2e;
-        float sum = 0.0f;
-        row.for_each([&](const Vec<T, VEC>& raw, bool in_row) {
-            if (!in_row) return;
-            float v[VEC];
-            unpack(raw, v);
+            for (int k = 1; k < VEC; ++k) vec_max = fmaxf(vec_max, v[k]);
+            if (vec_max == neg_inf) return;  // contributes nothing; would make inf - inf
+            if (vec_max > max) {
+                sum *= exp2f((max - vec_max) * kLog2e);
+                max = vec_max;
+            }
+            const float max_scaled = max * kLog2e;
 #pragma unroll
             for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
         });
-        const float log2_sum = __log2f(reducer.template reduce<SumOp>(sum));
+        const float row_max = reducer.template reduce<MaxOp>(max);
+        const float max_scaled = row_max * kLog2e;
+        const float rescaled = max == neg_inf ? 0.0f : sum * exp2f(max * kLog2e - max_scaled);
+        const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         TOut* y_row = y + row.row() * y_stride;
         row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
             float v[VEC];

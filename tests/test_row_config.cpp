@@ -109,20 +109,22 @@ TEST_CASE("long rows get resident configs that hold the row in registers and sha
         with_prefetch.prefetch = 1;
         CHECK(row_invalid_reason(with_prefetch, 262144, 2, bf16, hopper).has_value());
     }
-    SECTION("a misaligned pointer keeps the bytes held with narrower copies, or streams below 4 bytes") {
+    SECTION("a misaligned pointer keeps the bytes held with narrower copies, or streams past 32 vectors") {
         RowConfig c;
         c.threads_per_row = 1024;
         c.vec = 8;
         c.items = 2;
         c.slots = 14;
         c.cluster = 2;
-        const auto narrow = row_launch(c, 2, 256, 262144, bf16);
-        CHECK(narrow.items == 8);
-        CHECK(narrow.slots == 56);
+        const auto narrow = row_launch(c, 4, 256, 262144, bf16);
+        CHECK(narrow.items == 4);
+        CHECK(narrow.slots == 28);
         CHECK(narrow.shared_bytes == 14u * 1024 * 16);
-        const auto scalar = row_launch(c, 1, 256, 262144, bf16);
-        CHECK(scalar.slots == 0);
-        CHECK(scalar.items == 0);
-        CHECK(scalar.cluster == 1);
+        for (const int vec : {2, 1}) {
+            const auto streaming = row_launch(c, vec, 256, 262144, bf16);
+            CHECK(streaming.slots == 0);
+            CHECK(streaming.items == 0);
+            CHECK(streaming.cluster == 1);
+        }
     }
 }

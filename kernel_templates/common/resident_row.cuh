@@ -10,7 +10,9 @@
 // The grid is persistent: a CTA walks the rows of its cluster's groups in steps of the grid. The
 // next row's loads start as soon as the current row's outputs are written: each shared slot is
 // refilled with cp.async right after its output is stored, and each register vector is reloaded
-// after its output, so a CTA's loads of the next row overlap its stores of this one.
+// after its output, so a CTA's loads of the next row overlap its stores of this one. The row's
+// statistics are gathered in one pass as its vectors land (for_each_as_it_lands), so that pass
+// overlaps the loads too, and the CTA has no memory traffic in flight only during its reductions.
 //
 // Item i of thread t is the vector at column first + (i * THREADS + t) * VEC of the CTA's chunk
 // (RowLayout with ITEMS + SLOTS items): items 0..ITEMS-1 live in registers, the rest in slots.
@@ -37,23 +39,22 @@ public:
     // Starts the loads of the CTA's first row. `shared` is the CTA's dynamic shared memory.
     __device__ __forceinline__ ResidentRow(void* shared, const T* x, long long stride, long long rows, long long cols)
         : slots_(static_cast<Slot*>(shared) + threadIdx.x), x_(x), stride_(stride), rows_(rows), cols_(cols) {
-        load(at_);
+        auto nothing_to_emit = [](long long, const Slot&) {};
+        refill<0>(at_, nothing_to_emit);
     }
 
     __device__ __forceinline__ bool has_row() const { return at_.row < rows_; }
     __device__ __forceinline__ long long row() const { return at_.row; }
 
-    // Waits for this thread's part of the current row to land.
-    __device__ __forceinline__ void wait() const { cp_async_wait<0>(); }
-
-    // Calls f(vector, in_row) for every vector the thread holds; vectors past the row are zeros
-    // and come with in_row false.
+    // Calls f(vector, in_row) for every vector the thread holds of the current row, each as soon
+    // as it has landed (the slots in kGroups commit groups, oldest first, then the registers), so
+    // the work on the first vectors overlaps the loads of the last. Vectors past the row are
+    // zeros and come with in_row false.
     template <class F>
-    __device__ __forceinline__ void for_each(F&& f) const {
+    __device__ __forceinline__ void for_each_as_it_lands(F&& f) const {
+        visit<0>(f);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) f(held_[i], at_.column(i) < cols_);
-#pragma unroll
-        for (int s = 0; s < SLOTS; ++s) f(slot(s), at_.column(ITEMS + s) < cols_);
     }
 
     // Calls f(column, vector) for every vector of the row the thread holds (its outputs), and
@@ -63,22 +64,7 @@ public:
     __device__ __forceinline__ void emit_and_advance(F&& f) {
         Layout next = at_;
         next.advance();
-        const bool next_exists = next.row < rows_;
-#pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            const long long col = at_.column(ITEMS + s);
-            const bool in_row = col < cols_;
-            if (in_row) f(col, slot(s));  // read before the refill below is issued
-            copy_slot(s, next_exists && in_row, next.row, col);
-        }
-        cp_async_commit();
-#pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const long long col = at_.column(i);
-            const bool in_row = col < cols_;
-            if (in_row) f(col, held_[i]);
-            held_[i] = load_or_zero(next_exists && in_row, next.row, col);
-        }
+        refill<0>(next, f);
         at_ = next;
     }
 
@@ -102,18 +88,43 @@ private:
             cp_async_small<kSlotBytes>(&slot(s), from, read);
     }
 
-    __device__ __forceinline__ void load(const Layout& at) {
-        const bool exists = at.row < rows_;
+    // Slots are copied in kGroups commit groups of consecutive slots (few, so that cp.async's
+    // wait counts stay small): group g holds slots [begin(g), begin(g + 1)).
+    static constexpr int kGroups = SLOTS < 4 ? SLOTS : 4;
+    static constexpr __host__ __device__ int begin(int g) { return g * SLOTS / kGroups; }
+
+    template <int G, class F>
+    __device__ __forceinline__ void visit(F& f) const {
+        if constexpr (G < kGroups) {
+            cp_async_wait<kGroups - 1 - G>();  // groups 0..G of this row have landed
 #pragma unroll
-        for (int s = 0; s < SLOTS; ++s) {
-            const long long col = at.column(ITEMS + s);
-            copy_slot(s, exists && col < cols_, at.row, col);
+            for (int s = begin(G); s < begin(G + 1); ++s) f(slot(s), at_.column(ITEMS + s) < cols_);
+            visit<G + 1>(f);
         }
-        cp_async_commit();
+    }
+
+    // From group G on: emits each slot's vector of the current row with f (in the row only) and
+    // starts the copy of `to`'s vector at the same column into it (zero-fill past the row or the
+    // last row); then does the same for the register vectors, reloading them directly.
+    template <int G, class F>
+    __device__ __forceinline__ void refill(const Layout& to, F& f) {
+        const bool exists = to.row < rows_;
+        if constexpr (G < kGroups) {
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const long long col = at.column(i);
-            held_[i] = load_or_zero(exists && col < cols_, at.row, col);
+            for (int s = begin(G); s < begin(G + 1); ++s) {
+                const long long col = at_.column(ITEMS + s);
+                if (col < cols_) f(col, slot(s));  // read before the copy below is issued
+                copy_slot(s, exists && col < cols_, to.row, col);
+            }
+            cp_async_commit();
+            refill<G + 1>(to, f);
+        } else {
+#pragma unroll
+            for (int i = 0; i < ITEMS; ++i) {
+                const long long col = at_.column(i);
+                if (col < cols_) f(col, held_[i]);
+                held_[i] = load_or_zero(exists && col < cols_, to.row, col);
+            }
         }
     }
 
