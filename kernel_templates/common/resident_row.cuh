@@ -98,7 +98,10 @@ private:
         if constexpr (G < kGroups) {
             cp_async_wait<kGroups - 1 - G>();  // groups 0..G of this row have landed
 #pragma unroll
-            for (int s = begin(G); s < begin(G + 1); ++s) f(slot(s), at_.column(ITEMS + s) < cols_);
+            for (int s = begin(G); s < begin(G + 1); ++s) {
+                const Slot held = slot(s);  // one 16-byte access (a reference would read element-wise)
+                f(held, at_.column(ITEMS + s) < cols_);
+            }
             visit<G + 1>(f);
         }
     }
@@ -112,9 +115,13 @@ private:
         if constexpr (G < kGroups) {
 #pragma unroll
             for (int s = begin(G); s < begin(G + 1); ++s) {
+                // The slot is read into registers (one 16-byte access) before the copy that
+                // overwrites it is issued, and that copy is issued before the output is worked
+                // out: the next row's loads start as early as they can.
                 const long long col = at_.column(ITEMS + s);
-                if (col < cols_) f(col, slot(s));  // read before the copy below is issued
+                const Slot held = slot(s);
                 copy_slot(s, exists && col < cols_, to.row, col);
+                if (col < cols_) f(col, held);
             }
             cp_async_commit();
             refill<G + 1>(to, f);
