@@ -32,6 +32,20 @@ TEST_CASE("the row heuristic splits long rows over a prefetching cluster on sm_9
         CHECK(residual.prefetch == 1);
         CHECK_FALSE(row_invalid_reason(residual, 65536, 2, RowInputs{2, 2}, hopper).has_value());
     }
+    SECTION("one input row of 128-512 KB: the resident kernel, in the smallest cluster that holds it") {
+        const RowConfig fp32_64k = row_heuristic(65536, 4, RowInputs{4, 1}, hopper);
+        CHECK(fp32_64k.slots == 14);
+        CHECK(fp32_64k.items == 2);
+        CHECK(fp32_64k.cluster == 1);
+        CHECK(fp32_64k.threads_per_row == 1024);
+        const RowConfig bf16_256k = row_heuristic(262144, 2, RowInputs{2, 1}, hopper);
+        CHECK(bf16_256k.slots == 14);
+        CHECK(bf16_256k.cluster == 2);
+        CHECK(row_heuristic(65536, 2, RowInputs{2, 1}, hopper).slots == 0);        // 128 KB
+        CHECK(row_heuristic(262144, 4, RowInputs{4, 1}, hopper).slots == 0);       // 1 MB
+        CHECK(row_heuristic(262144, 2, RowInputs{2, 2}, hopper).slots == 0);       // the residual add
+        CHECK(row_heuristic(65536, 4, RowInputs{4, 1}, DeviceInfo::for_arch("sm_80")).slots == 0);  // 163 KB
+    }
     SECTION("rows longer than 16 CTAs hold stream") {
         const RowConfig huge = row_heuristic(int64_t{1} << 22, 4, RowInputs{4, 1}, hopper);
         CHECK(huge.items == 0);

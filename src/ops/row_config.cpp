@@ -86,6 +86,32 @@ std::optional<std::string> resident_invalid_reason(const RowConfig& c, int64_t c
     return std::nullopt;
 }
 
+// Rows of one input of more than 128 KB and at most 512 KB: the resident kernel, 1024-thread
+// CTAs holding 32 bytes a thread in registers and the rest of their chunk in shared memory, in the
+// smallest cluster whose CTAs' chunks fit. Measured on H100 (bench/README.md, 2026-11-26): 256 KB
+// fp32 rows 188-209 us against 210-221 for the cluster heuristic (one CTA a row), 512 KB bf16 rows
+// 98.8-113.5 us against 105.9-116.8 (two CTAs a row). Shorter rows keep the register kernels
+// (level with them at 128 KB); longer ones need clusters of four or more, which do not reach every
+// SM, and the register kernels' prefetch does better there.
+std::optional<RowConfig> resident_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs,
+                                            const DeviceInfo& device) {
+    const int64_t row_bytes = cols * static_cast<int64_t>(inputs.element_bytes);
+    if (inputs.count != 1 || row_bytes <= 128 * 1024 || row_bytes > 512 * 1024) return std::nullopt;
+    RowConfig c;
+    c.threads_per_row = 1024;
+    c.rows_per_block = 1;
+    c.vec = static_cast<int>(16 / element_bytes);
+    c.items = resident_held_bytes_limit(c.threads_per_row) / static_cast<int>(c.vec * inputs.element_bytes);
+    c.prefetch = 0;
+    for (c.cluster = 1; c.cluster <= 2; c.cluster *= 2) {
+        const int64_t vectors = ceil_div(cols, int64_t{c.cluster} * c.threads_per_row * c.vec);
+        if (vectors <= c.items) continue;
+        c.slots = static_cast<int>(vectors - c.items);
+        if (!row_invalid_reason(c, cols, element_bytes, inputs, device)) return c;
+    }
+    return std::nullopt;
+}
+
 }  // namespace
 
 RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, const DeviceInfo& device) {
@@ -97,6 +123,7 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, co
     // Small rows: several rows per block so blocks still have 256 threads.
     config.rows_per_block = std::max(1, 256 / config.threads_per_row);
     config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
+    if (auto resident = resident_heuristic(cols, element_bytes, inputs, device)) return *resident;
     if (config.items > max_items(config.vec, element_bytes, config.threads_per_row * config.rows_per_block)) {
         // Longer than a block holds: split the row over a cluster of CTAs (sm_90), 64 bytes a
         // thread, persistent with the next two rows' copies in flight (prefetch). Measured on
