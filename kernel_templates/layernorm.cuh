@@ -2,9 +2,8 @@
 //
 //   y = (x - mean) * rsqrt(var + eps) * weight + bias      (fp32 arithmetic)
 //
-// In register mode each thread takes the mean of its held values and their squared deviations
-// from it (a second pass over its registers), which is exact where E[x^2] - E[x]^2 would cancel;
-// the threads' statistics are merged in one reduction (MeanM2Op). Streaming mode (ITEMS == 0)
+// In register mode the variance is a second pass over the held row (sum of squared deviations
+// from the mean), which is exact where E[x^2] - E[x]^2 would cancel. Streaming mode (ITEMS == 0)
 // sums deviations from a shift (the row's first element), one read for the statistics and one
 // for the output. Template parameters as in rmsnorm.cuh.
 #pragma once
@@ -42,31 +41,27 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         for_each_row_group<Layout, T, VEC, ITEMS, 1, PREFETCH>(
             rows, cols, x_bases, x_strides, [&](const Layout& at, const Vec<T, VEC> (&held)[1][ITEMS]) {
                 const bool active = at.row < rows;
-                // The thread's count, mean and squared deviations from its mean (two passes over
-                // its registers), merged over the row in one reduction (MeanM2Op).
-                float count = 0.0f, sum = 0.0f;
+                float sum = 0.0f;  // held vectors past the row are zeros
+#pragma unroll
+                for (int i = 0; i < ITEMS; ++i) {
+                    float v[VEC];
+                    unpack(held[0][i], v);
+#pragma unroll
+                    for (int k = 0; k < VEC; ++k) sum += v[k];
+                }
+                const float mean = reducer.template reduce<SumOp>(sum) * inv_cols;
+                float squares = 0.0f;
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     if (!(active && at.column(i) < cols)) continue;  // padding is not part of the row
                     float v[VEC];
                     unpack(held[0][i], v);
 #pragma unroll
-                    for (int k = 0; k < VEC; ++k) sum += v[k];
-                    count += VEC;
+                    for (int k = 0; k < VEC; ++k) squares += (v[k] - mean) * (v[k] - mean);
                 }
-                const float thread_mean = count > 0.0f ? sum / count : 0.0f;
-                float squares = 0.0f;
-#pragma unroll
-                for (int i = 0; i < ITEMS; ++i) {
-                    if (!(active && at.column(i) < cols)) continue;
-                    float v[VEC];
-                    unpack(held[0][i], v);
-#pragma unroll
-                    for (int k = 0; k < VEC; ++k) squares += (v[k] - thread_mean) * (v[k] - thread_mean);
-                }
-                const Floats<3> stats = reducer.template reduce<MeanM2Op>({{count, thread_mean, squares}});
-                const float mean = stats.v[1];
-                const float scale = rsqrtf(stats.v[2] * inv_cols + eps);
+                const float var =
+                    reducer.template reduce<SumOp>(squares) * inv_cols;
+                const float scale = rsqrtf(var + eps);
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     const long long col = at.column(i);
@@ -78,12 +73,11 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         const bool active = at.row < rows;
         const T* x_row = x + at.row * x_stride;
         const float shift = active ? to_float(x_row[0]) : 0.0f;
-        float count = 0.0f, sum = 0.0f, squares = 0.0f;
+        float sum = 0.0f, squares = 0.0f;
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC) {
                 float v[VEC];
                 load_vec<T, VEC>(x_row + col, v);
-                count += VEC;
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
                     const float d = v[k] - shift;
@@ -92,12 +86,11 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 }
             }
         }
-        // The thread's count, mean and squared deviations (of x - shift), merged in one reduction.
-        const float thread_mean = count > 0.0f ? sum / count : 0.0f;
-        const float thread_m2 = count > 0.0f ? fmaxf(squares - sum * thread_mean, 0.0f) : 0.0f;
-        const Floats<3> stats = reducer.template reduce<MeanM2Op>({{count, thread_mean, thread_m2}});
-        const float scale = rsqrtf(stats.v[2] * inv_cols + eps);
-        const float mean = shift + stats.v[1];
+        const float mean_shifted = reducer.template reduce<SumOp>(sum) * inv_cols;
+        const float mean_squares = reducer.template reduce<SumOp>(squares) * inv_cols;
+        const float var = fmaxf(mean_squares - mean_shifted * mean_shifted, 0.0f);
+        const float scale = rsqrtf(var + eps);
+        const float mean = shift + mean_shifted;
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
                 store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), mean, scale);

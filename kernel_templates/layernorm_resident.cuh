@@ -44,11 +44,14 @@ __global__ void __launch_bounds__(THREADS, 1)
             }
             count += VEC;
         });
+        // Chan et al.: the row's mean from the threads' sums, then its squared deviations as
+        // each thread's own plus count x (thread mean - row mean)^2.
         const float thread_mean = count > 0.0f ? shift + sum / count : 0.0f;
         const float thread_m2 = count > 0.0f ? fmaxf(squares - sum * sum / count, 0.0f) : 0.0f;
-        const Floats<3> stats = reducer.template reduce<MeanM2Op>({{count, thread_mean, thread_m2}});
-        const float mean = stats.v[1];
-        const float scale = rsqrtf(stats.v[2] * inv_cols + eps);
+        const float mean = reducer.template reduce<SumOp>(count * thread_mean) * inv_cols;
+        const float spread = thread_mean - mean;
+        const float m2 = reducer.template reduce<SumOp>(thread_m2 + count * spread * spread);
+        const float scale = rsqrtf(m2 * inv_cols + eps);
         TOut* y_row = y + row.row() * y_stride;
         row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
             float v[VEC], w[VEC], b[VEC];

@@ -5,8 +5,7 @@
 // exp is computed as exp2 with log2(e) folded into the scale. -inf inputs give 0 (or -inf for
 // log-softmax); a row that is entirely -inf gives NaN, as torch does. Register mode holds the row
 // and reads it once; streaming mode (ITEMS == 0) keeps an online (max, sum) per thread in one read
-// and writes in a second. Either way each thread's (max, sum) is merged over the row in one
-// reduction (SoftmaxStatOp). Template parameters as in rmsnorm.cuh.
+// and writes in a second. Template parameters as in rmsnorm.cuh.
 #pragma once
 
 #include <cuda/std/limits>
@@ -57,23 +56,19 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
 #pragma unroll
                     for (int k = 0; k < VEC; ++k) max = fmaxf(max, v[k]);
                 }
-                // The thread's sum of exponentials relative to its own max, then one reduction of
-                // both (SoftmaxStatOp rescales each sum to the row's max).
-                const float thread_max_scaled = max * kLog2e;
+                const float max_scaled =
+                    reducer.template reduce<MaxOp>(max) * kLog2e;
                 float sum = 0.0f;
-                if (max != neg_inf) {  // else every value it holds is -inf (or padding): adds nothing
 #pragma unroll
-                    for (int i = 0; i < ITEMS; ++i) {
-                        if (!(active && at.column(i) < cols)) continue;
-                        float v[VEC];
-                        unpack(held[0][i], v);
+                for (int i = 0; i < ITEMS; ++i) {
+                    if (!(active && at.column(i) < cols)) continue;
+                    float v[VEC];
+                    unpack(held[0][i], v);
 #pragma unroll
-                        for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - thread_max_scaled);
-                    }
+                    for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
                 }
-                const Floats<2> stats = reducer.template reduce<SoftmaxStatOp>({{thread_max_scaled, sum}});
-                const float max_scaled = stats.v[0];
-                const float log2_sum = __log2f(stats.v[1]);
+                const float log2_sum =
+                    __log2f(reducer.template reduce<SumOp>(sum));
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     const long long col = at.column(i);
@@ -102,11 +97,12 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 }
             }
         }
-        const Floats<2> stats = reducer.template reduce<SoftmaxStatOp>({{max * kLog2e, sum}});
-        const float log2_sum = __log2f(stats.v[1]);
+        const float row_max = reducer.template reduce<MaxOp>(max);
+        const float rescaled = max == neg_inf ? 0.0f : sum * exp2f((max - row_max) * kLog2e);
+        const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
-                store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), stats.v[0], log2_sum);
+                store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), row_max * kLog2e, log2_sum);
         }
     }
     reducer.finish();

@@ -52,9 +52,10 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
         });
-        const Floats<2> stats = reducer.template reduce<SoftmaxStatOp>({{max * kLog2e, sum}});
-        const float max_scaled = stats.v[0];
-        const float log2_sum = __log2f(stats.v[1]);
+        const float row_max = reducer.template reduce<MaxOp>(max);
+        const float max_scaled = row_max * kLog2e;
+        const float rescaled = max == neg_inf ? 0.0f : sum * exp2f(max * kLog2e - max_scaled);
+        const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         TOut* y_row = y + row.row() * y_stride;
         row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
             float v[VEC];

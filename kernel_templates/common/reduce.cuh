@@ -7,78 +7,22 @@
 
 namespace tileops {
 
-// A reduction op: Value (a float, or Floats<N> when a row needs several statistics at once, so
-// they share one reduction), identity() and apply(a, b). apply must be symmetric bit for bit
-// (apply(a, b) == apply(b, a)), so that every thread of a row ends with the same result.
-template <int N>
-struct Floats {
-    float v[N];
-};
-
 struct SumOp {
-    using Value = float;
     static __device__ __forceinline__ float identity() { return 0.0f; }
     static __device__ __forceinline__ float apply(float a, float b) { return a + b; }
 };
 
 struct MaxOp {
-    using Value = float;
     static __device__ __forceinline__ float identity() { return -cuda::std::numeric_limits<float>::infinity(); }
     static __device__ __forceinline__ float apply(float a, float b) { return fmaxf(a, b); }
 };
 
-// Softmax statistics {max, sum}: `sum` is a sum of exp2(x - max) over the values seen, with x and
-// max in log2 units (scaled by log2 e). Merging rescales each sum to the larger max; a side that
-// saw nothing (sum 0, max -inf) adds nothing (no -inf - -inf).
-struct SoftmaxStatOp {
-    using Value = Floats<2>;
-    static __device__ __forceinline__ Value identity() {
-        return {{-cuda::std::numeric_limits<float>::infinity(), 0.0f}};
-    }
-    static __device__ __forceinline__ Value apply(const Value& a, const Value& b) {
-        const float max = fmaxf(a.v[0], b.v[0]);
-        const float from_a = a.v[1] == 0.0f ? 0.0f : a.v[1] * exp2f(a.v[0] - max);
-        const float from_b = b.v[1] == 0.0f ? 0.0f : b.v[1] * exp2f(b.v[0] - max);
-        return {{max, from_a + from_b}};
-    }
-};
-
-// Mean and variance statistics {count, mean, sum of squared deviations from the mean}, merged
-// pairwise (Chan et al.): as exact as a second pass over the row, in one reduction. The operands
-// are put in a fixed order first, so that the merge is symmetric bit for bit.
-struct MeanM2Op {
-    using Value = Floats<3>;
-    static __device__ __forceinline__ Value identity() { return {{0.0f, 0.0f, 0.0f}}; }
-    static __device__ __forceinline__ Value apply(const Value& x, const Value& y) {
-        const bool ordered = x.v[0] < y.v[0] || (x.v[0] == y.v[0] && (x.v[1] < y.v[1] || (x.v[1] == y.v[1] && x.v[2] <= y.v[2])));
-        // Selected word by word (references to either operand would put them in local memory).
-        const float a_count = ordered ? x.v[0] : y.v[0], b_count = ordered ? y.v[0] : x.v[0];
-        const float a_mean = ordered ? x.v[1] : y.v[1], b_mean = ordered ? y.v[1] : x.v[1];
-        const float a_m2 = ordered ? x.v[2] : y.v[2], b_m2 = ordered ? y.v[2] : x.v[2];
-        const float count = a_count + b_count;
-        const float delta = b_mean - a_mean;
-        const float share = count > 0.0f ? b_count / count : 0.0f;
-        return {{count, a_mean + delta * share, a_m2 + b_m2 + delta * delta * a_count * share}};
-    }
-};
-
-// Word i of a reduction value (a float has one).
-__device__ __forceinline__ float& word(float& v, int) { return v; }
-template <int N>
-__device__ __forceinline__ float& word(Floats<N>& v, int i) { return v.v[i]; }
-
 // Reduces over aligned groups of WIDTH lanes (a power of two <= 32); every lane gets the result,
 // bit for bit the same in every lane (each step combines the same two halves, in either order).
 template <typename Op, int WIDTH>
-__device__ __forceinline__ typename Op::Value warp_reduce(typename Op::Value v) {
+__device__ __forceinline__ float warp_reduce(float v) {
 #pragma unroll
-    for (int offset = WIDTH / 2; offset > 0; offset >>= 1) {
-        typename Op::Value other = v;
-#pragma unroll
-        for (int w = 0; w < static_cast<int>(sizeof(v) / sizeof(float)); ++w)
-            word(other, w) = __shfl_xor_sync(0xffffffffu, word(other, w), offset);
-        v = Op::apply(v, other);
-    }
+    for (int offset = WIDTH / 2; offset > 0; offset >>= 1) v = Op::apply(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;
 }
 
@@ -144,10 +88,9 @@ __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.w
 template <int THREADS_PER_ROW, int ROWS_PER_BLOCK, int CLUSTER>
 struct RowReduceShared {
     static constexpr int kWarpsPerRow = THREADS_PER_ROW > 32 ? THREADS_PER_ROW / 32 : 1;
-    static constexpr int kMaxWords = 3;    // the widest reduction value (MeanM2Op)
     unsigned long long arrived[2];         // cluster: the peers' pushes of the CTA partials landed
-    float cluster_partial[2][kMaxWords][CLUSTER];  // cluster: one slot per word and CTA of the cluster
-    float partial[2][kMaxWords][ROWS_PER_BLOCK * kWarpsPerRow];  // one per word and warp of every row
+    float cluster_partial[2][CLUSTER];     // cluster: one slot per CTA of the cluster
+    float partial[2][ROWS_PER_BLOCK * kWarpsPerRow];  // one per warp of every row of the block
 };
 
 // Reduces one value per thread over the THREADS_PER_ROW threads of each row of the block and,
@@ -193,40 +136,26 @@ public:
     }
 
     template <typename Op>
-    __device__ __forceinline__ typename Op::Value reduce(typename Op::Value v) {
-        using Value = typename Op::Value;
-        constexpr int kWords = sizeof(Value) / sizeof(float);
-        static_assert(kWords <= Shared::kMaxWords, "reduction value wider than RowReduceShared holds");
+    __device__ __forceinline__ float reduce(float v) {
         const unsigned buffer = count_ & 1u;
         constexpr int kWidth = THREADS_PER_ROW < 32 ? THREADS_PER_ROW : 32;
         v = warp_reduce<Op, kWidth>(v);
         if constexpr (THREADS_PER_ROW > 32) {
             constexpr int kWarps = THREADS_PER_ROW / 32;
-            const int row_base = (threadIdx.x / THREADS_PER_ROW) * kWarps;
-            if ((threadIdx.x & 31) == 0)
-#pragma unroll
-                for (int w = 0; w < kWords; ++w)
-                    shared_.partial[buffer][w][row_base + (threadIdx.x % THREADS_PER_ROW) / 32] = word(v, w);
+            float* row_partials = shared_.partial[buffer] + (threadIdx.x / THREADS_PER_ROW) * kWarps;
+            if ((threadIdx.x & 31) == 0) row_partials[(threadIdx.x % THREADS_PER_ROW) / 32] = v;
             __syncthreads();
-#pragma unroll
-            for (int w = 0; w < kWords; ++w) word(v, w) = shared_.partial[buffer][w][row_base + (threadIdx.x & 31) % kWarps];
-            v = warp_reduce<Op, kWarps>(v);
+            v = warp_reduce<Op, kWarps>(row_partials[(threadIdx.x & 31) % kWarps]);
         }
         if constexpr (CLUSTER > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
             if (count_ == 0) cluster_exchange::cluster_wait();  // every peer's barriers are initialised
             if (threadIdx.x < CLUSTER)
-#pragma unroll
-                for (int w = 0; w < kWords; ++w)
-                    cluster_exchange::push(&shared_.cluster_partial[buffer][w][cluster_exchange::rank()],
-                                           &shared_.arrived[buffer], threadIdx.x, word(v, w));
-            if (threadIdx.x == 0)
-                cluster_exchange::barrier_expect(&shared_.arrived[buffer], CLUSTER * kWords * sizeof(float));
+                cluster_exchange::push(&shared_.cluster_partial[buffer][cluster_exchange::rank()],
+                                       &shared_.arrived[buffer], threadIdx.x, v);
+            if (threadIdx.x == 0) cluster_exchange::barrier_expect(&shared_.arrived[buffer], CLUSTER * sizeof(float));
             cluster_exchange::barrier_wait(&shared_.arrived[buffer], (count_ >> 1) & 1u);
-#pragma unroll
-            for (int w = 0; w < kWords; ++w)
-                word(v, w) = shared_.cluster_partial[buffer][w][(threadIdx.x & 31) % CLUSTER];
-            v = warp_reduce<Op, CLUSTER>(v);
+            v = warp_reduce<Op, CLUSTER>(shared_.cluster_partial[buffer][(threadIdx.x & 31) % CLUSTER]);
 #endif
         }
         ++count_;
