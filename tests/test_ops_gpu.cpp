@@ -136,6 +136,30 @@ TEST_CASE("LayerNorm matches a double-precision reference", "[gpu][layernorm]") 
     }
 }
 
+TEST_CASE("LayerNorm stays exact on rows far from zero (fp32, mean 1000, spread 1)", "[gpu][layernorm]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    // E[x^2] - E[x]^2 would lose every digit here (1e6 against a variance near 0.3); the kernels
+    // merge per-thread means and squared deviations, which must not.
+    for (Shape s : kShapes) {
+        LayerNorm op({s.rows, s.cols, DType::fp32});
+        const auto x = test::round_to(DType::fp32, test::random_values(s.rows * s.cols, 71 + s.cols, 999.0, 1001.0));
+        const auto w = test::round_to(DType::fp32, test::random_values(s.cols, 72, 0.5, 1.5));
+        const auto b = test::round_to(DType::fp32, test::random_values(s.cols, 73, -1.0, 1.0));
+        DeviceMatrix dx(DType::fp32, s.rows, s.cols), dw(DType::fp32, 1, s.cols), db(DType::fp32, 1, s.cols);
+        DeviceMatrix dy(DType::fp32, s.rows, s.cols);
+        dx.upload(x);
+        dw.upload(w);
+        db.upload(b);
+        op.run(shared_runtime(), {dx.data(), dw.data(), db.data()}, {dy.data()});
+        // Deviations are 1e-3 of the values, so fp32 sums of the values (the thread means) keep
+        // about 1e-4 of a deviation: the bound; a cancelling variance would be off by 10-20%.
+        const double error = test::relative_error(dy.download(), test::layernorm_reference(x, w, b, s.rows, s.cols, 1e-5));
+        INFO(label("layernorm far from zero", s, DType::fp32, 0) << ": relative error " << error);
+        CHECK(error <= 1e-4);
+    }
+}
+
 TEST_CASE("Softmax and log-softmax match a double-precision reference", "[gpu][softmax]") {
     TILEOPS_REQUIRE_GPU();
     shared_runtime();  // makes the device's context current for the allocations below
