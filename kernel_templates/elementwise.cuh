@@ -47,7 +47,8 @@ __device__ __forceinline__ unsigned element_bits(__nv_bfloat16 v) { return __bfl
 template <typename T, int N>
 __device__ __forceinline__ void store_whole(T* ptr, const float (&in)[N]) {
     constexpr int kPerWord = 4 / sizeof(T), kWords = N / kPerWord;
-    if constexpr (kWords == 0 || kWords == 3 || kWords > 4) {
+    static_assert(kWords == 0 || kWords == 1 || kWords == 2 || kWords == 4, "N x sizeof(T) is a power of two <= 16");
+    if constexpr (kWords == 0) {  // less than a word (a 2-byte element)
         store_vec<T, N>(ptr, in);
     } else {
         unsigned words[kWords];

@@ -10,6 +10,7 @@
 
 #include "common/reduce.cuh"
 #include "common/row_layout.cuh"
+#include "common/row_outputs.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -26,13 +27,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     const float inv_cols = 1.0f / static_cast<float>(cols);
 
     auto store_y = [&](TOut* y_row, long long col, const Vec<T, VEC>& raw, float mean, float scale) {
-        float v[VEC], w[VEC], b[VEC];
-        unpack(raw, v);
-        load_vec<T, VEC>(weight + col, w);
-        load_vec<T, VEC>(bias + col, b);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) v[k] = (v[k] - mean) * scale * w[k] + b[k];
-        store_vec<TOut, VEC>(y_row + col, v);
+        store_layernorm<T, TOut, VEC>(y_row, weight, bias, col, raw, mean, scale);
     };
 
     if constexpr (ITEMS > 0) {

@@ -11,6 +11,7 @@
 
 #include "common/reduce.cuh"
 #include "common/resident_row.cuh"
+#include "common/row_outputs.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -54,13 +55,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float scale = rsqrtf(m2 * inv_cols + eps);
         TOut* y_row = y + row.row() * y_stride;
         row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
-            float v[VEC], w[VEC], b[VEC];
-            unpack(raw, v);
-            load_vec<T, VEC>(weight + col, w);
-            load_vec<T, VEC>(bias + col, b);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) v[k] = (v[k] - mean) * scale * w[k] + b[k];
-            store_vec<TOut, VEC>(y_row + col, v);
+            store_layernorm<T, TOut, VEC>(y_row, weight, bias, col, raw, mean, scale);
         });
     }
     reducer.finish();

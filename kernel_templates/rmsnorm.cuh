@@ -13,6 +13,7 @@
 
 #include "common/reduce.cuh"
 #include "common/row_layout.cuh"
+#include "common/row_outputs.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -44,12 +45,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         for (int k = 0; k < VEC; ++k) sum += v[k] * v[k];
     };
     auto store_y = [&](TOut* y_row, long long col, const Vec<T, VEC>& h, float scale) {
-        float v[VEC], w[VEC];
-        unpack(h, v);
-        load_vec<T, VEC>(weight + col, w);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) v[k] = v[k] * scale * w[k];
-        store_vec<TOut, VEC>(y_row + col, v);
+        store_rmsnorm<T, TOut, VEC>(y_row, weight, col, h, scale);
     };
 
     if constexpr (ITEMS > 0) {

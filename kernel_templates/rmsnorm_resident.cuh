@@ -11,6 +11,7 @@
 
 #include "common/reduce.cuh"
 #include "common/resident_row.cuh"
+#include "common/row_outputs.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -38,12 +39,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float scale = rsqrtf(reducer.template reduce<SumOp>(sum_sq) / static_cast<float>(cols) + eps);
         TOut* y_row = y + row.row() * y_stride;
         row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
-            float v[VEC], w[VEC];
-            unpack(raw, v);
-            load_vec<T, VEC>(weight + col, w);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) v[k] = v[k] * scale * w[k];
-            store_vec<TOut, VEC>(y_row + col, v);
+            store_rmsnorm<T, TOut, VEC>(y_row, weight, col, raw, scale);
         });
     }
     reducer.finish();

@@ -12,6 +12,7 @@
 
 #include "common/reduce.cuh"
 #include "common/row_layout.cuh"
+#include "common/row_outputs.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -21,24 +22,14 @@ template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, in
 __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     softmax_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows, long long cols) {
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
-    constexpr float kLog2e = 1.4426950408889634f;
-    constexpr float kLn2 = 0.6931471805599453f;
     const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
+    constexpr float kLog2e = log2_e();
     using Reducer = RowReducer<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
     __shared__ typename Reducer::Shared reduce_shared;
     Reducer reducer(reduce_shared);
 
-    // Writes the VEC outputs at `col` from the inputs, the row max (pre-scaled by log2 e) and
-    // log2 of the row's sum of exponentials.
     auto store_y = [&](TOut* y_row, long long col, const Vec<T, VEC>& raw, float max_scaled, float log2_sum) {
-        float v[VEC];
-        unpack(raw, v);
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-            const float shifted = v[k] * kLog2e - max_scaled - log2_sum;  // log2 of the probability
-            v[k] = LOG ? shifted * kLn2 : exp2f(shifted);
-        }
-        store_vec<TOut, VEC>(y_row + col, v);
+        store_softmax<LOG, T, TOut, VEC>(y_row, col, raw, max_scaled, log2_sum);
     };
 
     if constexpr (ITEMS > 0) {

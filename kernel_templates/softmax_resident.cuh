@@ -14,6 +14,7 @@
 
 #include "common/reduce.cuh"
 #include "common/resident_row.cuh"
+#include "common/row_outputs.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -23,9 +24,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     softmax_resident_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows,
                             long long cols) {
     using Row = ResidentRow<T, THREADS, VEC, ITEMS, SLOTS, CLUSTER>;
+    constexpr float kLog2e = log2_e();
     using Reducer = RowReducer<THREADS, 1, CLUSTER>;
-    constexpr float kLog2e = 1.4426950408889634f;
-    constexpr float kLn2 = 0.6931471805599453f;
     __shared__ typename Reducer::Shared reduce_shared;
     extern __shared__ __align__(16) unsigned char resident_slots[];
     Reducer reducer(reduce_shared);
@@ -58,14 +58,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         TOut* y_row = y + row.row() * y_stride;
         row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
-            float v[VEC];
-            unpack(raw, v);
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) {
-                const float shifted = v[k] * kLog2e - max_scaled - log2_sum;  // log2 of the probability
-                v[k] = LOG ? shifted * kLn2 : exp2f(shifted);
-            }
-            store_vec<TOut, VEC>(y_row + col, v);
+            store_softmax<LOG, T, TOut, VEC>(y_row, col, raw, max_scaled, log2_sum);
         });
     }
     reducer.finish();

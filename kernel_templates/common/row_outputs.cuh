@@ -1,0 +1,57 @@
+// What each row op writes for one vector of its row, given the row's statistics: shared by the
+// register kernels (rmsnorm.cuh, layernorm.cuh, softmax.cuh) and the resident ones
+// (*_resident.cuh), so the two cannot drift apart. fp32 arithmetic, stored as TOut.
+#pragma once
+
+#include "common/types.cuh"
+
+namespace tileops {
+
+// log2(e) and ln(2): softmax works in base 2 (exp2), with log2(e) folded into its inputs.
+// Functions, not namespace-scope variables, which NVRTC would emit as globals in every cubin.
+__host__ __device__ constexpr float log2_e() { return 1.4426950408889634f; }
+__host__ __device__ constexpr float ln_2() { return 0.6931471805599453f; }
+
+// RMSNorm: y = h * scale * weight at columns [col, col + VEC) of the row at y_row.
+template <typename T, typename TOut, int VEC>
+__device__ __forceinline__ void store_rmsnorm(TOut* y_row, const T* weight, long long col, const Vec<T, VEC>& h,
+                                              float scale) {
+    float v[VEC], w[VEC];
+    unpack(h, v);
+    load_vec<T, VEC>(weight + col, w);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = v[k] * scale * w[k];
+    store_vec<TOut, VEC>(y_row + col, v);
+}
+
+// LayerNorm: y = (x - mean) * scale * weight + bias.
+template <typename T, typename TOut, int VEC>
+__device__ __forceinline__ void store_layernorm(TOut* y_row, const T* weight, const T* bias, long long col,
+                                                const Vec<T, VEC>& raw, float mean, float scale) {
+    float v[VEC], w[VEC], b[VEC];
+    unpack(raw, v);
+    load_vec<T, VEC>(weight + col, w);
+    load_vec<T, VEC>(bias + col, b);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = (v[k] - mean) * scale * w[k] + b[k];
+    store_vec<TOut, VEC>(y_row + col, v);
+}
+
+// Softmax (or log-softmax when LOG), from the row max pre-scaled by log2 e and log2 of the row's
+// sum of exponentials.
+template <bool LOG, typename T, typename TOut, int VEC>
+__device__ __forceinline__ void store_softmax(TOut* y_row, long long col, const Vec<T, VEC>& raw, float max_scaled,
+                                              float log2_sum) {
+    constexpr float kLog2e = log2_e();
+    constexpr float kLn2 = ln_2();
+    float v[VEC];
+    unpack(raw, v);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+        const float shifted = v[k] * kLog2e - max_scaled - log2_sum;  // log2 of the probability
+        v[k] = LOG ? shifted * kLn2 : exp2f(shifted);
+    }
+    store_vec<TOut, VEC>(y_row + col, v);
+}
+
+}  // namespace tileops
