@@ -70,6 +70,22 @@ TEST_CASE("every row heuristic config is valid for its problem", "[row_config]")
     }
 }
 
+namespace {
+
+// A resident config for a 512 KB bf16 row: two CTAs of 1024 threads, 2 vectors a thread in
+// registers and 14 in shared memory.
+RowConfig bf16_512k_pair() {
+    RowConfig c;
+    c.threads_per_row = 1024;
+    c.vec = 8;
+    c.items = 2;
+    c.slots = 14;
+    c.cluster = 2;
+    return c;
+}
+
+}  // namespace
+
 TEST_CASE("long rows get resident configs that hold the row in registers and shared memory", "[row_config]") {
     using tileops::detail::row_launch;
     using tileops::detail::row_search_space;
@@ -101,12 +117,7 @@ TEST_CASE("long rows get resident configs that hold the row in registers and sha
             CHECK_FALSE(config.count("slots"));
     }
     SECTION("what a resident config refuses, and why") {
-        RowConfig c;
-        c.threads_per_row = 1024;
-        c.vec = 8;
-        c.items = 2;
-        c.slots = 14;
-        c.cluster = 2;
+        const RowConfig c = bf16_512k_pair();
         CHECK_FALSE(row_invalid_reason(c, 262144, 2, bf16, hopper).has_value());
         RowConfig too_many_registers = c;
         too_many_registers.items = 4;  // 64 bytes at 1024 threads next to slots: spills
@@ -124,12 +135,7 @@ TEST_CASE("long rows get resident configs that hold the row in registers and sha
         CHECK(row_invalid_reason(with_prefetch, 262144, 2, bf16, hopper).has_value());
     }
     SECTION("a misaligned pointer keeps the bytes held with narrower copies, or streams past 32 vectors") {
-        RowConfig c;
-        c.threads_per_row = 1024;
-        c.vec = 8;
-        c.items = 2;
-        c.slots = 14;
-        c.cluster = 2;
+        const RowConfig c = bf16_512k_pair();
         const auto narrow = row_launch(c, 4, 256, 262144, bf16);
         CHECK(narrow.items == 4);
         CHECK(narrow.slots == 28);

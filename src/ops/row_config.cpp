@@ -220,7 +220,7 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
     }
     // Resident configs for long rows: CTAs of 256-1024 threads, 0 or the most register bytes
     // they may hold, the rest of their chunk in shared memory (the largest chunks: one CTA an SM).
-    if (cols * static_cast<int64_t>(inputs.element_bytes) > kResidentMinRowBytes) {
+    if (has_resident_configs(cols, inputs)) {
         const int vec = max_vec;
         for (int threads : {256, 512, 1024}) {
             for (int cluster = 1; cluster <= 4; cluster *= 2) {
@@ -348,13 +348,8 @@ LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) co
     return plan;
 }
 
-bool RowOpModel::has_resident_configs() const {
-    const RowInputs in = inputs();
-    return in.count == 1 && cols_ * static_cast<int64_t>(in.element_bytes) > kResidentMinRowBytes;
-}
-
 std::vector<std::string> RowOpModel::template_files() const {
-    if (!has_resident_configs()) return {template_file()};
+    if (!has_resident_configs(cols_, inputs())) return {template_file()};
     return {template_file(), resident_template_file()};
 }
 

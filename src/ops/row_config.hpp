@@ -56,9 +56,11 @@ inline constexpr int held_bytes_limit(int block_threads) { return block_threads 
 // The same for the resident kernels, which keep more values live (ptxas spills softmax at 64
 // bytes and 1024 threads, and at 128 bytes and 512).
 inline constexpr int resident_held_bytes_limit(int block_threads) { return block_threads > 512 ? 32 : 64; }
-// Rows of more bytes than this have the resident kernels in their search space (and their tuning
-// entries depend on those templates): beyond what one 1024-thread CTA holds in registers.
-inline constexpr int64_t kResidentMinRowBytes = 64 * 1024;
+// Whether a problem's search space has resident configs (and so its tuning entries depend on those
+// templates): one input row of more than 64 KB, beyond what one 1024-thread CTA holds in registers.
+inline bool has_resident_configs(int64_t cols, RowInputs inputs) {
+    return inputs.count == 1 && cols * static_cast<int64_t>(inputs.element_bytes) > 64 * 1024;
+}
 // Largest cluster a row may be split over (16 needs the non-portable cluster size opt-in, sm_90).
 inline constexpr int kMaxCluster = 16;
 
@@ -101,8 +103,6 @@ protected:
     virtual std::string name_expression(const RowLaunch& launch) const = 0;
     // The template of the op's resident kernel, e.g. "rmsnorm_resident.cuh".
     virtual std::string resident_template_file() const = 0;
-    // Whether the resident configs apply to this problem (one input row, long rows).
-    bool has_resident_configs() const;
     // "T, TOut" as template arguments.
     std::string type_arguments() const;
     // The input rows the kernel reads (what its prefetch stages hold).
