@@ -54,9 +54,13 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float m2 = reducer.template reduce<SumOp>(thread_m2 + count * spread * spread);
         const float scale = rsqrtf(m2 * inv_cols + eps);
         TOut* y_row = y + row.row() * y_stride;
-        row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
-            store_layernorm<T, TOut, VEC>(y_row, weight, bias, col, raw, mean, scale);
-        });
+        // Weights and biases are loaded where used: loading them a vector ahead (as rmsnorm does)
+        // made this kernel 16% slower at bf16 256 x 262144 (bench/README.md, 2026-11-26), and
+        // both ahead spill at 1024 threads.
+        row.emit_and_advance([](long long) { return 0; },
+                             [&](long long col, const Vec<T, VEC>& raw, int) {
+                                 store_layernorm<T, TOut, VEC>(y_row, weight, bias, col, raw, mean, scale);
+                             });
     }
     reducer.finish();
 }

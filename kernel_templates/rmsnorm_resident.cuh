@@ -38,9 +38,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         });
         const float scale = rsqrtf(reducer.template reduce<SumOp>(sum_sq) / static_cast<float>(cols) + eps);
         TOut* y_row = y + row.row() * y_stride;
-        row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
-            store_rmsnorm<T, TOut, VEC>(y_row, weight, col, raw, scale);
-        });
+        row.emit_and_advance([&](long long col) { return load_raw<T, VEC>(weight + col); },
+                             [&](long long col, const Vec<T, VEC>& raw, const Vec<T, VEC>& w) {
+                                 store_rmsnorm<T, TOut, VEC>(y_row, w, col, raw, scale);
+                             });
     }
     reducer.finish();
 }

@@ -57,9 +57,10 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float rescaled = max == neg_inf ? 0.0f : sum * exp2f(max * kLog2e - max_scaled);
         const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         TOut* y_row = y + row.row() * y_stride;
-        row.emit_and_advance([&](long long col, const Vec<T, VEC>& raw) {
-            store_softmax<LOG, T, TOut, VEC>(y_row, col, raw, max_scaled, log2_sum);
-        });
+        row.emit_and_advance([](long long) { return 0; },  // nothing besides the row
+                             [&](long long col, const Vec<T, VEC>& raw, int) {
+                                 store_softmax<LOG, T, TOut, VEC>(y_row, col, raw, max_scaled, log2_sum);
+                             });
     }
     reducer.finish();
 }

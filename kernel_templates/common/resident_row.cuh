@@ -17,10 +17,13 @@
 // Item i of thread t is the vector at column first + (i * THREADS + t) * VEC of the CTA's chunk
 // (RowLayout with ITEMS + SLOTS items): items 0..ITEMS-1 live in registers, the rest in slots.
 // A thread reads back only the slots it filled itself, so waiting for its own copies suffices.
+// The CTAs start at staggered moments (common/stagger.cuh) so that their reductions, when they
+// have no loads in flight, do not all fall at the same moments.
 #pragma once
 
 #include "common/async_copy.cuh"
 #include "common/row_layout.cuh"
+#include "common/stagger.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -39,8 +42,10 @@ public:
     // Starts the loads of the CTA's first row. `shared` is the CTA's dynamic shared memory.
     __device__ __forceinline__ ResidentRow(void* shared, const T* x, long long stride, long long rows, long long cols)
         : slots_(static_cast<Slot*>(shared) + threadIdx.x), x_(x), stride_(stride), rows_(rows), cols_(cols) {
-        auto nothing_to_emit = [](long long, const Slot&) {};
-        refill<0>(at_, nothing_to_emit);
+        stagger_start<static_cast<long long>(ITEMS + SLOTS) * THREADS * kSlotBytes>(at_.group);
+        auto no_side = [](long long) { return 0; };
+        auto nothing_to_emit = [](long long, const Slot&, int) {};
+        refill<0>(at_, no_side, nothing_to_emit, 0);
     }
 
     __device__ __forceinline__ bool has_row() const { return at_.row < rows_; }
@@ -57,14 +62,16 @@ public:
         for (int i = 0; i < ITEMS; ++i) f(held_[i], at_.column(i) < cols_);
     }
 
-    // Calls f(column, vector) for every vector of the row the thread holds (its outputs), and
-    // replaces each one, right after, with the same columns of the CTA's next row; then moves on
-    // to that row.
-    template <class F>
-    __device__ __forceinline__ void emit_and_advance(F&& f) {
+    // Calls f(column, vector, side_of(column)) for every vector of the row the thread holds (its
+    // outputs), and replaces each one, right after, with the same columns of the CTA's next row;
+    // then moves on to that row. side_of loads what an output needs besides the row (the weights
+    // of its columns, say): it is called one vector ahead, so its loads are in flight while the
+    // previous output is worked out instead of each output waiting a round trip for them.
+    template <class S, class F>
+    __device__ __forceinline__ void emit_and_advance(S&& side_of, F&& f) {
         Layout next = at_;
         next.advance();
-        refill<0>(next, f);
+        refill<0>(next, side_of, f, side_at(side_of, ITEMS));
         at_ = next;
     }
 
@@ -108,9 +115,11 @@ private:
 
     // From group G on: emits each slot's vector of the current row with f (in the row only) and
     // starts the copy of `to`'s vector at the same column into it (zero-fill past the row or the
-    // last row); then does the same for the register vectors, reloading them directly.
-    template <int G, class F>
-    __device__ __forceinline__ void refill(const Layout& to, F& f) {
+    // last row); then does the same for the register vectors, reloading them directly. `side` is
+    // the side data of group G's first slot; each slot's successor's is loaded before the slot's
+    // output is worked out (a register vector's where it is used).
+    template <int G, class S, class F, class Side>
+    __device__ __forceinline__ void refill(const Layout& to, S& side_of, F& f, Side side) {
         const bool exists = to.row < rows_;
         if constexpr (G < kGroups) {
 #pragma unroll
@@ -119,20 +128,29 @@ private:
                 // overwrites it is issued, and that copy is issued before the output is worked
                 // out: the next row's loads start as early as they can.
                 const long long col = at_.column(ITEMS + s);
+                const Side next_side = s + 1 < SLOTS ? side_at(side_of, ITEMS + s + 1) : Side{};
                 const Slot held = slot(s);
                 copy_slot(s, exists && col < cols_, to.row, col);
-                if (col < cols_) f(col, held);
+                if (col < cols_) f(col, held, side);
+                side = next_side;
             }
             cp_async_commit();
-            refill<G + 1>(to, f);
+            refill<G + 1>(to, side_of, f, side);
         } else {
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
                 const long long col = at_.column(i);
-                if (col < cols_) f(col, held_[i]);
+                if (col < cols_) f(col, held_[i], side_of(col));
                 held_[i] = load_or_zero(exists && col < cols_, to.row, col);
             }
         }
+    }
+
+    // side_of at item i's column of the current row, or a default past the row.
+    template <class S>
+    __device__ __forceinline__ auto side_at(S& side_of, int i) const {
+        const long long col = at_.column(i);
+        return col < cols_ ? side_of(col) : decltype(side_of(col)){};
     }
 
     Layout at_;

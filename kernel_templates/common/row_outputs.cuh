@@ -12,16 +12,23 @@ namespace tileops {
 __host__ __device__ constexpr float log2_e() { return 1.4426950408889634f; }
 __host__ __device__ constexpr float ln_2() { return 0.6931471805599453f; }
 
-// RMSNorm: y = h * scale * weight at columns [col, col + VEC) of the row at y_row.
+// RMSNorm: y = h * scale * weight at columns [col, col + VEC) of the row at y_row, with the weights
+// of those columns already loaded (w_raw), or loaded here from `weight`.
 template <typename T, typename TOut, int VEC>
-__device__ __forceinline__ void store_rmsnorm(TOut* y_row, const T* weight, long long col, const Vec<T, VEC>& h,
-                                              float scale) {
+__device__ __forceinline__ void store_rmsnorm(TOut* y_row, const Vec<T, VEC>& w_raw, long long col,
+                                              const Vec<T, VEC>& h, float scale) {
     float v[VEC], w[VEC];
     unpack(h, v);
-    load_vec<T, VEC>(weight + col, w);
+    unpack(w_raw, w);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) v[k] = v[k] * scale * w[k];
     store_vec<TOut, VEC>(y_row + col, v);
+}
+
+template <typename T, typename TOut, int VEC>
+__device__ __forceinline__ void store_rmsnorm(TOut* y_row, const T* weight, long long col, const Vec<T, VEC>& h,
+                                              float scale) {
+    store_rmsnorm<T, TOut, VEC>(y_row, load_raw<T, VEC>(weight + col), col, h, scale);
 }
 
 // LayerNorm: y = (x - mean) * scale * weight + bias.
