@@ -12,23 +12,33 @@ namespace tileops {
 __host__ __device__ constexpr float log2_e() { return 1.4426950408889634f; }
 __host__ __device__ constexpr float ln_2() { return 0.6931471805599453f; }
 
-// RMSNorm: y = h * scale * weight at columns [col, col + VEC) of the row at y_row, with the weights
-// of those columns already loaded (w_raw), or loaded here from `weight`.
+// RMSNorm: y = h * scale * weight at columns [col, col + VEC) of the row at y_row; v holds h.
+template <typename TOut, int VEC>
+__device__ __forceinline__ void store_rmsnorm_scaled(TOut* y_row, long long col, float (&v)[VEC], const float (&w)[VEC],
+                                                     float scale) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = v[k] * scale * w[k];
+    store_vec<TOut, VEC>(y_row + col, v);
+}
+
+// RMSNorm with the weights loaded here from `weight`.
+template <typename T, typename TOut, int VEC>
+__device__ __forceinline__ void store_rmsnorm(TOut* y_row, const T* weight, long long col, const Vec<T, VEC>& h,
+                                              float scale) {
+    float v[VEC], w[VEC];
+    unpack(h, v);
+    load_vec<T, VEC>(weight + col, w);
+    store_rmsnorm_scaled<TOut, VEC>(y_row, col, v, w, scale);
+}
+
+// RMSNorm with the weights of the columns already loaded (w_raw).
 template <typename T, typename TOut, int VEC>
 __device__ __forceinline__ void store_rmsnorm(TOut* y_row, const Vec<T, VEC>& w_raw, long long col,
                                               const Vec<T, VEC>& h, float scale) {
     float v[VEC], w[VEC];
     unpack(h, v);
     unpack(w_raw, w);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = v[k] * scale * w[k];
-    store_vec<TOut, VEC>(y_row + col, v);
-}
-
-template <typename T, typename TOut, int VEC>
-__device__ __forceinline__ void store_rmsnorm(TOut* y_row, const T* weight, long long col, const Vec<T, VEC>& h,
-                                              float scale) {
-    store_rmsnorm<T, TOut, VEC>(y_row, load_raw<T, VEC>(weight + col), col, h, scale);
+    store_rmsnorm_scaled<TOut, VEC>(y_row, col, v, w, scale);
 }
 
 // LayerNorm: y = (x - mean) * scale * weight + bias.
