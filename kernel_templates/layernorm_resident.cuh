@@ -54,13 +54,23 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float m2 = reducer.template reduce<SumOp>(thread_m2 + count * spread * spread);
         const float scale = rsqrtf(m2 * inv_cols + eps);
         TOut* y_row = y + row.row() * y_stride;
-        // Weights and biases are loaded where used: loading them a vector ahead (as rmsnorm does)
-        // made this kernel 16% slower at bf16 256 x 262144 (bench/README.md, 2026-11-26), and
-        // both ahead spill at 1024 threads.
-        row.emit_and_advance([](long long) { return 0; },
-                             [&](long long col, const Vec<T, VEC>& raw, int) {
-                                 store_layernorm<T, TOut, VEC>(y_row, weight, bias, col, raw, mean, scale);
-                             });
+        if constexpr (sizeof(T) == 4) {
+            // fp32: each vector's weights and biases are loaded one vector ahead (5% faster at
+            // 1024 x 65536). Not for 16-bit types: at 1024 threads their unpacked vectors leave no
+            // registers for it (bf16 256 x 262144 ran 15-25% slower; bench/README.md, 2026-11-26).
+            row.emit_and_advance(
+                [&](long long col) {
+                    return LayerNormSide<T, VEC>{load_raw<T, VEC>(weight + col), load_raw<T, VEC>(bias + col)};
+                },
+                [&](long long col, const Vec<T, VEC>& raw, const LayerNormSide<T, VEC>& side) {
+                    store_layernorm<T, TOut, VEC>(y_row, side, col, raw, mean, scale);
+                });
+        } else {
+            row.emit_and_advance([](long long) { return 0; },
+                                 [&](long long col, const Vec<T, VEC>& raw, int) {
+                                     store_layernorm<T, TOut, VEC>(y_row, weight, bias, col, raw, mean, scale);
+                                 });
+        }
     }
     reducer.finish();
 }

@@ -41,7 +41,17 @@ __device__ __forceinline__ void store_rmsnorm(TOut* y_row, const Vec<T, VEC>& w_
     store_rmsnorm_scaled<TOut, VEC>(y_row, col, v, w, scale);
 }
 
-// LayerNorm: y = (x - mean) * scale * weight + bias.
+// LayerNorm: y = (x - mean) * scale * weight + bias at columns [col, col + VEC); v holds x.
+template <typename TOut, int VEC>
+__device__ __forceinline__ void store_layernorm_scaled(TOut* y_row, long long col, float (&v)[VEC],
+                                                       const float (&w)[VEC], const float (&b)[VEC], float mean,
+                                                       float scale) {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) v[k] = (v[k] - mean) * scale * w[k] + b[k];
+    store_vec<TOut, VEC>(y_row + col, v);
+}
+
+// LayerNorm with the weights and biases loaded here.
 template <typename T, typename TOut, int VEC>
 __device__ __forceinline__ void store_layernorm(TOut* y_row, const T* weight, const T* bias, long long col,
                                                 const Vec<T, VEC>& raw, float mean, float scale) {
@@ -49,9 +59,24 @@ __device__ __forceinline__ void store_layernorm(TOut* y_row, const T* weight, co
     unpack(raw, v);
     load_vec<T, VEC>(weight + col, w);
     load_vec<T, VEC>(bias + col, b);
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) v[k] = (v[k] - mean) * scale * w[k] + b[k];
-    store_vec<TOut, VEC>(y_row + col, v);
+    store_layernorm_scaled<TOut, VEC>(y_row, col, v, w, b, mean, scale);
+}
+
+// The weights and biases of a vector's columns, loaded ahead of its output.
+template <typename T, int VEC>
+struct LayerNormSide {
+    Vec<T, VEC> weight, bias;
+};
+
+// LayerNorm with the weights and biases already loaded.
+template <typename T, typename TOut, int VEC>
+__device__ __forceinline__ void store_layernorm(TOut* y_row, const LayerNormSide<T, VEC>& side, long long col,
+                                                const Vec<T, VEC>& raw, float mean, float scale) {
+    float v[VEC], w[VEC], b[VEC];
+    unpack(raw, v);
+    unpack(side.weight, w);
+    unpack(side.bias, b);
+    store_layernorm_scaled<TOut, VEC>(y_row, col, v, w, b, mean, scale);
 }
 
 // Softmax (or log-softmax when LOG), from the row max pre-scaled by log2 e and log2 of the row's
