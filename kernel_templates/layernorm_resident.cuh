@@ -54,10 +54,11 @@ __global__ void __launch_bounds__(THREADS, 1)
         const float m2 = reducer.template reduce<SumOp>(thread_m2 + count * spread * spread);
         const float scale = rsqrtf(m2 * inv_cols + eps);
         TOut* y_row = y + row.row() * y_stride;
-        if constexpr (sizeof(T) == 4) {
-            // fp32: each vector's weights and biases are loaded one vector ahead (5% faster at
-            // 1024 x 65536). Not for 16-bit types: at 1024 threads their unpacked vectors leave no
-            // registers for it (bf16 256 x 262144 ran 15-25% slower; bench/README.md, 2026-11-26).
+        if constexpr (sizeof(T) == 4 || ITEMS == 0 || THREADS <= 512) {
+            // Each vector's weights and biases are loaded one vector ahead (fp32 1024 x 65536 5%
+            // faster, bf16 with no register vectors 4%). Not for 16-bit types held partly in
+            // registers by 1024 threads: their unpacked vectors leave no registers for it (bf16
+            // 256 x 262144 ran 15-25% slower; bench/README.md, 2026-11-26).
             row.emit_and_advance(
                 [&](long long col) {
                     return LayerNormSide<T, VEC>{load_raw<T, VEC>(weight + col), load_raw<T, VEC>(bias + col)};
