@@ -58,9 +58,6 @@ TEST_CASE("resident row-op kernels of the long rows' search spaces compile witho
          {std::tuple{int64_t{256}, int64_t{262144}, DType::bf16}, std::tuple{int64_t{1024}, int64_t{65536}, DType::fp32},
           std::tuple{int64_t{1024}, int64_t{65536}, DType::bf16}}) {
         ops.push_back(std::make_unique<RmsNorm>(RmsNormProblem{rows, cols, dtype}));
-        RmsNormProblem with_residual{rows, cols, dtype};
-        with_residual.residual = true;
-        ops.push_back(std::make_unique<RmsNorm>(with_residual));
         ops.push_back(std::make_unique<LayerNorm>(LayerNormProblem{rows, cols, dtype}));
         ops.push_back(std::make_unique<Softmax>(SoftmaxProblem{rows, cols, dtype}));
         ops.push_back(std::make_unique<Softmax>(SoftmaxProblem{rows, cols, dtype, {}, true}));

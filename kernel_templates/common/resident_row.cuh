@@ -50,12 +50,6 @@ public:
 
     __device__ __forceinline__ bool has_row() const { return at_.row < rows_; }
     __device__ __forceinline__ long long row() const { return at_.row; }
-    // The row the CTA works on after this one (>= rows when there is none).
-    __device__ __forceinline__ long long next_row() const {
-        Layout next = at_;
-        next.advance();
-        return next.row;
-    }
 
     // Calls f(vector, in_row) for every vector the thread holds of the current row, each as soon
     // as it has landed (the slots in kGroups commit groups, oldest first, then the registers), so
@@ -66,14 +60,6 @@ public:
         visit<0>(f);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) f(held_[i], at_.column(i) < cols_);
-    }
-
-    // As for_each_as_it_lands, but f(vector, column, side_of(column)) may change each vector of the
-    // row that it is given (those in the row only), and the thread then holds the changed one. side_of
-    // is called one slot ahead, as in emit_and_advance (a register vector's where it is used).
-    template <class S, class F>
-    __device__ __forceinline__ void update_as_it_lands(S&& side_of, F&& f) {
-        update<0>(side_of, f, side_at(side_of, ITEMS));
     }
 
     // Calls f(column, vector, side_of(column)) for every vector of the row the thread holds (its
@@ -124,33 +110,6 @@ private:
                 f(held, at_.column(ITEMS + s) < cols_);
             }
             visit<G + 1>(f);
-        }
-    }
-
-    // From group G on: update_as_it_lands for the slots of each group once it has landed, then for
-    // the register vectors.
-    template <int G, class S, class F, class Side>
-    __device__ __forceinline__ void update(S& side_of, F& f, Side side) {
-        if constexpr (G < kGroups) {
-            cp_async_wait<kGroups - 1 - G>();  // groups 0..G of this row have landed
-#pragma unroll
-            for (int s = begin(G); s < begin(G + 1); ++s) {
-                const long long col = at_.column(ITEMS + s);
-                const Side next_side = s + 1 < SLOTS ? side_at(side_of, ITEMS + s + 1) : Side{};
-                if (col < cols_) {
-                    Slot held = slot(s);  // one 16-byte access each way
-                    f(held, col, side);
-                    slot(s) = held;
-                }
-                side = next_side;
-            }
-            update<G + 1>(side_of, f, side);
-        } else {
-#pragma unroll
-            for (int i = 0; i < ITEMS; ++i) {
-                const long long col = at_.column(i);
-                if (col < cols_) f(held_[i], col, side_of(col));
-            }
         }
     }
 

@@ -37,8 +37,8 @@ private:
     std::string resident_template_file() const override { return "rmsnorm_resident.cuh"; }
     std::string name_expression(const RowLaunch& l) const override {
         if (l.slots > 0)
-            return fmt::format("tileops::rmsnorm_resident_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(),
-                               l.threads_per_row, l.vec, l.items, l.slots, l.cluster, residual_);
+            return fmt::format("tileops::rmsnorm_resident_kernel<{}, {}, {}, {}, {}, {}>", type_arguments(),
+                               l.threads_per_row, l.vec, l.items, l.slots, l.cluster);
         return fmt::format("tileops::rmsnorm_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
                            l.rows_per_block, l.vec, l.items, l.cluster, residual_, l.prefetch);
     }

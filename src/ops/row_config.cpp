@@ -66,15 +66,15 @@ constexpr int kMaxResidentVectors = 32;
 
 std::optional<std::string> resident_invalid_reason(const RowConfig& c, int64_t cols, RowInputs inputs,
                                                    const DeviceInfo& device) {
+    if (inputs.count != 1) return "the resident kernels read one input row (no residual add)";
     if (c.rows_per_block != 1 || c.prefetch != 0) return "slots need rows_per_block = 1 and prefetch = 0";
     if (device.sm() < 80) return "slots need cp.async (sm_80 or newer)";
     if (c.vec * inputs.element_bytes < 4) return "slots need vectors of at least 4 bytes (cp.async)";
     const int64_t held = int64_t{c.items} * c.vec * static_cast<int64_t>(inputs.element_bytes);
-    if (c.items < 0 || held > resident_held_bytes_limit(c.threads_per_row, inputs.count))
+    if (c.items < 0 || held > resident_held_bytes_limit(c.threads_per_row))
         return fmt::format("items x vec = {} x {} holds more than {} bytes per thread at {} threads next to slots "
                            "(it would spill)",
-                           c.items, c.vec, resident_held_bytes_limit(c.threads_per_row, inputs.count),
-                           c.threads_per_row);
+                           c.items, c.vec, resident_held_bytes_limit(c.threads_per_row), c.threads_per_row);
     if (c.items + c.slots > kMaxResidentVectors)
         return fmt::format("items + slots = {} exceeds {} vectors per thread", c.items + c.slots, kMaxResidentVectors);
     if (const int64_t bytes = resident_slot_bytes(c, c.vec, inputs);
@@ -225,8 +225,7 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
         for (int threads : {256, 512, 1024}) {
             for (int cluster = 1; cluster <= 4; cluster *= 2) {
                 const int64_t vectors = ceil_div(cols, int64_t{cluster} * threads * vec);
-                const int register_items =
-                    resident_held_bytes_limit(threads, inputs.count) / static_cast<int>(vec * inputs.element_bytes);
+                const int register_items = resident_held_bytes_limit(threads) / static_cast<int>(vec * inputs.element_bytes);
                 for (int items : {0, register_items}) {
                     if (vectors <= items) continue;
                     RowConfig c{threads, 1, vec, items, cluster, 0};

@@ -54,17 +54,12 @@ struct RowInputs {
 // register file allows 64 registers a thread at 1024 threads, 128 at 512 or fewer.
 inline constexpr int held_bytes_limit(int block_threads) { return block_threads > 512 ? 64 : 128; }
 // The same for the resident kernels, which keep more values live (ptxas spills softmax at 64
-// bytes and 1024 threads, and at 128 bytes and 512); rmsnorm with the residual add keeps the
-// residual and sum pointers too and spills at 1024 threads with any vector in registers.
-inline constexpr int resident_held_bytes_limit(int block_threads, int inputs = 1) {
-    if (inputs > 1) return block_threads > 512 ? 0 : 64;
-    return block_threads > 512 ? 32 : 64;
-}
+// bytes and 1024 threads, and at 128 bytes and 512).
+inline constexpr int resident_held_bytes_limit(int block_threads) { return block_threads > 512 ? 32 : 64; }
 // Whether a problem's search space has resident configs (and so its tuning entries depend on those
-// templates): an input row of more than 64 KB, beyond what one 1024-thread CTA holds in registers.
-// (With a residual add the resident kernel holds the sum, one row's worth, as for one input.)
+// templates): one input row of more than 64 KB, beyond what one 1024-thread CTA holds in registers.
 inline bool has_resident_configs(int64_t cols, RowInputs inputs) {
-    return cols * static_cast<int64_t>(inputs.element_bytes) > 64 * 1024;
+    return inputs.count == 1 && cols * static_cast<int64_t>(inputs.element_bytes) > 64 * 1024;
 }
 // Largest cluster a row may be split over (16 needs the non-portable cluster size opt-in, sm_90).
 inline constexpr int kMaxCluster = 16;
