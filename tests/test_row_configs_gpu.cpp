@@ -123,6 +123,15 @@ void check_every_config(const RowCase& c) {
         if (residual) {
             CHECK(test::relative_error(dsum.download(), test::round_to(c.dtype, sum_ref)) <= test::tolerance(c.dtype));
             CHECK(dsum.gaps_untouched());
+            // Again with the sum written over the residual, as a transformer's residual stream is.
+            dr.upload(r);
+            dy.poison();
+            const TensorArg in_place_inputs[] = {dx.data(), dr.data(), dw.data()};
+            OutputArg in_place_outputs[] = {dy.data(), dr.data()};
+            op->launch_with(launch, Inputs(in_place_inputs, 3), Outputs(in_place_outputs, 2), nullptr);
+            CHECK(test::relative_error(dy.download(), ref) <= test::tolerance(c.dtype));
+            CHECK(test::relative_error(dr.download(), test::round_to(c.dtype, sum_ref)) <= test::tolerance(c.dtype));
+            dr.upload(r);
         }
     }
 }
@@ -135,12 +144,13 @@ TEST_CASE("Every prefetching or resident row-op config is correct on many rows",
     // Rows well beyond the resident blocks, so each persistent block walks several groups; 4100
     // fp16 columns and 7 fp32 columns give 8- and 4-byte copies; 65536 and 262144 split over clusters;
     // rows of 128 KB and more have resident configs (100003 fp32 columns: 4-byte copies, a chunk
-    // that ends mid-CTA).
+    // that ends mid-CTA); the residual add on long rows, its sum also written over the residual.
     const RowCase cases[] = {
         {RowOpKind::rmsnorm_residual, DType::bf16, 3001, 1000}, {RowOpKind::rmsnorm, DType::fp32, 70, 262144},
         {RowOpKind::layernorm, DType::fp16, 997, 4100},         {RowOpKind::softmax, DType::bf16, 301, 65536},
         {RowOpKind::log_softmax, DType::fp32, 20001, 7},        {RowOpKind::layernorm, DType::bf16, 150, 65536},
         {RowOpKind::log_softmax, DType::bf16, 67, 262144},      {RowOpKind::layernorm, DType::fp32, 301, 100003},
+        {RowOpKind::rmsnorm_residual, DType::bf16, 150, 131072}, {RowOpKind::rmsnorm_residual, DType::fp32, 67, 100003},
     };
     for (const RowCase& c : cases) check_every_config(c);
 }
