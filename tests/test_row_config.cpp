@@ -111,6 +111,20 @@ TEST_CASE("long rows get resident configs that hold the row in registers and sha
         }
         CHECK(found_pair);
     }
+    SECTION("a 1 MB fp32 row: also clusters of 8-16 with chunks small enough for two CTAs an SM") {
+        const RowInputs fp32{4, 1};
+        bool found_two_per_sm = false;
+        for (const auto& config : row_search_space(256, 262144, 4, fp32, hopper)) {
+            if (!config.count("slots")) continue;
+            const RowConfig c = RowConfig::from(config, "softmax");
+            CHECK_FALSE(row_invalid_reason(c, 262144, 4, fp32, hopper).has_value());
+            // The tuned choice on the H100 (bench/README.md, 2026-11-26, seventh session).
+            found_two_per_sm = found_two_per_sm || (c.cluster == 16 && c.threads_per_row == 512 && c.items == 0 && c.slots == 8);
+        }
+        CHECK(found_two_per_sm);
+        for (const auto& config : row_search_space(256, 262144, 4, fp32, DeviceInfo::for_arch("sm_80")))
+            CHECK(RowConfig::from(config, "softmax").cluster == 1);
+    }
     SECTION("short rows and the residual add have none") {
         for (const auto& config : row_search_space(16384, 4096, 2, bf16, hopper)) CHECK_FALSE(config.count("slots"));
         for (const auto& config : row_search_space(256, 262144, 2, RowInputs{2, 2}, hopper))

@@ -219,12 +219,17 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
         }
     }
     // Resident configs for long rows: CTAs of 256-1024 threads, 0 or the most register bytes
-    // they may hold, the rest of their chunk in shared memory (the largest chunks: one CTA an SM).
+    // they may hold, the rest of their chunk in shared memory. Clusters of up to four hold the
+    // largest chunks (one CTA an SM); clusters of 8-16 hold chunks small enough for two CTAs an
+    // SM (of 512 threads or fewer), so that one streams while the other waits for its row's
+    // reduction.
     if (has_resident_configs(cols, inputs)) {
         const int vec = max_vec;
         for (int threads : {256, 512, 1024}) {
-            for (int cluster = 1; cluster <= 4; cluster *= 2) {
+            for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2) {
+                if (cluster > 1 && device.sm() < 90) continue;
                 const int64_t vectors = ceil_div(cols, int64_t{cluster} * threads * vec);
+                if (cluster > 4 && vectors < 4) continue;  // chunks of a few vectors: the cluster costs more than it holds
                 const int register_items = resident_held_bytes_limit(threads) / static_cast<int>(vec * inputs.element_bytes);
                 for (int items : {0, register_items}) {
                     if (vectors <= items) continue;
