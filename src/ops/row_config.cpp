@@ -93,7 +93,7 @@ std::optional<std::string> resident_invalid_reason(const RowConfig& c, int64_t c
 // 98.8-113.5 us against 105.9-116.8 (two CTAs a row). Shorter rows keep the register kernels
 // (level with them at 128 KB); longer ones need clusters of four or more, which do not reach every
 // SM, and the register kernels' prefetch does about as well there untuned. (Tuned, 1 MB fp32 rows
-// of softmax run 5% faster on clusters of 16 CTAs of 512 threads, two an SM, and layernorm's 2%
+// of softmax run 5% faster on clusters of 16 CTAs of 512 threads, two an SM, and layernorm's 24%
 // slower: bench/README.md, 2026-11-26, seventh session; the database carries the difference.)
 std::optional<RowConfig> resident_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs,
                                             const DeviceInfo& device) {
