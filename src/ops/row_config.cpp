@@ -229,9 +229,9 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
         const int vec = max_vec;
         for (int threads : {256, 512, 1024}) {
             for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2) {
-                if (cluster > 1 && device.sm() < 90) continue;
                 const int64_t vectors = ceil_div(cols, int64_t{cluster} * threads * vec);
-                if (cluster > 4 && vectors < 4) continue;  // chunks of a few vectors: the cluster costs more than it holds
+                // Chunks of a few vectors: a large cluster costs more than it holds.
+                if (cluster > 4 && vectors < 4) continue;
                 const int register_items = resident_held_bytes_limit(threads) / static_cast<int>(vec * inputs.element_bytes);
                 for (int items : {0, register_items}) {
                     if (vectors <= items) continue;
