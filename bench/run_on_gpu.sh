@@ -6,7 +6,7 @@
 #   row_tests the [gpu] tests of the row ops (rmsnorm, layernorm, softmax); elementwise_tests: of the elementwise ops
 #   quick   bench_memory_ops --quick
 #   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
-#   warm    compile the search spaces of the benchmark shapes (bench/tune_memory_ops.json) into the
+#   warm    compile the search spaces of the benchmark shapes (tools/workloads/tune/tune_memory_ops.json) into the
 #           kernel cache, so that tune's budget goes to timing; WARM_TIMEOUT (200)
 #   tune    tileops-tune tune of the benchmark shapes, in three parts by row length, merged with
 #           every part already in TUNE_DIR ($OUT) into TUNE_DIR/tuned.json (later steps use it);
@@ -14,12 +14,12 @@
 #           long" the parts to tune (cols <= 4096, <= 65536, longer; empty: only merge). A
 #           TUNE_DIR and TILEOPS_CACHE_DIR inside the repo's ignored .cache/ survive between calls
 #           on a warm machine, so a tune too long for one call can be split over several.
-#   tune_act  tileops-tune tune of bench/tune_activations.json into $OUT/act_tuned.json (not used later)
+#   tune_act  tileops-tune tune of tools/workloads/tune/tune_activations.json into $OUT/act_tuned.json (not used later)
 #   cli     tileops-tune on the GPU: a short tune, verify of the shipped database, explain
 #   decode_fp8  bench_decode_attention --fp8-kv --quick (an fp8 e4m3 cache; no torch peer)
 #   decode  bench_decode_attention and torch SDPA on the same problems, merged into a table;
 #           decode_tests the [gpu][decode] tests; decode_tune: tileops-tune warm --search-space, then
-#           tune, of bench/tune_decode_attention.json into $OUT/decode_tuned.json (later steps use it)
+#           tune, of tools/workloads/tune/tune_decode_attention.json into $OUT/decode_tuned.json (later steps use it)
 #   flash   bench_flash_attention and torch SDPA (flash and cuDNN backends) on the same cases, merged
 #           into a table with the targets; flash_quick: a subset
 #   flash_tests the [gpu][flash] tests only
@@ -84,7 +84,7 @@ for step in "$@"; do
     tune)  # in three parts by row length (a part cut by TUNE_TIMEOUT loses only itself), merged
       python3 - "$OUT" <<'PY'
 import json, sys
-w = json.load(open("bench/tune_memory_ops.json"))
+w = json.load(open("tools/workloads/tune/tune_memory_ops.json"))
 for name, keep in (("short", lambda c: c <= 4096), ("mid", lambda c: 4096 < c <= 65536), ("long", lambda c: c > 65536)):
     json.dump({"problems": [p for p in w["problems"] if keep(p["shape"][-1])]}, open(f"{sys.argv[1]}/tune_{name}.json", "w"))
 PY
@@ -98,9 +98,9 @@ PY
       [ "$TUNE_DIR" = "$OUT" ] || cp "$TUNE_DIR"/tuned*.json "$OUT/"
       export TILEOPS_TUNING_DB="$TUNE_DIR/tuned.json" ;;
     warm) timeout "${WARM_TIMEOUT:-200}" ./build-gpu/tools/tileops-tune warm --arch sm_90a \
-        --workload bench/tune_memory_ops.json --search-space > "$OUT/warm.log" 2>&1; echo "warm: rc $?" ;;
+        --workload tools/workloads/tune/tune_memory_ops.json --search-space > "$OUT/warm.log" 2>&1; echo "warm: rc $?" ;;
     tune_act)
-      timeout "${TUNE_TIMEOUT:-300}" ./build-gpu/tools/tileops-tune tune --workload bench/tune_activations.json \
+      timeout "${TUNE_TIMEOUT:-300}" ./build-gpu/tools/tileops-tune tune --workload tools/workloads/tune/tune_activations.json \
         --db "$OUT/act_tuned.json" --budget "${TUNE_BUDGET:-12}" --repeats 10 > "$OUT/act_tune.txt" 2> "$OUT/act_tune_err.log" \
         || status=1
       cut -c1-150 "$OUT/act_tune.txt" ;;
@@ -128,18 +128,18 @@ PY
       PYTHONUNBUFFERED=1 timeout 120 python3 bench/torch_flash_peers.py $extra --json "$OUT/torch_flash.json" \
         > "$OUT/torch_flash.log" 2>&1 || status=1
       python3 bench/compare_flash_attention.py "$OUT/flash.json" "$OUT/torch_flash.json" | tee "$OUT/flash.md" ;;
-    flash_tune) run_tune flash bench/tune_flash_attention.json 8 45 ;;
+    flash_tune) run_tune flash tools/workloads/tune/tune_flash_attention.json 8 45 ;;
     flash_tests) run_tests flash_tests "[gpu][flash]" "${FLASH_TESTS_TIMEOUT:-300}" ;;
-    gemm_tune) run_tune gemm bench/tune_gemm.json "${GEMM_TUNE_BUDGET:-5}" 62 ;;
+    gemm_tune) run_tune gemm tools/workloads/tune/tune_gemm.json "${GEMM_TUNE_BUDGET:-5}" 62 ;;
     gemm_tests) run_tests gemm_tests "[gpu][gemm]" 540 ;;  # a cold kernel cache takes > 300 s
     mla_tests) run_tests mla_tests "[gpu][mla]" 300 ;;
     decode_tests) run_tests decode_tests "[gpu][decode]" "${DECODE_TESTS_TIMEOUT:-300}" ;;
     decode_tune)  # both kernels' search spaces compiled first: a cold cache left 44-154 of 150-225
       # MHA candidates untimed when compiling may take only half of a problem's budget
       timeout "${WARM_TIMEOUT:-200}" ./build-gpu/tools/tileops-tune warm --arch sm_90a \
-        --workload bench/tune_decode_attention.json --search-space > "$OUT/decode_warm.log" 2>&1; echo "warm: rc $?"
-      run_tune decode bench/tune_decode_attention.json "${DECODE_TUNE_BUDGET:-8}" 24 ;;
-    mla_tune) run_tune mla bench/tune_mla_decode.json "${MLA_TUNE_BUDGET:-6}" 20 ;;
+        --workload tools/workloads/tune/tune_decode_attention.json --search-space > "$OUT/decode_warm.log" 2>&1; echo "warm: rc $?"
+      run_tune decode tools/workloads/tune/tune_decode_attention.json "${DECODE_TUNE_BUDGET:-8}" 24 ;;
+    mla_tune) run_tune mla tools/workloads/tune/tune_mla_decode.json "${MLA_TUNE_BUDGET:-6}" 20 ;;
     elementwise_tests) run_tests elementwise_tests "[elementwise]" "${ELEMENTWISE_TESTS_TIMEOUT:-200}" ;;
     row_tests) run_tests row_tests "[rmsnorm],[layernorm],[softmax]" "${ROW_TESTS_TIMEOUT:-200}" ;;
     rest_tests) run_tests rest_tests "[gpu]~[flash]~[gemm]" "${REST_TESTS_TIMEOUT:-400}" ;;
