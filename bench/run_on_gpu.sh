@@ -35,6 +35,10 @@
 #   floor   bench_launch_floor: the harness's fixed cost, and streaming reads of 1 MB to 537 MB
 #   decode_ncu  ncu (SpeedOfLight, launch stats) of one decode launch at NCU_ONLY (default 1x32x8x4096),
 #               after 3 warm-up launches
+#   baseline  bench/compare_baseline.py of the bench JSON this call wrote ($OUT/bench, decode, flash,
+#             gemm, mla, floor .json) against BASELINE (bench/baselines/h100.json) into
+#             $OUT/baseline.txt; a slowdown beyond BASELINE_TOL (0.05) fails the call
+# Everything a step writes goes under $OUT (TUNE_DIR and TILEOPS_CACHE_DIR aside, when set elsewhere).
 # PACK=1: everything written goes into $OUT/res.tgz, with the step summaries in $OUT/summary.txt
 # (the device tool returns 8 files at most).
 # The [gpu] tests that run every config of a search space compile a few hundred kernels. Compile
@@ -159,6 +163,16 @@ PY
         --section SpeedOfLight --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis \
         ./build-gpu/bench/bench_decode_attention --only "${NCU_ONLY:-1x32x8x4096}" --repeats 5 > "$OUT/decode_ncu.log" 2>&1
       grep -E "Duration|DRAM Throughput|Memory Throughput|Grid Size|Registers|Achieved Occupancy|decode_attention" "$OUT/decode_ncu.log" | head -40 ;;
+    baseline)
+      files=()
+      for name in bench decode flash gemm mla floor; do [ -f "$OUT/$name.json" ] && files+=("$OUT/$name.json"); done
+      if [ ${#files[@]} -eq 0 ]; then
+        echo "baseline: no bench JSON in $OUT (run a bench step first)"; status=1
+      else
+        python3 bench/compare_baseline.py --baseline "${BASELINE:-bench/baselines/h100.json}" --tol "${BASELINE_TOL:-0.05}" \
+          "${files[@]}" > "$OUT/baseline.txt" 2>&1 || status=1
+        grep -v '^  ' "$OUT/baseline.txt" | tail -40
+      fi ;;
     *) echo "unknown step $step"; status=2 ;;
   esac
 done
