@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Merges bench_flash_attention's and torch_flash_peers.py's JSON into a markdown table, then
-checks the issue's targets.
+checks the performance targets below.
 
     python3 bench/compare_flash_attention.py flash.json [torch_flash.json]
 

@@ -138,8 +138,8 @@ PY
     gemm_tests) run_tests gemm_tests "[gpu][gemm]" 540 ;;  # a cold kernel cache takes > 300 s
     mla_tests) run_tests mla_tests "[gpu][mla]" 300 ;;
     decode_tests) run_tests decode_tests "[gpu][decode]" "${DECODE_TESTS_TIMEOUT:-300}" ;;
-    decode_tune)  # both kernels' search spaces compiled first: a cold cache left 44-154 of 150-225
-      # MHA candidates untimed when compiling may take only half of a problem's budget
+    decode_tune)  # both kernels' search spaces compiled first: with a cold cache, compiling (at
+      # most half of a problem's budget) leaves many MHA candidates untimed
       timeout "${WARM_TIMEOUT:-200}" ./build-gpu/tools/tileops-tune warm --arch sm_90a \
         --workload tools/workloads/tune/tune_decode_attention.json --search-space > "$OUT/decode_warm.log" 2>&1; echo "warm: rc $?"
       run_tune decode tools/workloads/tune/tune_decode_attention.json "${DECODE_TUNE_BUDGET:-8}" 24 ;;
