@@ -22,8 +22,8 @@ import os
 import struct
 import sys
 
-# Cache entry (src/runtime/disk_cache.cpp): magic[8] | version u32 | key length u32 | key |
-# payload length u64 | SHA-256(payload)[32] | payload; payload (src/runtime/kernel_builder.cpp):
+# Cache entry (src/jit/disk_cache.cpp): magic[8] | version u32 | key length u32 | key |
+# payload length u64 | SHA-256(payload)[32] | payload; payload (src/jit/kernel_builder.cpp):
 # lowered kernel name, '\n', cubin.
 MAGIC = b"TOPSKRNL"
 

@@ -64,13 +64,11 @@ struct DecodeAttentionProblem {
 class DecodeAttention : public Op {
 public:
     explicit DecodeAttention(const DecodeAttentionProblem& problem);
-    int vector_width(Inputs inputs, Outputs outputs) const override;
-    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                     CUstream stream) const override;
-    const DecodeAttentionProblem& problem() const noexcept { return problem_; }
+    // The problem as normalized (defaults filled in).
+    const DecodeAttentionProblem& problem() const noexcept { return *problem_; }
 
 private:
-    DecodeAttentionProblem problem_;
+    const DecodeAttentionProblem* problem_ = nullptr;  // the model's
 };
 
 }  // namespace tileops

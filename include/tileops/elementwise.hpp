@@ -16,6 +16,11 @@ enum class ElementwiseOp : int {
     mul = 5,        // y = a * b
 };
 
+// Every elementwise op, in enum order.
+inline constexpr ElementwiseOp kElementwiseOps[] = {ElementwiseOp::gelu,     ElementwiseOp::gelu_tanh,
+                                                    ElementwiseOp::silu,     ElementwiseOp::silu_mul,
+                                                    ElementwiseOp::add,      ElementwiseOp::mul};
+
 const char* elementwise_op_name(ElementwiseOp op) noexcept;
 bool is_binary(ElementwiseOp op) noexcept;
 
@@ -35,13 +40,11 @@ struct ElementwiseProblem {
 class Elementwise : public Op {
 public:
     explicit Elementwise(const ElementwiseProblem& problem);
-    int vector_width(Inputs inputs, Outputs outputs) const override;
-    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                     CUstream stream) const override;
-    const ElementwiseProblem& problem() const noexcept { return problem_; }
+    // The problem as normalized (defaults filled in).
+    const ElementwiseProblem& problem() const noexcept { return *problem_; }
 
 private:
-    ElementwiseProblem problem_;
+    const ElementwiseProblem* problem_ = nullptr;  // the model's
 };
 
 }  // namespace tileops

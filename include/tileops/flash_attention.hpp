@@ -58,13 +58,11 @@ struct FlashAttentionProblem {
 class FlashAttention : public Op {
 public:
     explicit FlashAttention(const FlashAttentionProblem& problem);
-    int vector_width(Inputs inputs, Outputs outputs) const override;
-    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                     CUstream stream) const override;
-    const FlashAttentionProblem& problem() const noexcept { return problem_; }
+    // The problem as normalized (defaults filled in).
+    const FlashAttentionProblem& problem() const noexcept { return *problem_; }
 
 private:
-    FlashAttentionProblem problem_;
+    const FlashAttentionProblem* problem_ = nullptr;  // the model's
 };
 
 }  // namespace tileops

@@ -50,13 +50,11 @@ struct GemmProblem {
 class Gemm : public Op {
 public:
     explicit Gemm(const GemmProblem& problem);
-    int vector_width(Inputs inputs, Outputs outputs) const override;
-    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                     CUstream stream) const override;
-    const GemmProblem& problem() const noexcept { return problem_; }
+    // The problem as normalized (defaults filled in).
+    const GemmProblem& problem() const noexcept { return *problem_; }
 
 private:
-    GemmProblem problem_;
+    const GemmProblem* problem_ = nullptr;  // the model's
 };
 
 }  // namespace tileops

@@ -22,13 +22,11 @@ struct LayerNormProblem {
 class LayerNorm : public Op {
 public:
     explicit LayerNorm(const LayerNormProblem& problem);
-    int vector_width(Inputs inputs, Outputs outputs) const override;
-    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                     CUstream stream) const override;
-    const LayerNormProblem& problem() const noexcept { return problem_; }
+    // The problem as normalized (defaults filled in).
+    const LayerNormProblem& problem() const noexcept { return *problem_; }
 
 private:
-    LayerNormProblem problem_;
+    const LayerNormProblem* problem_ = nullptr;  // the model's
 };
 
 }  // namespace tileops

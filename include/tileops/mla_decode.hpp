@@ -51,13 +51,11 @@ public:
     static constexpr int64_t kKeyDim = kLatentDim + kRopeDim;
 
     explicit MlaDecode(const MlaDecodeProblem& problem);
-    int vector_width(Inputs inputs, Outputs outputs) const override;
-    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                     CUstream stream) const override;
-    const MlaDecodeProblem& problem() const noexcept { return problem_; }
+    // The problem as normalized (defaults filled in).
+    const MlaDecodeProblem& problem() const noexcept { return *problem_; }
 
 private:
-    MlaDecodeProblem problem_;
+    const MlaDecodeProblem* problem_ = nullptr;  // the model's
 };
 
 }  // namespace tileops

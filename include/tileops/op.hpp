@@ -1,4 +1,5 @@
-// The base of every op: a validated problem plus the kernels it resolved, per runtime.
+// The base of every op: a handle on its validated problem (held by the op's model, one per family
+// in src/ops/) plus the kernels it resolved, per runtime.
 #pragma once
 
 #include <cuda.h>
@@ -41,15 +42,17 @@ public:
     // For the autotuner and benchmarks. vector_width() checks the operands and returns the widest
     // vector width their shape and alignment allow; launch_with() launches an explicitly
     // resolved kernel on operands that passed vector_width().
-    virtual int vector_width(Inputs inputs, Outputs outputs) const = 0;
-    virtual void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                             CUstream stream) const = 0;
+    int vector_width(Inputs inputs, Outputs outputs) const;
+    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const;
 
     const detail::OpModel& model() const noexcept { return *model_; }
     detail::OpState& state() const noexcept { return *state_; }
 
 protected:
-    explicit Op(std::shared_ptr<const detail::OpModel> model);
+    // An op derived from this one creates its model (which holds the normalized problem) in its
+    // constructor and hands it over with set_model().
+    Op();
+    void set_model(std::shared_ptr<const detail::OpModel> model) noexcept { model_ = std::move(model); }
 
     std::shared_ptr<const detail::OpModel> model_;
     std::unique_ptr<detail::OpState> state_;

@@ -25,13 +25,11 @@ struct RmsNormProblem {
 class RmsNorm : public Op {
 public:
     explicit RmsNorm(const RmsNormProblem& problem);
-    int vector_width(Inputs inputs, Outputs outputs) const override;
-    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                     CUstream stream) const override;
-    const RmsNormProblem& problem() const noexcept { return problem_; }
+    // The problem as normalized (defaults filled in).
+    const RmsNormProblem& problem() const noexcept { return *problem_; }
 
 private:
-    RmsNormProblem problem_;
+    const RmsNormProblem* problem_ = nullptr;  // the model's
 };
 
 }  // namespace tileops

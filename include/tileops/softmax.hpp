@@ -21,13 +21,11 @@ struct SoftmaxProblem {
 class Softmax : public Op {
 public:
     explicit Softmax(const SoftmaxProblem& problem);
-    int vector_width(Inputs inputs, Outputs outputs) const override;
-    void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs,
-                     CUstream stream) const override;
-    const SoftmaxProblem& problem() const noexcept { return problem_; }
+    // The problem as normalized (defaults filled in).
+    const SoftmaxProblem& problem() const noexcept { return *problem_; }
 
 private:
-    SoftmaxProblem problem_;
+    const SoftmaxProblem* problem_ = nullptr;  // the model's
 };
 
 }  // namespace tileops

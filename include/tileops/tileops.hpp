@@ -4,6 +4,7 @@
 #include "tileops/decode_attention.hpp"
 #include "tileops/device_info.hpp"
 #include "tileops/elementwise.hpp"
+#include "tileops/embedding.hpp"
 #include "tileops/error.hpp"
 #include "tileops/flash_attention.hpp"
 #include "tileops/gemm.hpp"

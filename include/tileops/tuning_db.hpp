@@ -23,10 +23,12 @@ struct TuningKey {
     std::string dtype;             // "bf16" or "bf16->fp32"
     std::string flags;             // "" or e.g. "residual"
     std::string arch;              // "sm_90a" (sm_90a != sm_90)
-    std::string template_hash;     // content hash of the template (with its shared headers)
+    // Content hash of the kernel template the entry's config selects, with what it includes
+    // (TemplateRegistry::template_hash): editing one kernel retires only the entries tuned on it.
+    // Empty in a key that looks a problem up (its config, and so its kernel, is not known yet).
+    std::string template_hash;
 
-    // "rmsnorm 8192x4096 bf16 [residual] sm_90a" (the template hash is left out: it is long and
-    // the same for every entry of an op).
+    // "rmsnorm 8192x4096 bf16 [residual] sm_90a" (the template hash is left out: it is long).
     std::string to_string() const;
     friend bool operator==(const TuningKey& a, const TuningKey& b);
     friend bool operator<(const TuningKey& a, const TuningKey& b);  // field by field, in declaration order
@@ -113,7 +115,8 @@ public:
     // op, rank 0 or > 8, a dimension < 1, a time that is NaN, infinite or negative, ...).
     void upsert(TuningEntry entry);
     const TuningEntry* find(const TuningKey& key) const;
-    // The entry of the same op, dtype, flags, arch, template hash and rank whose shape is nearest
+    // The entry of the same op, dtype, flags, arch, template hash (any, when key.template_hash is
+    // empty) and rank whose shape is nearest
     // to key.shape; nullopt when none is within max_distance (inclusive). The distance is the
     // Euclidean distance between the log2 of the dimensions:
     //     sqrt(sum_d (log2(entry.shape[d]) - log2(key.shape[d]))^2)

@@ -6,14 +6,14 @@
 
 #include <fmt/format.h>
 
-#include "runtime/compiler.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/log.hpp"
+#include "cuda/driver.hpp"
+#include "jit/compiler.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "tileops/error.hpp"
 #include "tileops/op.hpp"
 #include "tuning/op_config.hpp"
 #include "util/file_util.hpp"
+#include "util/log.hpp"
 
 namespace tileops {
 namespace detail {
@@ -30,7 +30,7 @@ std::unordered_set<uint64_t>& live_runtimes() {
 
 std::filesystem::path cache_directory(const RuntimeOptions& options) {
     if (!options.cache_dir.empty()) return options.cache_dir;
-    return runtime::DiskCache::default_directory();
+    return jit::DiskCache::default_directory();
 }
 
 uint64_t cache_max_bytes(const RuntimeOptions& options) {
@@ -38,7 +38,7 @@ uint64_t cache_max_bytes(const RuntimeOptions& options) {
     if (options.cache_max_mb > (std::numeric_limits<uint64_t>::max() >> 20))
         throw InvalidArgument(fmt::format("tileops: RuntimeOptions::cache_max_mb = {} is larger than a byte count can hold",
                                           options.cache_max_mb));
-    return options.cache_max_mb != 0 ? options.cache_max_mb << 20 : runtime::DiskCache::default_max_bytes();
+    return options.cache_max_mb != 0 ? options.cache_max_mb << 20 : jit::DiskCache::default_max_bytes();
 }
 
 bool compile_allowed(const RuntimeOptions& options) {
@@ -50,7 +50,7 @@ bool compile_allowed(const RuntimeOptions& options) {
 tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const DeviceInfo& device) {
     tuning::ResolverOptions resolver;
     resolver.arch = device.arch();
-    resolver.nvrtc_version = runtime::nvrtc_version();
+    resolver.nvrtc_version = jit::nvrtc_version();
     resolver.user_dbs = options.tuning_dbs;
     return resolver;
 }
@@ -59,11 +59,11 @@ tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const De
 
 RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     : id_(next_runtime_id.fetch_add(1)),
-      device_(runtime::query_device(options.device)),
+      device_(cuda::query_device(options.device)),
       context_(options.device),
       builder_(cache_directory(options), cache_max_bytes(options), compile_allowed(options)),
       resolver_(resolver_options(options, device_)) {
-    runtime::check_arch_supported(device_.arch());
+    jit::check_arch_supported(device_.arch());
     // Like the CUDA runtime, a new runtime makes its device's primary context current on the
     // constructing thread; run() makes it current on any other thread that uses it.
     make_current();
@@ -71,7 +71,7 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
         std::lock_guard lock(live_runtimes_mutex);
         live_runtimes().insert(id_);
     }
-    runtime::logger().debug("tileops: runtime on device {} ({}, {}, {} SMs), kernel cache {}", device_.ordinal, device_.name,
+    util::logger().debug("tileops: runtime on device {} ({}, {}, {} SMs), kernel cache {}", device_.ordinal, device_.name,
                             device_.arch(), device_.sm_count, builder_.cache().directory().string());
 }
 
@@ -99,10 +99,10 @@ const LoadedKernel& RuntimeImpl::kernel(const LaunchPlan& plan) {
             std::lock_guard lock(kernels_mutex_);
             if (auto it = kernels_.find(key); it != kernels_.end()) return it->second.get();
         }
-        runtime::KernelBinary binary = builder_.get(plan.template_file, plan.name_expression, device_.arch());
+        jit::KernelBinary binary = builder_.get(plan.template_file, plan.name_expression, device_.arch());
         make_current();
         auto kernel = std::make_unique<LoadedKernel>();
-        kernel->module = runtime::Module(binary.cubin);
+        kernel->module = cuda::Module(binary.cubin);
         kernel->function = kernel->module.function(binary.lowered_name);
         std::lock_guard lock(kernels_mutex_);
         auto [it, inserted] = kernels_.emplace(key, std::move(kernel));
@@ -153,9 +153,9 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
         launch.workspace = std::make_shared<Workspace>(device_.ordinal, bytes);
         launch.workspace->buffer.fill_bytes(0);
         // The caller's stream may not synchronize with the legacy stream the memset ran on.
-        TILEOPS_CU_CHECK(runtime::driver().cuCtxSynchronize());
+        TILEOPS_CU_CHECK(cuda::driver().cuCtxSynchronize());
     }
-    launch.kind = plan.kind;
+    launch.details = plan.details;
     if (!plan.follow_up_name_expression.empty()) {
         LaunchPlan follow_up = plan;
         follow_up.name_expression = plan.follow_up_name_expression;
@@ -166,12 +166,12 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
         }
     }
     if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in
-        TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(launch.function,
+        TILEOPS_CU_CHECK(cuda::driver().cuFuncSetAttribute(launch.function,
                                                               CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1));
     // Dynamic shared memory past 48 KB needs an opt-in, and so does a smaller amount when the
     // kernel's static shared memory takes the total past 48 KB: opt in to whatever is asked.
     if (plan.shared_bytes > 0)
-        TILEOPS_CU_CHECK(runtime::driver().cuFuncSetAttribute(
+        TILEOPS_CU_CHECK(cuda::driver().cuFuncSetAttribute(
             launch.function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(plan.shared_bytes)));
     if (plan.persistent) launch.grid[0] = resident_grid(model, launch);
     return launch;
@@ -181,27 +181,13 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
 // Clusters are placed within one GPC, and GPCs differ in how many SMs they have enabled: on a
 // 132-SM H100, fewer than 66 clusters of two may fit, so the count comes from the driver.
 unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& launch) {
-    const runtime::DriverApi& api = runtime::driver();
+    const cuda::DriverApi& api = cuda::driver();
     make_current();  // the occupancy queries need the device's context on this thread
     unsigned resident = 0;
     if (launch.cluster > 1) {
-        CUlaunchAttribute attribute{};
-        attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attribute.value.clusterDim.x = launch.cluster;
-        attribute.value.clusterDim.y = 1;
-        attribute.value.clusterDim.z = 1;
-        CUlaunchConfig config{};
-        config.gridDimX = launch.grid[0];
-        config.gridDimY = launch.grid[1];
-        config.gridDimZ = launch.grid[2];
-        config.blockDimX = launch.block[0];
-        config.blockDimY = launch.block[1];
-        config.blockDimZ = launch.block[2];
-        config.sharedMemBytes = launch.shared_bytes;
-        config.attrs = &attribute;
-        config.numAttrs = 1;
+        ClusterLaunchConfig cluster(launch, nullptr);
         int clusters = 0;
-        TILEOPS_CU_CHECK(api.cuOccupancyMaxActiveClusters(&clusters, launch.function, &config));
+        TILEOPS_CU_CHECK(api.cuOccupancyMaxActiveClusters(&clusters, launch.function, &cluster.config));
         resident = static_cast<unsigned>(std::max(clusters, 0)) * launch.cluster;
     } else {
         int per_sm = 0;
@@ -216,7 +202,7 @@ unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& 
                                       launch.cluster > 1 ? fmt::format(" in clusters of {}", launch.cluster) : "",
                                       launch.shared_bytes, device_.name));
     if (resident < launch.grid[0])
-        runtime::logger().debug("tileops: {}: persistent grid of {} blocks cut to the {} that can be resident", model.op_name(),
+        util::logger().debug("tileops: {}: persistent grid of {} blocks cut to the {} that can be resident", model.op_name(),
                                 launch.grid[0], resident);
     return std::min(launch.grid[0], resident);
 }
@@ -238,7 +224,7 @@ const ResolvedLaunch& RuntimeImpl::resolve(const Op& op, int vec) {
 Runtime::Runtime() : Runtime(RuntimeOptions{}) {}
 
 Runtime::Runtime(const RuntimeOptions& options) {
-    runtime::configure_logging();
+    util::configure_logging();
     impl_ = std::make_unique<detail::RuntimeImpl>(options);
 }
 

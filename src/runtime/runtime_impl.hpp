@@ -7,12 +7,12 @@
 #include <string>
 #include <unordered_map>
 
-#include "ops/op_model.hpp"
-#include "ops/op_state.hpp"
-#include "runtime/device.hpp"
-#include "runtime/disk_cache.hpp"
-#include "runtime/in_flight.hpp"
-#include "runtime/kernel_builder.hpp"
+#include "core/op_model.hpp"
+#include "cuda/device.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/in_flight.hpp"
+#include "jit/kernel_builder.hpp"
+#include "runtime/op_state.hpp"
 #include "tileops/runtime.hpp"
 #include "tuning/config_choice.hpp"
 
@@ -20,7 +20,7 @@ namespace tileops::detail {
 
 // A kernel loaded into this runtime's context.
 struct LoadedKernel {
-    runtime::Module module;
+    cuda::Module module;
     CUfunction function = nullptr;
 };
 
@@ -36,7 +36,7 @@ public:
 
     uint64_t id() const noexcept { return id_; }
     const DeviceInfo& device() const noexcept { return device_; }
-    runtime::KernelBuilder& builder() noexcept { return builder_; }
+    jit::KernelBuilder& builder() noexcept { return builder_; }
     tuning::ConfigResolver& resolver() noexcept { return resolver_; }
     RuntimeStats stats() const;
 
@@ -62,13 +62,13 @@ private:
 
     uint64_t id_;
     DeviceInfo device_;
-    runtime::PrimaryContext context_;
-    runtime::KernelBuilder builder_;
+    cuda::PrimaryContext context_;
+    jit::KernelBuilder builder_;
     tuning::ConfigResolver resolver_;
 
     std::mutex kernels_mutex_;  // guards kernels_ (find/insert only; never held while compiling)
     std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> kernels_;
-    runtime::InFlight<std::string, const LoadedKernel*> loading_;
+    jit::InFlight<std::string, const LoadedKernel*> loading_;
     std::atomic<uint64_t> memory_hits_{0};
 };
 

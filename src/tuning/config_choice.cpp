@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
+#include "util/log.hpp"
 
 namespace tileops::tuning {
 namespace fs = std::filesystem;
@@ -62,9 +62,15 @@ ConfigResolver::ConfigResolver(ResolverOptions options) : options_(std::move(opt
     }
 }
 
+// Entries in memory are found by problem, whatever kernel their config selects.
+static TuningKey problem_key(TuningKey key) {
+    key.template_hash.clear();
+    return key;
+}
+
 void ConfigResolver::remember(const TuningEntry& entry) {
     std::lock_guard lock(mutex_);
-    memory_[entry.key] = entry;
+    memory_[problem_key(entry.key)] = entry;
 }
 
 void ConfigResolver::load_once() {
@@ -86,7 +92,7 @@ void ConfigResolver::load_once() {
                 TuningDb db = TuningDb::load(file.path());
                 if (db.meta().arch == options_.arch) shipped.push_back({file.path().string(), std::move(db)});
             } catch (const std::exception& e) {
-                runtime::logger().warn("tileops: skipping shipped tuning database: {}", e.what());
+                util::logger().warn("tileops: skipping shipped tuning database: {}", e.what());
             }
         }
     }
@@ -98,7 +104,7 @@ void ConfigResolver::load_once() {
 void ConfigResolver::report(const std::string& origin, const TuningEntry& entry, const std::string& why) {
     std::string line = fmt::format("{}: {}: {}", origin, entry.key.to_string(), why);
     if (reported_.insert(line).second) {
-        runtime::logger().warn("tileops: ignoring tuning entry {}", line);
+        util::logger().warn("tileops: ignoring tuning entry {}", line);
         stale_.push_back(std::move(line));
     }
 }
@@ -113,38 +119,54 @@ std::optional<std::string> ConfigResolver::invalid_reason(const TuningEntry& ent
     return std::nullopt;
 }
 
+std::optional<std::string> ConfigResolver::unusable_reason(const TuningEntry& entry, const TuningKey& key,
+                                                           const EntryValidator& valid, const KernelHash& kernel_hash) {
+    // The config is checked before its kernel's hash is asked for: only a config the op accepts
+    // selects a kernel.
+    if (!kernel_hash)
+        return entry.key.template_hash != key.template_hash ? std::optional(fmt::format("stale: {}", kStaleTemplateReason))
+                                                            : invalid_reason(entry, valid);
+    if (auto why = invalid_reason(entry, valid)) return why;
+    try {
+        if (entry.key.template_hash != kernel_hash(entry.config)) return fmt::format("stale: {}", kStaleTemplateReason);
+    } catch (const std::exception& e) {
+        return fmt::format("invalid here: {}", e.what());
+    }
+    return std::nullopt;
+}
+
 bool ConfigResolver::usable(const LoadedDb& db, const TuningEntry& entry, const TuningKey& key,
-                            const EntryValidator& valid) {
-    // Stale: tuned with another template, another NVRTC (the entry's own version, else its
-    // file's), or in a file made for another arch. Never used, whatever the validator says.
+                            const EntryValidator& valid, const KernelHash& kernel_hash) {
+    // Stale: tuned with another NVRTC (the entry's own version, else its file's), in a file made
+    // for another arch, or on another version of the kernel template its config selects. Never
+    // used.
     const std::string& tuned_nvrtc = entry.nvrtc_version.empty() ? db.db.meta().nvrtc_version : entry.nvrtc_version;
     std::optional<std::string> why;
-    if (entry.key.template_hash != key.template_hash)
-        why = fmt::format("stale: {}", kStaleTemplateReason);
-    else if (!options_.nvrtc_version.empty() && !tuned_nvrtc.empty() && tuned_nvrtc != options_.nvrtc_version)
+    if (!options_.nvrtc_version.empty() && !tuned_nvrtc.empty() && tuned_nvrtc != options_.nvrtc_version)
         why = fmt::format("stale: tuned with NVRTC {}, this is {}", tuned_nvrtc, options_.nvrtc_version);
     else if (!db.db.meta().arch.empty() && db.db.meta().arch != key.arch)
         why = fmt::format("stale: the database is for {}, not {}", db.db.meta().arch, key.arch);
     else
-        why = invalid_reason(entry, valid);
+        why = unusable_reason(entry, key, valid, kernel_hash);
     if (!why) return true;
     report(db.path, entry, *why);
     return false;
 }
 
-const TuningEntry* ConfigResolver::exact(const LoadedDb& db, const TuningKey& key, const EntryValidator& valid) {
+const TuningEntry* ConfigResolver::exact(const LoadedDb& db, const TuningKey& key, const EntryValidator& valid,
+                                         const KernelHash& kernel_hash) {
     for (const TuningEntry& e : db.db.entries()) {
         if (e.key.op != key.op || e.key.shape != key.shape || e.key.dtype != key.dtype || e.key.flags != key.flags ||
             e.key.arch != key.arch)
             continue;
-        if (usable(db, e, key, valid)) return &e;
+        if (usable(db, e, key, valid, kernel_hash)) return &e;
     }
     return nullptr;
 }
 
 ConfigChoice ConfigResolver::choose(const TuningKey& key, const std::function<Config()>& heuristic,
-                                    const EntryValidator& valid) {
-    std::optional<ConfigChoice> choice = lookup(key, valid);
+                                    const EntryValidator& valid, const KernelHash& kernel_hash) {
+    std::optional<ConfigChoice> choice = lookup(key, valid, kernel_hash);
     if (!choice) {
         // The heuristic runs outside the lock: it is the op's code.
         choice.emplace();
@@ -152,12 +174,13 @@ ConfigChoice ConfigResolver::choose(const TuningKey& key, const std::function<Co
         if (heuristic) choice->config = heuristic();
         choice->explanation = "no tuned entry for this shape or a near one";
     }
-    runtime::logger().debug("tileops: {}: config from {}{}{}; {}", key.to_string(), to_string(choice->source),
+    util::logger().debug("tileops: {}: config from {}{}{}; {}", key.to_string(), to_string(choice->source),
                             choice->origin.empty() ? "" : " ", choice->origin, choice->explanation);
     return std::move(*choice);
 }
 
-std::optional<ConfigChoice> ConfigResolver::lookup(const TuningKey& key, const EntryValidator& valid) {
+std::optional<ConfigChoice> ConfigResolver::lookup(const TuningKey& key, const EntryValidator& valid,
+                                                   const KernelHash& kernel_hash) {
     auto done = [](ConfigSource source, const Config& config, const std::string& origin, std::string explanation) {
         ConfigChoice choice;
         choice.source = source;
@@ -168,17 +191,17 @@ std::optional<ConfigChoice> ConfigResolver::lookup(const TuningKey& key, const E
     };
     std::lock_guard lock(mutex_);
     load_once();
-    if (auto it = memory_.find(key); it != memory_.end()) {
-        if (auto why = invalid_reason(it->second, valid))
+    if (auto it = memory_.find(problem_key(key)); it != memory_.end()) {
+        if (auto why = unusable_reason(it->second, key, valid, kernel_hash))
             report("memory", it->second, *why);
         else
             return done(ConfigSource::memory, it->second.config, "", "registered in this process");
     }
     for (const LoadedDb& db : user_)
-        if (const TuningEntry* e = exact(db, key, valid))
+        if (const TuningEntry* e = exact(db, key, valid, kernel_hash))
             return done(ConfigSource::user_db, e->config, db.path, fmt::format("tuned on {} at {}", e->device, e->tuned_at));
     for (const LoadedDb& db : shipped_)
-        if (const TuningEntry* e = exact(db, key, valid))
+        if (const TuningEntry* e = exact(db, key, valid, kernel_hash))
             return done(ConfigSource::shipped_db, e->config, db.path, fmt::format("tuned on {} at {}", e->device, e->tuned_at));
     // The nearest usable tuned shape over user then shipped databases (each database's nearest
     // entry that is neither stale nor invalid); ties keep the earlier database.
@@ -188,7 +211,7 @@ std::optional<ConfigChoice> ConfigResolver::lookup(const TuningKey& key, const E
     for (const auto* list : {&user_, &shipped_})
         for (const LoadedDb& db : *list) {
             auto near = db.db.nearest(key, options_.max_distance,
-                                      [&](const TuningEntry& e) { return usable(db, e, key, valid); });
+                                      [&](const TuningEntry& e) { return usable(db, e, key, valid, kernel_hash); });
             if (!near) continue;
             if (best == nullptr || near->second < best_distance) {
                 best = near->first;

@@ -6,7 +6,8 @@
 //   4. the nearest tuned shape of the same op/dtype/flags/arch (log2-space distance, at most
 //      TILEOPS_TUNING_MAX_DISTANCE, default 1.0: e.g. one dimension off by a factor of two),
 //   5. the op's heuristic.
-// Entries tuned with another template (content hash), another NVRTC (the entry's nvrtc_version,
+// Entries tuned with another version of the kernel template their config selects (content hash),
+// another NVRTC (the entry's nvrtc_version,
 // else its file's metadata) or found in a user database whose metadata names another arch are
 // stale: never used, reported once (spdlog warn, once per file and entry) and listed by
 // stale_entries(). Entries the op rejects (invalid config for this device) are skipped the same way.
@@ -29,6 +30,9 @@ inline constexpr const char* kStaleTemplateReason = "tuned with another version 
 
 enum class ConfigSource { memory, user_db, shipped_db, nearest, heuristic };
 std::string to_string(ConfigSource source);
+
+// The content hash of the kernel template a config selects (see TuningKey::template_hash).
+using KernelHash = std::function<std::string(const Config&)>;
 
 struct ConfigChoice {
     Config config;
@@ -59,9 +63,13 @@ public:
     // databases (exact), the nearest usable tuned shape (user then shipped; see
     // TuningDb::nearest), the heuristic. Thread-safe; the heuristic is called without the lock.
     // `valid` returns why an entry's config cannot run this problem here; it is called with the
-    // resolver's lock held, so it must not call back into the resolver. Throws FileError when
-    // a user database cannot be read or is not a tuning database.
-    ConfigChoice choose(const TuningKey& key, const std::function<Config()>& heuristic, const EntryValidator& valid);
+    // resolver's lock held, so it must not call back into the resolver. `kernel_hash` gives the
+    // content hash of the kernel template a config selects now (called after `valid` accepted
+    // the config, also under the lock); an entry with another hash is stale. Without it, an
+    // entry is stale when its hash differs from key.template_hash. Throws FileError when a user
+    // database cannot be read or is not a tuning database.
+    ConfigChoice choose(const TuningKey& key, const std::function<Config()>& heuristic, const EntryValidator& valid,
+                        const KernelHash& kernel_hash = {});
 
     // Entries not used so far ("file: key: why", stale or invalid), each once.
     std::vector<std::string> stale_entries() const;
@@ -73,12 +81,18 @@ private:
         TuningDb db;
     };
     void load_once();
-    std::optional<ConfigChoice> lookup(const TuningKey& key, const EntryValidator& valid);
+    std::optional<ConfigChoice> lookup(const TuningKey& key, const EntryValidator& valid, const KernelHash& kernel_hash);
     static std::optional<std::string> invalid_reason(const TuningEntry& entry, const EntryValidator& valid);
+    // Why `entry` cannot serve `key`: a config the op refuses, or tuned on another version of the
+    // kernel its config selects (kernel_hash; without it, key.template_hash); nullopt when it can.
+    static std::optional<std::string> unusable_reason(const TuningEntry& entry, const TuningKey& key,
+                                                      const EntryValidator& valid, const KernelHash& kernel_hash);
     void report(const std::string& origin, const TuningEntry& entry, const std::string& why);
     // The usable exact match in `db`, reporting stale or rejected look-alikes once.
-    const TuningEntry* exact(const LoadedDb& db, const TuningKey& key, const EntryValidator& valid);
-    bool usable(const LoadedDb& db, const TuningEntry& entry, const TuningKey& key, const EntryValidator& valid);
+    const TuningEntry* exact(const LoadedDb& db, const TuningKey& key, const EntryValidator& valid,
+                             const KernelHash& kernel_hash);
+    bool usable(const LoadedDb& db, const TuningEntry& entry, const TuningKey& key, const EntryValidator& valid,
+                const KernelHash& kernel_hash);
 
     ResolverOptions options_;
     mutable std::mutex mutex_;

@@ -2,29 +2,38 @@
 
 #include <fmt/format.h>
 
-#include "codegen/template_registry.hpp"
-#include "ops/op_factory.hpp"
-#include "util/sha256.hpp"
+#include "jit/template_registry.hpp"
+#include "ops/registry.hpp"
 
 namespace tileops::tuning {
 
 TuningKey tuning_key_for(const detail::OpModel& model, const DeviceInfo& device) {
-    return model.tuning_key(device.arch(), current_template_hash(model));
+    return model.tuning_key(device.arch(), "");
 }
 
-std::string current_template_hash(const detail::OpModel& model) {
-    const codegen::TemplateRegistry& registry = codegen::TemplateRegistry::instance();
-    const std::vector<std::string> files = model.template_files();
-    if (files.size() == 1) return registry.template_hash(files.front());
-    util::Sha256 hash;
-    for (const std::string& file : files) hash.field(registry.template_hash(file));
-    return hash.hex_digest();
+std::string kernel_template_hash(const detail::OpModel& model, const Config& config, const DeviceInfo& device) {
+    const std::vector<int> widths = model.vector_widths(config);
+    const int vec = widths.empty() ? 1 : widths.front();
+    return jit::TemplateRegistry::instance().template_hash(model.plan(config, vec, device).template_file);
+}
+
+TuningKey tuned_key_for(const detail::OpModel& model, const Config& config, const DeviceInfo& device) {
+    return model.tuning_key(device.arch(), kernel_template_hash(model, config, device));
 }
 
 std::optional<std::string> stale_entry_reason(const TuningEntry& entry) {
     try {
         auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
-        if (entry.key.template_hash != current_template_hash(op->model())) return std::string(kStaleTemplateReason);
+        const DeviceInfo device = DeviceInfo::for_arch(entry.key.arch);
+        // A hash of no kernel this library has: tuned on another version, whatever its config.
+        const jit::TemplateRegistry& registry = jit::TemplateRegistry::instance();
+        bool known_kernel = false;
+        for (const jit::TemplateFile& file : registry.files())
+            known_kernel = known_kernel || registry.template_hash(file.path) == entry.key.template_hash;
+        if (!known_kernel) return std::string(kStaleTemplateReason);
+        if (auto why = op->model().invalid_reason(entry.config, device)) return fmt::format("invalid config: {}", *why);
+        if (entry.key.template_hash != kernel_template_hash(op->model(), entry.config, device))
+            return std::string(kStaleTemplateReason);
         return std::nullopt;
     } catch (const std::exception& error) {
         return fmt::format("not a problem of this library: {}", error.what());
@@ -42,7 +51,8 @@ Config heuristic_that_fits(const detail::OpModel& model, const DeviceInfo& devic
 ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& model, const DeviceInfo& device) {
     return resolver.choose(
         tuning_key_for(model, device), [&] { return heuristic_that_fits(model, device); },
-        [&](const TuningEntry& entry) { return model.invalid_reason(entry.config, device); });
+        [&](const TuningEntry& entry) { return model.invalid_reason(entry.config, device); },
+        [&](const Config& config) { return kernel_template_hash(model, config, device); });
 }
 
 std::string config_text(const Config& config) {

@@ -6,19 +6,26 @@
 #include <optional>
 #include <string>
 
-#include "ops/op_model.hpp"
+#include "core/op_model.hpp"
 #include "tuning/config_choice.hpp"
 
 namespace tileops::tuning {
 
-// The op's tuning key on `device`'s arch, with the current template hash.
+// The op's tuning key on `device`'s arch, to look a config up with (no template hash: that
+// depends on the config).
 TuningKey tuning_key_for(const detail::OpModel& model, const DeviceInfo& device);
 
-// The content hash of the op's kernel template as this library embeds it.
-std::string current_template_hash(const detail::OpModel& model);
+// The key of an entry that records `config` for the op on `device`: with the content hash of the
+// kernel template the config selects (as this library embeds it).
+TuningKey tuned_key_for(const detail::OpModel& model, const Config& config, const DeviceInfo& device);
 
-// Why this library would never use `entry` on any device (tuned with another version of its op's
-// kernel template, or for a problem it does not know), or nullopt when it would.
+// The content hash of the kernel template `config` selects for the op on `device` (the template
+// of its widest vector width: the kernel the autotuner times). Throws what plan() throws for a
+// config the op cannot run.
+std::string kernel_template_hash(const detail::OpModel& model, const Config& config, const DeviceInfo& device);
+
+// Why this library would never use `entry` (tuned with another version of the kernel template
+// its config selects, or for a problem or arch it does not know), or nullopt when it would.
 std::optional<std::string> stale_entry_reason(const TuningEntry& entry);
 
 // The op's heuristic config, or, where `device` cannot run it (less shared memory than the

@@ -11,9 +11,9 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/log.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
+#include "util/log.hpp"
 
 namespace tileops {
 namespace {
@@ -396,7 +396,7 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         } catch (const EntryError& e) {
             reason = e.message;
         }
-        runtime::logger().warn("tileops: skipping tuning entry {}: {}", source, reason);
+        util::logger().warn("tileops: skipping tuning entry {}: {}", source, reason);
         db.rejected_.push_back({source, i, reason});
     }
     sort_keeping_best(db.entries_);
@@ -469,7 +469,8 @@ std::optional<std::pair<const TuningEntry*, double>> TuningDb::nearest(
     std::vector<std::pair<double, const TuningEntry*>> within;
     for (const TuningEntry& e : entries_) {
         if (e.key.op != key.op || e.key.dtype != key.dtype || e.key.flags != key.flags || e.key.arch != key.arch ||
-            e.key.template_hash != key.template_hash || e.key.shape.size() != key.shape.size())
+            (!key.template_hash.empty() && e.key.template_hash != key.template_hash) ||
+            e.key.shape.size() != key.shape.size())
             continue;
         const double distance = shape_distance(e.key.shape, key.shape);
         if (std::isfinite(distance) && distance <= max_distance) within.emplace_back(distance, &e);
@@ -524,7 +525,7 @@ void TuningDb::save(const std::filesystem::path& path) const {
         if (!text) throw FileError(fmt::format("tileops: cannot read {} to merge into it", path.string()));
         on_disk = parse(*text, path.string());
         if (!on_disk.rejected().empty())
-            runtime::logger().warn("tileops: rewriting tuning database {} drops its {} malformed entries", path.string(),
+            util::logger().warn("tileops: rewriting tuning database {} drops its {} malformed entries", path.string(),
                                    on_disk.rejected().size());
     }
     // Entries of other archs may share a file only when neither names an arch in its metadata.

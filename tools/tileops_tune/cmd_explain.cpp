@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ops/op_factory.hpp"
+#include "ops/registry.hpp"
 #include "tileops/error.hpp"
 #include "tileops_tune/command_runner.hpp"
 #include "tileops_tune/commands.hpp"
@@ -33,8 +33,11 @@ int cmd_explain(int argc, char** argv) {
             for (const auto& spec : problems) {
                 auto op = detail::make_op(spec);
                 tuning::ConfigChoice choice = tuning::choose_config(resolver, op->model(), device);
-                // The hash a tuned entry must carry to apply (entries of edited templates are stale).
-                const std::string hash = tuning::current_template_hash(op->model());
+                // The hash an entry with this config must carry to apply: that of the kernel
+                // template the config selects (entries tuned on an edited kernel are stale).
+                std::string hash = "none: the config cannot run here";
+                if (!op->model().invalid_reason(choice.config, device))
+                    hash = tuning::kernel_template_hash(op->model(), choice.config, device);
                 out.push_back({{"problem", describe(spec)},
                                {"arch", arch},
                                {"template_hash", hash},

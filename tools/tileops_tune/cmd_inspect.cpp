@@ -9,12 +9,12 @@
 
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
-#include "util/file_util.hpp"
 #include "tileops_tune/command_runner.hpp"
 #include "tileops_tune/commands.hpp"
 #include "tileops_tune/output.hpp"
 #include "tileops_tune/resolver_setup.hpp"
 #include "tuning/op_config.hpp"
+#include "util/file_util.hpp"
 
 namespace tileops::cli {
 namespace {

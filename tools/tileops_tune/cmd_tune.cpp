@@ -7,7 +7,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/compiler.hpp"
+#include "autotune/autotuner.hpp"
+#include "jit/compiler.hpp"
 #include "tileops/tileops.hpp"
 #include "tileops/tuning_db.hpp"
 #include "tileops_tune/command_runner.hpp"
@@ -15,7 +16,6 @@
 #include "tileops_tune/output.hpp"
 #include "tileops_tune/problems.hpp"
 #include "tileops_tune/resolver_setup.hpp"
-#include "tuning/autotuner.hpp"
 #include "util/clock.hpp"
 #include "util/file_util.hpp"
 
@@ -99,7 +99,7 @@ int cmd_tune(int argc, char** argv) {
             meta.gpu_name = device.name;
             meta.arch = device.arch();
             meta.driver = fmt::format("{}.{}", device.driver_version / 1000, (device.driver_version % 1000) / 10);
-            meta.nvrtc_version = runtime::nvrtc_version();
+            meta.nvrtc_version = jit::nvrtc_version();
             meta.created_at = util::utc_timestamp();
             meta.sources = {fmt::format("tileops-tune on {}", device.name)};
             if (existing) (void)TuningDb::merge(*existing, db);  // refuses a file of another arch now

@@ -5,9 +5,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ops/op_factory.hpp"
-#include "ops/op_model.hpp"
-#include "ops/op_state.hpp"
+#include "autotune/operand_buffers.hpp"
+#include "autotune/timing.hpp"
+#include "core/op_model.hpp"
+#include "ops/registry.hpp"
+#include "runtime/op_state.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "tileops/tileops.hpp"
 #include "tileops_tune/command_runner.hpp"
@@ -15,8 +17,6 @@
 #include "tileops_tune/output.hpp"
 #include "tileops_tune/resolver_setup.hpp"
 #include "tuning/op_config.hpp"
-#include "tuning/operand_buffers.hpp"
-#include "tuning/timing.hpp"
 
 namespace tileops::cli {
 
@@ -48,7 +48,7 @@ int cmd_verify(int argc, char** argv) {
                 try {
                     auto op = detail::make_op({e.key.op, e.key.shape, e.key.dtype, e.key.flags});
                     const detail::OpModel& model = op->model();
-                    if (tuning::current_template_hash(model) != e.key.template_hash)
+                    if (tuning::kernel_template_hash(model, e.config, device) != e.key.template_hash)
                         throw Error(fmt::format("stale: {}", tuning::kStaleTemplateReason));
                     tuning::OperandBuffers buffers(model, 1);
                     const int vec = op->vector_width(buffers.inputs(), buffers.outputs());

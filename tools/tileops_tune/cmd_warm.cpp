@@ -7,12 +7,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "ops/op_factory.hpp"
+#include "core/op_model.hpp"
+#include "jit/compiler.hpp"
+#include "jit/disk_cache.hpp"
+#include "jit/kernel_builder.hpp"
+#include "ops/registry.hpp"
 #include "tileops/error.hpp"
-#include "ops/op_model.hpp"
-#include "runtime/compiler.hpp"
-#include "runtime/disk_cache.hpp"
-#include "runtime/kernel_builder.hpp"
 #include "tileops/tuning_db.hpp"
 #include "tileops_tune/command_runner.hpp"
 #include "tileops_tune/commands.hpp"
@@ -59,7 +59,7 @@ int cmd_warm(int argc, char** argv) {
         },
         [](const cxxopts::ParseResult& args) {
             const std::string arch = target_arch(args);
-            runtime::check_arch_supported(arch);
+            jit::check_arch_supported(arch);
             const DeviceInfo device = DeviceInfo::for_arch(arch);
             std::vector<std::string> dbs;
             if (args.count("db")) dbs = args["db"].as<std::vector<std::string>>();
@@ -103,8 +103,8 @@ int cmd_warm(int argc, char** argv) {
 
             std::filesystem::path cache_dir =
                 args.count("cache-dir") ? std::filesystem::path(args["cache-dir"].as<std::string>())
-                                        : runtime::DiskCache::default_directory();
-            runtime::KernelBuilder builder(cache_dir, runtime::DiskCache::default_max_bytes(), true);
+                                        : jit::DiskCache::default_directory();
+            jit::KernelBuilder builder(cache_dir, jit::DiskCache::default_max_bytes(), true);
             std::vector<Kernel> list(kernels.begin(), kernels.end());
             std::atomic<size_t> next{0}, done{0}, compiled{0};
             std::vector<std::string> failures(list.size());

@@ -14,5 +14,6 @@ int cmd_show(int argc, char** argv);
 int cmd_merge(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_explain(int argc, char** argv);
+int cmd_rekey(int argc, char** argv);
 
 }  // namespace tileops::cli

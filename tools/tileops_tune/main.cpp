@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/log.hpp"
 #include "tileops_tune/commands.hpp"
+#include "util/log.hpp"
 
 namespace {
 
@@ -24,6 +24,7 @@ const Command kCommands[] = {
     {"merge", tileops::cli::cmd_merge, "merge databases, keeping the faster entry per key"},
     {"verify", tileops::cli::cmd_verify, "re-time a database's entries on this GPU and report drift"},
     {"explain", tileops::cli::cmd_explain, "which config a problem would get, and why"},
+    {"rekey", tileops::cli::cmd_rekey, "re-key entries to this build's kernel templates (after proving the kernels unchanged)"},
 };
 
 void usage(std::FILE* out) {
@@ -36,7 +37,7 @@ void usage(std::FILE* out) {
 
 int main(int argc, char** argv) {
     // The library logs to stderr (its "tileops" logger), so --json output on stdout stays parseable.
-    tileops::runtime::configure_logging();
+    tileops::util::configure_logging();
     if (argc < 2) {
         usage(stderr);
         return 2;

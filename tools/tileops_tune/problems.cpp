@@ -9,12 +9,27 @@
 
 namespace tileops::cli {
 
+namespace {
+
+// "rmsnorm: rows x cols [residual]; ..." for every op of the registry.
+std::string op_help(bool flags) {
+    std::vector<std::string> lines;
+    for (const detail::OpFamily& family : detail::op_families())
+        for (const detail::OpKind& kind : family.ops) {
+            if (flags && kind.flags.empty()) continue;
+            lines.push_back(fmt::format("{}: {}", kind.name, flags ? kind.flags : kind.shape));
+        }
+    return fmt::format("{}", fmt::join(lines, "; "));
+}
+
+}  // namespace
+
 void add_problem_options(cxxopts::Options& options) {
     options.add_options("problem")
         ("op", "operation: " + fmt::format("{}", fmt::join(detail::known_ops(), ", ")), cxxopts::value<std::string>())
-        ("shape", "problem shape, e.g. 8192x4096 (rows x cols); gemm: MxNxK or BxMxNxK; decode_attention: batch x heads x kv_heads x head_dim x q_len x max_kv_len; flash_attention: batch x heads x kv_heads x head_dim x seqlen_q x seqlen_k", cxxopts::value<std::string>())
+        ("shape", "problem shape, e.g. 8192x4096; per op: " + op_help(false), cxxopts::value<std::string>())
         ("dtype", "fp32, fp16, bf16, or in->out such as bf16->fp32", cxxopts::value<std::string>()->default_value("bf16"))
-        ("flags", "op options: residual (rmsnorm), broadcast_b (add, mul); gemm: nt, beta, bias, gelu or silu; decode_attention: pageN (a paged KV cache of N-token pages), kv_fp8 (an fp8 e4m3 cache); flash_attention: causal, windowN, varlen", cxxopts::value<std::string>()->default_value(""))
+        ("flags", "op options, comma-separated: " + op_help(true), cxxopts::value<std::string>()->default_value(""))
         ("workload", "JSON workload file with a list of problems", cxxopts::value<std::string>());
 }
 

@@ -7,7 +7,7 @@
 
 #include <cxxopts.hpp>
 
-#include "ops/op_factory.hpp"
+#include "ops/registry.hpp"
 
 namespace tileops::cli {
 

@@ -2,22 +2,22 @@
 
 #include <fmt/format.h>
 
-#include "runtime/compiler.hpp"
-#include "runtime/device.hpp"
+#include "cuda/device.hpp"
+#include "jit/compiler.hpp"
 #include "tileops/error.hpp"
 
 namespace tileops::cli {
 
 std::string target_arch(const cxxopts::ParseResult& args) {
     if (args.count("arch")) return args["arch"].as<std::string>();
-    if (runtime::device_count() > 0) return runtime::query_device(0).arch();
+    if (cuda::device_count() > 0) return cuda::query_device(0).arch();
     throw InvalidArgument("no GPU found: give --arch (e.g. --arch sm_90a)");
 }
 
 tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<std::string>& user_dbs) {
     tuning::ResolverOptions options;
     options.arch = arch;
-    options.nvrtc_version = runtime::nvrtc_version();
+    options.nvrtc_version = jit::nvrtc_version();
     options.user_dbs = user_dbs;
     return tuning::ConfigResolver(options);
 }

@@ -1,0 +1,95 @@
+#include "autotune/operand_buffers.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "util/host_dtype.hpp"
+#include "util/parallel_for.hpp"
+
+namespace tileops::tuning {
+namespace {
+
+size_t extent_bytes(const detail::OperandSpec& spec) {
+    const long long rows = spec.rows == 0 ? 1 : spec.rows;
+    return static_cast<size_t>((rows - 1) * spec.stride + spec.cols) * dtype_size(spec.dtype);
+}
+
+std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, std::mt19937_64& rng) {
+    std::vector<uint8_t> host(bytes);
+    const size_t element = dtype_size(spec.dtype);
+    const size_t n = bytes / element;
+    if (spec.fill == detail::OperandFill::random) {
+        std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+        for (size_t i = 0; i < n; ++i) util::encode_value(spec.dtype, dist(rng), &host[i * element]);
+        return host;
+    }
+    const long long modulus = spec.fill_value > 0 ? spec.fill_value : 1;
+    for (size_t i = 0; i < n; ++i) {
+        // 7919 is prime, so i -> i * 7919 mod a modulus it does not divide is a permutation.
+        long long value = spec.fill_value;
+        if (spec.fill == detail::OperandFill::scrambled_index)
+            value = static_cast<long long>((i * 7919u + 13u) % static_cast<size_t>(modulus));
+        else if (spec.fill == detail::OperandFill::multiples)
+            value = static_cast<long long>(i) * spec.fill_value;
+        const int32_t index = static_cast<int32_t>(value);
+        if (spec.dtype == DType::int32) std::memcpy(&host[i * element], &index, sizeof index);
+        else util::encode_value(spec.dtype, static_cast<float>(value), &host[i * element]);
+    }
+    return host;
+}
+
+}  // namespace
+
+OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed) : specs_(model.operands()) {
+    std::mt19937_64 rng(seed);
+    buffers_.reserve(specs_.size());
+    for (const auto& spec : specs_) {
+        const size_t bytes = extent_bytes(spec);
+        buffers_.emplace_back(bytes);
+        bytes_moved_ += spec.bytes();
+        if (spec.output) {
+            buffers_.back().fill_bytes(0xff);
+            outputs_.emplace_back(buffers_.back().data());
+        } else {
+            std::vector<uint8_t> host = input_bytes(spec, bytes, rng);
+            buffers_.back().upload(host.data(), bytes);
+            inputs_.emplace_back(buffers_.back().data());
+        }
+    }
+}
+
+void OperandBuffers::poison_outputs() {
+    for (size_t i = 0; i < specs_.size(); ++i)
+        if (specs_[i].output) buffers_[i].fill_bytes(0xff);
+}
+
+std::vector<float> OperandBuffers::download_outputs() const {
+    // Outputs of long-row problems reach 10^8 elements: one allocation, decoded on every core.
+    auto rows_of = [](const auto& spec) { return spec.rows == 0 ? size_t{1} : static_cast<size_t>(spec.rows); };
+    size_t count = 0;
+    for (const auto& spec : specs_)
+        if (spec.output) count += rows_of(spec) * static_cast<size_t>(spec.cols);
+    std::vector<float> values(count);
+    size_t base = 0;
+    for (size_t i = 0; i < specs_.size(); ++i) {
+        if (!specs_[i].output) continue;
+        const auto& spec = specs_[i];
+        std::vector<uint8_t> host(buffers_[i].size());
+        buffers_[i].download(host.data(), host.size());
+        const size_t element = dtype_size(spec.dtype);
+        const size_t rows = rows_of(spec);
+        const size_t cols = static_cast<size_t>(spec.cols), stride = static_cast<size_t>(spec.stride);
+        util::parallel_for_chunks(rows, std::max<size_t>(1, (1 << 18) / std::max<size_t>(cols, 1)),
+                                  [&](size_t, size_t begin, size_t end) {
+                                      for (size_t r = begin; r < end; ++r)
+                                          for (size_t c = 0; c < cols; ++c)
+                                              values[base + r * cols + c] =
+                                                  util::decode_value(spec.dtype, &host[(r * stride + c) * element]);
+                                  });
+        base += rows * cols;
+    }
+    return values;
+}
+
+}  // namespace tileops::tuning

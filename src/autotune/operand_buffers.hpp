@@ -1,0 +1,36 @@
+// Device buffers for every operand of an op, inputs filled with random values (never zeros),
+// outputs poisoned; for the autotuner and benchmarks.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/op_model.hpp"
+#include "cuda/device.hpp"
+#include "tileops/tensor.hpp"
+
+namespace tileops::tuning {
+
+class OperandBuffers {
+public:
+    OperandBuffers(const detail::OpModel& model, uint64_t seed);
+
+    Inputs inputs() const { return Inputs(inputs_.data(), inputs_.size()); }
+    Outputs outputs() const { return Outputs(outputs_.data(), outputs_.size()); }
+
+    // Sets every output byte to 0xff (NaN in every float dtype).
+    void poison_outputs();
+    // The outputs as floats, concatenated (for comparing candidates).
+    std::vector<float> download_outputs() const;
+    // Bytes the op must move: each input read once, each output written once.
+    double bytes_moved() const { return bytes_moved_; }
+
+private:
+    std::vector<detail::OperandSpec> specs_;
+    std::vector<cuda::DeviceBuffer> buffers_;
+    std::vector<TensorArg> inputs_;
+    std::vector<OutputArg> outputs_;
+    double bytes_moved_ = 0;
+};
+
+}  // namespace tileops::tuning

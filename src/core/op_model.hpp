@@ -1,0 +1,135 @@
+// What the runtime, the autotuner and tileops-tune need to know about an op's problem: its tuning
+// key, heuristic config, search space, config checks and, for a config, which kernel to launch how.
+// Each op family implements one OpModel in its own file (rmsnorm.cpp, softmax.cpp, ...).
+#pragma once
+
+#include <cuda.h>
+
+#include <any>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tileops/device_info.hpp"
+#include "tileops/tensor.hpp"
+#include "tileops/tuning_db.hpp"
+
+namespace tileops::detail {
+
+struct ResolvedLaunch;
+
+// A kernel instantiation and its launch geometry for one problem.
+struct LaunchPlan {
+    std::string template_file;    // under kernel_templates/, e.g. "rows/rmsnorm.cuh"
+    std::string name_expression;  // e.g. "tileops::rmsnorm_kernel<float, float, 256, 1, 4, 4, 1, false>"
+    unsigned grid[3] = {1, 1, 1};
+    unsigned block[3] = {1, 1, 1};
+    unsigned cluster = 1;          // CTAs per cluster along x (sm_90+)
+    unsigned shared_bytes = 0;     // dynamic shared memory
+    // The kernel walks its work in steps of gridDim.x (a persistent grid sized to the device):
+    // the runtime shrinks grid[0] to the blocks (clusters) that can be resident at once, because
+    // a block that waits for another to leave would run its share of the work after everyone else.
+    bool persistent = false;
+    // What the op's launch needs beside the function and geometry, as a type of its family (the
+    // GEMM's GemmTmaLaunch: its TMA boxes and split-K workspace); empty when nothing.
+    std::any details;
+    // A second kernel of the same template file, launched right after the first on the same stream
+    // with the same arguments and no dynamic shared memory (e.g. the merge of split partial
+    // results, spread over many blocks); empty: none.
+    std::string follow_up_name_expression;
+    unsigned follow_up_grid[3] = {1, 1, 1};
+    unsigned follow_up_block[3] = {1, 1, 1};
+
+    // Every kernel this plan launches (one or two name expressions).
+    std::vector<std::string> name_expressions() const {
+        std::vector<std::string> names{name_expression};
+        if (!follow_up_name_expression.empty()) names.push_back(follow_up_name_expression);
+        return names;
+    }
+};
+
+// How tools fill an input operand: random values in [-2, 2] (never all zeros), or, for int32
+// index operands, every element `fill_value` (e.g. sequence lengths), a scrambled index in
+// [0, fill_value) (e.g. a page table) or element i = i * fill_value (e.g. offsets of sequences
+// of equal length).
+enum class OperandFill { random, constant, scrambled_index, multiples };
+
+// One operand of run(), in order: inputs first, then outputs.
+struct OperandSpec {
+    std::string name;
+    DType dtype;
+    long long rows;    // 0 for a vector of `cols` elements
+    long long cols;
+    long long stride;  // elements between rows
+    bool output;
+    OperandFill fill = OperandFill::random;
+    long long fill_value = 0;
+    // Rows the op reads when it reads only some (a table it gathers rows from); -1: every row.
+    long long rows_read = -1;
+    // Bytes the op must move for this operand (read once or written once).
+    double bytes() const {
+        const long long moved_rows = rows == 0 ? 1 : rows_read >= 0 ? rows_read : rows;
+        return static_cast<double>(moved_rows * cols) * dtype_size(dtype);
+    }
+};
+
+class OpModel {
+public:
+    virtual ~OpModel() = default;
+
+    virtual std::string op_name() const = 0;        // "rmsnorm"
+    virtual std::vector<long long> shape() const = 0;
+    virtual std::string dtype_key() const = 0;      // "bf16" or "bf16->fp32"
+    virtual std::string flags() const = 0;          // layout/options that change the kernel, "" if none
+
+    // A config good enough for a problem that was never tuned.
+    virtual Config heuristic(const DeviceInfo& device) const = 0;
+    // Every config worth timing on `device` (already pruned by invalid_reason).
+    virtual std::vector<Config> search_space(const DeviceInfo& device) const = 0;
+    // Why `config` cannot run this problem on `device`, or nullopt when it can.
+    virtual std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const = 0;
+    // Vector widths run() may launch with for `config`: the widest for aligned pointers, and
+    // narrower ones for misaligned pointers (so `warm` can compile all of them).
+    virtual std::vector<int> vector_widths(const Config& config) const = 0;
+    virtual LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const = 0;
+    // The operands of run() in order, for tools that allocate them (autotuner, benchmarks).
+    virtual std::vector<OperandSpec> operands() const = 0;
+    // Checks run()'s operands (counts, null and misaligned pointers, views, overlaps: throws
+    // InvalidArgument naming the argument) and returns the widest vector width their shape and
+    // alignment allow.
+    virtual int vector_width(Inputs inputs, Outputs outputs) const = 0;
+    // Launches a resolved kernel of this problem on operands that passed vector_width(): packs
+    // the kernel's parameters and calls detail::launch.
+    virtual void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const = 0;
+
+    // Device scratch memory a launch with `config` needs (e.g. split-KV partial results). The
+    // runtime allocates it, zeroed, when it resolves the launch; the kernel must leave it as it
+    // needs to find it next time (counters back at zero).
+    virtual size_t workspace_bytes(const Config& /*config*/) const { return 0; }
+
+    // "rmsnorm 8192x4096 bf16 [residual]".
+    std::string describe() const;
+    TuningKey tuning_key(const std::string& arch, const std::string& template_hash) const;
+
+protected:
+    // The candidates invalid_reason() accepts on `device` (for search_space()).
+    std::vector<Config> valid_configs(const std::vector<Config>& candidates, const DeviceInfo& device) const;
+};
+
+// The C++ type name of a dtype inside templates: "float", "__half", "__nv_bfloat16".
+const char* device_type_name(DType dtype) noexcept;
+
+// The largest value of any tunable (the largest real one is 1024 threads).
+inline constexpr long long kMaxConfigValue = 1 << 20;
+
+// Why `threads` cannot be a block on `device` (not a multiple of 32 in [32, its maximum]), or
+// nullopt.
+std::optional<std::string> block_threads_reason(long long threads, const DeviceInfo& device);
+// Why `vec` cannot be a vector width of at most `max_vec` elements (a power of two), or nullopt.
+std::optional<std::string> vector_width_reason(long long vec, long long max_vec);
+
+// Reads a named tunable; throws InvalidArgument naming the op and the key when it is missing or
+// outside [0, kMaxConfigValue].
+long long config_value(const Config& config, const char* name, const std::string& op);
+
+}  // namespace tileops::detail

@@ -1,0 +1,81 @@
+#include "core/problem_spec.hpp"
+
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "tileops/error.hpp"
+
+namespace tileops::detail {
+
+std::vector<long long> parse_shape(const std::string& text) {
+    std::vector<long long> shape;
+    std::stringstream stream(text);
+    std::string part;
+    while (std::getline(stream, part, 'x')) {
+        if (part.empty()) continue;
+        size_t used = 0;
+        long long value = 0;
+        try {
+            value = std::stoll(part, &used);
+        } catch (...) {
+            used = 0;
+        }
+        if (used != part.size() || value < 1)
+            throw InvalidArgument(fmt::format("tileops: shape '{}' is not like 8192x4096 (positive integers)", text));
+        shape.push_back(value);
+    }
+    if (shape.empty()) throw InvalidArgument(fmt::format("tileops: shape '{}' is empty", text));
+    return shape;
+}
+
+std::vector<std::string> split_flags(const std::string& flags) {
+    std::vector<std::string> parts;
+    std::stringstream stream(flags);
+    std::string part;
+    while (std::getline(stream, part, ','))
+        if (!part.empty()) parts.push_back(part);
+    return parts;
+}
+
+std::optional<long long> flag_number(const std::string& flag, const std::string& prefix) {
+    if (flag.size() <= prefix.size() || flag.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+    try {
+        return std::stoll(flag.substr(prefix.size()));
+    } catch (...) {
+        return std::nullopt;
+    }
+}
+
+DTypePair parse_dtype_pair(const std::string& text) {
+    auto arrow = text.find("->");
+    if (arrow == std::string::npos) {
+        DType d = parse_dtype(text);
+        return {d, d};
+    }
+    return {parse_dtype(text.substr(0, arrow)), parse_dtype(text.substr(arrow + 2))};
+}
+
+void require_rank(const ProblemSpec& spec, size_t rank, const char* layout) {
+    if (spec.shape.size() != rank)
+        throw InvalidArgument(fmt::format("tileops: {} needs a shape {}, got {} dimension(s)", spec.op, layout,
+                                          spec.shape.size()));
+}
+
+PagedCache paged_cache(const std::string& op, const std::vector<std::string>& flags, long long batch,
+                       long long max_kv_len) {
+    PagedCache cache;
+    for (const std::string& flag : flags) {
+        const long long page = flag_number(flag, "page").value_or(0);
+        if (page <= 0) throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to {} (pageN)", flag, op));
+        cache.page_size = page;
+        // Checked: the sizes are validated by the op's constructor, after this arithmetic.
+        cache.max_pages_per_seq = max_kv_len / page + (max_kv_len % page != 0 ? 1 : 0);
+        if (__builtin_mul_overflow(batch, cache.max_pages_per_seq, &cache.num_pages))
+            throw InvalidArgument(fmt::format("tileops: {}: a page pool of {} x {} pages does not fit 64 bits", op,
+                                              batch, cache.max_pages_per_seq));
+    }
+    return cache;
+}
+
+}  // namespace tileops::detail

@@ -1,0 +1,176 @@
+#include "core/validation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "tileops/error.hpp"
+
+namespace tileops::detail {
+
+void check_extent(const char* op, int64_t rows, int64_t cols) {
+    if (rows < 1) throw InvalidArgument(fmt::format("tileops::{}: rows must be >= 1, got {}", op, rows));
+    if (cols < 1) throw InvalidArgument(fmt::format("tileops::{}: cols must be >= 1, got {}", op, cols));
+    if (rows > std::numeric_limits<int64_t>::max() / cols)
+        throw InvalidArgument(fmt::format("tileops::{}: rows x cols = {} x {} overflows", op, rows, cols));
+    if (cols > (int64_t{1} << 40))
+        throw InvalidArgument(fmt::format("tileops::{}: cols = {} is larger than supported (2^40)", op, cols));
+}
+
+int64_t row_stride(const char* op, const char* argument, int64_t stride, int64_t cols) {
+    if (stride == 0) return cols;
+    if (stride < cols)
+        throw InvalidArgument(fmt::format("tileops::{}: {} = {} is smaller than a row (cols = {}); rows may not overlap",
+                                          op, argument, stride, cols));
+    return stride;
+}
+
+void check_count(const char* op, const char* which, size_t given, size_t expected, const char* names) {
+    if (given != expected)
+        throw InvalidArgument(fmt::format("tileops::{}: expected {} {} ({}), got {}", op, expected, which, names, given));
+}
+
+RowsSpan check_operand(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                       int64_t rows, int64_t cols, int64_t stride) {
+    if (data == nullptr) throw InvalidArgument(fmt::format("tileops::{}: argument '{}' is a null pointer", op, argument));
+    const size_t element = dtype_size(dtype);
+    const RowsSpan span = rows == 0 ? RowsSpan{argument, data, 1, cols, cols, element}
+                                    : RowsSpan{argument, data, rows, cols, stride, element};
+    if (reinterpret_cast<uintptr_t>(data) % element != 0)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' ({}) is not aligned to its element size ({} bytes)",
+                                          op, argument, data, element));
+    if (view == nullptr) return span;
+    if (view->dtype != dtype)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has dtype {}, expected {}", op, argument,
+                                          dtype_name(view->dtype), dtype_name(dtype)));
+    if (rows == 0) {
+        if (view->rank != 1 || view->shape[0] != cols || (cols > 1 && view->strides[0] != 1))
+            throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must be a contiguous vector of {} elements",
+                                              op, argument, cols));
+        return span;
+    }
+    if (view->rank != 2 || view->shape[0] != rows || view->shape[1] != cols)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have shape [{}, {}] (rank 2), got rank {} [{}, {}]",
+                                          op, argument, rows, cols, view->rank, view->shape[0], view->shape[1]));
+    if (view->strides[1] != 1 || (rows > 1 && view->strides[0] != stride))
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}, 1] as in the problem, got [{}, {}]",
+                                          op, argument, stride, view->strides[0], view->strides[1]));
+    return span;
+}
+
+void check_positive_finite(const char* op, const char* name, float value) {
+    if (!(value > 0.0f) || !std::isfinite(value))
+        throw InvalidArgument(fmt::format("tileops::{}: {} must be positive and finite, got {}", op, name, value));
+}
+
+void check_float_dtype(const char* op, const char* argument, DType dtype) {
+    if (dtype != DType::fp32 && dtype != DType::fp16 && dtype != DType::bf16)
+        throw InvalidArgument(fmt::format("tileops::{}: {} must be fp32, fp16 or bf16, got {}", op, argument,
+                                          dtype_name(dtype)));
+}
+
+void check_tensor(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                  std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, size_t alignment,
+                  const char* dims) {
+    if (data == nullptr) throw InvalidArgument(fmt::format("tileops::{}: argument '{}' is a null pointer", op, argument));
+    if (reinterpret_cast<uintptr_t>(data) % alignment != 0)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' ({}) must be aligned to {} bytes", op, argument,
+                                          data, alignment));
+    if (view == nullptr) return;
+    if (view->dtype != dtype)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has dtype {}, expected {}", op, argument,
+                                          dtype_name(view->dtype), dtype_name(dtype)));
+    // No copies: run() checks operands on the hot path, which must not allocate.
+    const int64_t* want_shape = shape.begin();
+    const int64_t* want_strides = strides.begin();
+    const int rank = static_cast<int>(shape.size());
+    if (view->rank < 0 || view->rank > TensorView::kMaxRank)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has rank {}, expected {} ({})", op, argument,
+                                          view->rank, rank, dims));
+    bool same = view->rank == rank;
+    for (int d = 0; same && d < rank; ++d) same = view->shape[d] == want_shape[d];
+    if (!same)
+        throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have shape {} = [{}], got rank {} [{}]", op,
+                                          argument, dims, fmt::join(shape, ", "), view->rank,
+                                          fmt::join(view->shape.begin(), view->shape.begin() + view->rank, ", ")));
+    for (int d = 0; d < rank; ++d)
+        if (want_shape[d] > 1 && view->strides[d] != want_strides[d])
+            throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}] as in the problem, got [{}]",
+                                              op, argument, fmt::join(strides, ", "),
+                                              fmt::join(view->strides.begin(), view->strides.begin() + rank, ", ")));
+}
+
+bool outputs_conflict(const RowsSpan& output, const RowsSpan& other, bool in_place_ok) {
+    auto bytes = [](const RowsSpan& x, int64_t elements) { return elements * static_cast<int64_t>(x.element); };
+    auto extent = [&](const RowsSpan& x) {  // from the first element to one past the last
+        return static_cast<uint64_t>(bytes(x, (x.batch - 1) * x.batch_stride + (x.rows - 1) * x.stride + x.cols));
+    };
+    const auto out0 = reinterpret_cast<uintptr_t>(output.data), other0 = reinterpret_cast<uintptr_t>(other.data);
+    if (out0 >= other0 + extent(other) || other0 >= out0 + extent(output)) return false;
+    if (in_place_ok && output.data == other.data && output.stride == other.stride && output.element == other.element &&
+        (output.batch == 1 || output.batch_stride == other.batch_stride))
+        return false;
+    // Both spans' rows on one lattice of the same pitch: their column ranges within a pitch decide.
+    const int64_t pitch = bytes(output, output.stride);
+    auto on_lattice = [&](const RowsSpan& x) {
+        return bytes(x, x.stride) == pitch && (x.batch == 1 || bytes(x, x.batch_stride) % pitch == 0);
+    };
+    if (pitch <= 0 || !on_lattice(output) || !on_lattice(other)) return true;
+    const int64_t delta = static_cast<int64_t>(out0 - other0);
+    const int64_t column = ((delta % pitch) + pitch) % pitch;  // where output's rows start within other's pitch
+    return !(column >= bytes(other, other.cols) && column + bytes(output, output.cols) <= pitch);
+}
+
+void check_output_overlap(const char* op, const RowsSpan& output, const RowsSpan& other, bool in_place_ok) {
+    if (outputs_conflict(output, other, in_place_ok))
+        throw InvalidArgument(fmt::format("tileops::{}: output '{}' overlaps '{}' ({})", op, output.name, other.name,
+                                          in_place_ok ? "in place needs the same pointer, row stride and dtype size"
+                                                      : "it must be apart"));
+}
+
+int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts) {
+    int vec = max_vec;
+    for (int64_t count : counts)
+        while (vec > 1 && count % vec != 0) vec >>= 1;
+    return vec;
+}
+
+void check_in_range(const char* op, const char* name, int64_t value, int64_t low, int64_t high) {
+    if (value < low || value > high)
+        throw InvalidArgument(fmt::format("tileops::{}: {} must be in [{}, {}], got {}", op, name, low, high, value));
+}
+
+int64_t stride_or_packed(const char* op, const char* name, int64_t stride, int64_t packed) {
+    if (stride == 0) return packed;
+    if (stride < 0) throw InvalidArgument(fmt::format("tileops::{}: {} must be >= 0, got {}", op, name, stride));
+    return stride;
+}
+
+void check_rows_disjoint(const char* op, int64_t row_elements, std::vector<StridedDim> dims) {
+    std::vector<std::string> given;
+    for (const StridedDim& dim : dims) given.push_back(fmt::format("{} = {}", dim.name, dim.stride));
+    // From the smallest stride up, each stride must clear everything the smaller ones span.
+    std::sort(dims.begin(), dims.end(), [](const StridedDim& a, const StridedDim& b) { return a.stride < b.stride; });
+    int64_t extent = row_elements;
+    for (const StridedDim& dim : dims) {
+        if (dim.count <= 1) continue;
+        if (dim.stride < extent) {
+            const std::string last = given.back();
+            given.pop_back();
+            throw InvalidArgument(fmt::format("tileops::{}: {} and {} make output rows overlap", op,
+                                              fmt::join(given, ", "), last));
+        }
+        extent = (dim.count - 1) * dim.stride + extent;
+    }
+}
+
+void check_offsets_fit(const char* op, const char* count_name, int64_t count, const char* stride_name, int64_t stride) {
+    if (static_cast<double>(count) * static_cast<double>(stride) > 9e18)
+        throw InvalidArgument(fmt::format("tileops::{}: {} x {} ({} x {}) overflows 64-bit offsets", op, count_name,
+                                          stride_name, count, stride));
+}
+
+}  // namespace tileops::detail

@@ -1,0 +1,59 @@
+// "Build a kernel", kept apart from "find a kernel": turns (template, name expression, arch) into
+// a cubin through the disk cache, compiling with NVRTC on a miss. Needs no GPU, so tileops-tune
+// warm can fill a cache for a fleet on a CPU-only machine.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include "jit/disk_cache.hpp"
+
+namespace tileops::jit {
+
+struct KernelBinary {
+    std::string cubin;
+    std::string lowered_name;  // the kernel's symbol in the cubin
+    bool compiled = false;     // true when this call ran NVRTC (a miss), false for a disk hit
+};
+
+// Everything a cubin's validity depends on, and nothing else (no paths).
+struct KernelKeyInputs {
+    std::string translation_unit;  // the rendered source
+    std::string template_hash;     // the template's content hash, with its shared headers
+    std::string name_expression;
+    std::string options;           // the compile options that shape the code
+    std::string nvrtc_version;
+    std::string arch;
+};
+
+// The disk cache key (hex SHA-256) of a kernel.
+std::string kernel_cache_key(const KernelKeyInputs& inputs);
+
+class KernelBuilder {
+public:
+    // allow_compile == false turns a miss into tileops::CacheMiss.
+    KernelBuilder(const std::filesystem::path& cache_dir, uint64_t max_bytes, bool allow_compile);
+
+    // The cache key of a kernel of the current templates and NVRTC.
+    std::string cache_key(const std::string& template_file, const std::string& name_expression,
+                          const std::string& arch) const;
+
+    // Thread-safe; concurrent requests for one key compile once (in this process and across
+    // processes sharing the cache directory).
+    KernelBinary get(const std::string& template_file, const std::string& name_expression, const std::string& arch);
+
+    uint64_t compiled_count() const noexcept { return compiled_.load(); }
+    uint64_t disk_hit_count() const noexcept { return disk_hits_.load(); }
+    DiskCache& cache() noexcept { return cache_; }
+    bool allow_compile() const noexcept { return allow_compile_; }
+
+private:
+    DiskCache cache_;
+    bool allow_compile_;
+    std::atomic<uint64_t> compiled_{0};
+    std::atomic<uint64_t> disk_hits_{0};
+};
+
+}  // namespace tileops::jit

@@ -1,0 +1,177 @@
+#include "ops/decode_attention/decode_attention_config.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/op_model.hpp"
+#include "tileops/decode_attention.hpp"
+#include "tileops/tensor.hpp"
+
+namespace tileops::detail {
+namespace {
+
+long long next_power_of_two(long long n) {
+    long long p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+bool is_power_of_two_up_to(long long value, long long limit) {
+    return value >= 1 && value <= limit && (value & (value - 1)) == 0;
+}
+
+// A split shorter than this spends more on its merge than it saves.
+constexpr long long kMinTokensPerSplit = 128;
+constexpr long long kMaxSplits = 256;
+// The CUDA-core kernel's rows per CTA: the KV head's rows, rounded up to a power of two, 8 at most.
+long long cuda_core_rows(const DecodeShape& s) { return std::min(8LL, next_power_of_two(s.rows_per_kv_head())); }
+
+long long max_useful_splits(const DecodeShape& s) {
+    return std::clamp((s.max_kv_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit, 1LL, kMaxSplits);
+}
+
+}  // namespace
+
+DecodeShape decode_shape(const DecodeAttentionProblem& p) {
+    return {p.batch, p.num_heads, p.num_kv_heads, p.head_dim, p.q_len, p.max_kv_len, p.page_size,
+            static_cast<int>(dtype_size(p.dtype)), p.kv_dtype == DType::fp8_e4m3};
+}
+
+DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
+    const std::string op = "decode_attention";
+    DecodeLaunch l{};
+    l.kernel = static_cast<int>(config_value(config, "kernel", op));
+    l.warps = static_cast<int>(config_value(config, "warps", op));
+    l.stages = static_cast<int>(config_value(config, "stages", op));
+    l.splits = static_cast<int>(config_value(config, "splits", op));
+    size_t ring = 0;
+    if (l.kernel == kDecodeTensorCores) {
+        l.rows = kDecodeMmaRows;
+        l.tile = static_cast<int>(config_value(config, "tile", op));
+        // Must match decode_attention_mma.cuh: per warp and stage, a tile of keys and one of
+        // values, and a word of valid pages; the query tile is static.
+        ring = static_cast<size_t>(l.warps) * l.stages * (2 * l.tile * shape.head_dim * shape.element_bytes + 4);
+        l.static_shared_bytes = static_cast<size_t>(kDecodeMmaRows) * shape.head_dim * shape.element_bytes;
+    } else {
+        l.rows = static_cast<int>(config_value(config, "rows", op));
+        l.unroll = static_cast<int>(config_value(config, "unroll", op));
+        // Must match decode_attention.cuh: 16 bytes per lane, key and value, per unroll step and
+        // stage, plus a byte of flags per lane and stage; the query tile (fp32) is static.
+        ring = static_cast<size_t>(l.warps) * l.stages * 32 * (l.unroll * 2 * 16 + 1);
+        l.static_shared_bytes = static_cast<size_t>(l.rows) * shape.head_dim * sizeof(float);
+    }
+    l.row_blocks = l.rows > 0 ? (shape.rows_per_kv_head() + l.rows - 1) / l.rows : 0;
+    // The ring is reused for the warps' partial results.
+    const size_t partial = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);
+    l.dynamic_shared_bytes = std::max(ring, partial);
+    return l;
+}
+
+namespace {
+
+// Splits for a grid of `ctas` CTAs (batch x kv heads x row blocks): the most that keep the whole
+// grid in one wave of one CTA per SM, i.e. every sequence's KV spread over the SMs once. The tuned
+// H100 problems agree: batch 1 x 8 KV heads took 16 splits at 1k-64k tokens (29, two CTAs per SM,
+// was 20% slower at 4k: twice the partial results to merge), 1 x 32 MHA heads 4, batch 8 x 8 1-2.
+long long heuristic_splits(const DecodeShape& s, long long ctas, const DeviceInfo& device) {
+    return std::clamp<long long>(std::max(device.sm_count, 1) / std::max(ctas, 1LL), 1, max_useful_splits(s));
+}
+
+}  // namespace
+
+Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
+    // The tensor-core kernel for several rows per KV head (GQA, speculative tokens), and for one
+    // row (MHA) once batch x kv heads fills the GPU without splits (H100, tuned: 8 x 32 x 4k MHA
+    // 177 us against 205 on CUDA cores; 1 x 32 x 16k kept the CUDA cores, 100 us).
+    const bool mma = s.rows_per_kv_head() >= 2 || s.batch * s.num_kv_heads >= device.sm_count;
+    if (mma && device.sm() >= 80 && !s.fp8_cache) {
+        // A ring of about 96 KB: three stages of 16 keys for four warps at head dim <= 128, for two
+        // warps at 256.
+        const long long warps = s.head_dim == 256 ? 2 : 4;
+        const Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
+        const DecodeLaunch l = decode_launch(s, config);
+        Config with_splits = config;
+        with_splits["splits"] = heuristic_splits(s, s.batch * s.num_kv_heads * l.row_blocks, device);
+        return with_splits;
+    }
+    const long long rows = cuda_core_rows(s);
+    // Loads run (stages - 1) x unroll steps ahead; many rows need registers for the scores. Two
+    // stages of 8 warps beat deeper rings of fewer warps on the H100 (more CTAs fit per SM).
+    const long long unroll = rows <= 2 ? 4 : 2;
+    const long long ctas = s.batch * s.num_kv_heads * ((s.rows_per_kv_head() + rows - 1) / rows);
+    return {{"kernel", kDecodeCudaCores}, {"rows", rows}, {"warps", 8}, {"unroll", unroll}, {"stages", 2},
+            {"splits", heuristic_splits(s, ctas, device)}};
+}
+
+std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& device) {
+    std::vector<long long> split_options;
+    for (long long splits = 1; splits <= max_useful_splits(s); splits *= 2) split_options.push_back(splits);
+    const Config heuristic = decode_heuristic(s, device);
+    if (std::find(split_options.begin(), split_options.end(), heuristic.at("splits")) == split_options.end())
+        split_options.push_back(heuristic.at("splits"));
+
+    std::vector<Config> configs;
+    const long long rows0 = cuda_core_rows(s);
+    std::vector<long long> row_options{rows0};
+    if (rows0 > 1) row_options.push_back(rows0 / 2);
+    for (long long rows : row_options)
+        for (long long warps : {4, 8})
+            for (long long unroll : {1, 2, 4})
+                for (long long stages : {2, 4})
+                    for (long long splits : split_options)
+                        configs.push_back({{"kernel", kDecodeCudaCores}, {"rows", rows}, {"warps", warps}, {"unroll", unroll},
+                                           {"stages", stages}, {"splits", splits}});
+    // The tensor-core kernel pads a KV head's rows to 16; the MMAs per key are the same for one
+    // row as for sixteen, so it is tried for MHA too.
+    if (device.sm() >= 80 && !s.fp8_cache)
+        for (long long warps : {2, 4, 8})
+            for (long long tile : {16, 32})
+                for (long long stages : {2, 3, 4})
+                    for (long long splits : split_options)
+                        configs.push_back({{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile},
+                                           {"stages", stages}, {"splits", splits}});
+    return configs;
+}
+
+std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Config& config, const DeviceInfo& device) {
+    if (config.find("kernel") == config.end()) return "config has no 'kernel'";
+    const long long kernel = config.at("kernel");
+    if (kernel != kDecodeCudaCores && kernel != kDecodeTensorCores)
+        return fmt::format("kernel = {} is not 0 (CUDA cores) or 1 (tensor cores)", kernel);
+    const std::vector<const char*> keys = kernel == kDecodeTensorCores
+                                              ? std::vector<const char*>{"warps", "tile", "stages", "splits"}
+                                              : std::vector<const char*>{"rows", "warps", "unroll", "stages", "splits"};
+    for (const char* key : keys)
+        if (config.find(key) == config.end()) return fmt::format("config has no '{}'", key);
+    const DecodeLaunch l = decode_launch(s, config);
+    if (!is_power_of_two_up_to(l.warps, 16)) return fmt::format("warps = {} is not a power of two <= 16", l.warps);
+    if (l.stages < 2 || l.stages > 8) return fmt::format("stages = {} is not in [2, 8]", l.stages);
+    if (kernel == kDecodeTensorCores) {
+        if (device.sm() < 80) return fmt::format("kernel 1 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
+        if (s.fp8_cache) return "kernel 1 (mma.sync) takes 16-bit keys and values, not an fp8 cache: use kernel 0";
+        if (l.tile != 16 && l.tile != 32) return fmt::format("tile = {} is not 16 or 32", l.tile);
+        if (l.warps > 8) return fmt::format("kernel 1: warps = {} is more than 8 (registers)", l.warps);
+    } else {
+        if (device.sm() < 80) return fmt::format("kernel 0 (cp.async) needs sm_80 or newer, the device is {}", device.arch());
+        if (!is_power_of_two_up_to(l.rows, 8)) return fmt::format("rows = {} is not 1, 2, 4 or 8", l.rows);
+        if (!is_power_of_two_up_to(l.unroll, 8)) return fmt::format("unroll = {} is not 1, 2, 4 or 8", l.unroll);
+        if (l.rows * l.unroll > 32) return fmt::format("rows x unroll = {} scores per lane would spill", l.rows * l.unroll);
+    }
+    if (l.splits < 1 || l.splits > 1024) return fmt::format("splits = {} is not in [1, 1024]", l.splits);
+    if (s.num_kv_heads * l.row_blocks > 65535) return "kv heads x row blocks exceeds the grid's y limit (65535)";
+    const size_t shared = l.dynamic_shared_bytes + l.static_shared_bytes;
+    if (device.max_shared_memory_per_block_optin > 0 && shared > static_cast<size_t>(device.max_shared_memory_per_block_optin))
+        return fmt::format("needs {} bytes of shared memory, the device allows {}", shared,
+                           device.max_shared_memory_per_block_optin);
+    return std::nullopt;
+}
+
+size_t decode_workspace_bytes(const DecodeShape& s, const DecodeLaunch& l) {
+    if (l.splits <= 1) return 0;
+    const size_t slots = static_cast<size_t>(s.batch * s.num_kv_heads * l.row_blocks);
+    const size_t partial_rows = slots * l.splits * l.rows;
+    return (partial_rows * (s.head_dim + 1) + slots) * sizeof(float);
+}
+
+}  // namespace tileops::detail

@@ -1,0 +1,359 @@
+#include "ops/gemm/gemm_config.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/op_model.hpp"
+
+namespace tileops::detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
+
+// Barriers and alignment slack of the sm_90 kernel's shared memory: tiles start at a 1024-byte
+// boundary (the 128-byte TMA swizzle repeats every 8 rows of 128 bytes); then two 8-byte barriers
+// per stage (up to kGemmSm90MaxStages) and the split-K flag.
+constexpr unsigned kSm90SharedExtra = 1024 + 2 * 8 * kGemmSm90MaxStages + 16;
+
+// The smallest block_m worth using for m rows: a tile much taller than the matrix wastes MMAs.
+int useful_block_m(int64_t m) {
+    int b = 16;
+    while (b < m && b < 256) b *= 2;
+    return b;
+}
+
+// Drops stages from c's ring (down to 2) until the config is valid: shared memory is what a
+// deeper ring runs out of. False when even 2 stages do not make it valid.
+bool shorten_ring_to_fit(GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
+    while (c.stages > 2 && gemm_invalid_reason(c, s, device)) --c.stages;
+    return !gemm_invalid_reason(c, s, device);
+}
+
+}  // namespace
+
+GemmConfig GemmConfig::from(const Config& config) {
+    const std::string op = "Gemm";
+    GemmConfig c;
+    c.kernel = static_cast<int>(config_value(config, "kernel", op));
+    c.block_m = static_cast<int>(config_value(config, "block_m", op));
+    c.block_n = static_cast<int>(config_value(config, "block_n", op));
+    c.block_k = static_cast<int>(config_value(config, "block_k", op));
+    c.stages = static_cast<int>(config_value(config, "stages", op));
+    c.group_m = static_cast<int>(config_value(config, "group_m", op));
+    c.vec = static_cast<int>(config_value(config, "vec", op));
+    if (c.kernel == kGemmSm90) {
+        c.consumers = static_cast<int>(config_value(config, "consumers", op));
+        c.pingpong = static_cast<int>(config_value(config, "pingpong", op));
+        c.cluster = static_cast<int>(config_value(config, "cluster", op));
+        c.split_k = static_cast<int>(config_value(config, "split_k", op));
+    } else if (c.kernel == kGemmSkinny) {
+        c.warps = static_cast<int>(config_value(config, "warps", op));
+    } else {
+        c.warps_m = static_cast<int>(config_value(config, "warps_m", op));
+        c.warps_n = static_cast<int>(config_value(config, "warps_n", op));
+    }
+    return c;
+}
+
+Config GemmConfig::to_config() const {
+    Config c{{"kernel", kernel}, {"block_m", block_m}, {"block_n", block_n}, {"block_k", block_k},
+             {"stages", stages}, {"group_m", group_m}, {"vec", vec}};
+    if (kernel == kGemmSm90) {
+        c["consumers"] = consumers;
+        c["pingpong"] = pingpong;
+        c["cluster"] = cluster;
+        c["split_k"] = split_k;
+    } else if (kernel == kGemmSkinny) {
+        c["warps"] = warps;
+    } else {
+        c["warps_m"] = warps_m;
+        c["warps_n"] = warps_n;
+    }
+    return c;
+}
+
+unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
+    if (kernel == kGemmSkinny)  // must match gemm_skinny.cuh
+        return static_cast<unsigned>(static_cast<size_t>(warps) * stages * (block_m + block_n) * block_k * s.in_bytes +
+                                     static_cast<size_t>(block_m) * block_n * sizeof(float));
+    const size_t ring = static_cast<size_t>(stages) * (block_m + block_n) * block_k * s.in_bytes;
+    if (kernel != kGemmSm90) return static_cast<unsigned>(ring);
+    // Two 64 x 64 output boxes per consumer warpgroup.
+    const size_t out_boxes = gemm_sm90_stores_with_tma(s, *this) ? static_cast<size_t>(consumers) * 2 * 64 * 64 * s.out_bytes : 0;
+    return static_cast<unsigned>(ring + out_boxes + kSm90SharedExtra);
+}
+
+bool gemm_sm90_stores_with_tma(const GemmShape& s, const GemmConfig& c) { return s.out_bytes == 2 && c.block_n % 64 == 0; }
+
+GemmSplitWorkspace GemmSplitWorkspace::of(const GemmConfig& c, const GemmShape& s) {
+    GemmSplitWorkspace w;
+    if (c.kernel != kGemmSm90 || c.split_k == 1) return w;
+    const auto tiles = static_cast<size_t>(gemm_tiles(c, s));
+    w.counters_bytes = (tiles * sizeof(int) + 255) / 256 * 256;
+    w.partials_bytes = tiles * c.split_k * c.block_m * c.block_n * sizeof(float);
+    return w;
+}
+
+int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
+    return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
+}
+
+int gemm_a_box_rows(int64_t m, int block_m) {
+    return m < block_m ? static_cast<int>(std::min<int64_t>(ceil_div(m, 8) * 8, block_m)) : block_m;
+}
+
+std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
+    if (c.kernel != kGemmSm80 && c.kernel != kGemmSm90 && c.kernel != kGemmSkinny)
+        return fmt::format("kernel = {} is not 0 (sm_80), 1 (sm_90) or 2 (skinny)", c.kernel);
+    if (c.vec != 1 && c.vec != 2 && c.vec != 4 && c.vec != 8) return fmt::format("vec = {} is not 1, 2, 4 or 8", c.vec);
+    if (c.group_m < 1 || c.group_m > 64) return fmt::format("group_m = {} is not in [1, 64]", c.group_m);
+    // The TMA kernel's small tiles take deep rings (their stages are small; a ring of 12 KB
+    // stages is what keeps an SM's share of B streaming), the other kernels at most 8 stages.
+    const int max_stages = c.kernel == kGemmSm90 ? kGemmSm90MaxStages : 8;
+    if (c.stages < 2 || c.stages > max_stages)
+        return fmt::format("stages = {} is not in [2, {}]", c.stages, max_stages);
+    if (c.threads() > device.max_threads_per_block)
+        return fmt::format("{} threads exceed the device's {}", c.threads(), device.max_threads_per_block);
+    const unsigned shared = c.shared_bytes(s);
+    if (shared > static_cast<unsigned>(device.max_shared_memory_per_block_optin))
+        return fmt::format("needs {} bytes of shared memory, the device allows {}", shared,
+                           device.max_shared_memory_per_block_optin);
+    if (c.kernel == kGemmSkinny) {
+        if (device.sm() < 80) return fmt::format("kernel 2 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
+        if (!s.b_nt) return "kernel 2 (skinny) needs layout nt (B as N x K rows)";
+        if (c.vec != 8) return "kernel 2 (skinny) needs vec = 8 (16-byte aligned rows)";
+        // It copies whole 16-byte chunks of K: past a K that is not a multiple of 8 it would read
+        // the rows' padding (or past the last row) into the sum.
+        if (s.k % 8 != 0) return fmt::format("kernel 2 (skinny) needs K a multiple of 8, K = {}", s.k);
+        if (c.block_m != 16 && c.block_m != 32 && c.block_m != 64)
+            return fmt::format("block_m = {} is not 16, 32 or 64", c.block_m);
+        if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64)
+            return fmt::format("block_n = {} is not 16, 32 or 64", c.block_n);
+        if (c.block_k != 64) return fmt::format("block_k = {} is not 64 (one 128-byte swizzled row)", c.block_k);
+        if (!is_pow2(c.warps) || c.warps > 16) return fmt::format("warps = {} is not a power of two <= 16", c.warps);
+        if (ceil_div(s.m, c.block_m) > 65535) return fmt::format("M = {} needs more than 65535 blocks of {} rows", s.m, c.block_m);
+        if (s.batch > 65535) return fmt::format("batch = {} is more than 65535 (the grid's z)", s.batch);
+    } else if (c.kernel == kGemmSm80) {
+        if (device.sm() < 80) return fmt::format("kernel 0 (mma.sync, cp.async) needs sm_80 or newer, the device is {}", device.arch());
+        if (!is_pow2(c.block_m) || c.block_m < 16 || c.block_m > 256)
+            return fmt::format("block_m = {} is not a power of two in [16, 256]", c.block_m);
+        if (!is_pow2(c.block_n) || c.block_n < 32 || c.block_n > 256)
+            return fmt::format("block_n = {} is not a power of two in [32, 256]", c.block_n);
+        if (c.block_k != 32 && c.block_k != 64) return fmt::format("block_k = {} is not 32 or 64", c.block_k);
+        if (c.warps_m < 1 || c.warps_n < 1 || c.warps_m * c.warps_n > 16)
+            return fmt::format("warps_m x warps_n = {} x {} is not 1..16 warps", c.warps_m, c.warps_n);
+        if (c.block_m % (16 * c.warps_m) != 0 || c.block_n % (16 * c.warps_n) != 0)
+            return fmt::format("a warp's tile ({} / {}) x ({} / {}) is not a multiple of 16 x 16", c.block_m,
+                               c.warps_m, c.block_n, c.warps_n);
+        // fp32 accumulators per thread; past 128 the kernel spills.
+        if ((c.block_m / c.warps_m) * (c.block_n / c.warps_n) / 32 > 128)
+            return fmt::format("a warp's tile {} x {} needs more than 128 accumulators a thread",
+                               c.block_m / c.warps_m, c.block_n / c.warps_n);
+    } else {
+        if (device.sm() != 90) return fmt::format("kernel 1 (wgmma, TMA) needs sm_90, the device is {}", device.arch());
+        if (c.vec != 8) return "kernel 1 (TMA) needs vec = 8 (16-byte aligned rows)";
+        if (c.consumers != 1 && c.consumers != 2) return fmt::format("consumers = {} is not 1 or 2", c.consumers);
+        if (c.pingpong != 0 && c.pingpong != 1) return fmt::format("pingpong = {} is not 0 or 1", c.pingpong);
+        if (c.pingpong && c.consumers != 2) return fmt::format("pingpong = 1 needs consumers = 2, got {}", c.consumers);
+        if (c.pingpong && c.split_k != 1) return fmt::format("pingpong = 1 needs split_k = 1, got {}", c.split_k);
+        // Each consumer warpgroup multiplies this many rows: its share of a tile, or whole tiles in turn.
+        const int rows = c.pingpong ? c.block_m : c.block_m / c.consumers;
+        if (c.block_m % c.consumers != 0 || (rows != 64 && rows != 128))
+            return c.pingpong ? fmt::format("block_m = {} with pingpong is not 64 or 128", c.block_m)
+                              : fmt::format("block_m / consumers = {} / {} is not 64 or 128", c.block_m, c.consumers);
+        if (c.block_n != 32 && c.block_n != 64 && (c.block_n < 96 || c.block_n > 256 || c.block_n % 32 != 0))
+            return fmt::format("block_n = {} is not 32, 64, 96, 128, 160, 192, 224 or 256 (the wgmma widths instantiated)",
+                               c.block_n);
+        if (c.cluster != 1 && c.cluster != 2) return fmt::format("cluster = {} is not 1 or 2", c.cluster);
+        if (c.cluster == 2 && !s.b_nt && c.block_n % 128 != 0)
+            return fmt::format("cluster = 2 with layout nn needs block_n a multiple of 128, got {}", c.block_n);
+        if (!s.b_nt && c.block_n % 64 != 0)
+            return fmt::format("block_n = {} with layout nn: B is loaded in boxes of 64 columns", c.block_n);
+        if (c.block_k != 64) return fmt::format("block_k = {} is not 64 (one 128-byte swizzled row)", c.block_k);
+        if (rows * c.block_n / 128 > 128)
+            return fmt::format("a consumer's tile {} x {} needs more than 128 accumulators a thread", rows, c.block_n);
+        if (c.split_k < 1 || c.split_k > kGemmMaxSplitK) return fmt::format("split_k = {} is not in [1, {}]", c.split_k, kGemmMaxSplitK);
+        if (c.split_k > 1 && c.cluster != 1) return fmt::format("split_k = {} needs cluster = 1", c.split_k);
+        if (c.split_k > ceil_div(s.k, c.block_k))
+            return fmt::format("split_k = {} is more than the {} K steps of {}", c.split_k, ceil_div(s.k, c.block_k), c.block_k);
+    }
+    if (gemm_tiles(c, s) / s.batch > 0x7fffffffLL) return "too many tiles for one launch";
+    return std::nullopt;
+}
+
+GemmConfig gemm_sm80_heuristic(const GemmShape& s, const DeviceInfo& device) {
+    struct Candidate {
+        int bm, bn, bk, wm, wn, stages;
+    };
+    // Largest tiles first (least traffic per MMA); the first that still gives most SMs a block wins.
+    const Candidate candidates[] = {{128, 256, 32, 2, 4, 3}, {128, 128, 32, 2, 2, 4}, {64, 128, 32, 2, 2, 4},
+                                    {64, 64, 64, 2, 2, 4},   {32, 64, 64, 2, 2, 4},   {16, 64, 64, 1, 4, 4},
+                                    {16, 32, 64, 1, 2, 4}};
+    const int max_m = useful_block_m(s.m);
+    GemmConfig best;
+    bool found = false;
+    for (const Candidate& cand : candidates) {
+        if (cand.bm > max_m) continue;
+        GemmConfig c;
+        c.kernel = kGemmSm80;
+        c.block_m = cand.bm, c.block_n = cand.bn, c.block_k = cand.bk;
+        c.warps_m = cand.wm, c.warps_n = cand.wn, c.stages = cand.stages;
+        if (!shorten_ring_to_fit(c, s, device)) continue;
+        best = c;
+        found = true;
+        if (gemm_tiles(c, s) * 5 >= int64_t{device.sm_count} * 4) break;
+    }
+    if (!found) best = GemmConfig{kGemmSm80, 64, 64, 32, 2, 2, 2, 2, 8, 8};
+    return best;
+}
+
+// The skinny kernel's base config in the search space: the fewest rows of A that cover M (16 at least), 16 columns of D
+// per block (the most blocks), 8 warps, 2 stages.
+GemmConfig gemm_skinny_heuristic(const GemmShape& s) {
+    GemmConfig c;
+    c.kernel = kGemmSkinny;
+    c.block_m = useful_block_m(s.m), c.block_n = 16, c.block_k = 64, c.group_m = 1;
+    c.warps = 8, c.stages = 2, c.vec = 8;
+    return c;
+}
+
+GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
+    if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
+    // Small M takes TMA tiles too, not the skinny kernel: since A's box holds only M's rows (TMA
+    // zero-filled the rest slowly), 64 x 32 tiles run 16 x 4096 x 4096 in 17.0 us against the
+    // skinny kernel's 20.0, and 64 x 64 ones 1 x 6144 x 4096 in 23.4 against 25.1 (H100, tuner).
+    // The TMA kernel's tiles, with a rough relative efficiency per output element (bigger tiles
+    // reuse each loaded byte more; measured on H100 at 4096^3: 128 x 256 ~ 690 TFLOP/s). The
+    // widths between 128 and 256 fill the last wave (M = 512, N = 10240: 128 x 160 tiles are 256
+    // blocks, two full waves of 132 SMs; 128 x 256 ones 160). Tuned on H100 at M = 512,
+    // N = 28672: 128 x 224 179 us (its epilogue stores from registers), 128 x 128 169, and 163
+    // with ping-pong, which needs two tiles a block (not in one wave).
+    const struct {
+        int bm, consumers, bn, pingpong;
+        double efficiency;
+    } tiles[] = {{128, 2, 256, 0, 1.0},  {128, 2, 224, 0, 0.85}, {128, 2, 192, 0, 0.96}, {128, 2, 160, 0, 0.92},
+                 {128, 2, 128, 0, 0.9},  {128, 2, 128, 1, 0.94}, {64, 1, 256, 0, 0.85},  {64, 1, 192, 0, 0.8},
+                 {64, 1, 128, 0, 0.75},  {64, 1, 96, 0, 0.65},   {64, 1, 64, 0, 0.55},   {64, 1, 32, 0, 0.2}};
+    const int max_m = std::max(64, useful_block_m(s.m));
+    const int64_t sm_count = device.sm_count, k_steps = ceil_div(s.k, 64);
+    // When the widest tiles leave SMs idle the problem is bound by how many SMs stream operands
+    // and by each block's latency, not by MMA efficiency: the most blocks that still fit in one
+    // wave win, tile size aside (H100, tuned: 1024^3 64 x 128, 128 blocks; M = 128, N = 10240:
+    // 64 x 192, 108 blocks; M = 64, N = 4096: 64 x 32, 128 blocks). Splitting K (64-row tiles
+    // only: splitting taller ones was slower) costs about 30% of a wave for the partial sums.
+    // Otherwise the modelled time is waves x tile area / efficiency; the smallest wins.
+    GemmConfig widest;
+    widest.block_m = 128, widest.block_n = 256;
+    const bool one_wave = gemm_tiles(widest, s) <= sm_count;
+    GemmConfig best;
+    double best_score = 0;
+    for (const auto& t : tiles) {
+        if (t.bm > max_m || (t.pingpong && one_wave)) continue;
+        GemmConfig c;
+        c.kernel = kGemmSm90;
+        c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.group_m = 8;
+        c.pingpong = t.pingpong;
+        // As many stages as fit: loads in flight are what feeds small-M problems (H100, M = 64,
+        // N = K = 4096, 64 x 32 tiles: cuBLAS runs the same tiles with 16 stages).
+        c.stages = kGemmSm90MaxStages;
+        if (!shorten_ring_to_fit(c, s, device)) continue;
+        const int64_t tile_count = gemm_tiles(c, s);
+        for (int split : {1, 2, 3, 4, 6, 8}) {
+            if (split > 1 && (t.bm > 64 || t.pingpong || k_steps < 8 * split)) break;
+            const int64_t units = tile_count * split;
+            double score;  // higher is better
+            if (one_wave) {
+                if (units > sm_count) break;
+                // Ties (same blocks): the tile that loads fewer bytes per MMA, the first listed.
+                score = static_cast<double>(units) / sm_count - (split > 1 ? 0.3 : 0.0);
+            } else {
+                if (split > 1 && 2 * tile_count > sm_count) break;
+                const double waves = static_cast<double>(ceil_div(units, sm_count)) / split;
+                score = -waves * t.bm * t.bn / t.efficiency * (1.0 + 0.1 * (split - 1));
+            }
+            if (best.kernel != kGemmSm90 || score > best_score) best = c, best.split_k = split, best_score = score;
+        }
+    }
+    return best.kernel == kGemmSm90 ? best : gemm_sm80_heuristic(s, device);
+}
+
+std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& device) {
+    std::vector<GemmConfig> space;
+    auto add = [&](const GemmConfig& c) {
+        if (gemm_invalid_reason(c, s, device)) return;
+        for (const GemmConfig& other : space)
+            if (other.to_config() == c.to_config()) return;
+        space.push_back(c);
+    };
+    const int max_m = useful_block_m(s.m);
+    // A curated list rather than a full product: each sm_80 kernel takes 1-3 s to compile, and
+    // most combinations are dominated (warp tiles under 32 x 32 waste ldmatrix bandwidth, wide K
+    // steps only pay for small tiles). Tiles with block_m above what M needs are skipped.
+    const struct {
+        int bm, bn, bk, wm, wn, stages;
+    } sm80[] = {{128, 256, 32, 2, 4, 3}, {128, 256, 32, 2, 4, 4}, {256, 128, 32, 4, 2, 3}, {256, 128, 32, 4, 2, 4},
+                {128, 128, 32, 2, 2, 3}, {128, 128, 32, 2, 2, 4}, {128, 128, 32, 2, 2, 5}, {128, 128, 64, 2, 2, 3},
+                {128, 128, 32, 2, 4, 4}, {128, 64, 32, 2, 2, 4},  {64, 128, 32, 2, 2, 4},  {64, 128, 64, 2, 2, 3},
+                {64, 256, 32, 1, 4, 4},  {64, 64, 64, 2, 2, 4},   {64, 64, 32, 2, 2, 5},   {32, 128, 64, 1, 4, 4},
+                {32, 64, 64, 2, 2, 4},   {16, 64, 64, 1, 4, 4},   {16, 128, 64, 1, 4, 4},  {16, 256, 64, 1, 4, 3}};
+    for (const auto& t : sm80) {
+        if (t.bm > max_m) continue;
+        GemmConfig c;
+        c.kernel = kGemmSm80;
+        c.block_m = t.bm, c.block_n = t.bn, c.block_k = t.bk, c.warps_m = t.wm, c.warps_n = t.wn, c.stages = t.stages;
+        add(c);
+    }
+    // The skinny kernel (NT, M <= 64), around its default. Shallow rings win on the
+    // H100 (more blocks per SM: 1 x 4096 x 4096 took 19.2 us with 2 stages, 20.7 with 3; 64- and
+    // 128-wide K steps alike, 128 never faster).
+    if (s.b_nt && s.m <= kGemmSkinnyMaxM && device.sm() >= 80)
+        for (int bn : {16, 32, 64})
+            for (int warps : {4, 8})
+                for (int stages : {2, 3, 4}) {
+                    GemmConfig c = gemm_skinny_heuristic(s);
+                    c.block_n = bn, c.warps = warps, c.stages = stages;
+                    add(c);
+                }
+    if (device.sm() == 90) {
+        // TMA kernel: block_m, consumers, block_n, stages, pingpong (a stage of 128 x 256 is 48 KB;
+        // with pingpong each consumer multiplies whole block_m x block_n tiles, in turn).
+        const struct {
+            int bm, consumers, bn, stages, pingpong;
+        } sm90[] = {{128, 2, 256, 3, 0}, {128, 2, 256, 4, 0}, {128, 2, 224, 4, 0}, {128, 2, 192, 4, 0},
+                    {128, 2, 160, 5, 0}, {128, 2, 128, 4, 0}, {128, 2, 128, 6, 0}, {256, 2, 128, 3, 0},
+                    {256, 2, 128, 4, 0}, {128, 1, 128, 5, 0}, {128, 2, 128, 5, 1}, {128, 2, 128, 6, 1},
+                    {64, 2, 256, 4, 1},  {64, 2, 192, 5, 1},  {64, 1, 256, 4, 0},  {64, 1, 192, 5, 0},
+                    {64, 1, 128, 6, 0},  {64, 1, 128, 8, 0},  {64, 1, 96, 8, 0},   {64, 1, 96, 10, 0},
+                    {64, 1, 64, 8, 0},   {64, 1, 64, 12, 0},  {64, 1, 32, 8, 0},   {64, 1, 32, 16, 0},
+                    // cuBLAS's 1024^3 tile (ncu: nvjet_sm90_tst_128x64_64x8_1x2): 128 x 64, two
+                    // consumers of 64 x 64 each; 1024^3 10.0 us against 10.6 for 64 x 128 (H100).
+                    {128, 2, 64, 6, 0},  {128, 2, 64, 8, 0}};
+
+        for (const auto& t : sm90) {
+            if (t.bm > std::max(64, max_m)) continue;
+            GemmConfig c;
+            c.kernel = kGemmSm90;
+            c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.stages = t.stages;
+            c.pingpong = t.pingpong;
+            add(c);
+            // Split K where the tiles leave SMs idle.
+            if (!c.pingpong && gemm_tiles(c, s) < device.sm_count)
+                for (int split : {2, 4, 8}) {
+                    c.split_k = split;
+                    add(c);
+                }
+            c.split_k = 1;
+            // Block pairs sharing B tiles: for tall tiles, and for short ones where there are few
+            // (each SM streams its operands from L2 then, and the pair halves B's share).
+            if (s.m >= 2 * t.bm && (t.bm >= 128 || gemm_tiles(c, s) <= 2 * device.sm_count)) {
+                c.cluster = 2;
+                add(c);
+            }
+        }
+    }
+    return space;
+}
+
+}  // namespace tileops::detail

@@ -1,0 +1,105 @@
+// GEMM configs: the tunables of the three GEMM kernels, the heuristic default, the pruned search
+// space and the checks that say why a config cannot run a problem on a device.
+//
+//   kernel 0 (gemm_sm80.cuh, any sm_80+): block_m, block_n, block_k, warps_m, warps_n, stages,
+//            group_m, vec
+//   kernel 1 (gemm_sm90.cuh, sm_90 only): block_m, block_n, block_k, stages, consumers (warpgroups
+//            doing the MMAs; one more warpgroup loads with TMA), cluster (1, or 2: block pairs
+//            sharing B tiles through TMA multicast), split_k (blocks sharing a tile's K steps,
+//            for problems with fewer tiles than SMs), group_m, vec (always 8)
+//   kernel 2 (gemm_skinny.cuh, any sm_80+, layout NT, 16-byte aligned rows): block_m (rows of A per
+//            block, 16/32/64), block_n (16/32/64), warps (splitting K), stages; block_k is 64,
+//            group_m 1 and vec 8. For M <= 64, where reading B is the whole cost.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tileops/device_info.hpp"
+#include "tileops/tuning_db.hpp"
+
+namespace tileops::detail {
+
+enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1, kGemmSkinny = 2 };
+// The skinny kernel is searched (and the heuristic's choice on sm_90) up to this M.
+constexpr int64_t kGemmSkinnyMaxM = 64;
+constexpr int kGemmMaxSplitK = 16;
+constexpr int kGemmSm90MaxStages = 16;  // the TMA kernel's deepest ring (small tiles)
+
+struct GemmShape {
+    int64_t batch, m, n, k;
+    size_t in_bytes;   // element size of A and B
+    bool b_nt;
+    size_t out_bytes;  // element size of C and D
+};
+
+struct GemmConfig {
+    int kernel = kGemmSm80;
+    int block_m = 128, block_n = 128, block_k = 32;
+    int warps_m = 2, warps_n = 2;  // kernel 0
+    int consumers = 2;             // kernel 1
+    int pingpong = 0;              // kernel 1: the two consumers take whole block_m x block_n tiles in turn
+    int cluster = 1;               // kernel 1
+    int split_k = 1;               // kernel 1: blocks sharing each tile's K steps (gemm_reduce_splits)
+    int warps = 8;                 // kernel 2: warps of a block, each streaming every warps-th K step
+    int stages = 4;
+    int group_m = 8;
+    int vec = 8;
+
+    static GemmConfig from(const Config& config);  // throws InvalidArgument naming a missing key
+    Config to_config() const;
+    int threads() const {
+        return kernel == kGemmSm90 ? (consumers + 1) * 128 : kernel == kGemmSkinny ? warps * 32 : warps_m * warps_n * 32;
+    }
+    // Dynamic shared memory of a launch: the operand ring; kernel 1 adds its barriers and, for
+    // 16-bit outputs, the output tile it stores with TMA; kernel 2 its warps' rings and the
+    // block_m x block_n fp32 sums.
+    unsigned shared_bytes(const GemmShape& shape) const;
+};
+
+// The sm_80 kernel's default for a problem (also the fallback of the sm_90 kernel when TMA cannot
+// be used: pointers or strides not 16-byte aligned).
+GemmConfig gemm_sm80_heuristic(const GemmShape& shape, const DeviceInfo& device);
+GemmConfig gemm_heuristic(const GemmShape& shape, const DeviceInfo& device);
+std::vector<GemmConfig> gemm_search_space(const GemmShape& shape, const DeviceInfo& device);
+std::optional<std::string> gemm_invalid_reason(const GemmConfig& config, const GemmShape& shape,
+                                               const DeviceInfo& device);
+
+// Whether kernel 1 stages the output tile in shared memory and stores it with TMA: 16-bit outputs
+// in tiles of a multiple of 64 columns (gemm_sm90_tma_store in gemm_sm90.cuh); others are stored
+// from registers. A 16-bit D must have 16-byte aligned rows for kernel 1 (GemmModel's vec).
+bool gemm_sm90_stores_with_tma(const GemmShape& shape, const GemmConfig& config);
+
+// The workspace of kernel 1 with split_k > 1: a counter per tile (padded to 256 bytes), then
+// split_k fp32 partial tiles per tile; empty otherwise. The one description both the size
+// (OpModel::workspace_bytes) and the pointers handed to the kernel are computed from.
+struct GemmSplitWorkspace {
+    size_t counters_bytes = 0;
+    size_t partials_bytes = 0;
+    static GemmSplitWorkspace of(const GemmConfig& config, const GemmShape& shape);
+    size_t bytes() const noexcept { return counters_bytes + partials_bytes; }
+    int* counters(void* workspace) const noexcept { return static_cast<int*>(workspace); }
+    float* partials(void* workspace) const noexcept {
+        return reinterpret_cast<float*>(static_cast<char*>(workspace) + counters_bytes);
+    }
+};
+
+// What a launch of kernel 1 (TMA + wgmma) needs beside its function and geometry
+// (LaunchPlan::details): the tile its tensor maps' boxes are cut to, and its split-K workspace.
+struct GemmTmaLaunch {
+    int block_m = 0, block_n = 0;
+    int split_k = 1;
+    bool paired = false;  // blocks run in pairs, each loading half of a B tile (multicast)
+    GemmSplitWorkspace workspace;
+};
+
+// Blocks of a launch: tiles x batch for kernels 0 and 2; kernel 1 is persistent (at most one block per SM).
+int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);
+
+// Rows of A in kernel 1's TMA box: block_m, or M rounded up to 8 where M is shorter (TMA is slow
+// to zero-fill rows past the matrix; the tile rows past the box feed only rows of D past M).
+int gemm_a_box_rows(int64_t m, int block_m);
+
+}  // namespace tileops::detail

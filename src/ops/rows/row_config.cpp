@@ -1,0 +1,362 @@
+#include "ops/rows/row_config.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "core/op_model.hpp"
+
+namespace tileops::detail {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int next_pow2(int64_t n) {
+    int p = 1;
+    while (p < n && p < (1 << 30)) p <<= 1;
+    return p;
+}
+
+bool is_pow2(long long n) { return n > 0 && (n & (n - 1)) == 0; }
+
+}  // namespace
+
+RowConfig RowConfig::from(const Config& config, const std::string& op) {
+    RowConfig row;
+    row.threads_per_row = static_cast<int>(config_value(config, "threads_per_row", op));
+    row.rows_per_block = static_cast<int>(config_value(config, "rows_per_block", op));
+    row.vec = static_cast<int>(config_value(config, "vec", op));
+    row.items = static_cast<int>(config_value(config, "items", op));
+    row.cluster = static_cast<int>(config_value(config, "cluster", op));
+    if (auto it = config.find("prefetch"); it != config.end()) row.prefetch = static_cast<int>(it->second);
+    if (config.count("slots")) row.slots = static_cast<int>(config_value(config, "slots", op));
+    return row;
+}
+
+Config RowConfig::to_config() const {
+    Config config{{"threads_per_row", threads_per_row}, {"rows_per_block", rows_per_block}, {"vec", vec},
+                  {"items", items}, {"cluster", cluster}, {"prefetch", prefetch}};
+    if (slots > 0) config["slots"] = slots;  // absent in the register kernels' configs
+    return config;
+}
+
+namespace {
+
+// Vectors a thread may hold at `vec` elements of `element_bytes` in a block of `block_threads`.
+int max_items(int vec, size_t element_bytes, int block_threads) {
+    return held_bytes_limit(block_threads) / static_cast<int>(vec * element_bytes);
+}
+
+// Shared memory of the two prefetch stages of a block at vector width `vec`.
+int64_t prefetch_bytes(const RowConfig& c, int vec, RowInputs inputs) {
+    return 2 * int64_t{inputs.count} * c.items * c.threads_per_row * c.rows_per_block * vec *
+           static_cast<int64_t>(inputs.element_bytes);
+}
+
+// Shared memory of the resident slots of a CTA at vector width `vec` (they hold the input type).
+int64_t resident_slot_bytes(const RowConfig& c, int vec, RowInputs inputs) {
+    return int64_t{c.slots} * c.threads_per_row * vec * static_cast<int64_t>(inputs.element_bytes);
+}
+
+// Static shared memory a resident kernel may use beside its slots (the RowReducer's).
+constexpr int64_t kResidentStaticShared = 1024;
+// Longest unrolled loop over a thread's vectors (registers and slots) in a resident kernel.
+constexpr int kMaxResidentVectors = 32;
+
+std::optional<std::string> resident_invalid_reason(const RowConfig& c, int64_t cols, RowInputs inputs,
+                                                   const DeviceInfo& device) {
+    if (inputs.count != 1) return "the resident kernels read one input row (no residual add)";
+    if (c.rows_per_block != 1 || c.prefetch != 0) return "slots need rows_per_block = 1 and prefetch = 0";
+    if (device.sm() < 80) return "slots need cp.async (sm_80 or newer)";
+    if (c.vec * inputs.element_bytes < 4) return "slots need vectors of at least 4 bytes (cp.async)";
+    const int64_t held = int64_t{c.items} * c.vec * static_cast<int64_t>(inputs.element_bytes);
+    if (c.items < 0 || held > resident_held_bytes_limit(c.threads_per_row))
+        return fmt::format("items x vec = {} x {} holds more than {} bytes per thread at {} threads next to slots "
+                           "(it would spill)",
+                           c.items, c.vec, resident_held_bytes_limit(c.threads_per_row), c.threads_per_row);
+    if (c.items + c.slots > kMaxResidentVectors)
+        return fmt::format("items + slots = {} exceeds {} vectors per thread", c.items + c.slots, kMaxResidentVectors);
+    if (const int64_t bytes = resident_slot_bytes(c, c.vec, inputs);
+        bytes + kResidentStaticShared > device.max_shared_memory_per_block_optin)
+        return fmt::format("slots need {} bytes of shared memory, more than the {} a block may have", bytes,
+                           device.max_shared_memory_per_block_optin - kResidentStaticShared);
+    if (const int64_t held_cols = int64_t{c.cluster} * c.threads_per_row * c.vec * (c.items + c.slots); held_cols < cols)
+        return fmt::format("holds {} elements per row, fewer than cols = {}", held_cols, cols);
+    return std::nullopt;
+}
+
+// Rows of one input of more than 128 KB and at most 512 KB: the resident kernel, 1024-thread
+// CTAs holding 32 bytes a thread in registers and the rest of their chunk in shared memory, in the
+// smallest cluster whose CTAs' chunks fit. Measured on H100 (docs/perf/rows.md): 256 KB
+// fp32 rows 188-209 us against 210-221 for the cluster heuristic (one CTA a row), 512 KB bf16 rows
+// 98.8-113.5 us against 105.9-116.8 (two CTAs a row). Shorter rows keep the register kernels
+// (level with them at 128 KB); longer ones need clusters of four or more, which do not reach every
+// SM, and the register kernels' prefetch does about as well there untuned. (Tuned, 1 MB fp32 rows
+// of softmax run 5% faster on clusters of 16 CTAs of 512 threads, two an SM, and layernorm's 24%
+// slower; the database carries the difference.)
+std::optional<RowConfig> resident_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs,
+                                            const DeviceInfo& device) {
+    const int64_t row_bytes = cols * static_cast<int64_t>(inputs.element_bytes);
+    if (inputs.count != 1 || row_bytes <= 128 * 1024 || row_bytes > 512 * 1024) return std::nullopt;
+    RowConfig c;
+    c.threads_per_row = 1024;
+    c.rows_per_block = 1;
+    c.vec = static_cast<int>(16 / element_bytes);
+    c.items = resident_held_bytes_limit(c.threads_per_row) / static_cast<int>(c.vec * inputs.element_bytes);
+    c.prefetch = 0;
+    for (c.cluster = 1; c.cluster <= 2; c.cluster *= 2) {
+        const int64_t vectors = ceil_div(cols, int64_t{c.cluster} * c.threads_per_row * c.vec);
+        if (vectors <= c.items) continue;
+        c.slots = static_cast<int>(vectors - c.items);
+        if (!row_invalid_reason(c, cols, element_bytes, inputs, device)) return c;
+    }
+    return std::nullopt;
+}
+
+}  // namespace
+
+RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, const DeviceInfo& device) {
+    RowConfig config;
+    config.vec = static_cast<int>(16 / element_bytes);
+    // About four 16-byte vectors in flight per thread: enough loads to cover memory latency.
+    const int target_items = 4;
+    config.threads_per_row = std::clamp(next_pow2(ceil_div(cols, int64_t{config.vec} * target_items)), 1, 1024);
+    // Small rows: several rows per block so blocks still have 256 threads.
+    config.rows_per_block = std::max(1, 256 / config.threads_per_row);
+    config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
+    if (auto resident = resident_heuristic(cols, element_bytes, inputs, device)) return *resident;
+    if (config.items > max_items(config.vec, element_bytes, config.threads_per_row * config.rows_per_block)) {
+        // Longer than a block holds: split the row over a cluster of CTAs (sm_90), 64 bytes a
+        // thread, persistent with the next two rows' copies in flight (prefetch). Measured on
+        // H100 (docs/perf/rows.md): 1024-thread CTAs within 5% of the tuned best on rows
+        // of 65536 and 262144 elements, where the best config without prefetch is 10-45% slower;
+        // smaller CTAs when two inputs' stages would not fit in shared memory; longer rows stream.
+        config.rows_per_block = 1;
+        config.items = 0;  // streaming, unless a cluster fits below
+        const struct {
+            int threads, held, max_cluster, prefetch;
+        } choices[] = {{1024, 64, 16, 1}, {512, 64, 16, 1}, {256, 64, 16, 1}, {256, 64, 16, 0}, {512, 128, 16, 0}};
+        for (const auto& choice : choices) {
+            const int per_thread = choice.held / static_cast<int>(config.vec * element_bytes);
+            const int64_t ctas = ceil_div(cols, int64_t{choice.threads} * config.vec * per_thread);
+            if (device.sm() < 90 || ctas > choice.max_cluster) continue;
+            RowConfig c = config;
+            c.threads_per_row = choice.threads;
+            c.cluster = next_pow2(ctas);
+            c.items = static_cast<int>(ceil_div(cols, int64_t{c.cluster} * choice.threads * config.vec));
+            c.prefetch = choice.prefetch;
+            if (row_invalid_reason(c, cols, element_bytes, inputs, device)) continue;
+            config = c;
+            break;
+        }
+        if (config.items == 0) config.threads_per_row = 1024;
+    }
+    return config;
+}
+
+std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, size_t element_bytes,
+                                              RowInputs inputs, const DeviceInfo& device) {
+    if (!is_pow2(c.threads_per_row) || c.threads_per_row > 1024)
+        return fmt::format("threads_per_row = {} is not a power of two in [1, 1024]", c.threads_per_row);
+    if (c.rows_per_block < 1 || int64_t{c.threads_per_row} * c.rows_per_block > device.max_threads_per_block)
+        return fmt::format("threads_per_row x rows_per_block = {} x {} exceeds {} threads", c.threads_per_row,
+                           c.rows_per_block, device.max_threads_per_block);
+    // Must match rows/row_layout.cuh: rows of fewer than 32 threads share warps, whose shuffles
+    // take every lane.
+    if (c.threads_per_row < 32 && (c.threads_per_row * c.rows_per_block) % 32 != 0)
+        return fmt::format("threads_per_row x rows_per_block = {} x {} does not fill whole warps", c.threads_per_row,
+                           c.rows_per_block);
+    if (!is_pow2(c.vec) || c.vec * element_bytes > 16)
+        return fmt::format("vec = {} is not a power of two of at most 16 bytes", c.vec);
+    if (c.cluster < 1 || c.cluster > kMaxCluster || !is_pow2(c.cluster))
+        return fmt::format("cluster = {} is not a power of two up to {}", c.cluster, kMaxCluster);
+    if (c.cluster > 1 && device.sm() < 90) return fmt::format("cluster = {} needs sm_90 or newer", c.cluster);
+    if (c.slots < 0) return fmt::format("slots = {} is negative", c.slots);
+    if (c.slots > 0) return resident_invalid_reason(c, cols, inputs, device);
+    if (c.items < 0 || c.items > max_items(c.vec, element_bytes, c.threads_per_row * c.rows_per_block))
+        return fmt::format("items x vec = {} x {} holds more than {} bytes per thread at {} threads (it would spill)",
+                           c.items, c.vec, held_bytes_limit(c.threads_per_row * c.rows_per_block),
+                           c.threads_per_row * c.rows_per_block);
+    if (c.cluster > 1 && (c.rows_per_block != 1 || c.items == 0))
+        return "a cluster needs rows_per_block = 1 and items > 0";
+    if (c.items > 0 && int64_t{c.cluster} * c.threads_per_row * c.vec * c.items < cols)
+        return fmt::format("holds {} elements per row, fewer than cols = {}",
+                           int64_t{c.cluster} * c.threads_per_row * c.vec * c.items, cols);
+    if (c.prefetch != 0 && c.prefetch != 1) return fmt::format("prefetch = {} is not 0 or 1", c.prefetch);
+    if (c.prefetch == 1) {
+        if (c.items == 0) return "prefetch needs register mode (items > 0)";
+        if (device.sm() < 80) return "prefetch needs cp.async (sm_80 or newer)";
+        if (c.vec * inputs.element_bytes < 4) return "prefetch needs vectors of at least 4 bytes (cp.async)";
+        if (const int64_t bytes = prefetch_bytes(c, c.vec, inputs); bytes > device.max_shared_memory_per_block_optin)
+            return fmt::format("prefetch needs {} bytes of shared memory, more than the {} a block may have", bytes,
+                               device.max_shared_memory_per_block_optin);
+    }
+    return std::nullopt;
+}
+
+std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
+                                     const DeviceInfo& device) {
+    std::vector<Config> space;
+    std::set<Config> seen;
+    const int max_vec = static_cast<int>(16 / element_bytes);
+    for (int vec = max_vec; vec >= std::max(1, max_vec / 2); vec /= 2) {
+        for (int tpr = 1; tpr <= 1024; tpr *= 2) {
+            for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2) {
+                if (cluster > 1 && device.sm() < 90) continue;
+                const int64_t needed = ceil_div(cols, int64_t{cluster} * tpr * vec);
+                if (needed > max_items(vec, element_bytes, tpr)) continue;
+                if (cluster > 1 && needed < 2) continue;  // a cluster only pays for long rows
+                for (int rpb : {1, 2, 4, 8, 16, 32}) {
+                    if (tpr * rpb > 1024 || tpr * rpb < 32) continue;
+                    if (cluster > 1 && rpb != 1) continue;
+                    if (rpb > 1 && rpb > rows) continue;
+                    for (int prefetch : {0, 1}) {
+                        RowConfig c{tpr, rpb, vec, static_cast<int>(needed), cluster, prefetch};
+                        if (row_invalid_reason(c, cols, element_bytes, inputs, device)) continue;
+                        if (seen.insert(c.to_config()).second) space.push_back(c.to_config());
+                    }
+                }
+            }
+        }
+    }
+    // Resident configs for long rows: CTAs of 256-1024 threads, 0 or the most register bytes
+    // they may hold, the rest of their chunk in shared memory. Clusters of up to four hold the
+    // largest chunks (one CTA an SM); clusters of 8-16 hold chunks small enough for two CTAs an
+    // SM (of 512 threads or fewer), so that one streams while the other waits for its row's
+    // reduction.
+    if (has_resident_configs(cols, inputs)) {
+        const int vec = max_vec;
+        for (int threads : {256, 512, 1024}) {
+            for (int cluster = 1; cluster <= kMaxCluster; cluster *= 2) {
+                const int64_t vectors = ceil_div(cols, int64_t{cluster} * threads * vec);
+                // Chunks of a few vectors: a large cluster costs more than it holds.
+                if (cluster > 4 && vectors < 4) continue;
+                const int register_items = resident_held_bytes_limit(threads) / static_cast<int>(vec * inputs.element_bytes);
+                for (int items : {0, register_items}) {
+                    if (vectors <= items) continue;
+                    RowConfig c{threads, 1, vec, items, cluster, 0};
+                    c.slots = static_cast<int>(vectors - items);
+                    if (row_invalid_reason(c, cols, element_bytes, inputs, device)) continue;
+                    if (seen.insert(c.to_config()).second) space.push_back(c.to_config());
+                }
+            }
+        }
+    }
+    // Streaming configs, for rows too long for registers and as a fallback.
+    for (int tpr : {256, 512, 1024}) {
+        RowConfig c{tpr, 1, max_vec, 0, 1, 0};
+        if (!row_invalid_reason(c, cols, element_bytes, inputs, device) && seen.insert(c.to_config()).second)
+            space.push_back(c.to_config());
+    }
+    return space;
+}
+
+RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, RowInputs inputs) {
+    RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, c.prefetch == 1, 0, 0, 0};
+    if (c.slots > 0) {
+        // A narrower vector (misaligned pointers) keeps the bytes held: more items and slots, as
+        // long as cp.async can copy them and the loops stay short; otherwise stream.
+        const int widen = c.vec / vec;
+        if (vec * inputs.element_bytes >= 4 && (c.items + c.slots) * widen <= kMaxResidentVectors) {
+            launch.items = c.items * widen;
+            launch.slots = c.slots * widen;
+            launch.grid = static_cast<unsigned>(rows * c.cluster);
+            launch.block = static_cast<unsigned>(c.threads_per_row);
+            RowConfig held = c;
+            held.slots = launch.slots;
+            launch.shared_bytes = static_cast<unsigned>(resident_slot_bytes(held, vec, inputs));
+            return launch;
+        }
+        launch.items = 0;
+        launch.cluster = 1;
+        launch.prefetch = false;
+        launch.grid = static_cast<unsigned>(rows);
+        launch.block = static_cast<unsigned>(c.threads_per_row);
+        return launch;
+    }
+    if (c.items > 0) {
+        launch.items = static_cast<int>(ceil_div(cols, int64_t{c.cluster} * c.threads_per_row * vec));
+        // A narrower vector needs more items for the same bytes held; past 32 items the unrolled
+        // loop gets long: stream instead.
+        if (launch.items * vec > c.items * c.vec || launch.items > 32) {
+            // A narrower vector than the config's would need too many registers: stream instead.
+            launch.items = 0;
+            launch.cluster = 1;
+        }
+    }
+    // cp.async copies 4 bytes at least: narrower vectors (misaligned pointers) load directly.
+    if (launch.items == 0 || vec * inputs.element_bytes < 4) launch.prefetch = false;
+    if (launch.cluster > 1) {
+        launch.rows_per_block = 1;
+        launch.grid = static_cast<unsigned>(rows * launch.cluster);
+    } else {
+        launch.grid = static_cast<unsigned>(ceil_div(rows, launch.rows_per_block));
+    }
+    launch.block = static_cast<unsigned>(launch.threads_per_row * launch.rows_per_block);
+    if (launch.prefetch) {
+        RowConfig held = c;
+        held.items = launch.items;
+        launch.shared_bytes = static_cast<unsigned>(prefetch_bytes(held, vec, inputs));
+    }
+    return launch;
+}
+
+std::vector<int> row_vector_widths(const RowConfig& config, int shape_vec) {
+    std::vector<int> widths;
+    for (int vec = std::min(config.vec, shape_vec); vec >= 1; vec /= 2) widths.push_back(vec);
+    return widths;
+}
+
+}  // namespace tileops::detail
+
+namespace tileops::detail {
+
+std::string RowOpModel::dtype_key() const {
+    if (dtype_ == out_dtype_) return dtype_name(dtype_);
+    return fmt::format("{}->{}", dtype_name(dtype_), dtype_name(out_dtype_));
+}
+
+size_t RowOpModel::element_bytes() const { return std::max(dtype_size(dtype_), dtype_size(out_dtype_)); }
+
+Config RowOpModel::heuristic(const DeviceInfo& device) const {
+    return row_heuristic(cols_, element_bytes(), inputs(), device).to_config();
+}
+
+std::vector<Config> RowOpModel::search_space(const DeviceInfo& device) const {
+    return row_search_space(rows_, cols_, element_bytes(), inputs(), device);
+}
+
+std::optional<std::string> RowOpModel::invalid_reason(const Config& config, const DeviceInfo& device) const {
+    RowConfig row;
+    try {
+        row = RowConfig::from(config, op_name());
+    } catch (const std::exception& e) {
+        return std::string(e.what());
+    }
+    return row_invalid_reason(row, cols_, element_bytes(), inputs(), device);
+}
+
+std::vector<int> RowOpModel::vector_widths(const Config& config) const {
+    return row_vector_widths(RowConfig::from(config, op_name()), shape_vec_);
+}
+
+LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) const {
+    RowLaunch launch = row_launch(RowConfig::from(config, op_name()), vec, rows_, cols_, inputs());
+    LaunchPlan plan;
+    plan.template_file = launch.slots > 0 ? resident_template_file() : template_file();
+    plan.name_expression = name_expression(launch);
+    plan.grid[0] = launch.grid;
+    plan.block[0] = launch.block;
+    plan.cluster = static_cast<unsigned>(launch.cluster);
+    plan.shared_bytes = launch.shared_bytes;
+    // The blocks walk the rows in steps of the resident grid.
+    plan.persistent = launch.prefetch || launch.slots > 0;
+    return plan;
+}
+
+std::string RowOpModel::type_arguments() const {
+    return fmt::format("{}, {}", device_type_name(dtype_), device_type_name(out_dtype_));
+}
+
+}  // namespace tileops::detail
