@@ -12,6 +12,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "flash_attention/flash_attention_args.cuh"
+
 // NVRTC has no math.h: INFINITY as the bit pattern (nvcc's host pass gets the math.h one).
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -26,30 +28,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
-// The same layout as FlashAttentionKernelArgs in src/ops/flash_attention.cpp.
-struct FlashAttentionArgs {
-    const void* q;
-    const void* k;
-    const void* v;
-    void* o;
-    float* lse;                 // null unless requested: lse[b * lse_batch_stride + h * lse_head_stride + row]
-    const int* cu_seqlens_q;    // varlen: [batch + 1] offsets of each sequence's first row; else null
-    const int* cu_seqlens_k;
-    // Strides in elements; the head dim is contiguous. Varlen: the batch strides are 0 and rows
-    // are counted from the packed tensor's first row.
-    long long q_batch_stride, q_row_stride, q_head_stride;
-    long long k_batch_stride, k_row_stride, k_head_stride;
-    long long v_batch_stride, v_row_stride, v_head_stride;
-    long long o_batch_stride, o_row_stride, o_head_stride;
-    long long lse_batch_stride, lse_head_stride;
-    int seqlen_q, seqlen_k;     // every sequence's lengths (varlen: unused, read from cu_seqlens)
-    int group;                  // query heads per KV head
-    int window_left;            // < 0: no window
-    float scale_log2;           // softmax scale * log2(e): scores are exponentiated with exp2
-    float scale;                // softmax scale (for the natural-log lse)
-    int num_heads, batch;       // query heads, sequences
-    int* scheduler;             // sm_90 causal: the work-tile counters (2 ints, zero between launches)
-};
 
 // The sequence a block works on: its first q/k rows in the tensors and its lengths.
 struct AttentionSequence {

@@ -8,10 +8,10 @@
 // for the output. Template parameters as in rmsnorm.cuh.
 #pragma once
 
-#include "common/reduce.cuh"
-#include "common/row_layout.cuh"
-#include "common/row_outputs.cuh"
 #include "common/types.cuh"
+#include "rows/reduce.cuh"
+#include "rows/row_layout.cuh"
+#include "rows/row_outputs.cuh"
 
 namespace tileops {
 

@@ -12,7 +12,7 @@
 // when the grid covers them all, several when the grid is persistent (see RowPrefetch).
 #pragma once
 
-#include "common/async_copy.cuh"
+#include "arch/async_copy.cuh"
 #include "common/types.cuh"
 
 namespace tileops {

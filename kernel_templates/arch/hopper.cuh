@@ -7,7 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "common/mma_sm80.cuh"
+#include "arch/mma_sm80.cuh"
 
 namespace tileops {
 

@@ -4,17 +4,17 @@
 //   y = h * rsqrt(mean(h^2) + eps) * weight    (fp32 arithmetic)
 //   sum_out = h                                (only with RESIDUAL; may alias x or residual)
 //
-// Template parameters (see common/row_layout.cuh): T input/weight/sum type, TOut output type,
+// Template parameters (see rows/row_layout.cuh): T input/weight/sum type, TOut output type,
 // THREADS_PER_ROW, ROWS_PER_BLOCK, VEC elements per access, ITEMS vectors held per thread
 // (0: streaming, any row length, reads the row twice), CLUSTER CTAs per row (sm_90), PREFETCH
 // (register mode: a persistent grid whose blocks copy their next rows while they work on the
-// current ones, see RowPrefetch in common/row_layout.cuh).
+// current ones, see RowPrefetch in rows/row_layout.cuh).
 #pragma once
 
-#include "common/reduce.cuh"
-#include "common/row_layout.cuh"
-#include "common/row_outputs.cuh"
 #include "common/types.cuh"
+#include "rows/reduce.cuh"
+#include "rows/row_layout.cuh"
+#include "rows/row_outputs.cuh"
 
 namespace tileops {
 

@@ -1,4 +1,4 @@
-// LayerNorm for long rows held on chip (common/resident_row.cuh): what layernorm.cuh computes in
+// LayerNorm for long rows held on chip (rows/resident_row.cuh): what layernorm.cuh computes in
 // register mode, for rows too long for a cluster's registers alone.
 //
 //   y = (x - mean) * rsqrt(var + eps) * weight + bias      (fp32 arithmetic, biased variance)
@@ -9,10 +9,10 @@
 // rmsnorm_resident.cuh; the kernel parameters are layernorm_kernel's.
 #pragma once
 
-#include "common/reduce.cuh"
-#include "common/resident_row.cuh"
-#include "common/row_outputs.cuh"
 #include "common/types.cuh"
+#include "rows/reduce.cuh"
+#include "rows/resident_row.cuh"
+#include "rows/row_outputs.cuh"
 
 namespace tileops {
 
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             // Each vector's weights and biases are loaded one vector ahead (fp32 1024 x 65536 5%
             // faster, bf16 with no register vectors 4%). Not for 16-bit types held partly in
             // registers by 1024 threads: their unpacked vectors leave no registers for it (bf16
-            // 256 x 262144 ran 15-25% slower; bench/README.md, 2026-11-26).
+            // 256 x 262144 ran 15-25% slower; docs/perf/rows.md).
             row.emit_and_advance(
                 [&](long long col) {
                     return LayerNormSide<T, VEC>{load_raw<T, VEC>(weight + col), load_raw<T, VEC>(bias + col)};

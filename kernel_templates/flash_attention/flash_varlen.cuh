@@ -9,11 +9,6 @@
 
 namespace tileops {
 
-// Rows of the packed Q and K/V tensors (total_q, total_k); unused without varlen.
-struct FlashPackedRows {
-    int q, k;
-};
-
 __device__ __forceinline__ AttentionSequence flash_sequence(const FlashAttentionArgs& p, const FlashPackedRows& rows,
                                                            int batch) {
     if (p.cu_seqlens_q == nullptr) return attention_sequence(p, batch);

@@ -10,10 +10,10 @@
 
 #include <cuda/std/limits>
 
-#include "common/reduce.cuh"
-#include "common/row_layout.cuh"
-#include "common/row_outputs.cuh"
 #include "common/types.cuh"
+#include "rows/reduce.cuh"
+#include "rows/row_layout.cuh"
+#include "rows/row_outputs.cuh"
 
 namespace tileops {
 

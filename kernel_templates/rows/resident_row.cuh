@@ -2,7 +2,7 @@
 // (rmsnorm_resident.cuh, layernorm_resident.cuh, softmax_resident.cuh).
 //
 // Why: a row of 256k bf16 elements (512 KB) fits in no CTA's registers, and clusters of more than
-// two CTAs cannot be placed on all 132 SMs of an H100 (bench/README.md, 2026-11-26), so the
+// two CTAs cannot be placed on all 132 SMs of an H100 (docs/perf/rows.md), so the
 // register-only kernels leave SMs idle on such rows. Here each CTA of a cluster (two, typically)
 // holds its chunk of one row in registers (ITEMS vectors a thread) and in shared memory (SLOTS
 // vectors a thread), which together hold 256 KB a CTA, and the row is still read from memory once.
@@ -17,14 +17,14 @@
 // Item i of thread t is the vector at column first + (i * THREADS + t) * VEC of the CTA's chunk
 // (RowLayout with ITEMS + SLOTS items): items 0..ITEMS-1 live in registers, the rest in slots.
 // A thread reads back only the slots it filled itself, so waiting for its own copies suffices.
-// The CTAs start at staggered moments (common/stagger.cuh) so that their reductions, when they
+// The CTAs start at staggered moments (rows/stagger.cuh) so that their reductions, when they
 // have no loads in flight, do not all fall at the same moments.
 #pragma once
 
-#include "common/async_copy.cuh"
-#include "common/row_layout.cuh"
-#include "common/stagger.cuh"
+#include "arch/async_copy.cuh"
 #include "common/types.cuh"
+#include "rows/row_layout.cuh"
+#include "rows/stagger.cuh"
 
 namespace tileops {
 

@@ -1,4 +1,4 @@
-// RMSNorm for long rows held on chip (common/resident_row.cuh): what rmsnorm.cuh computes, for
+// RMSNorm for long rows held on chip (rows/resident_row.cuh): what rmsnorm.cuh computes, for
 // rows too long for a cluster's registers alone. No residual add in this path.
 //
 //   y = x * rsqrt(mean(x^2) + eps) * weight    (fp32 arithmetic)
@@ -9,10 +9,10 @@
 // both launch alike; the residual ones are unused.
 #pragma once
 
-#include "common/reduce.cuh"
-#include "common/resident_row.cuh"
-#include "common/row_outputs.cuh"
 #include "common/types.cuh"
+#include "rows/reduce.cuh"
+#include "rows/resident_row.cuh"
+#include "rows/row_outputs.cuh"
 
 namespace tileops {
 

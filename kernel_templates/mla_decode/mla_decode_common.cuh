@@ -18,9 +18,10 @@
 // kernel (mla_merge_kernel, one block per row) merges them.
 #pragma once
 
+#include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
-#include "common/mma_sm80.cuh"
 #include "common/types.cuh"
+#include "mla_decode/mla_decode_args.cuh"
 
 namespace tileops {
 
@@ -28,24 +29,6 @@ constexpr int kMlaValueDim = 512;  // latent dims: the values and the output
 constexpr int kMlaKeyDim = 576;    // latent + rope dims: the queries and keys
 constexpr int kMlaChunks = kMlaKeyDim / 8;  // 16-byte chunks of a row: 72
 
-// The same layout as MlaDecodeKernelArgs in src/ops/mla_decode.cpp.
-struct MlaDecodeArgs {
-    const void* q;               // [batch, q_len, num_heads, 576] with strides
-    const void* kv;              // [batch, max_kv_len, 576] or paged [num_pages, page_size, 576]
-    const int* lengths;          // [batch]
-    const int* page_table;       // [batch, page_table_stride] (paged)
-    void* out;                   // [batch, q_len, num_heads, 512] with strides
-    float* lse;                  // [batch, q_len, num_heads] or null
-    float* workspace;            // splits: partial outputs [slots][splits][BLOCK_M][512], then their lse
-    long long q_batch_stride, q_token_stride, q_head_stride;
-    long long kv_outer_stride, kv_token_stride;  // outer: between sequences, or pages when paged
-    long long page_table_stride;
-    long long o_batch_stride, o_token_stride, o_head_stride;
-    int num_heads, q_len, num_pages, max_kv_len;
-    int num_splits;              // gridDim.x of the main kernel
-    float scale_log2;            // softmax scale * log2(e)
-    float scale;
-};
 
 // The keys of the block at rows [row0, row0 + BLOCK_M) of `batch`, and this split's key tiles.
 struct MlaKeys {

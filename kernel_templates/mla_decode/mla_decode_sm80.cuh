@@ -11,12 +11,12 @@
 // BLOCK_N keys per tile (16, 32 or 64), STAGES key tiles in the ring, PAGE_SIZE tokens per page
 // (0: contiguous KV).
 //
-// Dynamic shared memory (mla_launch in src/ops/mla_decode_config.cpp computes the same): Q tile
+// Dynamic shared memory (mla_launch in src/ops/mla_decode/mla_decode_config.cpp computes the same): Q tile
 // BLOCK_M rows + ring STAGES * BLOCK_N rows of kMlaRowElems elements, the pair exchange (a float4
 // per lane and 8 keys: WARPS * BLOCK_N / 8 * 512 bytes), and STAGES * BLOCK_N key flags.
 #pragma once
 
-#include "mla_decode_common.cuh"
+#include "mla_decode/mla_decode_common.cuh"
 
 namespace tileops {
 

@@ -34,10 +34,10 @@
 // GROUP_M, HAS_C, BIAS, ACT.
 #pragma once
 
-#include "common/gemm_epilogue.cuh"
-#include "common/hopper.cuh"
+#include "arch/hopper.cuh"
+#include "arch/wgmma_gemm_widths.cuh"
 #include "common/types.cuh"
-#include "common/wgmma_gemm_widths.cuh"
+#include "gemm/gemm_epilogue.cuh"
 
 namespace tileops {
 

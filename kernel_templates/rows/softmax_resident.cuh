@@ -1,4 +1,4 @@
-// Softmax (or log-softmax when LOG) for long rows held on chip (common/resident_row.cuh): what
+// Softmax (or log-softmax when LOG) for long rows held on chip (rows/resident_row.cuh): what
 // softmax.cuh computes in register mode, for rows too long for a cluster's registers alone.
 //
 //   y = exp(x - max) / sum(exp(x - max))       log-softmax: y = x - max - log(sum(exp(x - max)))
@@ -12,10 +12,10 @@
 
 #include <cuda/std/limits>
 
-#include "common/reduce.cuh"
-#include "common/resident_row.cuh"
-#include "common/row_outputs.cuh"
 #include "common/types.cuh"
+#include "rows/reduce.cuh"
+#include "rows/resident_row.cuh"
+#include "rows/row_outputs.cuh"
 
 namespace tileops {
 

@@ -18,7 +18,7 @@
 // cache, a warp loads the page numbers of 16-32 tiles at once, a batch ahead, so that it never
 // waits for the page table in front of a copy.
 //
-// Rows of the ring are swizzled (common/mma_sm80.cuh: swizzled_offset) so that ldmatrix reads
+// Rows of the ring are swizzled (arch/mma_sm80.cuh: swizzled_offset) so that ldmatrix reads
 // without bank conflicts; keys feed S as the column operand, values feed O through ldmatrix.trans,
 // P goes from S's accumulators to O's row operand in registers (the FlashAttention-2 layout).
 //
@@ -31,10 +31,10 @@
 
 #include <cuda/std/limits>
 
+#include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
-#include "common/decode.cuh"
-#include "common/mma_sm80.cuh"
 #include "common/types.cuh"
+#include "decode_attention/decode.cuh"
 
 namespace tileops {
 

@@ -46,10 +46,10 @@
 // STAGES = 1 (FlashAttention-2's single K and V buffer) works and saves shared memory; 3 rarely helps.
 #pragma once
 
+#include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
-#include "common/flash_varlen.cuh"
-#include "common/mma_sm80.cuh"
 #include "common/types.cuh"
+#include "flash_attention/flash_varlen.cuh"
 
 namespace tileops {
 

@@ -22,9 +22,9 @@
 // then. Dynamic shared memory: WARPS * STAGES * (BM + BN) * 64 elements, then BM * BN floats.
 #pragma once
 
-#include "common/gemm_epilogue.cuh"
-#include "common/mma_sm80.cuh"
+#include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
+#include "gemm/gemm_epilogue.cuh"
 
 namespace tileops {
 

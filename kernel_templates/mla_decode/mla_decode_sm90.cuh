@@ -12,14 +12,14 @@
 // Template parameters: T (__half or __nv_bfloat16), BLOCK_N keys per tile (32 or 64), STAGES
 // key tiles in the ring, PAGE_SIZE tokens per page (0: contiguous KV).
 //
-// Dynamic shared memory (mla_launch in src/ops/mla_decode_config.cpp computes the same): 1024
+// Dynamic shared memory (mla_launch in src/ops/mla_decode/mla_decode_config.cpp computes the same): 1024
 // bytes of alignment slack, Q (64 rows) and STAGES * BLOCK_N key rows of 1152 bytes, the exchange
 // (8 warps x BLOCK_N / 8 x 512 bytes) and STAGES * BLOCK_N key flags.
 #pragma once
 
-#include "common/hopper.cuh"
-#include "common/wgmma_rs.cuh"
-#include "mla_decode_common.cuh"
+#include "arch/hopper.cuh"
+#include "arch/wgmma_rs.cuh"
+#include "mla_decode/mla_decode_common.cuh"
 
 namespace tileops {
 

@@ -28,10 +28,10 @@
 
 #include <cuda/std/limits>
 
-#include "common/async_copy.cuh"
-#include "common/decode.cuh"
+#include "arch/async_copy.cuh"
 #include "common/fp8.cuh"
 #include "common/types.cuh"
+#include "decode_attention/decode.cuh"
 
 namespace tileops {
 

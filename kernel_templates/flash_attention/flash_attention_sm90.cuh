@@ -32,10 +32,10 @@
 // flash_sm90_shared_bytes below (host: ops/flash_attention_config.cpp computes the same).
 #pragma once
 
+#include "arch/hopper.cuh"
+#include "arch/wgmma_rs.cuh"
 #include "common/attention.cuh"
-#include "common/flash_varlen.cuh"
-#include "common/hopper.cuh"
-#include "common/wgmma_rs.cuh"
+#include "flash_attention/flash_varlen.cuh"
 
 namespace tileops {
 

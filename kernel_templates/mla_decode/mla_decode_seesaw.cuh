@@ -22,7 +22,7 @@
 // have landed (cp.async.mbarrier.arrive.noinc), so nobody waits at a block-wide barrier. A paged
 // cache is gathered row by row, so every page size works.
 //
-// Shared memory (mla_launch in src/ops/mla_decode_config.cpp computes the same): 1024 bytes of
+// Shared memory (mla_launch in src/ops/mla_decode/mla_decode_config.cpp computes the same): 1024 bytes of
 // alignment slack, Q's first 512 dims (8 boxes of 64 rows x 128 bytes; the 64 rope dims stay in
 // registers: the last 4 score k-steps take A from registers), two key tiles of 9 boxes, two P
 // tiles of 64 x 64, the running max and the two scale vectors (64 floats each), the two
@@ -31,9 +31,9 @@
 // Template parameters: T (__half or __nv_bfloat16), PAGE_SIZE tokens per page (0: contiguous KV).
 #pragma once
 
-#include "common/hopper.cuh"
-#include "common/wgmma_rs.cuh"
-#include "mla_decode_common.cuh"
+#include "arch/hopper.cuh"
+#include "arch/wgmma_rs.cuh"
+#include "mla_decode/mla_decode_common.cuh"
 
 namespace tileops {
 

@@ -17,9 +17,9 @@
 // Any M, N, K >= 1: copies that hang over an edge are zero-filled, stores are guarded.
 #pragma once
 
-#include "common/gemm_epilogue.cuh"
-#include "common/mma_sm80.cuh"
+#include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
+#include "gemm/gemm_epilogue.cuh"
 
 namespace tileops {
 

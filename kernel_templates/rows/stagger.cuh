@@ -1,12 +1,12 @@
 // Staggered starts for persistent row kernels whose CTAs each hold one long row (or row group) at
-// a time (the resident kernels, common/resident_row.cuh).
+// a time (the resident kernels, rows/resident_row.cuh).
 //
 // Why: such CTAs all start together and do the same work, so they finish loading their rows and
 // reduce them at the same moments, when none of them has a load in flight, and the memory system
 // idles at every row step. Starting the CTAs of a grid at a few different moments spreads those
 // lulls over time, so that the CTAs still streaming take the bandwidth the reducing ones leave.
-// Measured on an H100 (bench/README.md, 2026-11-26, sixth session): bf16 256 x 262144 softmax
-// 112.9 -> 102.8 us with four start times a third of a row step apart in all.
+// Measured on an H100 (docs/perf/rows.md): bf16 256 x 262144 softmax 112.9 -> 102.8 us with
+// four start times a third of a row step apart in all.
 #pragma once
 
 namespace tileops {

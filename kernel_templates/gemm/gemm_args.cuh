@@ -1,0 +1,32 @@
+// The argument block every GEMM kernel takes. Plain C++: the host code that fills it
+// (src/ops/gemm/gemm.cpp) includes this same header, so the layout exists once.
+#pragma once
+
+namespace tileops {
+
+// Pointers are to the first batch entry; strides in elements.
+struct GemmArgs {
+    const void* a;
+    const void* b;
+    const void* c;     // null without C
+    const void* bias;  // null without bias
+    void* d;
+    long long m, n, k;
+    long long lda, ldb, ldc, ldd;
+    long long batch_stride_a, batch_stride_b, batch_stride_c, batch_stride_d;
+    long long batch;
+    float alpha, beta;
+    // sm_90 kernel, split K (gemm_reduce_splits): splits per tile (1: none), the fp32 partial
+    // tiles and the per-tile counters (zero between launches) in the op's workspace.
+    int split_k;
+    float* partials;
+    int* split_counters;
+    // sm_90 kernel: rows of A a TMA box loads, BM or, where M < BM, M rounded up to 8 (zero-filling
+    // out-of-bounds rows slows TMA down: M = 1 x 6144 x 4096 took 37 us with a 64-row box, 64 rows
+    // 17 us). Rows of the tile past the box are not loaded; they only feed rows of D past M.
+    int a_box_rows;
+};
+
+static_assert(sizeof(GemmArgs) == 176, "GemmArgs: the kernels' parameter block changed size");
+
+}  // namespace tileops
