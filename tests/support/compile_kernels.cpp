@@ -8,8 +8,8 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include "codegen/template_registry.hpp"
-#include "runtime/compiler.hpp"
+#include "jit/template_registry.hpp"
+#include "jit/compiler.hpp"
 
 namespace tileops::test {
 
@@ -47,18 +47,18 @@ std::map<std::string, PtxasReport> compile_jobs(const KernelsByFile& kernels, co
         }
         if (!chunk.empty()) jobs.emplace_back(file, std::move(chunk));
     }
-    std::vector<std::future<runtime::CompileResult>> results;
+    std::vector<std::future<jit::CompileResult>> results;
     for (const auto& [file, names] : jobs)
         results.push_back(std::async(std::launch::async, [&, file = file, names = names] {
-            runtime::CompileRequest request = codegen::compile_request(file, names, arch);
+            jit::CompileRequest request = jit::compile_request(file, names, arch);
             if (report) request.extra_options.push_back("--ptxas-options=-v");
-            return runtime::compile(request);
+            return jit::compile(request);
         }));
     std::map<std::string, PtxasReport> by_name;
     for (size_t i = 0; i < jobs.size(); ++i) {
         INFO(jobs[i].first << " for " << arch << ": " << jobs[i].second.size() << " kernels, first "
                            << jobs[i].second.front());
-        runtime::CompileResult result;
+        jit::CompileResult result;
         REQUIRE_NOTHROW(result = results[i].get());
         CHECK(result.cubin.size() > 0);
         CHECK(result.lowered_names.size() == jobs[i].second.size());

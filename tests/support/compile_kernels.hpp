@@ -5,7 +5,7 @@
 #include <set>
 #include <string>
 
-#include "ops/op_model.hpp"
+#include "core/op_model.hpp"
 
 namespace tileops::test {
 

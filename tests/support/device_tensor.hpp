@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/device.hpp"
+#include "cuda/device.hpp"
 #include "support/test_support.hpp"
 
 namespace tileops::test {
@@ -29,7 +29,7 @@ private:
     DType dtype_;
     int64_t rows_, cols_, stride_;
     size_t offset_;
-    runtime::DeviceBuffer buffer_;
+    cuda::DeviceBuffer buffer_;
 };
 
 }  // namespace tileops::test

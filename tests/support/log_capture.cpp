@@ -2,12 +2,12 @@
 
 #include <spdlog/sinks/ostream_sink.h>
 
-#include "runtime/log.hpp"
+#include "util/log.hpp"
 
 namespace tileops::test {
 
 LogCapture::LogCapture(spdlog::level::level_enum level) {
-    spdlog::logger& logger = runtime::logger();
+    spdlog::logger& logger = util::logger();
     previous_sinks_ = logger.sinks();
     previous_level_ = logger.level();
     auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(stream_);
@@ -17,7 +17,7 @@ LogCapture::LogCapture(spdlog::level::level_enum level) {
 }
 
 LogCapture::~LogCapture() {
-    spdlog::logger& logger = runtime::logger();
+    spdlog::logger& logger = util::logger();
     logger.sinks() = previous_sinks_;
     logger.set_level(previous_level_);
 }

@@ -4,7 +4,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 
-#include "ops/op_factory.hpp"
+#include "ops/registry.hpp"
 
 namespace tileops::test {
 

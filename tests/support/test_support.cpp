@@ -10,7 +10,7 @@
 #include <cstring>
 #include <random>
 
-#include "runtime/device.hpp"
+#include "cuda/device.hpp"
 #include "util/host_dtype.hpp"
 
 namespace tileops::test {
@@ -21,7 +21,7 @@ Runtime& shared_runtime() {
     return runtime;
 }
 
-bool have_gpu() { return runtime::device_count() > 0; }
+bool have_gpu() { return cuda::device_count() > 0; }
 
 TempDir::TempDir() {
     static std::atomic<int> counter{0};

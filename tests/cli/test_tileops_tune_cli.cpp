@@ -1,0 +1,692 @@
+// tileops-tune as a user runs it: exit codes (0 success, 1 failed work, 2 bad usage), --help and
+// --json of every command, warm without a GPU, list / show / merge of fixture databases, explain's
+// lookup order, and tune failing cleanly where there is no GPU. Each case runs the executable in a
+// child process and reads its exit status, stdout and stderr.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_floating_point.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <nlohmann/json.hpp>
+
+#include "jit/template_registry.hpp"
+#include "jit/compiler.hpp"
+#include "support/test_support.hpp"
+#include "tileops/tuning_db.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using Catch::Matchers::ContainsSubstring;
+using Catch::Matchers::WithinAbs;
+using nlohmann::json;
+using tileops::TuningDb;
+using tileops::TuningEntry;
+using tileops::TuningKey;
+using tileops::test::TempDir;
+
+fs::path fixture(const std::string& name) { return fs::path(TILEOPS_TEST_SOURCE_DIR) / "tests" / "data" / "tuning" / name; }
+
+std::string slurp(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    return buffer.str();
+}
+
+struct ToolResult {
+    int status = -1;  // exit code, or 128 + signal
+    std::string out;
+    std::string err;
+};
+
+#ifdef TILEOPS_TUNE_EXE
+
+// Runs tileops-tune with `args`. The child gets this process's environment without the variables
+// that would change which databases or distance it uses, and its stdin is /dev/null (so no
+// progress bar: stderr is a file).
+ToolResult run_tool(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+    TempDir capture;
+    const fs::path out_path = capture.path() / "stdout";
+    const fs::path err_path = capture.path() / "stderr";
+
+    // Everything the child needs is built before fork.
+    std::vector<std::string> argv_storage = {TILEOPS_TUNE_EXE};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& a : argv_storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    const std::set<std::string> dropped = {"TILEOPS_TUNING_DB", "TILEOPS_TUNING_MAX_DISTANCE", "TILEOPS_NO_COMPILE",
+                                           "TILEOPS_CACHE_DIR"};
+    std::vector<std::string> env_storage;
+    for (char** e = environ; *e != nullptr; ++e) {
+        const std::string entry = *e;
+        if (!dropped.count(entry.substr(0, entry.find('=')))) env_storage.push_back(entry);
+    }
+    env_storage.push_back("TILEOPS_CACHE_DIR=" + (capture.path() / "default-cache").string());
+    env_storage.insert(env_storage.end(), extra_env.begin(), extra_env.end());
+    std::vector<char*> envp;
+    for (std::string& e : env_storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
+
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        const int in = ::open("/dev/null", O_RDONLY);
+        const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (in < 0 || out < 0 || err < 0) ::_exit(126);
+        ::dup2(in, STDIN_FILENO);
+        ::dup2(out, STDOUT_FILENO);
+        ::dup2(err, STDERR_FILENO);
+        ::execve(argv[0], argv.data(), envp.data());
+        ::_exit(127);
+    }
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    for (;;) {
+        const pid_t done = ::waitpid(pid, &status, WNOHANG);
+        if (done == pid) break;
+        if (std::chrono::steady_clock::now() > deadline) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            FAIL("tileops-tune did not finish within 120 s");
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ToolResult result;
+    result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result.out = slurp(out_path);
+    result.err = slurp(err_path);
+    return result;
+}
+
+#define TILEOPS_REQUIRE_TUNE_EXE() (void)0
+#else
+ToolResult run_tool(const std::vector<std::string>&, const std::vector<std::string>& = {}) { return {}; }
+#define TILEOPS_REQUIRE_TUNE_EXE() SKIP("tileops-tune was not built (TILEOPS_BUILD_TOOLS=OFF)")
+#endif
+
+// Files under `dir` whose name ends in `suffix`.
+size_t count_files(const fs::path& dir, const std::string& suffix) {
+    size_t n = 0;
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) return 0;
+    for (const auto& item : fs::recursive_directory_iterator(dir)) {
+        const std::string name = item.path().filename().string();
+        if (item.is_regular_file() && name.size() >= suffix.size() &&
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0)
+            ++n;
+    }
+    return n;
+}
+
+json parse_json(const std::string& text) {
+    try {
+        return json::parse(text);
+    } catch (const json::exception& e) {
+        FAIL("not JSON (" << e.what() << "):\n" << text);
+    }
+    return {};
+}
+
+}  // namespace
+
+TEST_CASE("tileops-tune: usage errors exit 2, --help exits 0", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+
+    const ToolResult bare = run_tool({});
+    CHECK(bare.status == 2);
+    CHECK_THAT(bare.err, ContainsSubstring("usage: tileops-tune <command>"));
+    CHECK(bare.out.empty());
+
+    for (const char* help : {"--help", "-h", "help"}) {
+        CAPTURE(help);
+        const ToolResult r = run_tool({help});
+        CHECK(r.status == 0);
+        CHECK_THAT(r.out, ContainsSubstring("usage: tileops-tune <command>"));
+        for (const char* command : {"tune", "warm", "list", "show", "merge", "verify", "explain"})
+            CHECK_THAT(r.out, ContainsSubstring(std::string("  ") + command + " "));
+    }
+
+    const ToolResult unknown = run_tool({"frobnicate"});
+    CHECK(unknown.status == 2);
+    CHECK_THAT(unknown.err, ContainsSubstring("unknown command 'frobnicate'"));
+    CHECK_THAT(unknown.err, ContainsSubstring("usage: tileops-tune"));
+
+    for (const char* command : {"tune", "warm", "list", "show", "merge", "verify", "explain"}) {
+        CAPTURE(command);
+        const ToolResult r = run_tool({command, "--help"});
+        CHECK(r.status == 0);
+        CHECK_THAT(r.out, ContainsSubstring(std::string("tileops-tune ") + command));
+        CHECK_THAT(r.out, ContainsSubstring("--json"));
+        CHECK_THAT(r.out, ContainsSubstring("--help"));
+        // An option the command does not have is bad usage, with the command's help on stderr.
+        const ToolResult bad = run_tool({command, "--no-such-option"});
+        CHECK(bad.status == 2);
+        CHECK_THAT(bad.err, ContainsSubstring("no-such-option"));
+    }
+
+    // Missing arguments are bad usage too, with a message saying what to give.
+    const ToolResult list_nothing = run_tool({"list"});
+    CHECK(list_nothing.status == 2);
+    CHECK_THAT(list_nothing.err, ContainsSubstring("give the database file"));
+    const ToolResult merge_no_output = run_tool({"merge", fixture("cli_fleet_a.json").string()});
+    CHECK(merge_no_output.status == 2);
+    CHECK_THAT(merge_no_output.err, ContainsSubstring("-o"));
+    const ToolResult explain_nothing = run_tool({"explain", "--arch", "sm_90a"});
+    CHECK(explain_nothing.status == 2);
+    const ToolResult bad_shape = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "64by4096"});
+    CHECK(bad_shape.status == 2);
+    CHECK_THAT(bad_shape.err, ContainsSubstring("64by4096"));
+
+    // An unknown op is bad usage, named in the message with the ops there are.
+    const ToolResult unknown_op =
+        run_tool({"explain", "--arch", "sm_90a", "--op", "frobnorm", "--shape", "64x4096", "--dtype", "bf16"});
+    CHECK(unknown_op.status == 2);
+    CHECK_THAT(unknown_op.err, ContainsSubstring("unknown op 'frobnorm'"));
+    CHECK_THAT(unknown_op.err, ContainsSubstring("rmsnorm"));
+    CHECK(unknown_op.out.empty());
+
+    // A database that cannot be read is failed work, not bad usage.
+    TempDir dir;
+    const ToolResult missing = run_tool({"list", (dir.path() / "missing.json").string()});
+    CHECK(missing.status == 1);
+    CHECK_THAT(missing.err, ContainsSubstring("missing.json"));
+    const ToolResult malformed = run_tool({"show", fixture("syntax_trailing_comma.json").string()});
+    CHECK(malformed.status == 1);
+    CHECK_THAT(malformed.err, ContainsSubstring("syntax_trailing_comma.json:7:3"));
+}
+
+TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then finds it all cached", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const fs::path cache = dir.path() / "kernels";
+    const std::vector<std::string> args = {"warm",        "--arch",  "sm_90a", "--op",   "rmsnorm",      "--shape",
+                                           "64x4096",     "--dtype", "bf16",   "--json", "--cache-dir", cache.string()};
+    REQUIRE(count_files(cache, ".cubin") == 0);
+
+    const ToolResult first = run_tool(args);
+    INFO(first.err);
+    REQUIRE(first.status == 0);
+    const json cold = parse_json(first.out);
+    const size_t kernels = cold.at("kernels").get<size_t>();
+    CHECK(kernels >= 1);
+    CHECK(cold.at("compiled").get<size_t>() == kernels);
+    CHECK(cold.at("already_cached").get<size_t>() == 0);
+    CHECK(cold.at("failed").empty());
+    CHECK(cold.at("arch") == "sm_90a");
+    CHECK(cold.at("problems") == 1);
+    CHECK(cold.at("cache_dir") == cache.string());
+    CHECK(count_files(cache, ".cubin") == kernels);  // one cache entry per kernel
+
+    const ToolResult second = run_tool(args);
+    INFO(second.err);
+    REQUIRE(second.status == 0);
+    const json warm = parse_json(second.out);
+    CHECK(warm.at("kernels").get<size_t>() == kernels);
+    CHECK(warm.at("compiled").get<size_t>() == 0);
+    CHECK(warm.at("already_cached").get<size_t>() == kernels);
+    CHECK(warm.at("failed").empty());
+    CHECK(count_files(cache, ".cubin") == kernels);
+
+    // The table form says the same in words.
+    std::vector<std::string> text_args = args;
+    text_args.erase(std::find(text_args.begin(), text_args.end(), "--json"));
+    const ToolResult text = run_tool(text_args);
+    CHECK(text.status == 0);
+    CHECK_THAT(text.out, ContainsSubstring("0 compiled, " + std::to_string(kernels) + " already cached, 0 failed"));
+
+    // Nothing to compile, or an arch NVRTC does not know: bad usage.
+    CHECK(run_tool({"warm", "--arch", "sm_90a", "--cache-dir", cache.string()}).status == 2);
+    const ToolResult bad_arch =
+        run_tool({"warm", "--arch", "sm_1", "--op", "rmsnorm", "--shape", "64x4096", "--cache-dir", cache.string()});
+    CHECK(bad_arch.status != 0);
+    CHECK_THAT(bad_arch.err, ContainsSubstring("sm_1"));
+}
+
+TEST_CASE("tileops-tune: warm --search-space compiles every config tune would time", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const fs::path cache = dir.path() / "kernels";
+    const std::vector<std::string> problem = {"--arch", "sm_90a", "--op",          "silu",        "--shape", "64x4096",
+                                              "--dtype", "bf16",  "--cache-dir", cache.string(), "--json"};
+    auto warm = [&](bool search_space) {
+        std::vector<std::string> args = {"warm"};
+        args.insert(args.end(), problem.begin(), problem.end());
+        if (search_space) args.push_back("--search-space");
+        const ToolResult r = run_tool(args);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        return parse_json(r.out);
+    };
+    const json space = warm(true);
+    const size_t kernels = space.at("kernels").get<size_t>();
+    CHECK(space.at("compiled").get<size_t>() == kernels);
+    CHECK(space.at("failed").empty());
+    CHECK(count_files(cache, ".cubin") == kernels);
+
+    // The heuristic's kernels are among them: a plain warm (what Op::run needs) finds all cached,
+    // and needs fewer kernels than the search space.
+    const json plain = warm(false);
+    CHECK(plain.at("kernels").get<size_t>() < kernels);
+    CHECK(plain.at("compiled").get<size_t>() == 0);
+    CHECK(plain.at("already_cached") == plain.at("kernels"));
+}
+
+TEST_CASE("tileops-tune: list and show print a database as a table and as JSON", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    const std::string db = fixture("cli_fleet_a.json").string();
+    const TuningDb expected = TuningDb::load(db);
+    REQUIRE(expected.entries().size() == 3);
+
+    const ToolResult table = run_tool({"list", db});
+    INFO(table.err);
+    REQUIRE(table.status == 0);
+    for (const char* column : {"op", "shape", "dtype", "config", "throughput", "device"})
+        CHECK_THAT(table.out, ContainsSubstring(column));
+    CHECK_THAT(table.out, ContainsSubstring("512x4096"));
+    CHECK_THAT(table.out, ContainsSubstring("1024x1024"));
+    CHECK_THAT(table.out, ContainsSubstring("64x14336"));
+    CHECK_THAT(table.out, ContainsSubstring("cluster=1 items=2 rows_per_block=1 threads_per_row=256 vec=8"));
+    CHECK_THAT(table.out, ContainsSubstring("10.50"));
+    CHECK(std::count(table.out.begin(), table.out.end(), '\n') == 4);  // header + 3 entries
+
+    const ToolResult listed = run_tool({"list", db, "--json"});
+    REQUIRE(listed.status == 0);
+    const json list = parse_json(listed.out);
+    REQUIRE(list.is_array());
+    REQUIRE(list.size() == 3);
+    // Each item is the entry as the database stores it.
+    for (const json& item : list) {
+        TuningEntry e;
+        e.key = TuningKey{item.at("op").get<std::string>(),    item.at("shape").get<std::vector<long long>>(),
+                          item.at("dtype").get<std::string>(), item.at("flags").get<std::string>(),
+                          item.at("arch").get<std::string>(),  item.at("template_hash").get<std::string>()};
+        const TuningEntry* stored = expected.find(e.key);
+        REQUIRE(stored != nullptr);
+        CHECK(item.at("config") == json(stored->config));
+        CHECK(item.at("median_us").get<double>() == stored->median_us);
+        CHECK(item.at("device") == stored->device);
+    }
+
+    const ToolResult filtered = run_tool({"list", db, "--json", "--filter-op", "softmax"});
+    REQUIRE(filtered.status == 0);
+    const json only_softmax = parse_json(filtered.out);
+    REQUIRE(only_softmax.size() == 1);
+    CHECK(only_softmax[0].at("op") == "softmax");
+    CHECK(parse_json(run_tool({"list", db, "--json", "--filter-arch", "sm_80"}).out).empty());
+    CHECK(parse_json(run_tool({"list", db, "--json", "--filter-dtype", "bf16"}).out).size() == 2);
+
+    const ToolResult shown = run_tool({"show", db});
+    INFO(shown.err);
+    REQUIRE(shown.status == 0);
+    CHECK_THAT(shown.out, ContainsSubstring("database " + db));
+    CHECK_THAT(shown.out, ContainsSubstring("GPU Test GPU A, arch sm_90a"));
+    CHECK_THAT(shown.out, ContainsSubstring("sources: fleet a"));
+    CHECK_THAT(shown.out, ContainsSubstring("rmsnorm 512x4096 bf16 sm_90a"));
+    CHECK_THAT(shown.out, ContainsSubstring("runner-up     11.75 us  cluster=1 items=4 rows_per_block=2 threads_per_row=128 vec=8"));
+    CHECK_THAT(shown.out, ContainsSubstring("12 tried, 1 failed; stability 80%"));
+    CHECK_THAT(shown.out, ContainsSubstring("template      fixture-hash"));
+
+    const ToolResult shown_json = run_tool({"show", db, "--json"});
+    REQUIRE(shown_json.status == 0);
+    const json full = parse_json(shown_json.out);
+    CHECK(full.at("format_version") == 1);
+    CHECK(full.at("metadata").at("arch") == "sm_90a");
+    CHECK(full.at("metadata").at("gpu_name") == "Test GPU A");
+    REQUIRE(full.at("entries").size() == 3);
+    // The JSON is a tuning database itself: it parses back to the fixture.
+    CHECK(TuningDb::parse(shown_json.out, "show-output.json") == expected);
+    const ToolResult shown_filtered = run_tool({"show", db, "--json", "--filter-op", "gelu"});
+    REQUIRE(shown_filtered.status == 0);
+    const json gelu_only = parse_json(shown_filtered.out);
+    REQUIRE(gelu_only.at("entries").size() == 1);
+    CHECK(gelu_only.at("entries")[0].at("config") == json{{"block", 256}, {"vec", 8}});
+}
+
+TEST_CASE("tileops-tune: merge -o writes the union, the faster entry per key", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string a = fixture("cli_fleet_a.json").string();
+    const std::string b = fixture("cli_fleet_b.json").string();
+    const fs::path out = dir.path() / "fleet.json";
+
+    const ToolResult merged = run_tool({"merge", "-o", out.string(), a, b});
+    INFO(merged.err);
+    REQUIRE(merged.status == 0);
+    CHECK_THAT(merged.out, ContainsSubstring("4 entries written to " + out.string()));
+    const TuningDb result = TuningDb::load(out);
+    CHECK(result.rejected().empty());
+    REQUIRE(result.entries().size() == 4);
+    const TuningDb da = TuningDb::load(a);
+    const TuningDb db = TuningDb::load(b);
+    const TuningKey rmsnorm{"rmsnorm", {512, 4096}, "bf16", "", "sm_90a", "fixture-hash"};
+    const TuningKey softmax{"softmax", {1024, 1024}, "fp32", "", "sm_90a", "fixture-hash"};
+    REQUIRE(result.find(rmsnorm) != nullptr);
+    CHECK(*result.find(rmsnorm) == *db.find(rmsnorm));  // 8.25 us on GPU B beats 10.5 us
+    CHECK(result.find(rmsnorm)->device == "Test GPU B");
+    REQUIRE(result.find(softmax) != nullptr);
+    CHECK(*result.find(softmax) == *da.find(softmax));  // 20 us on GPU A beats 25 us
+    CHECK(result.find({"gelu", {64, 14336}, "bf16", "", "sm_90a", "fixture-hash"}) != nullptr);
+    CHECK(result.find({"layernorm", {2048, 2048}, "bf16", "", "sm_90a", "fixture-hash"}) != nullptr);
+    CHECK(result.meta().arch == "sm_90a");
+    CHECK(result.meta().sources == std::vector<std::string>{"fleet a", "fleet b"});
+    CHECK(result.entries() == TuningDb::merge(da, db).entries());
+
+    // The order of the inputs does not matter.
+    const fs::path reversed = dir.path() / "reversed.json";
+    const ToolResult merged_ba = run_tool({"merge", "-o", reversed.string(), b, a, "--json"});
+    REQUIRE(merged_ba.status == 0);
+    const json summary = parse_json(merged_ba.out);
+    CHECK(summary.at("entries") == 4);
+    CHECK(summary.at("output") == reversed.string());
+    CHECK(slurp(reversed) == slurp(out));
+
+    // Different archs: refused (bad usage), naming both, and nothing is written.
+    const fs::path mixed = dir.path() / "mixed.json";
+    const ToolResult refused = run_tool({"merge", "-o", mixed.string(), a, fixture("cli_fleet_sm80.json").string()});
+    CHECK(refused.status == 2);
+    CHECK_THAT(refused.err, ContainsSubstring("sm_80"));
+    CHECK_THAT(refused.err, ContainsSubstring("sm_90a"));
+    CHECK_FALSE(fs::exists(mixed));
+}
+
+TEST_CASE("tileops-tune: merge writes nothing when an input holds malformed entries, unless told to", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string bad = fixture("bad_entries.json").string();
+    REQUIRE_FALSE(TuningDb::load(bad).rejected().empty());
+    const fs::path out = dir.path() / "merged.json";
+    const ToolResult refused = run_tool({"merge", "-o", out.string(), bad});
+    CHECK(refused.status == 1);
+    CHECK_THAT(refused.err, ContainsSubstring("rejected " + bad + ": entries["));
+    CHECK_THAT(refused.err, ContainsSubstring("nothing written"));
+    CHECK_FALSE(fs::exists(out));
+    const ToolResult refused_json = run_tool({"merge", "--json", "-o", out.string(), bad});
+    CHECK(refused_json.status == 1);
+    CHECK(parse_json(refused_json.out).at("rejected").size() == TuningDb::load(bad).rejected().size());
+
+    const ToolResult allowed = run_tool({"merge", "--json", "--allow-rejected", "-o", out.string(), bad});
+    INFO(allowed.err);
+    REQUIRE(allowed.status == 0);
+    const json summary = parse_json(allowed.out);
+    CHECK(summary.at("rejected").size() == TuningDb::load(bad).rejected().size());
+    CHECK(summary.at("entries") == TuningDb::load(bad).entries().size());
+    CHECK(TuningDb::load(out).entries() == TuningDb::load(bad).entries());
+}
+
+TEST_CASE("tileops-tune: an unknown TILEOPS_LOG_LEVEL keeps warnings on and says so", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // The bad entries fixture makes explain warn about skipped entries.
+    const std::vector<std::string> args = {"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "64x64",
+                                           "--db", fixture("bad_entries.json").string()};
+    const ToolResult bogus = run_tool(args, {"TILEOPS_LOG_LEVEL=loud"});
+    CHECK(bogus.status == 0);
+    CHECK_THAT(bogus.err, ContainsSubstring("TILEOPS_LOG_LEVEL=loud is not"));
+    CHECK_THAT(bogus.err, ContainsSubstring("skipping tuning entry"));
+    const ToolResult off = run_tool(args, {"TILEOPS_LOG_LEVEL=off"});
+    CHECK(off.status == 0);
+    CHECK_THAT(off.err, !ContainsSubstring("skipping tuning entry"));
+}
+
+TEST_CASE("tileops-tune: a hostile config is ignored by explain and reported by warm, never a crash", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // warps_m x warps_n wrapped to 0 in 32 bits, and the validator then divided by 16 x warps_m.
+    const std::string hash = tileops::jit::TemplateRegistry::instance().template_hash("gemm/gemm_sm80.cuh");
+    json entry = {{"op", "gemm"},        {"shape", {1, 4096, 4096}}, {"dtype", "bf16"},  {"flags", "nt"},
+                  {"arch", "sm_90a"},    {"template_hash", hash},    {"median_us", 10.0},
+                  {"config", {{"kernel", 0}, {"block_m", 128}, {"block_n", 128}, {"block_k", 32}, {"stages", 3},
+                              {"group_m", 8}, {"vec", 8}, {"warps_m", 268435456}, {"warps_n", 16}}}};
+    json unknown = entry;
+    unknown["op"] = "nosuchop";
+    const fs::path db_path = dir.path() / "hostile.json";
+    {
+        std::ofstream(db_path) << json({{"format_version", 1}, {"entries", {entry, unknown}}}).dump();
+    }
+    REQUIRE(TuningDb::load(db_path).entries().size() == 2);
+
+    const ToolResult explained =
+        run_tool({"explain", "--arch", "sm_90a", "--op", "gemm", "--shape", "1x4096x4096", "--flags", "nt", "--db",
+                  db_path.string()});
+    INFO(explained.err);
+    CHECK(explained.status == 0);
+    CHECK_THAT(explained.err, ContainsSubstring("ignored: " + db_path.string()));
+    CHECK_THAT(explained.err, ContainsSubstring("'warps_m' = 268435456 is outside"));
+    CHECK_THAT(explained.out, ContainsSubstring("on sm_90a"));
+
+    const ToolResult warmed =
+        run_tool({"warm", "--arch", "sm_90a", "--db", db_path.string(), "--cache-dir", (dir.path() / "cache").string()});
+    INFO(warmed.out);
+    CHECK(warmed.status == 1);
+    CHECK_THAT(warmed.err, ContainsSubstring(db_path.string() + ": gemm 1x4096x4096"));
+    CHECK_THAT(warmed.err, ContainsSubstring("unknown op 'nosuchop'"));
+    CHECK_THAT(warmed.out, ContainsSubstring("2 failed"));
+}
+
+TEST_CASE("tileops-tune: merge --drop-stale leaves out entries of other template versions", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // Fleet A's entries carry a made-up template hash: no version of this library would use them.
+    // A fresh entry with the current rmsnorm template hash is the one that survives.
+    TuningEntry fresh;
+    fresh.key = TuningKey{"rmsnorm", {512, 4096}, "bf16", "", "sm_90a",
+                          tileops::jit::TemplateRegistry::instance().template_hash("rows/rmsnorm.cuh")};
+    fresh.config = {{"cluster", 1}, {"items", 2}, {"rows_per_block", 1}, {"threads_per_row", 256}, {"vec", 8}};
+    fresh.median_us = 12.0;  // slower than fleet A's stale 10.5 us: being current wins, not speed
+    fresh.device = "Test GPU";
+    fresh.tuned_at = "2026-11-24T00:00:00Z";
+    TuningDb fresh_db;
+    fresh_db.meta().arch = "sm_90a";
+    fresh_db.upsert(fresh);
+    const fs::path fresh_path = dir.path() / "fresh.json";
+    fresh_db.save(fresh_path);
+
+    const fs::path out = dir.path() / "shipped.json";
+    const ToolResult merged =
+        run_tool({"merge", "--drop-stale", "-o", out.string(), fixture("cli_fleet_a.json").string(), fresh_path.string()});
+    INFO(merged.err);
+    REQUIRE(merged.status == 0);
+    CHECK_THAT(merged.out, ContainsSubstring("1 entries written to " + out.string() + " (3 stale dropped)"));
+    CHECK_THAT(merged.err, ContainsSubstring("dropped softmax 1024x1024 fp32 sm_90a: tuned with another version"));
+    const TuningDb result = TuningDb::load(out);
+    REQUIRE(result.entries().size() == 1);
+    CHECK(result.entries().front() == fresh);
+
+    // --json lists what was dropped and why; without --drop-stale nothing is.
+    const ToolResult as_json = run_tool({"merge", "--drop-stale", "--json", "-o", out.string(),
+                                         fixture("cli_fleet_a.json").string(), fresh_path.string()});
+    REQUIRE(as_json.status == 0);
+    const json summary = parse_json(as_json.out);
+    CHECK(summary.at("entries") == 1);
+    REQUIRE(summary.at("dropped").size() == 3);
+    CHECK(summary.at("dropped")[0].at("why").get<std::string>().find("another version") != std::string::npos);
+    const ToolResult kept_all =
+        run_tool({"merge", "--json", "-o", out.string(), fixture("cli_fleet_a.json").string(), fresh_path.string()});
+    REQUIRE(kept_all.status == 0);
+    CHECK(parse_json(kept_all.out).at("entries") == 4);  // both rmsnorm entries: their keys differ by hash
+    CHECK(parse_json(kept_all.out).at("dropped").empty());
+}
+
+TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shape or the heuristic", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // The fixture is written now: its entry must carry the current rmsnorm template hash and NVRTC.
+    const std::string hash = tileops::jit::TemplateRegistry::instance().template_hash("rows/rmsnorm.cuh");
+    const std::string nvrtc = tileops::jit::nvrtc_version();
+    REQUIRE_FALSE(hash.empty());
+    const tileops::Config tuned_config = {
+        {"cluster", 1}, {"items", 2}, {"rows_per_block", 1}, {"threads_per_row", 256}, {"vec", 8}};
+    TuningEntry entry;
+    entry.key = TuningKey{"rmsnorm", {512, 4096}, "bf16", "", "sm_90a", hash};
+    entry.config = tuned_config;
+    entry.median_us = 6.5;
+    entry.nvrtc_version = nvrtc;
+    entry.device = "Test GPU";
+    entry.tuned_at = "2026-11-22T00:00:00Z";
+    TuningDb fixture_db;
+    fixture_db.meta().arch = "sm_90a";
+    fixture_db.meta().nvrtc_version = nvrtc;
+    fixture_db.upsert(entry);
+    const fs::path db_path = dir.path() / "tuned.json";
+    fixture_db.save(db_path);
+
+    auto explain = [&](const std::string& shape, const fs::path& db, const std::vector<std::string>& env = {}) {
+        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", shape, "--dtype", "bf16",
+                                       "--db", db.string(), "--json"},
+                                      env);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const json out = parse_json(r.out);
+        REQUIRE(out.is_array());
+        REQUIRE(out.size() == 1);
+        CHECK(out[0].at("arch") == "sm_90a");
+        CHECK(out[0].at("problem") == "rmsnorm " + shape + " bf16");
+        return out[0];
+    };
+
+    const json exact = explain("512x4096", db_path);
+    CHECK(exact.at("template_hash") == hash);  // what an entry must carry to apply
+    CHECK(exact.at("source") == "user database");
+    CHECK(exact.at("origin") == db_path.string());
+    CHECK(exact.at("config") == json(tuned_config));
+
+    const json near = explain("1024x4096", db_path);  // one factor of two away
+    CHECK(near.at("source") == "nearest tuned shape");
+    CHECK(near.at("origin") == db_path.string());
+    CHECK(near.at("config") == json(tuned_config));
+    CHECK_THAT(near.at("distance").get<double>(), WithinAbs(1.0, 1e-9));
+    CHECK_THAT(near.at("explanation").get<std::string>(), ContainsSubstring("rmsnorm 512x4096 bf16 sm_90a"));
+
+    const json far = explain("8x128", db_path);
+    CHECK(far.at("source") == "heuristic");
+    CHECK(far.at("origin") == "");
+    CHECK(far.at("config") != json(tuned_config));
+
+    // The text form, and an entry tuned with another template: ignored and reported.
+    const ToolResult text = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "512x4096", "--dtype",
+                                      "bf16", "--db", db_path.string()});
+    CHECK(text.status == 0);
+    CHECK_THAT(text.out, ContainsSubstring("rmsnorm 512x4096 bf16 on sm_90a:"));
+    CHECK_THAT(text.out, ContainsSubstring("from user database " + db_path.string()));
+    CHECK_THAT(text.out, ContainsSubstring("(template hash " + hash.substr(0, 12) + ")"));
+
+    TuningEntry stale = entry;
+    stale.key.template_hash = std::string(64, '0');
+    TuningDb only_stale;
+    only_stale.meta() = fixture_db.meta();
+    only_stale.upsert(stale);
+    const fs::path stale_path = dir.path() / "stale.json";
+    only_stale.save(stale_path);
+    // The stale entry's spdlog warning would land on stdout, inside the JSON (tileops-tune leaves
+    // spdlog's default stdout logger in place): keep warnings out of this JSON run.
+    const json from_stale = explain("512x4096", stale_path, {"TILEOPS_LOG_LEVEL=error"});
+    CHECK(from_stale.at("source") == "heuristic");
+    const ToolResult stale_text = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "512x4096",
+                                            "--dtype", "bf16", "--db", stale_path.string()});
+    CHECK(stale_text.status == 0);
+    CHECK_THAT(stale_text.out, ContainsSubstring("from heuristic"));
+    CHECK_THAT(stale_text.err, ContainsSubstring("ignored: " + stale_path.string() +
+                                                 ": rmsnorm 512x4096 bf16 sm_90a: stale: tuned with another version"));
+
+    // A --db that does not exist is an error, not a silent heuristic.
+    const ToolResult missing = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "512x4096", "--db",
+                                         (dir.path() / "nope.json").string()});
+    CHECK(missing.status == 1);
+    CHECK_THAT(missing.err, ContainsSubstring("nope.json"));
+}
+
+TEST_CASE("tileops-tune: every workload file the project ships names problems the library accepts", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // The example workloads, the benchmarks' tuning workloads and the GPU tests' cache warm-up: a
+    // typo or a problem the ops refuse would otherwise show only on a GPU machine, mid-call.
+    const fs::path root = TILEOPS_TEST_SOURCE_DIR;
+    std::vector<fs::path> workloads = {root / "tests" / "data" / "gpu_tests_warm.json"};
+    for (const auto& file : fs::recursive_directory_iterator(root / "tools" / "workloads"))
+        if (file.path().extension() == ".json") workloads.push_back(file.path());
+    REQUIRE(workloads.size() >= 5);
+    for (const fs::path& workload : workloads) {
+        INFO(workload.string());
+        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--workload", workload.string()});
+        CHECK(r.status == 0);
+        CHECK_THAT(r.err, !ContainsSubstring("error"));
+        CHECK_THAT(r.out, ContainsSubstring("on sm_90a"));
+    }
+}
+
+TEST_CASE("tileops-tune: tune and verify without a GPU fail with a clear message", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    if (tileops::test::have_gpu()) SKIP("a GPU is present: tune would really run");
+    TempDir dir;
+    const fs::path db = dir.path() / "tuned.json";
+    const ToolResult tuned = run_tool({"tune", "--op", "rmsnorm", "--shape", "64x4096", "--dtype", "bf16", "--db", db.string()});
+    CHECK(tuned.status == 1);
+    CHECK_THAT(tuned.err, ContainsSubstring("tileops-tune tune: "));
+    const bool names_the_cause = tuned.err.find("driver") != std::string::npos ||
+                                 tuned.err.find("GPU") != std::string::npos ||
+                                 tuned.err.find("device") != std::string::npos;
+    CHECK(names_the_cause);
+    CHECK_FALSE(fs::exists(db));  // nothing was tuned, nothing written
+
+    // Without a problem or a database, it is bad usage before any GPU is looked for.
+    CHECK(run_tool({"tune", "--db", db.string()}).status == 2);
+    CHECK(run_tool({"tune", "--op", "rmsnorm", "--shape", "64x4096"}).status == 2);
+
+    const ToolResult verified = run_tool({"verify", fixture("cli_fleet_a.json").string()});
+    CHECK(verified.status == 1);
+    CHECK_THAT(verified.err, ContainsSubstring("tileops-tune verify: "));
+}
+
+TEST_CASE("tileops-tune: tune checks its database before it tunes anything", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // These fail before the GPU is looked for, so they run on any machine, and a long tune never
+    // ends in a database it cannot write.
+    TempDir dir;
+    const std::vector<std::string> problem = {"tune", "--op", "rmsnorm", "--shape", "64x4096", "--dtype", "bf16", "--db"};
+    auto tune_into = [&](const std::string& db) {
+        std::vector<std::string> args = problem;
+        args.push_back(db);
+        return run_tool(args);
+    };
+
+    const fs::path broken = dir.path() / "broken.json";
+    std::ofstream(broken) << "{ \"format_version\": 1, \"entries\": [";
+    const ToolResult not_json = tune_into(broken.string());
+    CHECK(not_json.status == 1);
+    CHECK_THAT(not_json.err, ContainsSubstring(broken.string()));
+    CHECK_THAT(not_json.err, ContainsSubstring("invalid JSON"));
+
+    // Its malformed entries would be dropped by the save: refused, as merge refuses them.
+    const std::string bad = fixture("bad_entries.json").string();
+    const fs::path copy = dir.path() / "bad_entries.json";
+    fs::copy_file(bad, copy);
+    const ToolResult malformed = tune_into(copy.string());
+    CHECK(malformed.status == 2);
+    CHECK_THAT(malformed.err, ContainsSubstring("malformed entries"));
+    CHECK_THAT(malformed.err, ContainsSubstring("--allow-rejected"));
+    CHECK(slurp(copy) == slurp(bad));  // untouched
+
+    // A directory that cannot hold the file (a regular file stands where it should be).
+    const fs::path blocker = dir.path() / "not-a-dir";
+    std::ofstream(blocker) << "x";
+    const ToolResult unwritable = tune_into((blocker / "tuned.json").string());
+    CHECK(unwritable.status == 1);
+    CHECK_THAT(unwritable.err, ContainsSubstring((blocker / "tuned.json").string()));
+}

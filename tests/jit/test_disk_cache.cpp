@@ -1,0 +1,654 @@
+// The on-disk kernel cache and the in-process InFlight dedupe: round trips, damaged files are misses,
+// builds happen once per key across threads and processes, different keys build in parallel, LRU
+// eviction spares entries in use, an unwritable cache still builds. No GPU is involved.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include "jit/disk_cache.hpp"
+#include "jit/in_flight.hpp"
+#include "tileops/error.hpp"
+#include "util/file_util.hpp"
+#include "util/sha256.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Catch::Matchers::ContainsSubstring;
+using tileops::jit::DiskCache;
+using tileops::jit::InFlight;
+using tileops::util::FileLock;
+
+namespace {
+
+// A fresh directory under the system temp directory, removed with everything in it at the end.
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        static std::atomic<int> counter{0};
+        std::random_device random;
+        path = fs::temp_directory_path() /
+               ("tileops_disk_cache_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + "_" +
+                std::to_string(random()));
+        fs::remove_all(path);
+        fs::create_directories(path);
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+    TempDir(const TempDir&) = delete;
+    TempDir& operator=(const TempDir&) = delete;
+};
+
+std::string key_of(const std::string& name) { return tileops::util::sha256_hex(name); }
+
+void write_raw(const fs::path& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    REQUIRE(out.good());
+}
+
+std::string read_raw(const fs::path& path) {
+    auto data = tileops::util::read_file(path);
+    REQUIRE(data.has_value());
+    return *data;
+}
+
+void set_age(const fs::path& path, std::chrono::seconds age) {
+    fs::last_write_time(path, fs::file_time_type::clock::now() - age);
+}
+
+// Spins until `go` is set, so that threads start their calls together.
+void wait_for(const std::atomic<bool>& go) {
+    while (!go.load()) std::this_thread::yield();
+}
+
+// Polls `condition` for up to `limit`; returns its last value.
+template <class Condition>
+bool eventually(Condition condition, std::chrono::milliseconds limit = 5000ms) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!condition()) {
+        if (std::chrono::steady_clock::now() > deadline) return false;
+        std::this_thread::sleep_for(1ms);
+    }
+    return true;
+}
+
+// Saves environment variables and puts them back at the end of a test.
+struct EnvGuard {
+    std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+    explicit EnvGuard(std::initializer_list<const char*> names) {
+        for (const char* name : names) {
+            const char* value = std::getenv(name);
+            saved.emplace_back(name, value ? std::optional<std::string>(value) : std::nullopt);
+        }
+    }
+    ~EnvGuard() {
+        for (const auto& [name, value] : saved) {
+            if (value) ::setenv(name.c_str(), value->c_str(), 1);
+            else ::unsetenv(name.c_str());
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("disk cache: store then load round-trips; a missing key is a miss", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    const std::string key = key_of("round trip");
+    const std::string payload("cubin\0\x01\xff\n bytes", 16);
+
+    CHECK_FALSE(cache.load(key).has_value());
+    CHECK_FALSE(fs::exists(tmp.path / "cache"));  // a miss creates nothing
+
+    cache.store(key, payload);
+    CHECK(cache.entry_path(key) == tmp.path / "cache" / key.substr(0, 2) / (key + ".cubin"));
+    CHECK(fs::exists(cache.entry_path(key)));
+    CHECK(cache.load(key) == payload);
+    CHECK_FALSE(cache.load(key_of("another key")).has_value());
+
+    // Another instance (another process) sees it too; an empty payload is a valid entry.
+    DiskCache again(tmp.path / "cache", 0);
+    CHECK(again.load(key) == payload);
+    again.store(key_of("empty"), "");
+    auto empty = cache.load(key_of("empty"));
+    REQUIRE(empty.has_value());
+    CHECK(empty->empty());
+
+    auto entries = cache.entries();
+    REQUIRE(entries.size() == 2);
+    auto it = std::find_if(entries.begin(), entries.end(), [&](const auto& e) { return e.key == key; });
+    REQUIRE(it != entries.end());
+    CHECK(it->path == cache.entry_path(key));
+    CHECK(it->size == fs::file_size(cache.entry_path(key)));
+    CHECK(it->size > payload.size());  // the header
+    CHECK(cache.total_bytes() == entries[0].size + entries[1].size);
+
+    // Keys are hex SHA-256 strings: nothing else can name a file.
+    CHECK_THROWS_AS(cache.load("../../etc/passwd"), tileops::InvalidArgument);
+    CHECK_THROWS_AS(cache.store(key.substr(1), "x"), tileops::InvalidArgument);
+}
+
+TEST_CASE("disk cache: a hit refreshes the entry's last use", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    const std::string key = key_of("touched");
+    cache.store(key, "payload");
+    set_age(cache.entry_path(key), 3600s);
+    REQUIRE(cache.entries().at(0).last_use < std::chrono::system_clock::now() - 3000s);
+
+    REQUIRE(cache.load(key) == "payload");
+    CHECK(fs::last_write_time(cache.entry_path(key)) > fs::file_time_type::clock::now() - 60s);
+    CHECK(cache.entries().at(0).last_use > std::chrono::system_clock::now() - 60s);
+}
+
+TEST_CASE("disk cache: damaged entries are misses and get rebuilt", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    const std::string key = key_of("victim");
+    const std::string other = key_of("other");
+    const std::string payload = std::string(300, 'x') + "tail";
+    cache.store(key, payload);
+    cache.store(other, "other payload");
+    const fs::path file = cache.entry_path(key);
+    std::string bytes = read_raw(file);
+
+    SECTION("a flipped byte in the payload") { bytes[bytes.size() - 10] ^= 0x40; }
+    SECTION("a flipped byte in the magic") { bytes[0] ^= 0x01; }
+    SECTION("a truncated payload") { bytes.resize(bytes.size() - 5); }
+    SECTION("a truncated header") { bytes.resize(40); }
+    SECTION("another key's entry") { bytes = read_raw(cache.entry_path(other)); }
+    SECTION("an empty file") { bytes.clear(); }
+    SECTION("trailing garbage") { bytes += "junk"; }
+    write_raw(file, bytes);
+
+    CHECK_FALSE(cache.load(key).has_value());
+    CHECK_FALSE(DiskCache(tmp.path / "cache", 0).load(key).has_value());
+
+    int calls = 0;
+    bool built = false;
+    auto build = [&] {
+        ++calls;
+        return payload;
+    };
+    CHECK(cache.get_or_build(key, build, &built) == payload);
+    CHECK(built);
+    CHECK(calls == 1);
+    CHECK(cache.load(key) == payload);
+    CHECK(cache.get_or_build(key, build, &built) == payload);
+    CHECK_FALSE(built);
+    CHECK(calls == 1);
+    CHECK(cache.load(other) == "other payload");
+}
+
+TEST_CASE("disk cache: get_or_build builds once, then hits; a failed build writes nothing", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    const std::string key = key_of("once");
+    int calls = 0;
+    auto build = [&] {
+        ++calls;
+        return std::string("cubin #") + std::to_string(calls);
+    };
+    bool built = false;
+    CHECK(cache.get_or_build(key, build, &built) == "cubin #1");
+    CHECK(built);
+    CHECK(cache.get_or_build(key, build, &built) == "cubin #1");
+    CHECK_FALSE(built);
+    CHECK(DiskCache(tmp.path / "cache", 0).get_or_build(key, build, &built) == "cubin #1");
+    CHECK_FALSE(built);
+    CHECK(calls == 1);
+
+    const std::string failing = key_of("fails");
+    auto throwing = [&]() -> std::string { throw std::runtime_error("nvrtc said no"); };
+    CHECK_THROWS_WITH(cache.get_or_build(failing, throwing, &built), "nvrtc said no");
+    CHECK_FALSE(fs::exists(cache.entry_path(failing)));
+    CHECK_FALSE(cache.load(failing).has_value());
+    // The failure is not remembered: the next call builds.
+    CHECK(cache.get_or_build(failing, build, &built) == "cubin #2");
+    CHECK(built);
+}
+
+TEST_CASE("disk cache: 8 threads asking for one key build it once", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    const std::string key = key_of("shared by threads");
+    std::atomic<int> calls{0};
+    std::atomic<bool> go{false};
+    std::vector<std::string> results(8);
+    std::vector<char> built(8, 0);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i) {
+        threads.emplace_back([&, i] {
+            wait_for(go);
+            bool b = false;
+            results[i] = cache.get_or_build(
+                key,
+                [&] {
+                    calls.fetch_add(1);
+                    std::this_thread::sleep_for(100ms);
+                    return std::string("the cubin");
+                },
+                &b);
+            built[i] = b;
+        });
+    }
+    go = true;
+    for (auto& t : threads) t.join();
+    CHECK(calls.load() == 1);
+    CHECK(std::count(built.begin(), built.end(), 1) == 1);
+    for (const auto& r : results) CHECK(r == "the cubin");
+}
+
+TEST_CASE("disk cache: 8 threads on 8 different keys build in parallel", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    std::atomic<int> active{0}, max_active{0};
+    std::atomic<bool> go{false};
+    std::vector<std::string> results(8);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i) {
+        threads.emplace_back([&, i] {
+            wait_for(go);
+            results[i] = cache.get_or_build(key_of("parallel " + std::to_string(i)), [&, i] {
+                int now = active.fetch_add(1) + 1;
+                int seen = max_active.load();
+                while (now > seen && !max_active.compare_exchange_weak(seen, now)) {
+                }
+                std::this_thread::sleep_for(200ms);
+                active.fetch_sub(1);
+                return "cubin " + std::to_string(i);
+            });
+        });
+    }
+    const auto start = std::chrono::steady_clock::now();
+    go = true;
+    for (auto& t : threads) t.join();
+    const auto elapsed = std::chrono::steady_clock::now() - start;
+    CHECK(elapsed < 1000ms);  // serialized builds would take >= 1600 ms
+    CHECK(max_active.load() == 8);
+    for (int i = 0; i < 8; ++i) CHECK(results[i] == "cubin " + std::to_string(i));
+}
+
+TEST_CASE("disk cache: 16 processes starting cold build a key once", "[disk_cache]") {
+    TempDir tmp;
+    const fs::path dir = tmp.path / "cache";
+    const fs::path counter = tmp.path / "builds.txt";
+    const std::string key = key_of("shared by processes");
+    constexpr int kChildren = 16;
+
+    int gate[2];
+    REQUIRE(::pipe(gate) == 0);
+    std::vector<pid_t> children;
+    for (int i = 0; i < kChildren; ++i) {
+        pid_t pid = ::fork();
+        if (pid == 0) {
+            // Child: never returns into Catch2.
+            int rc = 0;
+            try {
+                ::close(gate[1]);
+                char c;
+                while (::read(gate[0], &c, 1) < 0 && errno == EINTR) {
+                }  // EOF once the parent closes its end: all children start together
+                DiskCache cache(dir, 0);
+                std::string out = cache.get_or_build(key, [&] {
+                    const std::string line = std::to_string(::getpid()) + "\n";
+                    int fd = ::open(counter.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+                    if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
+                        throw std::runtime_error("cannot append to the counter file");
+                    ::close(fd);
+                    std::this_thread::sleep_for(100ms);
+                    return "cubin built by " + std::to_string(::getpid());
+                });
+                std::ofstream result(tmp.path / ("result_" + std::to_string(i)), std::ios::binary);
+                result << out;
+                result.close();
+                if (!result) rc = 3;
+            } catch (...) {
+                rc = 2;
+            }
+            ::_exit(rc);
+        }
+        if (pid < 0) break;
+        children.push_back(pid);
+    }
+    ::close(gate[0]);
+    ::close(gate[1]);  // releases the children
+    for (pid_t pid : children) {
+        int status = 0;
+        REQUIRE(::waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
+    }
+    REQUIRE(children.size() == kChildren);
+
+    std::istringstream lines(read_raw(counter));
+    std::vector<std::string> builders;
+    for (std::string line; std::getline(lines, line);) builders.push_back(line);
+    REQUIRE(builders.size() == 1);
+    for (int i = 0; i < kChildren; ++i)
+        CHECK(read_raw(tmp.path / ("result_" + std::to_string(i))) == "cubin built by " + builders[0]);
+    CHECK(DiskCache(dir, 0).load(key) == "cubin built by " + builders[0]);
+}
+
+TEST_CASE("disk cache: least recently used entries are evicted first, never one in use", "[disk_cache]") {
+    TempDir tmp;
+    const fs::path dir = tmp.path / "cache";
+    DiskCache fill(dir, 0);
+    const std::string payload(1000, 'p');
+    const std::string a = key_of("A"), b = key_of("B"), c = key_of("C"), d = key_of("D"), e = key_of("E");
+    // Oldest first: A, B, C, D (explicit times, so that the order does not depend on timestamp
+    // granularity).
+    std::chrono::seconds age = 400s;
+    for (const auto& key : {a, b, c, d}) {
+        fill.store(key, payload);
+        set_age(fill.entry_path(key), age);
+        age -= 100s;
+    }
+    const uint64_t entry_size = fs::file_size(fill.entry_path(a));
+    const uint64_t bound = 3 * entry_size + entry_size / 2;  // room for 3 of the 5 entries
+    auto exists = [&](const std::string& key) { return fs::exists(fill.entry_path(key)); };
+
+    SECTION("the oldest go first; a recently loaded entry survives") {
+        REQUIRE(fill.load(a) == payload);  // A becomes the most recently used
+        DiskCache bounded(dir, bound);
+        bounded.store(e, payload);
+        CHECK(exists(a));
+        CHECK_FALSE(exists(b));
+        CHECK_FALSE(exists(c));
+        CHECK(exists(d));
+        CHECK(exists(e));
+        CHECK(bounded.total_bytes() <= bound);
+        CHECK_FALSE(fs::exists(fill.lock_path(b)));  // an evicted entry's lock file goes with it
+    }
+    SECTION("an entry whose lock is held shared is skipped") {
+        FileLock reader(fill.lock_path(a), FileLock::Mode::shared);
+        DiskCache bounded(dir, bound);
+        bounded.store(e, payload);
+        CHECK(exists(a));
+        CHECK_FALSE(exists(b));
+        CHECK_FALSE(exists(c));
+        CHECK(exists(d));
+        CHECK(exists(e));
+    }
+    SECTION("the entry just stored is never evicted, even when it alone exceeds the bound") {
+        DiskCache tiny(dir, 10);
+        tiny.store(e, payload);
+        for (const auto& key : {a, b, c, d}) CHECK_FALSE(exists(key));
+        CHECK(tiny.load(e) == payload);
+    }
+    SECTION("get_or_build evicts too") {
+        DiskCache bounded(dir, bound);
+        bool built = false;
+        CHECK(bounded.get_or_build(e, [&] { return payload; }, &built) == payload);
+        CHECK(built);
+        CHECK_FALSE(exists(a));
+        CHECK_FALSE(exists(b));
+        CHECK(exists(c));
+        CHECK(exists(d));
+        CHECK(exists(e));
+    }
+}
+
+TEST_CASE("disk cache: stale temporary files and orphan lock files are cleaned up; clear() spares entries in use",
+          "[disk_cache]") {
+    TempDir tmp;
+    const fs::path dir = tmp.path / "cache";
+    const std::string a = key_of("a"), b = key_of("b"), c = key_of("c"), d = key_of("d");
+    DiskCache cache(dir, 0);
+    const fs::path fan = cache.entry_path(b).parent_path();
+    fs::create_directories(fan);
+    fs::create_directories(cache.lock_path(c).parent_path());
+    fs::create_directories(cache.lock_path(d).parent_path());
+    const fs::path stale_tmp = fan / ("." + b + ".cubin.tmp.999999.0");
+    const fs::path fresh_tmp = fan / ("." + b + ".cubin.tmp.999999.1");
+    write_raw(stale_tmp, "half written");
+    write_raw(fresh_tmp, "being written");
+    set_age(stale_tmp, 3600s);
+    write_raw(cache.lock_path(c), "");  // orphan, old
+    set_age(cache.lock_path(c), 3600s);
+    write_raw(cache.lock_path(d), "");  // no entry yet, but recent: a builder may be about to store
+
+    cache.store(a, "payload");  // the first store of a DiskCache runs the cleanup
+    CHECK_FALSE(fs::exists(stale_tmp));
+    CHECK(fs::exists(fresh_tmp));
+    CHECK_FALSE(fs::exists(cache.lock_path(c)));
+    CHECK(fs::exists(cache.lock_path(d)));
+    CHECK(cache.load(a) == "payload");
+
+    cache.store(b, "payload b");
+    {
+        FileLock reader(cache.lock_path(a), FileLock::Mode::shared);
+        CHECK(cache.clear() == 1);  // b goes, a is in use
+        CHECK(fs::exists(cache.entry_path(a)));
+        CHECK_FALSE(fs::exists(cache.entry_path(b)));
+    }
+    CHECK(cache.clear() == 1);
+    CHECK(cache.entries().empty());
+    CHECK(cache.total_bytes() == 0);
+    CHECK_FALSE(cache.load(a).has_value());
+}
+
+TEST_CASE("disk cache: an unwritable cache still builds, and store() names the path", "[disk_cache]") {
+    TempDir tmp;
+    // A directory under a regular file cannot be created, whatever our privileges.
+    const fs::path blocker = tmp.path / "a_file";
+    write_raw(blocker, "not a directory");
+    const fs::path dir = blocker / "cache";
+    DiskCache cache(dir, 0);
+    const std::string key = key_of("unwritable");
+    int calls = 0;
+    auto build = [&] {
+        ++calls;
+        return std::string("bytes");
+    };
+    bool built = false;
+    CHECK(cache.get_or_build(key, build, &built) == "bytes");
+    CHECK(built);
+    CHECK(cache.get_or_build(key, build, &built) == "bytes");
+    CHECK(built);
+    CHECK(calls == 2);
+    CHECK_FALSE(cache.load(key).has_value());
+    CHECK(cache.entries().empty());
+    CHECK_THROWS_AS(cache.store(key, "bytes"), tileops::FileError);
+    CHECK_THROWS_WITH(cache.store(key, "bytes"), ContainsSubstring(dir.string()));
+}
+
+TEST_CASE("disk cache: default directory and size bound follow the environment", "[disk_cache]") {
+    EnvGuard guard{"TILEOPS_CACHE_DIR", "XDG_CACHE_HOME", "HOME", "TILEOPS_CACHE_MAX_MB"};
+    ::setenv("TILEOPS_CACHE_DIR", "/somewhere/kernels", 1);
+    ::setenv("XDG_CACHE_HOME", "/xdg", 1);
+    ::setenv("HOME", "/home/someone", 1);
+    CHECK(DiskCache::default_directory() == fs::path("/somewhere/kernels"));
+    ::unsetenv("TILEOPS_CACHE_DIR");
+    CHECK(DiskCache::default_directory() == fs::path("/xdg/tileops_jit/kernels"));
+    ::setenv("XDG_CACHE_HOME", "relative/is/ignored", 1);
+    CHECK(DiskCache::default_directory() == fs::path("/home/someone/.cache/tileops_jit/kernels"));
+    ::unsetenv("XDG_CACHE_HOME");
+    CHECK(DiskCache::default_directory() == fs::path("/home/someone/.cache/tileops_jit/kernels"));
+
+    ::unsetenv("TILEOPS_CACHE_MAX_MB");
+    CHECK(DiskCache::default_max_bytes() == (uint64_t{2048} << 20));
+    ::setenv("TILEOPS_CACHE_MAX_MB", "16", 1);
+    CHECK(DiskCache::default_max_bytes() == (uint64_t{16} << 20));
+    ::setenv("TILEOPS_CACHE_MAX_MB", "0", 1);
+    CHECK(DiskCache::default_max_bytes() == 0);
+    ::setenv("TILEOPS_CACHE_MAX_MB", "lots", 1);
+    CHECK_THROWS_AS(DiskCache::default_max_bytes(), tileops::InvalidArgument);
+}
+
+TEST_CASE("InFlight: concurrent callers of one key share one computation", "[disk_cache][in_flight]") {
+    InFlight<std::string, int> in_flight;
+    std::atomic<int> calls{0};
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool started = false, release = false;
+
+    int owner_result = 0;
+    std::thread owner([&] {
+        owner_result = in_flight.get_or_compute("k", [&] {
+            calls.fetch_add(1);
+            std::unique_lock<std::mutex> lock(mutex);
+            started = true;
+            cv.notify_all();
+            cv.wait_for(lock, 5s, [&] { return release; });
+            return 42;
+        });
+    });
+    {
+        std::unique_lock<std::mutex> lock(mutex);
+        REQUIRE(cv.wait_for(lock, 5s, [&] { return started; }));
+    }
+    std::vector<int> results(7, 0);
+    std::vector<std::thread> waiters;
+    for (int i = 0; i < 7; ++i) {
+        waiters.emplace_back([&, i] {
+            results[i] = in_flight.get_or_compute("k", [&] {
+                calls.fetch_add(1);
+                return -1;
+            });
+        });
+    }
+    // All 7 are waiting on the running computation (none holds the map's mutex across fn) ...
+    const bool all_waiting = eventually([&] { return in_flight.waiters("k") == 7; });
+    CHECK(all_waiting);
+    // ... and another key computes meanwhile.
+    if (all_waiting) CHECK(in_flight.get_or_compute("other", [] { return 7; }) == 7);
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        release = true;
+    }
+    cv.notify_all();
+    owner.join();
+    for (auto& t : waiters) t.join();
+
+    CHECK(calls.load() == 1);
+    CHECK(owner_result == 42);
+    for (int r : results) CHECK(r == 42);
+    CHECK(in_flight.size() == 0);
+    // InFlight is not a cache: a later call computes again.
+    CHECK(in_flight.get_or_compute("k", [] { return 43; }) == 43);
+}
+
+TEST_CASE("InFlight: different keys compute in parallel", "[disk_cache][in_flight]") {
+    InFlight<int, bool> in_flight;
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool a_started = false, b_ran = false;
+    bool a_saw_b = false;
+    std::thread a([&] {
+        a_saw_b = in_flight.get_or_compute(1, [&] {
+            std::unique_lock<std::mutex> lock(mutex);
+            a_started = true;
+            cv.notify_all();
+            // Only returns true if key 2 computes while key 1 is still computing.
+            return cv.wait_for(lock, 2s, [&] { return b_ran; });
+        });
+    });
+    {
+        std::unique_lock<std::mutex> lock(mutex);
+        REQUIRE(cv.wait_for(lock, 5s, [&] { return a_started; }));
+    }
+    in_flight.get_or_compute(2, [&] {
+        std::lock_guard<std::mutex> lock(mutex);
+        b_ran = true;
+        cv.notify_all();
+        return true;
+    });
+    a.join();
+    CHECK(a_saw_b);
+}
+
+TEST_CASE("InFlight: a failure reaches every waiter and the next call retries", "[disk_cache][in_flight]") {
+    InFlight<std::string, std::string> in_flight;
+    std::atomic<int> calls{0};
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool started = false, release = false;
+
+    std::vector<std::string> errors(8);
+    auto call = [&](int i) {
+        try {
+            in_flight.get_or_compute("k", [&]() -> std::string {
+                calls.fetch_add(1);
+                std::unique_lock<std::mutex> lock(mutex);
+                started = true;
+                cv.notify_all();
+                cv.wait_for(lock, 5s, [&] { return release; });
+                throw std::runtime_error("compile failed");
+            });
+            errors[i] = "no exception";
+        } catch (const std::runtime_error& e) {
+            errors[i] = e.what();
+        }
+    };
+    std::vector<std::thread> threads;
+    threads.emplace_back(call, 0);
+    {
+        std::unique_lock<std::mutex> lock(mutex);
+        REQUIRE(cv.wait_for(lock, 5s, [&] { return started; }));
+    }
+    for (int i = 1; i < 8; ++i) threads.emplace_back(call, i);
+    CHECK(eventually([&] { return in_flight.waiters("k") == 7; }));
+    {
+        std::lock_guard<std::mutex> lock(mutex);
+        release = true;
+    }
+    cv.notify_all();
+    for (auto& t : threads) t.join();
+
+    CHECK(calls.load() == 1);
+    for (const auto& e : errors) CHECK(e == "compile failed");
+    CHECK(in_flight.size() == 0);
+    CHECK(in_flight.get_or_compute("k", [&] {
+        calls.fetch_add(1);
+        return std::string("ok");
+    }) == "ok");
+    CHECK(calls.load() == 2);
+}
+
+TEST_CASE("a lock taken on a lock file that was unlinked meanwhile is retaken on the file at the path", "[disk_cache]") {
+    // Eviction and clear() unlink a key's lock file while holding it. A process that was already
+    // waiting on that file must not end up owning a file nobody else can see, while a newcomer
+    // creates and locks a new one at the path: both would build the key.
+    TempDir dir;
+    const std::filesystem::path path = dir.path / "key.lock";
+    auto holder = std::make_unique<FileLock>(path, FileLock::Mode::exclusive);
+    std::atomic<bool> waiting{false}, locked{false};
+    bool newcomer_got_it = true;
+    std::thread waiter([&] {
+        waiting = true;
+        FileLock lock(path, FileLock::Mode::exclusive);
+        locked = true;
+        newcomer_got_it = FileLock::try_lock(path, FileLock::Mode::exclusive).owns();
+    });
+    while (!waiting) std::this_thread::yield();
+    std::this_thread::sleep_for(100ms);  // the waiter blocks in flock on the first file
+    CHECK_FALSE(locked.load());
+    std::filesystem::remove(path);  // what eviction does, then it lets go
+    holder.reset();
+    waiter.join();
+    CHECK(locked.load());
+    CHECK_FALSE(newcomer_got_it);  // the waiter holds the lock at the path, not an unlinked file
+    CHECK(std::filesystem::exists(path));
+}

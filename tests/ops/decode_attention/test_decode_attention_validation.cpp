@@ -1,0 +1,244 @@
+// DecodeAttention refuses bad problems and bad operands before any launch, naming what was wrong;
+// its configs, workspace and the problem factory behave as documented. No GPU needed.
+#include <cmath>
+
+#include <string>
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include "ops/decode_attention/decode_attention_config.hpp"
+#include "ops/registry.hpp"
+#include "core/op_model.hpp"
+#include "support/compile_kernels.hpp"
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+// Fake device addresses, 16-byte aligned: check() never dereferences them.
+void* const kQ = reinterpret_cast<void*>(0x10000);
+void* const kK = reinterpret_cast<void*>(0x20000);
+void* const kV = reinterpret_cast<void*>(0x30000);
+void* const kLengths = reinterpret_cast<void*>(0x40000);
+void* const kPages = reinterpret_cast<void*>(0x50000);
+void* const kOut = reinterpret_cast<void*>(0x60000);
+void* const kLse = reinterpret_cast<void*>(0x70000);
+
+DecodeAttentionProblem gqa() {
+    DecodeAttentionProblem p;
+    p.batch = 4;
+    p.num_heads = 32;
+    p.num_kv_heads = 8;
+    p.head_dim = 128;
+    p.max_kv_len = 4096;
+    p.dtype = DType::bf16;
+    return p;
+}
+
+DecodeAttentionProblem paged() {
+    DecodeAttentionProblem p = gqa();
+    p.page_size = 16;
+    p.max_pages_per_seq = 256;
+    p.num_pages = 1024;
+    return p;
+}
+
+template <typename Edit>
+DecodeAttentionProblem with(Edit edit, DecodeAttentionProblem p = gqa()) {
+    edit(p);
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("DecodeAttention refuses bad problems by name", "[validation][decode]") {
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.num_heads = 30; })),
+                      ContainsSubstring("num_heads (30) must be a multiple of num_kv_heads (8)"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.head_dim = 96; })), ContainsSubstring("head_dim must be 64, 128 or 256"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.q_len = 9; })), ContainsSubstring("q_len must be in [1, 8]"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.batch = 0; })), ContainsSubstring("batch must be in [1, 65535]"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.max_kv_len = 0; })), ContainsSubstring("max_kv_len"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.dtype = DType::fp32; })), ContainsSubstring("dtype must be fp16 or bf16"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.dtype = DType::int32; })), ContainsSubstring("got int32"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.scale = -1.0f; })), ContainsSubstring("scale must be positive"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.softcap = -2.0f; })), ContainsSubstring("softcap must be >= 0"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.window_left = -2; })), ContainsSubstring("window_left"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.page_size = 48; }, paged())),
+                      ContainsSubstring("page_size must be 16, 32, 64, 128 or 256"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.max_pages_per_seq = 8; }, paged())),
+                      ContainsSubstring("max_kv_len (4096) exceeds max_pages_per_seq x page_size (8 x 16)"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.num_pages = 5; })), ContainsSubstring("need page_size > 0"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_token_stride = 1028; })),
+                      ContainsSubstring("kv_token_stride = 1028 must be a multiple of 8 elements"));
+    CHECK_THROWS_AS(DecodeAttention(with([](auto& p) { p.head_dim = 0; })), InvalidArgument);
+    // An fp8 cache: only e4m3 beside dtype itself, positive finite scales, strides of whole 16-byte pieces.
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp32; })),
+                      ContainsSubstring("kv_dtype must be dtype (bf16) or fp8_e4m3, got fp32"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp16; })),
+                      ContainsSubstring("kv_dtype must be dtype (bf16) or fp8_e4m3, got fp16"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.k_scale = 0.0f; })),
+                      ContainsSubstring("k_scale must be positive and finite, got 0"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.v_scale = std::nanf(""); })),
+                      ContainsSubstring("v_scale must be positive and finite"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.k_scale = 2.0f; })),
+                      ContainsSubstring("k_scale and v_scale apply to an fp8_e4m3 cache (kv_dtype) only"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.kv_token_stride = 1032; })),
+                      ContainsSubstring("kv_token_stride = 1032 must be a multiple of 16 elements"));
+    CHECK_NOTHROW(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::bf16; })));  // the same as dtype
+    // Output rows that overlap would be written by racing blocks.
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.o_head_stride = 64; })),
+                      ContainsSubstring("o_batch_stride = 2048, o_token_stride = 2048 and o_head_stride = 64 make output "
+                                        "rows overlap"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.o_token_stride = 2048, p.o_batch_stride = 1024; })),
+                      ContainsSubstring("make output rows overlap"));
+    // A stride left at 0 packs around the strides given inside it.
+    const DecodeAttention padded(with([](auto& p) { p.o_head_stride = 256, p.kv_head_stride = 256; }));
+    CHECK(padded.problem().o_token_stride == 32 * 256);
+    CHECK(padded.problem().o_batch_stride == padded.problem().q_len * 32 * 256);
+    CHECK(padded.problem().kv_token_stride == 8 * 256);
+    CHECK(padded.problem().kv_outer_stride == 4096 * 8 * 256);
+    const DecodeAttention bhsd(with([](auto& p) { p.kv_head_stride = 4096 * 128, p.kv_token_stride = 128; }));
+    CHECK(bhsd.problem().kv_outer_stride == 8 * 4096 * 128);  // the heads span the sequence
+    // The row ops refuse the index dtype too.
+    CHECK_THROWS_WITH(RmsNorm({4, 16, DType::int32}), ContainsSubstring("dtype must be fp32, fp16 or bf16, got int32"));
+}
+
+TEST_CASE("DecodeAttention checks its operands by name", "[validation][decode]") {
+    DecodeAttention op(gqa());
+    CHECK_NOTHROW(op.check({kQ, kK, kV, kLengths}, {kOut}));
+    CHECK_THROWS_WITH(op.check({kQ, kK, kV}, {kOut}), ContainsSubstring("expected 4 inputs (q, k, v, lengths), got 3"));
+    CHECK_THROWS_WITH(op.check({kQ, kK, kV, kLengths}, {kOut, kLse}), ContainsSubstring("expected 1 outputs (out), got 2"));
+    CHECK_THROWS_WITH(op.check({kQ, nullptr, kV, kLengths}, {kOut}), ContainsSubstring("argument 'k' is a null pointer"));
+    void* k_off = static_cast<char*>(kK) + 8;
+    CHECK_THROWS_WITH(op.check({kQ, k_off, kV, kLengths}, {kOut}), ContainsSubstring("argument 'k'") && ContainsSubstring("16 bytes"));
+    void* q_odd = static_cast<char*>(kQ) + 1;
+    CHECK_THROWS_WITH(op.check({q_odd, kK, kV, kLengths}, {kOut}), ContainsSubstring("argument 'q'") && ContainsSubstring("aligned"));
+    // Views must agree: lengths are int32, k has the cache's shape.
+    const TensorView lengths_fp32 = TensorView::contiguous(kLengths, DType::fp32, {4});
+    CHECK_THROWS_WITH(op.check({kQ, kK, kV, lengths_fp32}, {kOut}), ContainsSubstring("'lengths' has dtype fp32, expected int32"));
+    const TensorView k_bhsd = TensorView::contiguous(kK, DType::bf16, {4, 8, 4096, 128});
+    CHECK_THROWS_WITH(op.check({kQ, k_bhsd, kV, kLengths}, {kOut}),
+                      ContainsSubstring("'k' must have shape [batch, max_kv_len, num_kv_heads, head_dim] = [4, 4096, 8, 128]"));
+    const TensorView k_view = TensorView::contiguous(kK, DType::bf16, {4, 4096, 8, 128});
+    CHECK_NOTHROW(op.check({TensorView::contiguous(kQ, DType::bf16, {4, 1, 32, 128}), k_view, kV,
+                            TensorView::contiguous(kLengths, DType::int32, {4})},
+                           {TensorView::contiguous(kOut, DType::bf16, {4, 1, 32, 128})}));
+
+    // A view of an impossible rank is refused by name (its shape is not read past its four slots).
+    for (int rank : {-1, 5, 1 << 20}) {
+        TensorView bad = TensorView::contiguous(kK, DType::bf16, {4, 4096, 8, 128});
+        bad.rank = rank;
+        CHECK_THROWS_WITH(op.check({kQ, bad, kV, kLengths}, {kOut}), ContainsSubstring("'k' has rank " + std::to_string(rank)));
+    }
+
+    DecodeAttentionProblem with_lse = paged();
+    with_lse.return_lse = true;
+    DecodeAttention paged_op(with_lse);
+    CHECK_NOTHROW(paged_op.check({kQ, kK, kV, kLengths, kPages}, {kOut, kLse}));
+    CHECK_THROWS_WITH(paged_op.check({kQ, kK, kV, kLengths}, {kOut, kLse}), ContainsSubstring("q, k, v, lengths, page_table"));
+    CHECK_THROWS_WITH(paged_op.check({kQ, kK, kV, kLengths, kPages}, {kOut}), ContainsSubstring("(out, lse)"));
+    CHECK_THROWS_WITH(paged_op.check({kQ, kK, kV, kLengths, TensorView::contiguous(kPages, DType::int32, {4, 128})}, {kOut, kLse}),
+                      ContainsSubstring("'page_table' must have shape [batch, max_pages_per_seq] = [4, 256]"));
+}
+
+TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, the CUDA-core kernel only", "[validation][decode]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    DecodeAttentionProblem p = gqa();
+    p.kv_dtype = DType::fp8_e4m3;
+    p.k_scale = 0.5f;
+    DecodeAttention op(p);
+    CHECK_NOTHROW(op.check({kQ, kK, kV, kLengths}, {kOut}));
+    // k as bf16 where the problem says fp8.
+    CHECK_THROWS_WITH(op.check({kQ, TensorView::contiguous(kK, DType::bf16, {4, 4096, 8, 128}), kV, kLengths}, {kOut}),
+                      ContainsSubstring("'k'"));
+    const detail::OpModel& model = op.model();
+    CHECK(model.flags() == "kv_fp8");
+    CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3; }, paged())).model().flags() == "page16,kv_fp8");
+    CHECK(model.heuristic(h100).at("kernel") == detail::kDecodeCudaCores);
+    CHECK_FALSE(model.invalid_reason(model.heuristic(h100), h100).has_value());
+    for (const Config& config : model.search_space(h100)) CHECK(config.at("kernel") == detail::kDecodeCudaCores);
+    const Config mma{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
+    CHECK(model.invalid_reason(mma, h100).value_or("").find("not an fp8 cache") != std::string::npos);
+    CHECK(model.plan(model.heuristic(h100), 1, h100).name_expression.find("__nv_fp8_e4m3") != std::string::npos);
+}
+
+TEST_CASE("DecodeAttention configs: heuristic valid, workspace only with splits", "[decode]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    for (auto p : {gqa(), paged(), with([](auto& q) { q.batch = 1; q.max_kv_len = 100000; }),
+                   with([](auto& q) { q.batch = 256; q.num_heads = 8; q.q_len = 8; })}) {
+        DecodeAttention op(p);
+        const detail::OpModel& model = op.model();
+        INFO(model.describe());
+        const Config heuristic = model.heuristic(h100);
+        CHECK_FALSE(model.invalid_reason(heuristic, h100).has_value());
+        CHECK_FALSE(model.search_space(h100).empty());
+        for (const Config& config : model.search_space(h100)) {
+            const size_t bytes = model.workspace_bytes(config);
+            CHECK((config.at("splits") > 1) == (bytes > 0));
+        }
+    }
+    // A long single sequence is split; a large batch of short ones is not.
+    CHECK(DecodeAttention(with([](auto& q) { q.batch = 1; q.max_kv_len = 100000; })).model().heuristic(h100).at("splits") > 8);
+    CHECK(DecodeAttention(with([](auto& q) { q.batch = 256; q.max_kv_len = 1024; })).model().heuristic(h100).at("splits") == 1);
+    // GQA takes the tensor-core kernel; one row per KV head (MHA, one token) too when batch x kv
+    // heads fills the GPU, else the CUDA-core kernel.
+    CHECK(DecodeAttention(gqa()).model().heuristic(h100).at("kernel") == detail::kDecodeTensorCores);
+    CHECK(DecodeAttention(with([](auto& q) { q.num_heads = 8; })).model().heuristic(h100).at("kernel") ==
+          detail::kDecodeCudaCores);
+    CHECK(DecodeAttention(with([](auto& q) { q.num_heads = 8, q.batch = 32; })).model().heuristic(h100).at("kernel") ==
+          detail::kDecodeTensorCores);
+    // Configs that cannot run are refused with a reason.
+    DecodeAttention op(gqa());
+    Config bad{{"kernel", 0}, {"rows", 3}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1}};
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("rows = 3") != std::string::npos);
+    bad.erase("stages");
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'stages'") != std::string::npos);
+    bad = op.model().heuristic(h100);
+    bad["tile"] = 24;
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("tile = 24") != std::string::npos);
+    bad["tile"] = 32;
+    bad["stages"] = 8;
+    bad["warps"] = 8;  // 8 x 8 x 16 KB of ring
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("shared memory") != std::string::npos);
+    bad.erase("kernel");
+    CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'kernel'") != std::string::npos);
+}
+
+TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_80 and sm_90a", "[compile][decode]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    test::KernelsByFile kernels;
+    for (auto p : {gqa(), with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 64; }, paged()),
+                   with([](auto& q) { q.head_dim = 256, q.page_size = 64, q.max_pages_per_seq = 64; }, paged()),
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.dtype = DType::fp16; }),
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 256, q.num_heads = 8; }, paged())}) {
+        DecodeAttention op(p);
+        for (const Config& config : op.model().search_space(device)) test::add_kernels(kernels, op.model(), config, 1, device);
+    }
+    CHECK(kernels.size() == 2);  // CUDA-core and tensor-core kernels
+    test::compile_all(kernels, arch);
+}
+
+TEST_CASE("decode_attention problems parse from tileops-tune's text form", "[decode]") {
+    auto op = detail::make_op({"decode_attention", {8, 32, 8, 128, 1, 16384}, "bf16", "page16"});
+    CHECK(op->describe() == "decode_attention 8x32x8x128x1x16384 bf16 [page16]");
+    const auto& p = static_cast<DecodeAttention&>(*op).problem();
+    CHECK(p.page_size == 16);
+    CHECK(p.max_pages_per_seq == 1024);
+    CHECK(p.num_pages == 8 * 1024);
+    CHECK_THROWS_WITH(detail::make_op({"decode_attention", {8, 32, 8, 128}, "bf16", ""}),
+                      ContainsSubstring("batch x heads x kv_heads x head_dim x q_len x max_kv_len"));
+    CHECK_THROWS_WITH(detail::make_op({"decode_attention", {8, 32, 8, 128, 1, 64}, "bf16", "pagex"}),
+                      ContainsSubstring("flag 'pagex' does not apply"));
+    auto fp8 = detail::make_op({"decode_attention", {8, 32, 8, 128, 1, 16384}, "bf16", "page16,kv_fp8"});
+    CHECK(fp8->describe() == "decode_attention 8x32x8x128x1x16384 bf16 [page16,kv_fp8]");
+    CHECK(static_cast<DecodeAttention&>(*fp8).problem().kv_dtype == DType::fp8_e4m3);
+    CHECK(static_cast<DecodeAttention&>(*fp8).problem().page_size == 16);
+    CHECK(static_cast<DecodeAttention&>(*detail::make_op({"decode_attention", {1, 32, 8, 128, 1, 64}, "fp16", "kv_fp8"}))
+              .problem()
+              .kv_dtype == DType::fp8_e4m3);
+}

@@ -1,0 +1,42 @@
+// Every config in the GEMM search space compiles with NVRTC, for both layouts, at the widest vector
+// width: the sm_80 kernel's configs for sm_80, the TMA kernel's for sm_90a, the skinny kernel's for
+// both (the sm_80 kernel's
+// sm_90a builds and the narrower fallbacks of the heuristic configs are compiled by
+// test_compile_templates.cpp: each GEMM kernel takes 1-3 s, and CI has two cores). Needs no GPU.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "core/op_model.hpp"
+#include "support/compile_kernels.hpp"
+#include "tileops/gemm.hpp"
+
+using namespace tileops;
+
+
+TEST_CASE("every GEMM config of the search space compiles for sm_80 and sm_90a", "[compile][gemm]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    test::KernelsByFile kernels;
+    // One problem per layout, and a 16-row one where the skinny kernel (NT, sm_80+) joins; flags
+    // on, so the epilogue code is compiled too. The sm_80 kernel is compiled for sm_80, the TMA
+    // kernel for sm_90a, the skinny kernel for both.
+    for (const auto& [layout, m] : {std::pair{GemmLayout::nn, 4096}, std::pair{GemmLayout::nt, 4096}, std::pair{GemmLayout::nt, 16}}) {
+        GemmProblem p;
+        p.m = m, p.n = 4096, p.k = 4096, p.layout = layout, p.has_c = true, p.beta = 1.0f, p.bias = true;
+        p.epilogue = layout == GemmLayout::nt ? GemmEpilogue::gelu : GemmEpilogue::silu;
+        Gemm op(p);
+        const detail::OpModel& model = op.model();
+        const auto space = model.search_space(device);
+        REQUIRE(space.size() >= 8);
+        int skinny = 0;
+        for (const Config& config : space) {
+            const long long kernel = config.at("kernel");
+            skinny += kernel == 2;
+            if (kernel == 0 && arch != "sm_80") continue;
+            if (kernel == 1 && arch != "sm_90a") continue;
+            test::add_kernels(kernels, model, config, model.vector_widths(config).front(), device);
+        }
+        CHECK((skinny > 0) == (m <= 64));
+    }
+    test::compile_all(kernels, arch);
+}

@@ -1,0 +1,279 @@
+// Gemm refuses bad problems and operands by name, and picks the vector width the operands allow.
+// Needs no GPU: check() runs run()'s argument checks without launching.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include "ops/gemm/gemm_config.hpp"
+#include "ops/registry.hpp"
+#include "core/op_model.hpp"
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+void* const kA = reinterpret_cast<void*>(0x100000);
+void* const kB = reinterpret_cast<void*>(0x200000);
+void* const kC = reinterpret_cast<void*>(0x300000);
+void* const kD = reinterpret_cast<void*>(0x400000);
+void* const kBias = reinterpret_cast<void*>(0x500000);
+
+GemmProblem problem(int64_t m, int64_t n, int64_t k) {
+    GemmProblem p;
+    p.m = m, p.n = n, p.k = k;
+    return p;
+}
+}  // namespace
+
+TEST_CASE("Gemm refuses bad problems with the argument's name", "[validation][gemm]") {
+    CHECK_THROWS_WITH(Gemm(problem(0, 8, 8)), ContainsSubstring("Gemm") && ContainsSubstring("m must be >= 1, got 0"));
+    CHECK_THROWS_WITH(Gemm(problem(8, -1, 8)), ContainsSubstring("n must be >= 1"));
+    CHECK_THROWS_WITH(Gemm(problem(8, 8, 0)), ContainsSubstring("k must be >= 1"));
+    CHECK_THROWS_AS(Gemm(problem(0, 8, 8)), InvalidArgument);
+    GemmProblem p = problem(8, 8, 8);
+    p.dtype = DType::fp32;
+    CHECK_THROWS_AS(Gemm(p), Unsupported);
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("dtype fp32 is not supported for A and B"));
+    p = problem(8, 8, 8);
+    for (DType out : {DType::int32, DType::fp8_e4m3}) {
+        p.out_dtype = out;
+        CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("out_dtype must be fp32, fp16 or bf16"));
+    }
+    p = problem(8, 8, 8);
+    p.beta = 0.5f;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("beta = 0.5 needs C: set has_c"));
+    p = problem(8, 16, 32);
+    p.lda = 16;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("lda = 16 is smaller than a row (32 elements)"));
+    p = problem(8, 16, 32);
+    p.layout = GemmLayout::nt;
+    p.ldb = 16;  // B is 16 x 32: rows of 32
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("ldb = 16"));
+    p = problem(8, 16, 32);
+    p.ldd = 8;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("ldd = 8"));
+    p = problem(8, 16, 32);
+    p.batch = 0;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("batch = 0 is not in [1, 65535]"));
+    p.batch = 70000;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("batch = 70000"));
+    p = problem(8, 16, 32);
+    p.batch = 2;
+    p.batch_stride_d = 64;  // < 8 x 16: entries of D would overlap
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("batch_stride_d = 64") && ContainsSubstring("overlap"));
+    p.batch_stride_d = 0;
+    p.batch_stride_a = -5;
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("batch_stride_a = -5 is negative"));
+    p = problem(8, 16, 32);
+    p.alpha = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("alpha and beta must be finite"));
+    p = problem(8, 16, 32);
+    p.epilogue = static_cast<GemmEpilogue>(9);
+    CHECK_THROWS_WITH(Gemm(p), ContainsSubstring("epilogue 9"));
+}
+
+TEST_CASE("Gemm checks run()'s operands by name", "[validation][gemm]") {
+    GemmProblem p = problem(64, 128, 256);
+    Gemm plain(p);
+    CHECK_NOTHROW(plain.check({kA, kB}, {kD}));
+    CHECK_THROWS_WITH(plain.check({kA}, {kD}), ContainsSubstring("expected 2 inputs (A, B), got 1"));
+    CHECK_THROWS_WITH(plain.check({kA, kB}, {kD, kC}), ContainsSubstring("expected 1 outputs (D), got 2"));
+    CHECK_THROWS_WITH(plain.check({kA, nullptr}, {kD}), ContainsSubstring("argument 'B' is a null pointer"));
+    CHECK_THROWS_WITH(plain.check({kA, kB}, {static_cast<char*>(kD) + 1}),
+                      ContainsSubstring("argument 'D'") && ContainsSubstring("not aligned"));
+
+    p.has_c = true, p.beta = 1.0f, p.bias = true;
+    Gemm fused(p);
+    CHECK_NOTHROW(fused.check({kA, kB, kC, kBias}, {kD}));
+    CHECK_NOTHROW(fused.check({kA, kB, kD, kBias}, {kD}));  // C in place of D
+    CHECK_THROWS_WITH(fused.check({kA, kB, kC}, {kD}), ContainsSubstring("expected 4 inputs (A, B, C, bias), got 3"));
+    CHECK_THROWS_WITH(fused.check({kA, kB, kC, nullptr}, {kD}), ContainsSubstring("argument 'bias' is a null pointer"));
+
+    GemmProblem shifted = p;
+    shifted.ldc = 256;
+    Gemm shifted_alias(shifted);
+    CHECK_THROWS_WITH(shifted_alias.check({kA, kB, kD, kBias}, {kD}), ContainsSubstring("C and D overlap"));
+    // C one row (128 elements) past D, same leading dimension: blocks would read C rows that
+    // others have already overwritten as D.
+    CHECK_THROWS_WITH(fused.check({kA, kB, static_cast<char*>(kD) + 128 * 2, kBias}, {kD}),
+                      ContainsSubstring("C and D overlap"));
+    // Just past D's last element (64 rows of 128 bf16): apart.
+    CHECK_NOTHROW(fused.check({kA, kB, static_cast<char*>(kD) + 64 * 128 * 2, kBias}, {kD}));
+
+    // A leading dimension or batch stride too large for 64-bit offsets is named.
+    GemmProblem huge = problem(1024, 1024, 1024);
+    huge.lda = int64_t{1} << 45;
+    CHECK_THROWS_WITH(Gemm(huge), ContainsSubstring("lda = 35184372088832 is larger than supported"));
+
+    // Views are checked against the problem.
+    const TensorView a = TensorView::contiguous(kA, DType::bf16, {64, 256});
+    const TensorView wrong = TensorView::contiguous(kA, DType::bf16, {64, 255});
+    CHECK_NOTHROW(plain.check({a, kB}, {kD}));
+    CHECK_THROWS_WITH(plain.check({wrong, kB}, {kD}), ContainsSubstring("argument 'A' must have shape [64, 256]"));
+    const TensorView d16 = TensorView::contiguous(kD, DType::fp16, {64, 128});
+    CHECK_THROWS_WITH(plain.check({kA, kB}, {d16}), ContainsSubstring("argument 'D' has dtype fp16, expected bf16"));
+}
+
+TEST_CASE("Gemm narrows its copies for unaligned rows and pointers", "[validation][gemm]") {
+    Gemm aligned(problem(64, 128, 256));
+    CHECK(aligned.vector_width({kA, kB}, {kD}) == 8);
+    CHECK(aligned.vector_width({static_cast<char*>(kA) + 4, kB}, {kD}) == 2);
+    CHECK(aligned.vector_width({kA, static_cast<char*>(kB) + 2}, {kD}) == 1);
+    GemmProblem odd = problem(64, 128, 127);  // A's rows are 127 elements apart
+    CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == 1);
+    odd.lda = 132;
+    CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == 4);
+    // A 16-bit D is stored with TMA by the sm_90 kernel: its alignment counts too. An fp32 D is
+    // stored from registers (element pairs where it can), and its alignment does not narrow anything.
+    CHECK(aligned.vector_width({kA, kB}, {static_cast<char*>(kD) + 2}) == 1);
+    GemmProblem unaligned_ldd = problem(64, 128, 256);
+    unaligned_ldd.ldd = 130;
+    CHECK(Gemm(unaligned_ldd).vector_width({kA, kB}, {kD}) == 2);
+    GemmProblem fp32_out = problem(64, 128, 256);
+    fp32_out.out_dtype = DType::fp32;
+    CHECK(Gemm(fp32_out).vector_width({kA, kB}, {static_cast<char*>(kD) + 4}) == 8);
+}
+
+TEST_CASE("Gemm tuning keys carry layout, epilogue and batch; the factory builds them back", "[validation][gemm]") {
+    detail::ProblemSpec spec{"gemm", {4, 128, 256, 512}, "bf16->fp32", "nt,beta,bias,gelu"};
+    auto op = detail::make_op(spec);
+    CHECK(op->describe() == "gemm 4x128x256x512 bf16->fp32 [nt,beta,bias,gelu]");
+    const auto& gemm = dynamic_cast<const Gemm&>(*op);
+    CHECK(gemm.problem().batch == 4);
+    CHECK(gemm.problem().layout == GemmLayout::nt);
+    CHECK(gemm.problem().has_c);
+    CHECK(gemm.problem().epilogue == GemmEpilogue::gelu);
+    auto plain = detail::make_op({"gemm", {16, 4096, 4096}, "fp16", ""});
+    CHECK(plain->describe() == "gemm 16x4096x4096 fp16");
+    CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 4096}, "bf16", ""}), ContainsSubstring("MxNxK"));
+    CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 16, 16}, "bf16", "gelu,silu"}), ContainsSubstring("flag 'silu'"));
+    CHECK_THROWS_WITH(detail::make_op({"gemm", {16, 16, 16}, "bf16", "residual"}), ContainsSubstring("flag 'residual'"));
+}
+
+TEST_CASE("Gemm's TMA box of A holds only the rows M has, rounded up to 8", "[validation][gemm]") {
+    CHECK(detail::gemm_a_box_rows(1, 64) == 8);
+    CHECK(detail::gemm_a_box_rows(8, 64) == 8);
+    CHECK(detail::gemm_a_box_rows(9, 64) == 16);
+    CHECK(detail::gemm_a_box_rows(60, 64) == 64);
+    CHECK(detail::gemm_a_box_rows(100, 128) == 104);
+    CHECK(detail::gemm_a_box_rows(64, 64) == 64);  // a whole tile and more: the tile's rows
+    CHECK(detail::gemm_a_box_rows(4096, 128) == 128);
+}
+
+TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the device", "[validation][gemm]") {
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+        const DeviceInfo device = DeviceInfo::for_arch(arch);
+        for (int64_t m : {1, 16, 127, 1000, 8192}) {
+            for (GemmLayout layout : {GemmLayout::nn, GemmLayout::nt}) {
+                GemmProblem p = problem(m, 4096, 4096);
+                p.layout = layout;
+                Gemm op(p);
+                const auto& model = op.model();
+                INFO(arch << " " << model.describe());
+                CHECK_FALSE(model.invalid_reason(model.heuristic(device), device).has_value());
+                const auto space = model.search_space(device);
+                CHECK(space.size() >= 3);
+                CHECK(space.size() <= 96);
+                for (const Config& c : space) CHECK_FALSE(model.invalid_reason(c, device).has_value());
+            }
+        }
+        Gemm op(problem(128, 128, 128));
+        Config too_big = op.model().heuristic(device);
+        too_big["stages"] = 8;
+        too_big["block_m"] = 256;
+        too_big["block_n"] = 256;
+        too_big["block_k"] = 64;
+        CHECK(op.model().invalid_reason(too_big, device).has_value());
+        Config missing = op.model().heuristic(device);
+        missing.erase("block_n");
+        CHECK_THAT(*op.model().invalid_reason(missing, device), ContainsSubstring("block_n"));
+        // Values from a hostile database: a reason, never int overflow (warps_m = 2^28 times
+        // warps_n = 16 wrapped to 0, passed the warp count check, then was divided by).
+        Config absurd = op.model().heuristic(device);
+        absurd["kernel"] = 0;
+        absurd["warps_m"] = 1LL << 28;
+        absurd["warps_n"] = 16;
+        CHECK_THAT(op.model().invalid_reason(absurd, device).value_or(""), ContainsSubstring("'warps_m' = 268435456"));
+        absurd["warps_m"] = 2;
+        absurd["stages"] = -3;
+        CHECK_THAT(op.model().invalid_reason(absurd, device).value_or(""), ContainsSubstring("'stages' = -3"));
+    }
+    // The TMA kernel's widths: the instantiated wgmma widths only, and multiples of 64 for layout
+    // NN (B comes in boxes of 64 columns).
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    for (GemmLayout layout : {GemmLayout::nn, GemmLayout::nt}) {
+        GemmProblem p = problem(512, 6144, 4096);
+        p.layout = layout;
+        Gemm op(p);
+        const Config tma{{"kernel", 1}, {"block_m", 128}, {"block_n", 192}, {"block_k", 64}, {"stages", 4},
+                         {"group_m", 8},  {"vec", 8},       {"consumers", 2},  {"cluster", 1},  {"split_k", 1},
+                         {"pingpong", 0}};
+        CHECK_FALSE(op.model().invalid_reason(tma, h100).has_value());
+        for (int bn : {48, 100, 288}) {
+            Config odd = tma;
+            odd["block_n"] = bn;
+            CHECK_THAT(*op.model().invalid_reason(odd, h100), ContainsSubstring("block_n = " + std::to_string(bn)));
+        }
+        Config narrow = tma;
+        narrow["block_n"] = 160;
+        CHECK(op.model().invalid_reason(narrow, h100).has_value() == (layout == GemmLayout::nn));
+        // Ping-pong: two consumers taking whole tiles of 64 or 128 rows, no split K.
+        Config turns = tma;
+        turns["pingpong"] = 1, turns["block_m"] = 64, turns["block_n"] = 256;
+        CHECK_FALSE(op.model().invalid_reason(turns, h100).has_value());
+        Config tall = turns;
+        tall["block_m"] = 256, tall["block_n"] = 64, tall["stages"] = 2;
+        CHECK_THAT(*op.model().invalid_reason(tall, h100), ContainsSubstring("block_m = 256 with pingpong"));
+        Config alone = turns;
+        alone["consumers"] = 1;
+        CHECK_THAT(*op.model().invalid_reason(alone, h100), ContainsSubstring("needs consumers = 2"));
+        Config split = turns;
+        split["split_k"] = 2;
+        CHECK_THAT(*op.model().invalid_reason(split, h100), ContainsSubstring("needs split_k = 1"));
+        Config wide = turns;
+        wide["block_m"] = 128;  // 128 x 256 per warpgroup: 256 accumulators a thread
+        CHECK_THAT(*op.model().invalid_reason(wide, h100), ContainsSubstring("accumulators"));
+    }
+}
+
+TEST_CASE("Gemm refuses D over its operands, C read at beta = 0, and the skinny kernel at K not a multiple of 8",
+          "[validation][gemm]") {
+    // D written over A or B races (X = X W in place).
+    GemmProblem p = problem(64, 64, 64);  // square: A, B and D each 64 x 64 bf16, 8 KB
+    Gemm square(p);
+    CHECK_THROWS_WITH(square.check({kA, kB}, {kA}), ContainsSubstring("D overlaps A"));
+    CHECK_THROWS_WITH(square.check({kA, kB}, {kB}), ContainsSubstring("D overlaps B"));
+    CHECK_THROWS_WITH(square.check({kA, kB}, {static_cast<char*>(kB) + 64 * 2}), ContainsSubstring("D overlaps B"));
+    CHECK_NOTHROW(square.check({kA, kB}, {static_cast<char*>(kB) + 64 * 64 * 2}));  // just past B
+    // A and D as the two column halves of one [64, 128] buffer: interleaved but disjoint.
+    GemmProblem halves = p;
+    halves.lda = 128, halves.ldd = 128;
+    Gemm side_by_side(halves);
+    CHECK_NOTHROW(side_by_side.check({kA, kB}, {static_cast<char*>(kA) + 64 * 2}));
+    CHECK_THROWS_WITH(side_by_side.check({kA, kB}, {static_cast<char*>(kA) + 32 * 2}), ContainsSubstring("D overlaps A"));
+    GemmProblem with_bias = p;
+    with_bias.bias = true;
+    Gemm biased(with_bias);
+    CHECK_THROWS_WITH(biased.check({kA, kB, kD}, {kD}), ContainsSubstring("D overlaps the bias"));
+
+    // C given at beta = 0 would still be read: NaN there reaches D.
+    GemmProblem unread_c = p;
+    unread_c.has_c = true, unread_c.beta = 0.0f;
+    CHECK_THROWS_WITH(Gemm(unread_c), ContainsSubstring("beta = 0"));
+
+    // The skinny kernel copies whole 16-byte chunks of K: with K = 4100 and padded rows (lda = ldb
+    // = 4104) it would add the padding into the sum. The heuristic takes the TMA kernel instead.
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    GemmProblem padded = problem(1, 4096, 4100);
+    padded.layout = GemmLayout::nt, padded.lda = 4104, padded.ldb = 4104;
+    Gemm decode_step(padded);
+    const Config heuristic = decode_step.model().heuristic(h100);
+    CHECK(heuristic.at("kernel") != 2);
+    Config skinny{{"kernel", 2}, {"block_m", 16}, {"block_n", 16}, {"block_k", 64}, {"warps", 8},
+                  {"stages", 2}, {"group_m", 1},  {"vec", 8}};
+    CHECK_THAT(decode_step.model().invalid_reason(skinny, h100).value_or(""), ContainsSubstring("K a multiple of 8"));
+    for (const Config& c : decode_step.model().search_space(h100)) CHECK(c.at("kernel") != 2);
+    GemmProblem aligned = padded;
+    aligned.k = 4096;
+    CHECK_FALSE(Gemm(aligned).model().invalid_reason(skinny, h100).has_value());
+}

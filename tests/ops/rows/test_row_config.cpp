@@ -1,0 +1,164 @@
+// The row ops' heuristic: what an untuned problem gets (CPU only; speed is measured in bench/).
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "ops/rows/row_config.hpp"
+#include "tileops/device_info.hpp"
+
+using tileops::DeviceInfo;
+using tileops::detail::row_heuristic;
+using tileops::detail::row_invalid_reason;
+using tileops::detail::RowConfig;
+using tileops::detail::RowInputs;
+
+TEST_CASE("the row heuristic splits long rows over a prefetching cluster on sm_90", "[row_config]") {
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+
+    SECTION("one input: 1024-thread CTAs holding 64 bytes a thread") {
+        const RowConfig bf16_64k = row_heuristic(65536, 2, RowInputs{2, 1}, hopper);
+        CHECK(bf16_64k.cluster == 2);
+        CHECK(bf16_64k.threads_per_row == 1024);
+        CHECK(bf16_64k.items * bf16_64k.vec * 2 == 64);
+        CHECK(bf16_64k.prefetch == 1);
+        const RowConfig fp32_256k = row_heuristic(262144, 4, RowInputs{4, 1}, hopper);
+        CHECK(fp32_256k.cluster == 16);
+        CHECK(fp32_256k.threads_per_row == 1024);
+        CHECK(fp32_256k.prefetch == 1);
+    }
+    SECTION("two inputs (the residual add): smaller CTAs, so both inputs' stages fit in shared memory") {
+        const RowConfig residual = row_heuristic(65536, 2, RowInputs{2, 2}, hopper);
+        CHECK(residual.threads_per_row == 512);
+        CHECK(residual.cluster == 4);
+        CHECK(residual.prefetch == 1);
+        CHECK_FALSE(row_invalid_reason(residual, 65536, 2, RowInputs{2, 2}, hopper).has_value());
+    }
+    SECTION("one input row of 128-512 KB: the resident kernel, in the smallest cluster that holds it") {
+        const RowConfig fp32_64k = row_heuristic(65536, 4, RowInputs{4, 1}, hopper);
+        CHECK(fp32_64k.slots == 14);
+        CHECK(fp32_64k.items == 2);
+        CHECK(fp32_64k.cluster == 1);
+        CHECK(fp32_64k.threads_per_row == 1024);
+        const RowConfig bf16_256k = row_heuristic(262144, 2, RowInputs{2, 1}, hopper);
+        CHECK(bf16_256k.slots == 14);
+        CHECK(bf16_256k.cluster == 2);
+        CHECK(row_heuristic(65536, 2, RowInputs{2, 1}, hopper).slots == 0);        // 128 KB
+        CHECK(row_heuristic(262144, 4, RowInputs{4, 1}, hopper).slots == 0);       // 1 MB
+        CHECK(row_heuristic(262144, 2, RowInputs{2, 2}, hopper).slots == 0);       // the residual add
+        CHECK(row_heuristic(65536, 4, RowInputs{4, 1}, DeviceInfo::for_arch("sm_80")).slots == 0);  // 163 KB
+    }
+    SECTION("rows longer than 16 CTAs hold stream") {
+        const RowConfig huge = row_heuristic(int64_t{1} << 22, 4, RowInputs{4, 1}, hopper);
+        CHECK(huge.items == 0);
+        CHECK(huge.cluster == 1);
+        CHECK(huge.prefetch == 0);
+    }
+}
+
+TEST_CASE("every row heuristic config is valid for its problem", "[row_config]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    for (const int64_t cols : {1, 7, 1000, 4097, 16384, 65536, 100000, 262144, 1 << 20}) {
+        for (const size_t bytes : {size_t{2}, size_t{4}}) {
+            for (const int count : {1, 2}) {
+                const RowInputs inputs{bytes, count};
+                const RowConfig c = row_heuristic(cols, bytes, inputs, device);
+                INFO(arch << " cols " << cols << " element bytes " << bytes << " inputs " << count);
+                CHECK_FALSE(row_invalid_reason(c, cols, bytes, inputs, device).has_value());
+                if (device.sm() < 90) CHECK(c.cluster == 1);
+            }
+        }
+    }
+}
+
+namespace {
+
+// A resident config for a 512 KB bf16 row: two CTAs of 1024 threads, 2 vectors a thread in
+// registers and 14 in shared memory.
+RowConfig bf16_512k_pair() {
+    RowConfig c;
+    c.threads_per_row = 1024;
+    c.vec = 8;
+    c.items = 2;
+    c.slots = 14;
+    c.cluster = 2;
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("long rows get resident configs that hold the row in registers and shared memory", "[row_config]") {
+    using tileops::detail::row_launch;
+    using tileops::detail::row_search_space;
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    const RowInputs bf16{2, 1};
+
+    SECTION("a 512 KB bf16 row: clusters of two CTAs holding 256 KB each, within shared memory") {
+        bool found_pair = false;
+        for (const auto& config : row_search_space(256, 262144, 2, bf16, hopper)) {
+            if (!config.count("slots")) continue;
+            const RowConfig c = RowConfig::from(config, "rmsnorm");
+            INFO("threads " << c.threads_per_row << " items " << c.items << " slots " << c.slots << " cluster "
+                            << c.cluster);
+            CHECK_FALSE(row_invalid_reason(c, 262144, 2, bf16, hopper).has_value());
+            CHECK(int64_t{c.cluster} * c.threads_per_row * c.vec * (c.items + c.slots) >= 262144);
+            CHECK(c.items * c.vec * 2 <= tileops::detail::resident_held_bytes_limit(c.threads_per_row));
+            const auto launch = row_launch(c, c.vec, 256, 262144, bf16);
+            CHECK(launch.slots == c.slots);
+            CHECK(launch.shared_bytes == static_cast<unsigned>(c.slots * c.threads_per_row * c.vec * 2));
+            CHECK(launch.shared_bytes + 1024 <= static_cast<unsigned>(hopper.max_shared_memory_per_block_optin));
+            CHECK(launch.grid == static_cast<unsigned>(256 * c.cluster));
+            found_pair = found_pair || c.cluster == 2;
+        }
+        CHECK(found_pair);
+    }
+    SECTION("a 1 MB fp32 row: also clusters of 8-16 with chunks small enough for two CTAs an SM") {
+        const RowInputs fp32{4, 1};
+        bool found_two_per_sm = false;
+        for (const auto& config : row_search_space(256, 262144, 4, fp32, hopper)) {
+            if (!config.count("slots")) continue;
+            const RowConfig c = RowConfig::from(config, "softmax");
+            CHECK_FALSE(row_invalid_reason(c, 262144, 4, fp32, hopper).has_value());
+            // The tuned choice on the H100 (docs/perf/rows.md).
+            found_two_per_sm = found_two_per_sm || (c.cluster == 16 && c.threads_per_row == 512 && c.items == 0 && c.slots == 8);
+        }
+        CHECK(found_two_per_sm);
+        for (const auto& config : row_search_space(256, 262144, 4, fp32, DeviceInfo::for_arch("sm_80")))
+            CHECK(RowConfig::from(config, "softmax").cluster == 1);
+    }
+    SECTION("short rows and the residual add have none") {
+        for (const auto& config : row_search_space(16384, 4096, 2, bf16, hopper)) CHECK_FALSE(config.count("slots"));
+        for (const auto& config : row_search_space(256, 262144, 2, RowInputs{2, 2}, hopper))
+            CHECK_FALSE(config.count("slots"));
+    }
+    SECTION("what a resident config refuses, and why") {
+        const RowConfig c = bf16_512k_pair();
+        CHECK_FALSE(row_invalid_reason(c, 262144, 2, bf16, hopper).has_value());
+        RowConfig too_many_registers = c;
+        too_many_registers.items = 4;  // 64 bytes at 1024 threads next to slots: spills
+        CHECK(row_invalid_reason(too_many_registers, 262144, 2, bf16, hopper).value().find("spill") != std::string::npos);
+        RowConfig too_much_shared = c;
+        too_much_shared.slots = 16;  // 256 KB
+        CHECK(row_invalid_reason(too_much_shared, 262144, 2, bf16, hopper).value().find("shared memory") !=
+              std::string::npos);
+        RowConfig too_short = c;
+        too_short.cluster = 1;
+        CHECK(row_invalid_reason(too_short, 262144, 2, bf16, hopper).value().find("fewer than cols") != std::string::npos);
+        CHECK(row_invalid_reason(c, 262144, 2, RowInputs{2, 2}, hopper).value().find("residual") != std::string::npos);
+        RowConfig with_prefetch = c;
+        with_prefetch.prefetch = 1;
+        CHECK(row_invalid_reason(with_prefetch, 262144, 2, bf16, hopper).has_value());
+    }
+    SECTION("a misaligned pointer keeps the bytes held with narrower copies, or streams past 32 vectors") {
+        const RowConfig c = bf16_512k_pair();
+        const auto narrow = row_launch(c, 4, 256, 262144, bf16);
+        CHECK(narrow.items == 4);
+        CHECK(narrow.slots == 28);
+        CHECK(narrow.shared_bytes == 14u * 1024 * 16);
+        for (const int vec : {2, 1}) {
+            const auto streaming = row_launch(c, vec, 256, 262144, bf16);
+            CHECK(streaming.slots == 0);
+            CHECK(streaming.items == 0);
+            CHECK(streaming.cluster == 1);
+        }
+    }
+}

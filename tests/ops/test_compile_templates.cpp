@@ -1,0 +1,76 @@
+// Every kernel the ops can launch with their default (heuristic) configs, at every vector width
+// run() may pick, compiles with NVRTC for sm_80 and sm_90a. Needs no GPU.
+
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
+
+#include "core/op_model.hpp"
+#include "support/compile_kernels.hpp"
+#include "ops/registry.hpp"
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+
+namespace {
+
+// Adds the kernels `config` launches, at every vector width run() may pick.
+void add_kernels(test::KernelsByFile& kernels, const detail::OpModel& model, const Config& config, const DeviceInfo& device) {
+    for (int vec : model.vector_widths(config)) test::add_kernels(kernels, model, config, vec, device);
+}
+
+}  // namespace
+
+TEST_CASE("default-config kernels of every op compile for sm_80 and sm_90a", "[compile]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    test::KernelsByFile kernels;
+    for (const auto& op : detail::representative_ops()) {
+        const detail::OpModel& model = op->model();
+        const Config config = model.heuristic(device);
+        INFO(model.describe());
+        REQUIRE_FALSE(model.invalid_reason(config, device).has_value());
+        add_kernels(kernels, model, config, device);
+    }
+    test::compile_all(kernels, arch);
+}
+
+TEST_CASE("row-op kernels that prefetch compile for sm_80 and sm_90a", "[compile]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    test::KernelsByFile kernels;
+    for (const auto& op : detail::representative_ops()) {
+        const detail::OpModel& model = op->model();
+        Config config = model.heuristic(device);
+        if (!config.count("prefetch")) continue;  // not a row op
+        config["prefetch"] = 1;
+        if (model.invalid_reason(config, device)) continue;  // streaming mode, or too much shared memory
+        INFO(model.describe());
+        add_kernels(kernels, model, config, device);
+    }
+    CHECK(kernels.size() == 3);  // rmsnorm, layernorm and softmax kernels
+    test::compile_all(kernels, arch);
+}
+
+TEST_CASE("resident row-op kernels of the long rows' search spaces compile without spilling", "[compile]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    std::vector<std::unique_ptr<Op>> ops;
+    for (const auto& [rows, cols, dtype] :
+         {std::tuple{int64_t{256}, int64_t{262144}, DType::bf16}, std::tuple{int64_t{256}, int64_t{262144}, DType::fp32},
+          std::tuple{int64_t{1024}, int64_t{65536}, DType::fp32},
+          std::tuple{int64_t{1024}, int64_t{65536}, DType::bf16}}) {
+        ops.push_back(std::make_unique<RmsNorm>(RmsNormProblem{rows, cols, dtype}));
+        ops.push_back(std::make_unique<LayerNorm>(LayerNormProblem{rows, cols, dtype}));
+        ops.push_back(std::make_unique<Softmax>(SoftmaxProblem{rows, cols, dtype}));
+        ops.push_back(std::make_unique<Softmax>(SoftmaxProblem{rows, cols, dtype, {}, true}));
+    }
+    test::KernelsByFile kernels;
+    for (const auto& op : ops)
+        for (const Config& config : op->model().search_space(device))
+            if (config.count("slots")) test::add_kernels(kernels, op->model(), config, config.at("vec"), device);
+    REQUIRE(kernels.size() == 3);  // rmsnorm_resident, layernorm_resident and softmax_resident
+    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
+        INFO(arch << " " << name);
+        CHECK(report.spill_bytes == 0);
+    }
+}
