@@ -13,9 +13,9 @@
 
 namespace tileops::bench {
 
-using runtime::DeviceBuffer;
+using cuda::DeviceBuffer;
 
-const runtime::DriverApi& cu() { return runtime::driver(); }
+const cuda::DriverApi& cu() { return cuda::driver(); }
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -91,8 +91,8 @@ double host_us_per_call(const std::function<void()>& fn, int calls) {
     return median(rounds);
 }
 
-runtime::DeviceBuffer int_buffer(const std::vector<int32_t>& values) {
-    runtime::DeviceBuffer buffer(values.size() * sizeof(int32_t));
+cuda::DeviceBuffer int_buffer(const std::vector<int32_t>& values) {
+    cuda::DeviceBuffer buffer(values.size() * sizeof(int32_t));
     buffer.upload(values.data(), buffer.size());
     return buffer;
 }

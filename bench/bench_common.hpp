@@ -10,15 +10,15 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
+#include "cuda/device.hpp"
+#include "cuda/driver.hpp"
 #include "tileops/device_info.hpp"
 #include "tileops/tensor.hpp"
-#include "tuning/timing.hpp"
+#include "autotune/timing.hpp"
 
 namespace tileops::bench {
 
-const runtime::DriverApi& cu();
+const cuda::DriverApi& cu();
 
 double median(std::vector<double> values);
 
@@ -36,10 +36,10 @@ std::pair<double, double> time_pair_ms(const std::function<void()>& a, const std
 // A buffer of `bytes` filled with values in [-2, 2) as `dtype` stores them (never zeros); `seed`
 // tells apart buffers of the same size. With `period` > 0 the values repeat every `period` bytes,
 // so that gigabytes (a KV cache) are filled in milliseconds.
-runtime::DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed = 0, size_t period = 0);
+cuda::DeviceBuffer random_buffer(size_t bytes, DType dtype, uint64_t seed = 0, size_t period = 0);
 
 // A device buffer holding `values` (e.g. sequence lengths or a page table).
-runtime::DeviceBuffer int_buffer(const std::vector<int32_t>& values);
+cuda::DeviceBuffer int_buffer(const std::vector<int32_t>& values);
 
 // A page table of `num_pages` entries: every page of the pool once, shuffled (pages of a sequence
 // scattered over the pool, as a serving engine's allocator leaves them), or in order when

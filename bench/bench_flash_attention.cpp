@@ -35,7 +35,7 @@
 
 using namespace tileops;
 using namespace tileops::bench;
-using runtime::DeviceBuffer;
+using cuda::DeviceBuffer;
 
 namespace {
 

@@ -20,13 +20,13 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
+#include "cuda/device.hpp"
+#include "cuda/driver.hpp"
 #include "util/host_dtype.hpp"
 #include "tileops/tileops.hpp"
 
 using namespace tileops;
-using runtime::DeviceBuffer;
+using cuda::DeviceBuffer;
 using bench::cu;
 using bench::time_pair_ms;
 

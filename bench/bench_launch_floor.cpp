@@ -18,12 +18,12 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
-#include "runtime/compiler.hpp"
+#include "jit/compiler.hpp"
 #include "tileops/tileops.hpp"
 
 using namespace tileops;
 using namespace tileops::bench;
-using runtime::DeviceBuffer;
+using cuda::DeviceBuffer;
 
 namespace {
 
@@ -51,18 +51,18 @@ extern "C" __global__ void read_kernel(const int4* data, unsigned long long n, i
 )";
 
 struct Kernels {
-    runtime::Module module;
+    cuda::Module module;
     CUfunction empty = nullptr, read = nullptr;
 };
 
 Kernels compile_kernels(const DeviceInfo& device) {
-    runtime::CompileRequest request;
+    jit::CompileRequest request;
     request.source = kSource;
     request.source_name = "launch_floor.cu";
     request.name_expressions = {"empty_kernel", "read_kernel"};
     request.arch = device.arch();
-    const runtime::CompileResult result = runtime::compile(request);
-    Kernels k{runtime::Module(result.cubin), nullptr, nullptr};
+    const jit::CompileResult result = jit::compile(request);
+    Kernels k{cuda::Module(result.cubin), nullptr, nullptr};
     k.empty = k.module.function(result.lowered_names.at("empty_kernel"));
     k.read = k.module.function(result.lowered_names.at("read_kernel"));
     return k;

@@ -23,15 +23,15 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_common.hpp"
-#include "ops/op_state.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/op_state.hpp"
+#include "cuda/device.hpp"
+#include "cuda/driver.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "tileops/tileops.hpp"
 
 using namespace tileops;
 using namespace tileops::bench;
-using runtime::DeviceBuffer;
+using cuda::DeviceBuffer;
 
 namespace {
 
