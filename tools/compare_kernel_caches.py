@@ -1,21 +1,27 @@
 #!/usr/bin/env python3
 """Compare the kernels of two kernel caches, by lowered kernel name.
 
-Use: after a template change that should not change some kernels (a refactor, a helper added that
-only other kernels use), warm the tuning entries concerned into two caches, one with the old
-templates (TILEOPS_TEMPLATE_DIR pointing at a copy of them) and one with the new:
+Use: after a change that should not change the kernels (a refactor, files moved, a helper added
+that only other kernels use), warm the tuning entries concerned into two caches, one with the old
+build (or TILEOPS_TEMPLATE_DIR pointing at a copy of the old templates) and one with the new:
 
-    TILEOPS_TEMPLATE_DIR=/tmp/old/kernel_templates tileops-tune warm --arch sm_90a --db db.json --cache-dir /tmp/a
-    tileops-tune warm --arch sm_90a --db db.json --cache-dir /tmp/b
+    old/tileops-tune warm --arch sm_90a --db db.json --cache-dir /tmp/a
+    tileops-tune rekey db.json -o rekeyed.json
+    tileops-tune warm --arch sm_90a --db rekeyed.json --cache-dir /tmp/b
     tools/compare_kernel_caches.py /tmp/a /tmp/b
 
-Kernels that come out identical keep their measured speed, so their tuning entries can be re-keyed
-to the new template hash (`tileops-tune explain --json` gives it) instead of re-tuned. The ELF
-string table is left out of the comparison: NVRTC names some local symbols with a hash that differs
-from one compilation to the next, so two compilations of the same source differ there. Every other
-section (the code, its metadata, the symbol table) must match byte for byte.
+Kernels whose code comes out the same keep their measured speed, so their tuning entries can be
+re-keyed (`tileops-tune rekey`) instead of re-tuned. Each kernel present in both caches is:
+  identical  every ELF section the same but the string and symbol tables: NVRTC names local
+             symbols after the translation unit's file and a per-compilation hash, so two
+             compilations of the same source differ there;
+  same code  its machine code (.text.*), shared-memory (.nv.shared.*) and parameter bank
+             (.nv.constant0.*) sections the same; other data may differ (a translation unit
+             that includes fewer headers emits fewer unused namespace-scope constants, which
+             renumbers the symbols that the kernel's .nv.info records refer to);
+  different  otherwise.
 
-Exit status: 0 when every kernel present in both caches is identical, 1 otherwise.
+Exit status: 0 when every kernel present in both caches has the same code, 1 otherwise.
 """
 import hashlib
 import os
@@ -42,26 +48,30 @@ def read_entry(path):
     return (name.decode(), cubin) if newline else None
 
 
-def code_digest(cubin):
-    """SHA-256 over the ELF64 sections' names and contents, the string table excepted."""
+def sections(cubin):
+    """{name: bytes} of an ELF64 cubin's sections (SHT_NOBITS ones empty)."""
     (section_table,) = struct.unpack_from("<Q", cubin, 0x28)
     entry_size, count, names_index = struct.unpack_from("<HHH", cubin, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, section_table + i * entry_size) for i in range(count)]
-    names_offset = sections[names_index][4]
-
-    def name_of(section):
+    table = [struct.unpack_from("<IIQQQQIIQQ", cubin, section_table + i * entry_size) for i in range(count)]
+    names_offset = table[names_index][4]
+    out = {}
+    for section in table:
         start = names_offset + section[0]
-        return cubin[start:cubin.index(b"\0", start)].decode()
+        name = cubin[start:cubin.index(b"\0", start)].decode()
+        out[name] = cubin[section[4]:section[4] + section[5]] if section[1] != 8 else b""
+    return out
 
-    digest = hashlib.sha256()
-    for section in sections:
-        name = name_of(section)
-        if name == ".strtab":
+
+def digests(cubin):
+    """(digest of every section but the string and symbol tables, digest of the code sections)."""
+    all_data, code = hashlib.sha256(), hashlib.sha256()
+    for name, data in sorted(sections(cubin).items()):
+        if name in (".strtab", ".symtab"):
             continue
-        digest.update(name.encode())
-        if section[1] != 8:  # SHT_NOBITS has no bytes in the file
-            digest.update(cubin[section[4]:section[4] + section[5]])
-    return digest.hexdigest()
+        all_data.update(name.encode() + b"\0" + data)
+        if name.startswith((".text.", ".nv.shared.", ".nv.constant0.")):
+            code.update(name.encode() + b"\0" + data)
+    return all_data.hexdigest(), code.hexdigest()
 
 
 def scan(directory):
@@ -70,7 +80,7 @@ def scan(directory):
         for file in files:
             entry = read_entry(os.path.join(root, file))
             if entry:
-                kernels[entry[0]] = code_digest(entry[1])
+                kernels[entry[0]] = digests(entry[1])
     return kernels
 
 
@@ -80,15 +90,18 @@ def main():
         return 2
     a, b = scan(sys.argv[1]), scan(sys.argv[2])
     common = sorted(set(a) & set(b))
-    different = [name for name in common if a[name] != b[name]]
+    identical = [name for name in common if a[name][0] == b[name][0]]
+    same_code = [name for name in common if a[name][0] != b[name][0] and a[name][1] == b[name][1]]
+    different = [name for name in common if a[name][1] != b[name][1]]
     print(f"{len(a)} kernels in {sys.argv[1]}, {len(b)} in {sys.argv[2]}, {len(common)} in both: "
-          f"{len(common) - len(different)} identical, {len(different)} different")
+          f"{len(identical)} identical, {len(same_code)} same code, {len(different)} different")
+    for name in same_code:
+        print("same code:", name)
     for name in different:
         print("different:", name)
     for name in sorted(set(a) ^ set(b)):
         print(f"only in {sys.argv[1] if name in a else sys.argv[2]}:", name)
     return 0 if not different else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
