@@ -50,9 +50,14 @@ public:
 
 protected:
     // An op derived from this one creates its model (which holds the normalized problem) in its
-    // constructor and hands it over with set_model().
+    // constructor and hands it over with adopt(), which returns the model's problem.
     Op();
-    void set_model(std::shared_ptr<const detail::OpModel> model) noexcept { model_ = std::move(model); }
+    template <class Model>
+    const auto* adopt(std::shared_ptr<const Model> model) noexcept {
+        const auto* problem = &model->problem();
+        model_ = std::move(model);
+        return problem;
+    }
 
     std::shared_ptr<const detail::OpModel> model_;
     std::unique_ptr<detail::OpState> state_;

@@ -229,9 +229,7 @@ void bind(const DecodeAttentionProblem& p, Inputs inputs, Outputs outputs) {
 }  // namespace detail
 
 DecodeAttention::DecodeAttention(const DecodeAttentionProblem& problem) {
-    auto model = std::make_shared<const detail::DecodeAttentionModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::DecodeAttentionModel>(detail::normalized(problem)));
 }
 
 namespace detail {

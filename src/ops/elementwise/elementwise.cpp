@@ -177,9 +177,7 @@ ElementwiseProblem normalized(ElementwiseProblem p) {
 }  // namespace detail
 
 Elementwise::Elementwise(const ElementwiseProblem& problem) {
-    auto model = std::make_shared<const detail::ElementwiseModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::ElementwiseModel>(detail::normalized(problem)));
 }
 
 namespace detail {

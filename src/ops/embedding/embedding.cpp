@@ -169,9 +169,7 @@ int bind(const EmbeddingProblem& p, int shape_vec, Inputs inputs, Outputs output
 }  // namespace detail
 
 Embedding::Embedding(const EmbeddingProblem& problem) {
-    auto model = std::make_shared<const detail::EmbeddingModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::EmbeddingModel>(detail::normalized(problem)));
 }
 
 namespace detail {

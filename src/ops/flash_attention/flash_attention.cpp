@@ -273,9 +273,7 @@ CUtensorMap attention_tensor_map(const void* data, DType dtype, int64_t head_dim
 }  // namespace detail
 
 FlashAttention::FlashAttention(const FlashAttentionProblem& problem) {
-    auto model = std::make_shared<const detail::FlashAttentionModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::FlashAttentionModel>(detail::normalized(problem)));
 }
 
 namespace detail {

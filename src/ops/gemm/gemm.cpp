@@ -342,9 +342,7 @@ CUtensorMap tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols
 }  // namespace detail
 
 Gemm::Gemm(const GemmProblem& problem) {
-    auto model = std::make_shared<const detail::GemmModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::GemmModel>(detail::normalized(problem)));
 }
 
 namespace detail {

@@ -181,9 +181,7 @@ void bind(const MlaDecodeProblem& p, Inputs inputs, Outputs outputs) {
 }  // namespace detail
 
 MlaDecode::MlaDecode(const MlaDecodeProblem& problem) {
-    auto model = std::make_shared<const detail::MlaDecodeModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::MlaDecodeModel>(detail::normalized(problem)));
 }
 
 namespace detail {

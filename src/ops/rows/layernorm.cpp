@@ -59,9 +59,7 @@ LayerNormProblem normalized(LayerNormProblem p) {
 }  // namespace detail
 
 LayerNorm::LayerNorm(const LayerNormProblem& problem) {
-    auto model = std::make_shared<const detail::LayerNormModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::LayerNormModel>(detail::normalized(problem)));
 }
 
 namespace detail {

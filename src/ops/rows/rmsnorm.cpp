@@ -65,9 +65,7 @@ RmsNormProblem normalized(RmsNormProblem p) {
 }  // namespace detail
 
 RmsNorm::RmsNorm(const RmsNormProblem& problem) {
-    auto model = std::make_shared<const detail::RmsNormModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::RmsNormModel>(detail::normalized(problem)));
 }
 
 namespace detail {

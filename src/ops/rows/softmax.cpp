@@ -57,9 +57,7 @@ SoftmaxProblem normalized(SoftmaxProblem p) {
 }  // namespace detail
 
 Softmax::Softmax(const SoftmaxProblem& problem) {
-    auto model = std::make_shared<const detail::SoftmaxModel>(detail::normalized(problem));
-    problem_ = &model->problem();
-    set_model(std::move(model));
+    problem_ = adopt(std::make_shared<const detail::SoftmaxModel>(detail::normalized(problem)));
 }
 
 namespace detail {
