@@ -8,9 +8,9 @@
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include "core/op_model.hpp"
 #include "ops/decode_attention/decode_attention_config.hpp"
 #include "ops/registry.hpp"
-#include "core/op_model.hpp"
 #include "support/compile_kernels.hpp"
 #include "tileops/tileops.hpp"
 
@@ -105,6 +105,19 @@ TEST_CASE("DecodeAttention refuses bad problems by name", "[validation][decode]"
     CHECK(bhsd.problem().kv_outer_stride == 8 * 4096 * 128);  // the heads span the sequence
     // The row ops refuse the index dtype too.
     CHECK_THROWS_WITH(RmsNorm({4, 16, DType::int32}), ContainsSubstring("dtype must be fp32, fp16 or bf16, got int32"));
+}
+
+TEST_CASE("a paged problem as text whose page pool overflows is refused before any arithmetic wraps",
+          "[validation][decode]") {
+    // batch x pages per sequence does not fit 64 bits: the page count is computed checked, so it
+    // is an error naming the pool, not signed overflow (undefined behaviour) before validation.
+    const long long batch = 9223372036854775807LL;
+    CHECK_THROWS_WITH(detail::make_op({"decode_attention", {batch, 32, 8, 128, 1, 16384}, "bf16", "page16"}),
+                      ContainsSubstring("page pool") && ContainsSubstring("does not fit"));
+    CHECK_THROWS_WITH(detail::make_op({"mla_decode", {batch, 128, 1, 8192}, "bf16", "page64"}),
+                      ContainsSubstring("page pool"));
+    CHECK_THROWS_WITH(detail::make_op({"decode_attention", {4, 32, 8, 128, 1, 9223372036854775807LL}, "bf16", "page16"}),
+                      ContainsSubstring("tileops"));
 }
 
 TEST_CASE("DecodeAttention checks its operands by name", "[validation][decode]") {
