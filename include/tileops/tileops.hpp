@@ -12,6 +12,7 @@
 #include "tileops/mla_decode.hpp"
 #include "tileops/op.hpp"
 #include "tileops/rmsnorm.hpp"
+#include "tileops/rope.hpp"
 #include "tileops/runtime.hpp"
 #include "tileops/softmax.hpp"
 #include "tileops/tensor.hpp"

@@ -61,7 +61,7 @@ OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed) : sp
 
 void OperandBuffers::poison_outputs() {
     for (size_t i = 0; i < specs_.size(); ++i)
-        if (specs_[i].output) buffers_[i].fill_bytes(0xff);
+        if (specs_[i].output) buffers_[i].fill_bytes(specs_[i].partial ? 0x00 : 0xff);
 }
 
 std::vector<float> OperandBuffers::download_outputs() const {

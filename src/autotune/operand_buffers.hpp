@@ -18,7 +18,7 @@ public:
     Inputs inputs() const { return Inputs(inputs_.data(), inputs_.size()); }
     Outputs outputs() const { return Outputs(outputs_.data(), outputs_.size()); }
 
-    // Sets every output byte to 0xff (NaN in every float dtype).
+    // Sets every output byte to 0xff (NaN in every float dtype); partial outputs to zeros.
     void poison_outputs();
     // The outputs as floats, concatenated (for comparing candidates).
     std::vector<float> download_outputs() const;

@@ -64,8 +64,12 @@ struct OperandSpec {
     bool output;
     OperandFill fill = OperandFill::random;
     long long fill_value = 0;
-    // Rows the op reads when it reads only some (a table it gathers rows from); -1: every row.
+    // Rows the op reads when it reads only some (a table it gathers rows from), or writes when
+    // it writes only some (a cache it appends to); -1: every row.
     long long rows_read = -1;
+    // An output written only where the op's indices say (a KV cache): the rest keeps what was
+    // there, so tools fill it with zeros, not with poison that would read as unwritten.
+    bool partial = false;
     // Bytes the op must move for this operand (read once or written once).
     double bytes() const {
         const long long moved_rows = rows == 0 ? 1 : rows_read >= 0 ? rows_read : rows;

@@ -15,6 +15,7 @@ OpFamily flash_attention_family();
 OpFamily decode_attention_family();
 OpFamily mla_decode_family();
 OpFamily embedding_family();
+OpFamily rope_family();
 
 const std::vector<OpFamily>& op_families() {
     static const std::vector<OpFamily> families = {
@@ -25,6 +26,7 @@ const std::vector<OpFamily>& op_families() {
         decode_attention_family(),
         mla_decode_family(),
         embedding_family(),
+        rope_family(),
     };
     return families;
 }

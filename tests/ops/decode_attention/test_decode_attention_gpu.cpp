@@ -18,11 +18,11 @@
 #include "core/op_model.hpp"
 #include "runtime/op_state.hpp"
 #include "runtime/runtime_impl.hpp"
+#include "support/build_kernels.hpp"
 #include "support/device_tensor.hpp"
 #include "support/test_support.hpp"
 #include "tileops/tileops.hpp"
 #include "tuning/op_config.hpp"
-#include "util/parallel_for.hpp"
 
 using namespace tileops;
 using tileops::test::DeviceMatrix;
@@ -286,15 +286,7 @@ void check_configs(const DecodeCase& c, const std::vector<Config>& configs) {
     const auto out = buffers.outputs(c);
     std::vector<detail::LaunchPlan> plans;
     for (const Config& config : configs) plans.push_back(op.model().plan(config, 1, runtime.device()));
-    std::vector<std::string> compile_errors(plans.size());
-    util::parallel_for_chunks(plans.size(), 1, [&](size_t, size_t begin, size_t end) {
-        for (size_t i = begin; i < end; ++i) try {
-                impl.builder().get(plans[i].template_file, plans[i].name_expression, runtime.device().arch());
-            } catch (const std::exception& e) {
-                compile_errors[i] = e.what();
-            }
-    });
-    for (const std::string& error : compile_errors) CHECK(error.empty());
+    test::build_kernels(runtime, plans);
     for (const Config& config : configs) {
         INFO("config " << tuning::config_text(config));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
