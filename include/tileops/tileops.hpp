@@ -14,5 +14,6 @@
 #include "tileops/rmsnorm.hpp"
 #include "tileops/rope.hpp"
 #include "tileops/runtime.hpp"
+#include "tileops/sampling.hpp"
 #include "tileops/softmax.hpp"
 #include "tileops/tensor.hpp"

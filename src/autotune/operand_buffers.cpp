@@ -24,6 +24,11 @@ std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, 
         for (size_t i = 0; i < n; ++i) util::encode_value(spec.dtype, dist(rng), &host[i * element]);
         return host;
     }
+    if (spec.fill == detail::OperandFill::constant_real) {
+        for (size_t i = 0; i < n; ++i)
+            util::encode_value(spec.dtype, static_cast<float>(spec.real_value), &host[i * element]);
+        return host;
+    }
     const long long modulus = spec.fill_value > 0 ? spec.fill_value : 1;
     for (size_t i = 0; i < n; ++i) {
         // 7919 is prime, so i -> i * 7919 mod a modulus it does not divide is a permutation.

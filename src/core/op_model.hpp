@@ -51,8 +51,8 @@ struct LaunchPlan {
 // How tools fill an input operand: random values in [-2, 2] (never all zeros), or, for int32
 // index operands, every element `fill_value` (e.g. sequence lengths), a scrambled index in
 // [0, fill_value) (e.g. a page table) or element i = i * fill_value (e.g. offsets of sequences
-// of equal length).
-enum class OperandFill { random, constant, scrambled_index, multiples };
+// of equal length); for float parameters, every element `real_value` (e.g. a temperature).
+enum class OperandFill { random, constant, scrambled_index, multiples, constant_real };
 
 // One operand of run(), in order: inputs first, then outputs.
 struct OperandSpec {
@@ -64,6 +64,7 @@ struct OperandSpec {
     bool output;
     OperandFill fill = OperandFill::random;
     long long fill_value = 0;
+    double real_value = 0;  // with OperandFill::constant_real
     // Rows the op reads when it reads only some (a table it gathers rows from), or writes when
     // it writes only some (a cache it appends to); -1: every row.
     long long rows_read = -1;

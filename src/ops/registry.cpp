@@ -16,6 +16,7 @@ OpFamily decode_attention_family();
 OpFamily mla_decode_family();
 OpFamily embedding_family();
 OpFamily rope_family();
+OpFamily sampling_family();
 
 const std::vector<OpFamily>& op_families() {
     static const std::vector<OpFamily> families = {
@@ -27,6 +28,7 @@ const std::vector<OpFamily>& op_families() {
         mla_decode_family(),
         embedding_family(),
         rope_family(),
+        sampling_family(),
     };
     return families;
 }
