@@ -27,6 +27,8 @@ namespace sampling_detail {
 constexpr float kWeightScale = 1099511627776.0f;  // 2^40: the weight of the largest logit
 constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
 constexpr int kBins = 2048;                      // the widest radix digit (11 bits)
+// Tokens top-k may leave for the later steps to work on in shared memory instead of the row.
+constexpr int kCandidates = 2048;
 // The radix digits of a 32-bit key, most significant first: 11, 11 and 10 bits.
 __device__ __forceinline__ int digit_shift(int level) { return level == 0 ? 21 : level == 1 ? 10 : 0; }
 __device__ __forceinline__ unsigned digit_bins(int level) { return level == 2 ? 1024u : 2048u; }
@@ -190,6 +192,8 @@ __global__ void __launch_bounds__(THREADS) sampling_kernel(const SamplingArgs ar
     __shared__ int selected_bin;
     __shared__ unsigned long long selected_above;
     __shared__ long long sampled;
+    __shared__ float candidate_logit[kCandidates];  // top-k's tokens, in index order
+    __shared__ int candidate_index[kCandidates];
 
     const long long n = args.vocab;
     for (long long r = blockIdx.x; r < args.batch; r += gridDim.x) {
@@ -270,13 +274,53 @@ __global__ void __launch_bounds__(THREADS) sampling_kernel(const SamplingArgs ar
             key_k = prefix;  // ties with the k-th largest are all kept
         }
 
+        // 2b. When top-k leaves at most kCandidates tokens (ties included), they are copied to
+        // shared memory in index order, and the steps below read them instead of the row.
+        constexpr int kSpan = VEC * kUnroll;  // elements a thread takes per step of an ordered scan
+        long long candidates = -1;            // -1: the steps below read the row
+        if (use_top_k) {
+            unsigned long long base = 0;
+            for (long long start = 0; start < n && base <= kCandidates; start += static_cast<long long>(THREADS) * kSpan) {
+                const long long first = start + static_cast<long long>(threadIdx.x) * kSpan;
+                float x[kUnroll][VEC];
+                unsigned long long count = 0;
+#pragma unroll
+                for (int v = 0; v < kUnroll; ++v) {
+                    load_elements<T, VEC>(row, first + v * VEC, n, aligned, x[v]);
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j) count += first + v * VEC + j < n && order_key(x[v][j]) >= key_k;
+                }
+                unsigned long long total;
+                unsigned long long slot = base + block_exclusive_scan<THREADS>(count, scratch, total);
+#pragma unroll
+                for (int v = 0; v < kUnroll; ++v)
+#pragma unroll
+                    for (int j = 0; j < VEC; ++j)
+                        if (first + v * VEC + j < n && order_key(x[v][j]) >= key_k) {
+                            if (slot < kCandidates) candidate_logit[slot] = x[v][j], candidate_index[slot] = static_cast<int>(first + v * VEC + j);
+                            ++slot;
+                        }
+                base += total;
+            }
+            if (base <= kCandidates) candidates = static_cast<long long>(base);
+            __syncthreads();
+        }
+        // Calls f(index, value, valid) for the row's elements, or for the candidates.
+        const auto for_each_token = [&](auto&& f) {
+            if (candidates >= 0) {
+                for (long long c = threadIdx.x; c < candidates; c += THREADS) f(candidate_index[c], candidate_logit[c], true);
+            } else {
+                for_each_element<T, VEC, THREADS>(row, n, aligned, f);
+            }
+        };
+
         // 3. The set A (top-k, min-p): its mass and, for top-p, its mass by first digit.
         const bool use_top_p = top_p < 1.0f;
         if (use_top_p)
             for (int b = threadIdx.x; b < kBins; b += THREADS) mass_hist[b] = 0;
         __syncthreads();
         unsigned long long local_mass = 0;
-        for_each_element<T, VEC, THREADS>(row, n, aligned, [&](long long, float x, bool valid) {
+        for_each_token([&](long long, float x, bool valid) {
             const unsigned key = order_key(x);
             const unsigned long long w = weight_of(x, max_logit, inv_temperature);
             const bool in_a = valid && key >= key_k && w != 0 && static_cast<float>(w) >= min_p * kWeightScale;
@@ -297,7 +341,7 @@ __global__ void __launch_bounds__(THREADS) sampling_kernel(const SamplingArgs ar
                     for (int b = threadIdx.x; b < kBins; b += THREADS) mass_hist[b] = 0;
                     __syncthreads();
                     const int shift_above = digit_shift(level - 1);
-                    for_each_element<T, VEC, THREADS>(row, n, aligned, [&](long long, float x, bool valid) {
+                    for_each_token([&](long long, float x, bool valid) {
                         const unsigned key = order_key(x);
                         const unsigned long long w = weight_of(x, max_logit, inv_temperature);
                         const bool in_a = valid && key >= key_k && w != 0 && static_cast<float>(w) >= min_p * kWeightScale;
@@ -324,9 +368,33 @@ __global__ void __launch_bounds__(THREADS) sampling_kernel(const SamplingArgs ar
         const unsigned long long random64 = (static_cast<unsigned long long>(bits.x) << 32) | bits.y;
         const unsigned long long u = __umul64hi(random64, kept_mass);
         if (threadIdx.x == 0) sampled = best_at;  // only if rounding left u past the last token
+        const auto kept_weight = [&](float x) {
+            const unsigned long long w = weight_of(x, max_logit, inv_temperature);
+            return order_key(x) >= key_min && w != 0 && static_cast<float>(w) >= min_p * kWeightScale ? w : 0ull;
+        };
+        if (candidates >= 0) {
+            // Thread t scans candidates [t * span, (t + 1) * span): index order across the block.
+            const long long span = (candidates + THREADS - 1) / THREADS;
+            const long long first = threadIdx.x * span, last = first + span < candidates ? first + span : candidates;
+            unsigned long long sum = 0, total;
+            for (long long c = first; c < last; ++c) sum += kept_weight(candidate_logit[c]);
+            unsigned long long running = block_exclusive_scan<THREADS>(sum, scratch, total);
+            if (u >= running && u < running + sum)
+                for (long long c = first; c < last; ++c) {
+                    const unsigned long long w = kept_weight(candidate_logit[c]);
+                    if (u < running + w) {
+                        sampled = candidate_index[c];
+                        break;
+                    }
+                    running += w;
+                }
+            __syncthreads();
+            if (threadIdx.x == 0) args.tokens[r] = static_cast<int>(sampled);
+            __syncthreads();
+            continue;
+        }
         // Thread t scans elements [start + t * kSpan, + kSpan) of each step: index order across
         // the block, kUnroll vectors in flight a thread.
-        constexpr int kSpan = VEC * kUnroll;
         unsigned long long base = 0;
         for (long long start = 0; start < n; start += static_cast<long long>(THREADS) * kSpan) {
             const long long first = start + static_cast<long long>(threadIdx.x) * kSpan;

@@ -148,10 +148,12 @@ TEST_CASE("Sampling: tokens stay in the exact top-k / top-p / min-p set", "[gpu]
     for (int64_t r = 0; r < batch; ++r) values.insert(values.end(), row.begin(), row.end());
     DeviceMatrix logits(dtype, batch, vocab);
     logits.upload(values);
-    const RowParams kinds[] = {{1.0, 50, 1.0, 0.0}, {0.7, 0, 0.9, 0.0}, {1.3, 0, 1.0, 0.05}, {0.8, 200, 0.8, 0.01},
-                               {1.0, 0, 1.0, 0.0},  {2.0, 7, 1.0, 0.0}, {0.5, 1000, 0.5, 0.0}, {1.0, 0, 0.0, 0.0}};
+    // top-k of 3000 leaves more tokens than the kernel keeps in shared memory: it reads the row.
+    const RowParams kinds[] = {{1.0, 50, 1.0, 0.0}, {0.7, 0, 0.9, 0.0},    {1.3, 0, 1.0, 0.05},
+                               {0.8, 200, 0.8, 0.01}, {1.0, 0, 1.0, 0.0},  {2.0, 7, 1.0, 0.0},
+                               {0.5, 1000, 0.5, 0.0}, {1.0, 0, 0.0, 0.0},  {1.0, 3000, 0.9, 0.0}};
     std::vector<RowParams> params;
-    for (int64_t r = 0; r < batch; ++r) params.push_back(kinds[r % 8]);
+    for (int64_t r = 0; r < batch; ++r) params.push_back(kinds[r % 9]);
     Sampling op({batch, vocab, dtype, 0, false, 1234});
     for (int step = 0; step < 4; ++step) {
         const auto tokens = run_sampling(op, logits, params, iota_offsets(batch, step * batch));
