@@ -181,7 +181,7 @@ __device__ __forceinline__ void select_from_top(const H* hist, int bins, unsigne
 }  // namespace sampling_detail
 
 template <typename T, int VEC, int THREADS, bool GREEDY>
-__global__ void __launch_bounds__(THREADS) sampling_kernel(const SamplingArgs args) {
+__global__ void __launch_bounds__(THREADS, 1) sampling_kernel(const SamplingArgs args) {
     using namespace sampling_detail;
     static_assert(THREADS % 32 == 0 && THREADS >= 64, "whole warps");
     __shared__ unsigned count_hist[kBins];
