@@ -383,6 +383,12 @@ private:
 }  // namespace
 
 TuningDb TuningDb::parse(std::string_view text, const std::string& source, const EntryValidator& validator) {
+    // The JSON parser stops at a NUL byte as at the end of the input: what follows would be
+    // ignored, not refused.
+    if (const size_t nul = text.find('\0'); nul != std::string_view::npos) {
+        auto [line, column] = line_column(text, nul);
+        throw FileError(fmt::format("{}:{}:{}: invalid JSON: a NUL byte", source, line, column));
+    }
     json root;
     try {
         root = json::parse(text.begin(), text.end());
@@ -442,8 +448,9 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
 }
 
 TuningDb TuningDb::load(const std::filesystem::path& path, const EntryValidator& validator) {
-    auto text = util::read_file(path);
-    if (!text) throw FileError(fmt::format("tileops: cannot read tuning database {}", path.string()));
+    std::string why;
+    auto text = util::read_file(path, util::kMaxReadBytes, &why);
+    if (!text) throw FileError(fmt::format("tileops: cannot read tuning database {}: {}", path.string(), why));
     return parse(*text, path.string(), validator);
 }
 
@@ -559,8 +566,9 @@ void TuningDb::save(const std::filesystem::path& path) const {
     TuningDb on_disk;
     std::error_code ec;
     if (std::filesystem::exists(path, ec)) {
-        auto text = util::read_file(path);
-        if (!text) throw FileError(fmt::format("tileops: cannot read {} to merge into it", path.string()));
+        std::string why;
+        auto text = util::read_file(path, util::kMaxReadBytes, &why);
+        if (!text) throw FileError(fmt::format("tileops: cannot read {} to merge into it: {}", path.string(), why));
         on_disk = parse(*text, path.string());
         if (!on_disk.rejected().empty())
             util::logger().warn("tileops: rewriting tuning database {} drops its {} malformed entries", path.string(),

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -19,13 +20,38 @@
 namespace tileops::util {
 namespace fs = std::filesystem;
 
-std::optional<std::string> read_file(const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return std::nullopt;
-    std::ostringstream buffer;
-    buffer << in.rdbuf();
-    if (in.bad()) return std::nullopt;
-    return std::move(buffer).str();
+std::optional<std::string> read_file(const fs::path& path, size_t max_bytes, std::string* why) {
+    const auto fail = [&](std::string reason) -> std::optional<std::string> {
+        if (why != nullptr) *why = std::move(reason);
+        return std::nullopt;
+    };
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return fail(std::strerror(errno));
+    struct FdCloser {
+        int fd;
+        ~FdCloser() { ::close(fd); }
+    } closer{fd};
+    struct stat info {};
+    if (::fstat(fd, &info) != 0) return fail(std::strerror(errno));
+    if (!S_ISREG(info.st_mode)) return fail("not a regular file");
+    if (static_cast<unsigned long long>(info.st_size) > max_bytes)
+        return fail(fmt::format("{} bytes, more than the {} allowed", info.st_size, max_bytes));
+    std::string data(static_cast<size_t>(info.st_size), '\0');
+    size_t done = 0;
+    while (done <= max_bytes) {  // the file may grow while it is read: stop one byte past the cap
+        if (done == data.size()) data.resize(std::min(max_bytes + 1, data.size() + 4096));
+        const ssize_t n = ::read(fd, data.data() + done, data.size() - done);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return fail(std::strerror(errno));
+        }
+        if (n == 0) break;
+        done += static_cast<size_t>(n);
+    }
+    if (done > max_bytes) return fail(fmt::format("more than the {} bytes allowed", max_bytes));
+    data.resize(done);
+    return data;
 }
 
 namespace {

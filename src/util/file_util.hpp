@@ -9,8 +9,14 @@
 
 namespace tileops::util {
 
-// Reads a whole file. Returns nullopt when it does not exist or cannot be read.
-std::optional<std::string> read_file(const std::filesystem::path& path);
+// The largest file read_file reads by default (databases, cache entries, templates): 256 MiB.
+inline constexpr size_t kMaxReadBytes = size_t{256} << 20;
+
+// Reads a whole regular file of at most `max_bytes`. Returns nullopt, with the reason in `why`
+// when given, when it does not exist or cannot be read, is not a regular file (a FIFO would block
+// the reader, a device such as /dev/zero never ends) or is larger. Links are followed.
+std::optional<std::string> read_file(const std::filesystem::path& path, size_t max_bytes = kMaxReadBytes,
+                                     std::string* why = nullptr);
 
 // Writes `data` to `path` so that readers see either the old file or the whole new one, never a
 // partial file: writes a uniquely named temporary file in the same directory, fsyncs it, renames

@@ -2,6 +2,7 @@
 // builds happen once per key across threads and processes, different keys build in parallel, LRU
 // eviction spares entries in use, an unwritable cache still builds. No GPU is involved.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -199,6 +200,24 @@ TEST_CASE("disk cache: damaged entries are misses and get rebuilt", "[disk_cache
     CHECK_FALSE(built);
     CHECK(calls == 1);
     CHECK(cache.load(other) == "other payload");
+}
+
+TEST_CASE("disk cache: an entry that is a FIFO or a link to a device is a miss, replaced by the build",
+          "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    const std::string key = key_of("not a file");
+    cache.store(key, "first");
+    const fs::path file = cache.entry_path(key);
+    fs::remove(file);
+    SECTION("a FIFO (reading it would wait for a writer)") { REQUIRE(::mkfifo(file.c_str(), 0600) == 0); }
+    SECTION("a link to /dev/zero (reading it would never end)") { fs::create_symlink("/dev/zero", file); }
+    CHECK_FALSE(cache.load(key).has_value());
+    bool built = false;
+    CHECK(cache.get_or_build(key, [] { return std::string("rebuilt"); }, &built) == "rebuilt");
+    CHECK(built);
+    CHECK(fs::is_regular_file(fs::symlink_status(file)));
+    CHECK(cache.load(key) == "rebuilt");
 }
 
 TEST_CASE("disk cache: get_or_build builds once, then hits; a failed build writes nothing", "[disk_cache]") {

@@ -2,6 +2,7 @@
 // nearest shape), parsing that names the file, line, column, entry and field of what is wrong,
 // hostile input, the validator, upsert and merge semantics, save() from several processes at
 // once, and the resolver's lookup order with stale and invalid entries. No GPU is involved.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -631,6 +632,44 @@ TEST_CASE("tuning_db: malformed JSON is a FileError naming the file, line and co
     // A file that cannot be read names its path.
     CHECK_THAT(error_of([] { TuningDb::load("/nonexistent/dir/db.json"); }), ContainsSubstring("/nonexistent/dir/db.json"));
     CHECK_THROWS_AS(TuningDb::load("/nonexistent/dir/db.json"), FileError);
+}
+
+TEST_CASE("tuning_db: FIFOs, devices, huge files and NUL bytes are refused, never waited on or read to the end",
+          "[tuning_db]") {
+    TempDir dir;
+    const std::string valid = TuningDb().to_json();
+    REQUIRE_NOTHROW(TuningDb::parse(valid, "valid.json"));
+
+    // A FIFO with no writer: opening it to read would block every command.
+    const fs::path fifo = dir.path() / "fifo.json";
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_THAT(error_of([&] { TuningDb::load(fifo); }), ContainsSubstring("fifo.json") && ContainsSubstring("not a regular file"));
+    // A link to a device that never ends.
+    const fs::path zero = dir.path() / "zero.json";
+    fs::create_symlink("/dev/zero", zero);
+    CHECK_THAT(error_of([&] { TuningDb::load(zero); }), ContainsSubstring("not a regular file"));
+    // A (sparse) file past the size cap is refused before it is read.
+    const fs::path huge = dir.path() / "huge.json";
+    { std::ofstream(huge) << valid; }
+    fs::resize_file(huge, tileops::util::kMaxReadBytes + 1);
+    CHECK_THAT(error_of([&] { TuningDb::load(huge); }), ContainsSubstring("allowed"));
+    // Merging into any of them is refused too, and leaves them as they were.
+    CHECK_THROWS_AS(TuningDb().save(fifo), FileError);
+    CHECK(fs::is_fifo(fifo));
+
+    // Bytes after a NUL are not ignored: the file is refused, naming where.
+    std::string with_nul = valid;
+    with_nul += std::string(1, '\0') + "garbage{{{";
+    CHECK_THAT(file_error_of(with_nul, "nul.json"), ContainsSubstring("nul.json:") && ContainsSubstring("NUL byte"));
+    const fs::path nul_file = dir.path() / "nul.json";
+    { std::ofstream(nul_file, std::ios::binary) << with_nul; }
+    CHECK_THROWS_AS(TuningDb::load(nul_file), FileError);
+
+    // read_file itself: the cap counts what is read, not what stat said.
+    std::string why;
+    CHECK_FALSE(tileops::util::read_file(nul_file, 4, &why).has_value());
+    CHECK_THAT(why, ContainsSubstring("allowed"));
+    CHECK(tileops::util::read_file(nul_file, with_nul.size()) == with_nul);
 }
 
 TEST_CASE("tuning_db: a file that is not a tuning database is a FileError naming it", "[tuning_db]") {
