@@ -1,0 +1,44 @@
+// A decoder's architecture as a model's config.json gives it (Hugging Face names): Llama 3
+// ("model_type": "llama") and GPT-2 ("model_type": "gpt2"), checked on the way in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tileops/rope.hpp"
+
+namespace transformer {
+
+enum class Architecture { llama, gpt2 };
+
+struct ModelConfig {
+    Architecture architecture = Architecture::llama;
+    int64_t hidden = 0;
+    int64_t layers = 0;
+    int64_t heads = 0;
+    int64_t kv_heads = 0;            // GPT-2: heads
+    int64_t head_dim = 0;            // hidden / heads
+    int64_t intermediate = 0;        // the MLP's inner width (GPT-2's n_inner, default 4 x hidden)
+    int64_t vocab = 0;
+    int64_t max_positions = 0;       // GPT-2's learned position table; Llama's trained context
+    double norm_eps = 1e-5;          // RMSNorm (Llama) or LayerNorm (GPT-2)
+    double rope_theta = 10000.0;     // Llama
+    tileops::RopeScaling rope_scaling;
+    bool tie_word_embeddings = false;  // the LM head is the embedding table (GPT-2 always)
+};
+
+// Parses and checks a config.json; throws std::invalid_argument naming `source` and the field.
+ModelConfig parse_model_config(std::string_view json_text, const std::string& source);
+ModelConfig load_model_config(const std::string& path);
+
+// A weight the architecture needs: its name in the checkpoint and its shape.
+struct WeightSpec {
+    std::string name;
+    std::vector<int64_t> shape;
+};
+// Every weight of the model, in the checkpoint's naming (Hugging Face's).
+std::vector<WeightSpec> required_weights(const ModelConfig& config);
+
+}  // namespace transformer

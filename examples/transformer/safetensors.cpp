@@ -1,0 +1,139 @@
+#include "safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "model_config.hpp"
+
+namespace transformer {
+namespace {
+
+using nlohmann::json;
+
+constexpr uint64_t kMaxHeaderBytes = uint64_t{100} << 20;  // the format's own limit
+
+}  // namespace
+
+size_t dtype_bytes(const std::string& dtype) {
+    if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+    if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+    if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+    if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2") return 1;
+    return 0;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+    const auto refuse = [&](const std::string& what) { throw std::invalid_argument(fmt::format("{}: {}", path_, what)); };
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) refuse(fmt::format("cannot open: {}", std::strerror(errno)));
+    struct stat info {};
+    if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+        ::close(fd);
+        refuse("not a regular file");
+    }
+    size_ = static_cast<size_t>(info.st_size);
+    if (size_ < 8) {
+        ::close(fd);
+        refuse(fmt::format("{} bytes: too short for a safetensors header", size_));
+    }
+    mapping_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (mapping_ == MAP_FAILED) {
+        mapping_ = nullptr;
+        refuse(fmt::format("cannot map: {}", std::strerror(errno)));
+    }
+    try {
+        const auto* bytes = static_cast<const std::byte*>(mapping_);
+        uint64_t header_bytes = 0;
+        for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | std::to_integer<uint64_t>(bytes[i]);
+        if (header_bytes > kMaxHeaderBytes || header_bytes > size_ - 8)
+            refuse(fmt::format("header length {} does not fit the file ({} bytes)", header_bytes, size_));
+        const std::string_view header(reinterpret_cast<const char*>(bytes) + 8, header_bytes);
+        if (header.find('\0') != std::string_view::npos) refuse("the header holds a NUL byte");
+        json root;
+        try {
+            root = json::parse(header.begin(), header.end());
+        } catch (const json::exception& e) {
+            refuse(fmt::format("the header is not valid JSON: {}", e.what()));
+        }
+        if (!root.is_object()) refuse("the header is not a JSON object");
+        const std::byte* data = bytes + 8 + header_bytes;
+        const uint64_t data_bytes = size_ - 8 - header_bytes;
+        std::vector<std::pair<uint64_t, uint64_t>> extents;
+        for (const auto& [name, entry] : root.items()) {
+            if (name == "__metadata__") continue;
+            const auto bad = [&](const std::string& what) { refuse(fmt::format("tensor '{}': {}", name, what)); };
+            if (!entry.is_object()) bad("not an object");
+            if (!entry.contains("dtype") || !entry["dtype"].is_string()) bad("no dtype");
+            if (!entry.contains("shape") || !entry["shape"].is_array()) bad("no shape");
+            if (!entry.contains("data_offsets") || !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2)
+                bad("no data_offsets [begin, end]");
+            TensorView view;
+            view.dtype = entry["dtype"].get<std::string>();
+            const size_t element = dtype_bytes(view.dtype);
+            if (element == 0) bad(fmt::format("unknown dtype '{}'", view.dtype));
+            uint64_t count = 1;
+            for (const json& dim : entry["shape"]) {
+                if (!dim.is_number_unsigned()) bad(fmt::format("shape {} is not of non-negative integers", entry["shape"].dump()));
+                const uint64_t extent = dim.get<uint64_t>();
+                if (extent != 0 && count > std::numeric_limits<uint64_t>::max() / extent / element)
+                    bad(fmt::format("shape {} overflows", entry["shape"].dump()));
+                count *= extent;
+                view.shape.push_back(static_cast<int64_t>(extent));
+            }
+            const json& offsets = entry["data_offsets"];
+            if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned()) bad("data_offsets are not integers");
+            const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
+            if (begin > end || end > data_bytes)
+                bad(fmt::format("data_offsets [{}, {}] outside the data ({} bytes)", begin, end, data_bytes));
+            if (end - begin != count * element)
+                bad(fmt::format("data_offsets hold {} bytes, its shape and dtype {}", end - begin, count * element));
+            view.data = data + begin;
+            view.bytes = static_cast<size_t>(end - begin);
+            extents.emplace_back(begin, end);
+            tensors_.emplace(name, std::move(view));
+        }
+        std::sort(extents.begin(), extents.end());
+        for (size_t i = 1; i < extents.size(); ++i)
+            if (extents[i].first < extents[i - 1].second) refuse("two tensors share bytes of the data");
+    } catch (...) {
+        ::munmap(mapping_, size_);
+        mapping_ = nullptr;
+        throw;
+    }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+    if (mapping_ != nullptr) ::munmap(mapping_, size_);
+}
+
+const TensorView& SafetensorsFile::tensor(const std::string& name) const {
+    const auto it = tensors_.find(name);
+    if (it == tensors_.end()) throw std::invalid_argument(fmt::format("{}: no tensor '{}'", path_, name));
+    return it->second;
+}
+
+void SafetensorsFile::check_weights(const std::vector<WeightSpec>& weights) const {
+    for (const WeightSpec& w : weights) {
+        const TensorView& t = tensor(w.name);
+        if (t.shape != w.shape)
+            throw std::invalid_argument(fmt::format("{}: tensor '{}' has shape [{}], the config needs [{}]", path_, w.name,
+                                                    fmt::join(t.shape, ", "), fmt::join(w.shape, ", ")));
+        if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
+            throw std::invalid_argument(
+                fmt::format("{}: tensor '{}' is {}, not F32, F16 or BF16", path_, w.name, t.dtype));
+    }
+}
+
+}  // namespace transformer

@@ -1,0 +1,50 @@
+// Checks a model against the architectures the transformer example runs (Llama 3, GPT-2): its
+// config.json, and the weights of a safetensors checkpoint by name, shape and dtype.
+//
+//   transformer_check --config config.json [--weights model.safetensors]
+//
+// Exit status 0 when everything needed is there, 2 with a message naming the file and the field
+// or tensor otherwise.
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "model_config.hpp"
+#include "safetensors.hpp"
+
+int main(int argc, char** argv) {
+    std::string config_path, weights_path;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--config" && i + 1 < argc) {
+            config_path = argv[++i];
+        } else if (arg == "--weights" && i + 1 < argc) {
+            weights_path = argv[++i];
+        } else {
+            std::fprintf(stderr, "usage: transformer_check --config config.json [--weights model.safetensors]\n");
+            return 2;
+        }
+    }
+    if (config_path.empty()) {
+        std::fprintf(stderr, "usage: transformer_check --config config.json [--weights model.safetensors]\n");
+        return 2;
+    }
+    try {
+        const transformer::ModelConfig config = transformer::load_model_config(config_path);
+        const auto weights = transformer::required_weights(config);
+        fmt::print("{}: {} with {} layers, hidden {}, heads {}/{} of {}, MLP {}, vocabulary {}; {} weights\n", config_path,
+                   config.architecture == transformer::Architecture::llama ? "Llama" : "GPT-2", config.layers, config.hidden,
+                   config.heads, config.kv_heads, config.head_dim, config.intermediate, config.vocab, weights.size());
+        if (!weights_path.empty()) {
+            const transformer::SafetensorsFile file(weights_path);
+            file.check_weights(weights);
+            fmt::print("{}: all {} weights present\n", weights_path, weights.size());
+        }
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "transformer_check: %s\n", e.what());
+        return 2;
+    }
+    return 0;
+}
