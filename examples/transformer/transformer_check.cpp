@@ -1,39 +1,48 @@
 // Checks a model against the architectures the transformer example runs (Llama 3, GPT-2): its
 // config.json, and the weights of a safetensors checkpoint by name, shape and dtype.
 //
-//   transformer_check --config config.json [--weights model.safetensors]
+//   transformer_check --config config.json [--weights model.safetensors] [--list-weights]
 //
 // Exit status 0 when everything needed is there, 2 with a message naming the file and the field
-// or tensor otherwise.
+// or tensor otherwise. --list-weights prints the weights the config needs as JSON lines
+// ({"name": ..., "shape": [...]}) instead, for make_random_weights.py.
 #include <cstdio>
 #include <exception>
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "model_config.hpp"
 #include "safetensors.hpp"
 
 int main(int argc, char** argv) {
     std::string config_path, weights_path;
+    bool list_weights = false;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if (arg == "--config" && i + 1 < argc) {
+        if (arg == "--list-weights") {
+            list_weights = true;
+        } else if (arg == "--config" && i + 1 < argc) {
             config_path = argv[++i];
         } else if (arg == "--weights" && i + 1 < argc) {
             weights_path = argv[++i];
         } else {
-            std::fprintf(stderr, "usage: transformer_check --config config.json [--weights model.safetensors]\n");
+            std::fprintf(stderr, "usage: transformer_check --config config.json [--weights model.safetensors] [--list-weights]\n");
             return 2;
         }
     }
     if (config_path.empty()) {
-        std::fprintf(stderr, "usage: transformer_check --config config.json [--weights model.safetensors]\n");
+        std::fprintf(stderr, "usage: transformer_check --config config.json [--weights model.safetensors] [--list-weights]\n");
         return 2;
     }
     try {
         const transformer::ModelConfig config = transformer::load_model_config(config_path);
         const auto weights = transformer::required_weights(config);
+        if (list_weights) {
+            for (const auto& w : weights) fmt::print("{{\"name\": \"{}\", \"shape\": [{}]}}\n", w.name, fmt::join(w.shape, ", "));
+            return 0;
+        }
         fmt::print("{}: {} with {} layers, hidden {}, heads {}/{} of {}, MLP {}, vocabulary {}; {} weights\n", config_path,
                    config.architecture == transformer::Architecture::llama ? "Llama" : "GPT-2", config.layers, config.hidden,
                    config.heads, config.kv_heads, config.head_dim, config.intermediate, config.vocab, weights.size());
