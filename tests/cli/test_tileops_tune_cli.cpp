@@ -631,6 +631,30 @@ TEST_CASE("tileops-tune: every workload file the project ships names problems th
     }
 }
 
+TEST_CASE("tileops-tune: a workload's shapes must be exact integers >= 1", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {"[16384.9, 4096]", "shape extent 16384.9"}, {"[true, 4096]", "shape extent true"},
+        {"[1e30, 4096]", "shape extent 1e+30"},     {"[0, 4096]", "shape extent 0"},
+        {"[-5, 4096]", "shape extent -5"},           {"[18446744073709551615, 2]", "shape extent 18446744073709551615"},
+        {"\"8192x4096\"", "must be a list of integers"}, {"[]", "must be a list of integers"},
+    };
+    for (const auto& [shape, message] : cases) {
+        INFO(shape);
+        const fs::path workload = dir.path() / "workload.json";
+        std::ofstream(workload) << R"({"problems": [{"op": "rmsnorm", "shape": )" << shape << R"(, "dtype": "bf16"}]})";
+        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--workload", workload.string()});
+        CHECK(r.status != 0);
+        CHECK_THAT(r.err, ContainsSubstring("problems[0]") && ContainsSubstring(message));
+    }
+    const fs::path with_nul = dir.path() / "nul.json";
+    std::ofstream(with_nul, std::ios::binary) << std::string("{\"problems\": []}") + '\0' + "junk";
+    const ToolResult nul = run_tool({"explain", "--arch", "sm_90a", "--workload", with_nul.string()});
+    CHECK(nul.status != 0);
+    CHECK_THAT(nul.err, ContainsSubstring("NUL byte"));
+}
+
 TEST_CASE("tileops-tune: tune and verify without a GPU fail with a clear message", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     if (tileops::test::have_gpu()) SKIP("a GPU is present: tune would really run");

@@ -1,5 +1,7 @@
 #include "tileops_tune/problems.hpp"
 
+#include <climits>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -34,8 +36,11 @@ void add_problem_options(cxxopts::Options& options) {
 }
 
 std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
-    auto text = util::read_file(path);
-    if (!text) throw FileError(fmt::format("tileops-tune: cannot read workload file {}", path));
+    std::string why;
+    auto text = util::read_file(path, util::kMaxReadBytes, &why);
+    if (!text) throw FileError(fmt::format("tileops-tune: cannot read workload file {}: {}", path, why));
+    if (text->find('\0') != std::string::npos)  // the JSON parser would stop there, ignoring the rest
+        throw FileError(fmt::format("tileops-tune: {} is not valid JSON: a NUL byte", path));
     nlohmann::json json;
     try {
         json = nlohmann::json::parse(*text);
@@ -55,7 +60,20 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
         detail::ProblemSpec spec;
         try {
             spec.op = field("op").get<std::string>();
-            spec.shape = field("shape").get<std::vector<long long>>();
+            // Each extent an exact integer >= 1: 16384.9, true or 1e30 are refused, not converted.
+            const nlohmann::json& shape = field("shape");
+            if (!shape.is_array() || shape.empty())
+                throw FileError(fmt::format("tileops-tune: {}: problems[{}]: \"shape\" must be a list of integers, got {}",
+                                            path, i, shape.dump()));
+            for (const nlohmann::json& extent : shape) {
+                const bool whole = extent.is_number_unsigned()
+                                       ? extent.get<unsigned long long>() <= static_cast<unsigned long long>(LLONG_MAX)
+                                       : extent.is_number_integer();
+                if (!whole || extent.get<long long>() < 1)
+                    throw FileError(fmt::format("tileops-tune: {}: problems[{}]: shape extent {} is not an integer >= 1",
+                                                path, i, extent.dump()));
+                spec.shape.push_back(extent.get<long long>());
+            }
             spec.dtype = field("dtype").get<std::string>();
             spec.flags = item.value("flags", std::string());
         } catch (const nlohmann::json::exception& e) {
