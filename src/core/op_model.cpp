@@ -66,4 +66,20 @@ long long config_value(const Config& config, const char* name, const std::string
     return it->second;
 }
 
+std::optional<std::string> read_tunables(const Config& config, const std::string& op,
+                                         std::initializer_list<std::pair<const char*, long long*>> tunables) {
+    try {
+        for (const auto& [name, value] : tunables) *value = config_value(config, name, op);
+    } catch (const std::exception& e) {
+        return std::string(e.what());
+    }
+    return std::nullopt;
+}
+
+std::vector<int> halving_widths(int widest) {
+    std::vector<int> widths;
+    for (int vec = widest; vec >= 1; vec /= 2) widths.push_back(vec);
+    return widths;
+}
+
 }  // namespace tileops::detail

@@ -6,8 +6,10 @@
 #include <cuda.h>
 
 #include <any>
+#include <initializer_list>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tileops/device_info.hpp"
@@ -136,5 +138,13 @@ std::optional<std::string> vector_width_reason(long long vec, long long max_vec)
 // Reads a named tunable; throws InvalidArgument naming the op and the key when it is missing or
 // outside [0, kMaxConfigValue].
 long long config_value(const Config& config, const char* name, const std::string& op);
+
+// Reads each named tunable into its variable through config_value; for invalid_reason: the
+// reason when one is missing or out of range, nullopt when all were read.
+std::optional<std::string> read_tunables(const Config& config, const std::string& op,
+                                         std::initializer_list<std::pair<const char*, long long*>> tunables);
+
+// The vector widths a launch may fall back to: widest, widest / 2, ..., 1.
+std::vector<int> halving_widths(int widest);
 
 }  // namespace tileops::detail

@@ -66,6 +66,21 @@ void check_positive_finite(const char* op, const char* name, float value) {
         throw InvalidArgument(fmt::format("tileops::{}: {} must be positive and finite, got {}", op, name, value));
 }
 
+DType kv_cache_dtype(const char* op, DType dtype, const std::optional<DType>& kv_dtype, float k_scale, float v_scale) {
+    const DType kv = kv_dtype.value_or(dtype);
+    if (kv != dtype && kv != DType::fp8_e4m3)
+        throw InvalidArgument(fmt::format("tileops::{}: kv_dtype must be dtype ({}) or fp8_e4m3, got {}", op,
+                                          dtype_name(dtype), dtype_name(kv)));
+    if (kv == DType::fp8_e4m3) {
+        check_positive_finite(op, "k_scale", k_scale);
+        check_positive_finite(op, "v_scale", v_scale);
+    } else if (k_scale != 1.0f || v_scale != 1.0f) {
+        throw InvalidArgument(fmt::format("tileops::{}: k_scale and v_scale apply to an fp8_e4m3 cache (kv_dtype) only, "
+                                          "got {} and {}", op, k_scale, v_scale));
+    }
+    return kv;
+}
+
 void check_float_dtype(const char* op, const char* argument, DType dtype) {
     if (dtype != DType::fp32 && dtype != DType::fp16 && dtype != DType::bf16)
         throw InvalidArgument(fmt::format("tileops::{}: {} must be fp32, fp16 or bf16, got {}", op, argument,

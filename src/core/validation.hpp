@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ void check_float_dtype(const char* op, const char* argument, DType dtype);
 
 // A factor that must be > 0 and finite (softmax scales, a quantized cache's scales).
 void check_positive_finite(const char* op, const char* name, float value);
+
+// A KV cache's dtype: `kv_dtype` when given, else `dtype`; it must be `dtype` or fp8_e4m3. An fp8
+// cache's k_scale and v_scale must be > 0 and finite; any other cache's must stay 1.
+DType kv_cache_dtype(const char* op, DType dtype, const std::optional<DType>& kv_dtype, float k_scale, float v_scale);
 
 // A device operand of the given shape and strides (in elements): non-null, aligned to
 // `alignment` bytes and, when given as a TensorView, of the expected dtype, rank, shape and

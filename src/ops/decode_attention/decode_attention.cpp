@@ -136,18 +136,8 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
     check_range("max_kv_len", p.max_kv_len, 1, kIntMax / 2);
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw InvalidArgument(fmt::format("tileops::{}: dtype must be fp16 or bf16, got {}", kOp, dtype_name(p.dtype)));
-    const DType kv = p.kv_dtype.value_or(p.dtype);
-    if (kv != p.dtype && kv != DType::fp8_e4m3)
-        throw InvalidArgument(fmt::format("tileops::{}: kv_dtype must be dtype ({}) or fp8_e4m3, got {}", kOp,
-                                          dtype_name(p.dtype), dtype_name(kv)));
+    const DType kv = kv_cache_dtype(kOp, p.dtype, p.kv_dtype, p.k_scale, p.v_scale);
     p.kv_dtype = kv;
-    if (kv == DType::fp8_e4m3) {
-        check_positive_finite(kOp, "k_scale", p.k_scale);
-        check_positive_finite(kOp, "v_scale", p.v_scale);
-    } else if (p.k_scale != 1.0f || p.v_scale != 1.0f) {
-        throw InvalidArgument(fmt::format("tileops::{}: k_scale and v_scale apply to an fp8_e4m3 cache (kv_dtype) only, "
-                                          "got {} and {}", kOp, p.k_scale, p.v_scale));
-    }
     if (p.scale == 0.0f) p.scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim));
     check_positive_finite(kOp, "scale", p.scale);
     if (!(p.softcap >= 0.0f) || !std::isfinite(p.softcap))

@@ -104,13 +104,7 @@ public:
 
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
         long long threads = 0, vec = 0, unroll = 0;
-        try {
-            threads = config_value(config, "threads", op_name());
-            vec = config_value(config, "vec", op_name());
-            unroll = config_value(config, "unroll", op_name());
-        } catch (const std::exception& e) {
-            return std::string(e.what());
-        }
+        if (auto why = read_tunables(config, op_name(), {{"threads", &threads}, {"vec", &vec}, {"unroll", &unroll}})) return why;
         if (auto why = block_threads_reason(threads, device)) return why;
         if (auto why = vector_width_reason(vec, max_vec())) return why;
         if (unroll < 1 || unroll > 16) return fmt::format("unroll = {} is not in [1, 16]", unroll);

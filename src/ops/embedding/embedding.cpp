@@ -71,12 +71,7 @@ public:
 
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
         long long threads = 0, vec = 0;
-        try {
-            threads = config_value(config, "threads", op_name());
-            vec = config_value(config, "vec", op_name());
-        } catch (const std::exception& e) {
-            return std::string(e.what());
-        }
+        if (auto why = read_tunables(config, op_name(), {{"threads", &threads}, {"vec", &vec}})) return why;
         if (auto why = block_threads_reason(threads, device)) return why;
         if (auto why = vector_width_reason(vec, max_vec())) return why;
         if ((p_.hidden + threads * vec - 1) / (threads * vec) > std::numeric_limits<int>::max())
@@ -85,9 +80,7 @@ public:
     }
 
     std::vector<int> vector_widths(const Config& config) const override {
-        std::vector<int> widths;
-        for (int vec = std::min(static_cast<int>(config.at("vec")), shape_vec_); vec >= 1; vec /= 2) widths.push_back(vec);
-        return widths;
+        return halving_widths(std::min(static_cast<int>(config.at("vec")), shape_vec_));
     }
 
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo&) const override {

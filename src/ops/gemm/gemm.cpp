@@ -176,9 +176,7 @@ public:
         return GemmSplitWorkspace::of(GemmConfig::from(config), shape_).bytes();
     }
     std::vector<int> vector_widths(const Config& config) const override {
-        std::vector<int> widths;
-        for (int vec = std::min(static_cast<int>(config.at("vec")), shape_vec_); vec >= 1; vec /= 2) widths.push_back(vec);
-        return widths;
+        return halving_widths(std::min(static_cast<int>(config.at("vec")), shape_vec_));
     }
 
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const override {

@@ -51,6 +51,31 @@ std::vector<float> frequencies_of(const RopeProblem& p) {
     return inv_freq;
 }
 
+// The kernel's argument block without the operands' pointers: sizes, strides, scales and the
+// frequencies, the same for every launch of a problem.
+RopeArgs constant_args(const RopeProblem& p) {
+    RopeArgs args{};
+    args.num_tokens = p.num_tokens;
+    args.q_stride = p.q_stride, args.k_stride = p.k_stride;
+    args.q_out_stride = p.q_out_stride, args.k_out_stride = p.k_out_stride;
+    args.k_scale_inv = args.v_scale_inv = 1.0f;
+    if (p.append_kv) {
+        args.v_stride = p.v_stride;
+        args.cache_page_stride = p.cache_page_stride;
+        args.cache_token_stride = p.cache_token_stride;
+        args.cache_head_stride = p.cache_head_stride;
+        args.page_size = static_cast<int>(p.page_size);
+        args.num_slots = static_cast<int>(p.num_pages * p.page_size);
+        if (*p.kv_dtype == DType::fp8_e4m3) {
+            args.k_scale_inv = 1.0f / p.k_scale;
+            args.v_scale_inv = 1.0f / p.v_scale;
+        }
+    }
+    const std::vector<float> inv_freq = frequencies_of(p);
+    std::copy(inv_freq.begin(), inv_freq.end(), args.inv_freq);
+    return args;
+}
+
 void check_finite_positive(const char* name, double value) {
     if (!(value > 0.0) || !std::isfinite(value))
         throw InvalidArgument(fmt::format("tileops::{}: {} must be > 0 and finite, got {}", kOp, name, value));
@@ -60,7 +85,7 @@ void check_finite_positive(const char* name, double value) {
 
 class RopeModel final : public OpModel {
 public:
-    explicit RopeModel(const RopeProblem& p) : p_(p), inv_freq_(frequencies_of(p)), shape_vec_(dividing_vector()) {}
+    explicit RopeModel(const RopeProblem& p) : p_(p), constant_args_(constant_args(p)), shape_vec_(dividing_vector()) {}
 
     int vector_width(Inputs inputs, Outputs outputs) const override;
     void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const override;
@@ -125,13 +150,7 @@ public:
 
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
         long long threads = 0, vec = 0, heads = 0;
-        try {
-            threads = config_value(config, "threads", op_name());
-            vec = config_value(config, "vec", op_name());
-            heads = config_value(config, "heads_per_thread", op_name());
-        } catch (const std::exception& e) {
-            return std::string(e.what());
-        }
+        if (auto why = read_tunables(config, op_name(), {{"threads", &threads}, {"vec", &vec}, {"heads_per_thread", &heads}})) return why;
         if (auto why = block_threads_reason(threads, device)) return why;
         if (auto why = vector_width_reason(vec, max_vec())) return why;
         if (heads < 1 || heads > 16) return fmt::format("heads_per_thread must be in [1, 16], got {}", heads);
@@ -139,9 +158,7 @@ public:
     }
 
     std::vector<int> vector_widths(const Config& config) const override {
-        std::vector<int> widths;
-        for (int vec = std::min(static_cast<int>(config.at("vec")), shape_vec_); vec >= 1; vec /= 2) widths.push_back(vec);
-        return widths;
+        return halving_widths(std::min(static_cast<int>(config.at("vec")), shape_vec_));
     }
 
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo&) const override {
@@ -185,7 +202,7 @@ private:
     }
 
     RopeProblem p_;
-    std::vector<float> inv_freq_;
+    RopeArgs constant_args_;  // everything but the pointers, filled once
     int shape_vec_;
 };
 
@@ -246,21 +263,11 @@ RopeProblem normalized(RopeProblem p) {
     check_offsets_fit(kOp, "num_tokens", p.num_tokens, "v_stride", p.v_stride);
     check_in_range(kOp, "page_size", p.page_size, 1, kIntMax);
     check_in_range(kOp, "num_pages", p.num_pages, 1, kIntMax / p.page_size);
-    const DType kv = p.kv_dtype.value_or(p.dtype);
-    if (kv != p.dtype && kv != DType::fp8_e4m3)
-        throw InvalidArgument(fmt::format("tileops::{}: kv_dtype must be dtype ({}) or fp8_e4m3, got {}", kOp,
-                                          dtype_name(p.dtype), dtype_name(kv)));
-    p.kv_dtype = kv;
-    if (kv == DType::fp8_e4m3) {
-        for (auto [name, scale] : {std::pair{"k_scale", p.k_scale}, {"v_scale", p.v_scale}}) {
-            check_positive_finite(kOp, name, scale);
+    p.kv_dtype = kv_cache_dtype(kOp, p.dtype, p.kv_dtype, p.k_scale, p.v_scale);
+    if (*p.kv_dtype == DType::fp8_e4m3)
+        for (auto [name, scale] : {std::pair{"k_scale", p.k_scale}, {"v_scale", p.v_scale}})
             if (!std::isfinite(1.0f / scale))  // the kernel multiplies by the reciprocal
                 throw InvalidArgument(fmt::format("tileops::{}: {} = {} is too small to invert", kOp, name, scale));
-        }
-    } else if (p.k_scale != 1.0f || p.v_scale != 1.0f) {
-        throw InvalidArgument(fmt::format("tileops::{}: k_scale and v_scale apply to an fp8_e4m3 cache (kv_dtype) only, "
-                                          "got {} and {}", kOp, p.k_scale, p.v_scale));
-    }
     p.cache_head_stride = stride_or_packed(kOp, "cache_head_stride", p.cache_head_stride, p.head_dim);
     p.cache_token_stride =
         stride_or_packed(kOp, "cache_token_stride", p.cache_token_stride, p.num_kv_heads * p.cache_head_stride);
@@ -353,33 +360,18 @@ int RopeModel::vector_width(Inputs inputs, Outputs outputs) const { return detai
 void RopeModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
     const TensorArg* in = inputs.begin();
     const OutputArg* out = outputs.begin();
-    RopeArgs args{};
+    RopeArgs args = constant_args_;
     args.q = in[0].data();
     args.k = in[1].data();
     args.positions = static_cast<const int*>(in[p_.append_kv ? 3 : 2].data());
     args.q_out = out[0].data();
     args.k_out = out[1].data();
-    args.num_tokens = p_.num_tokens;
-    args.q_stride = p_.q_stride, args.k_stride = p_.k_stride;
-    args.q_out_stride = p_.q_out_stride, args.k_out_stride = p_.k_out_stride;
-    args.k_scale_inv = args.v_scale_inv = 1.0f;
     if (p_.append_kv) {
         args.v = in[2].data();
         args.slots = static_cast<const int*>(in[4].data());
         args.k_cache = out[2].data();
         args.v_cache = out[3].data();
-        args.v_stride = p_.v_stride;
-        args.cache_page_stride = p_.cache_page_stride;
-        args.cache_token_stride = p_.cache_token_stride;
-        args.cache_head_stride = p_.cache_head_stride;
-        args.page_size = static_cast<int>(p_.page_size);
-        args.num_slots = static_cast<int>(p_.num_pages * p_.page_size);
-        if (*p_.kv_dtype == DType::fp8_e4m3) {
-            args.k_scale_inv = 1.0f / p_.k_scale;
-            args.v_scale_inv = 1.0f / p_.v_scale;
-        }
     }
-    std::copy(inv_freq_.begin(), inv_freq_.end(), args.inv_freq);
     void* params[] = {&args};
     detail::launch(launch, params, stream, *this);
 }

@@ -303,9 +303,7 @@ RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, Ro
 }
 
 std::vector<int> row_vector_widths(const RowConfig& config, int shape_vec) {
-    std::vector<int> widths;
-    for (int vec = std::min(config.vec, shape_vec); vec >= 1; vec /= 2) widths.push_back(vec);
-    return widths;
+    return halving_widths(std::min(config.vec, shape_vec));
 }
 
 }  // namespace tileops::detail

@@ -68,12 +68,7 @@ public:
 
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
         long long threads = 0, vec = 0;
-        try {
-            threads = config_value(config, "threads", op_name());
-            vec = config_value(config, "vec", op_name());
-        } catch (const std::exception& e) {
-            return std::string(e.what());
-        }
+        if (auto why = read_tunables(config, op_name(), {{"threads", &threads}, {"vec", &vec}})) return why;
         if (auto why = block_threads_reason(threads, device)) return why;
         if (threads < 64) return fmt::format("threads must be >= 64, got {}", threads);
         if (!p_.greedy && threads > 512)
