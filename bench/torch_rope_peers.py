@@ -1,78 +1,118 @@
 #!/usr/bin/env python3
-"""Times torch on the problems bench_problems times for Rope with the KV append (neox pairs, bf16,
-a paged cache of 16-token pages), on the same GPU.
+"""Times torch on Rope problems, named as bench_problems names them, on the same GPU.
 
-    python3 bench/torch_rope_peers.py --json torch_rope.json [--tokens 1,64,8192] [--heads 32/8/128]
+    python3 bench/torch_rope_peers.py --json torch_rope.json \
+        --problem "rope 8192x32x8x128 bf16 page16" [--problem "rope 512x16x16x256 fp16 rot64,gptj"]...
 
 The peer is what a PyTorch server runs: cos and sin gathered from a table by position, the
-Hugging Face rotation (rotate_half, in the dtype), then the keys and values stored into the cache
-by slot (vLLM's reshape_and_cache), eager and under torch.compile. Bytes are what the op must move:
-q, k and v read, the rotated q and k written, and one cache row of keys and of values a token.
-Same method as bench_problems: CUDA events, warm-up, L2 flushed before each timed run, median.
+Hugging Face rotation in the dtype (rotate_half for neox pairs, the interleaved form for gptj;
+elements past rotary_dim unchanged), then, with pageN, the keys and values stored into the cache by
+slot (vLLM's reshape_and_cache; kv_fp8 stores e4m3 codes), eager and under torch.compile. Bytes are
+what the op must move: q, k (and v) read, the rotated q and k written, a cache row of keys and of
+values a token. Positions and slots are filled as bench_problems fills them. Same method as
+bench_problems: CUDA events, warm-up, L2 flushed before each timed run, median.
 """
 import argparse
-import json
 
 import torch
 
-from torch_timing import time_ms
+from torch_timing import save_results, time_ms
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-def rope_append(q, k, v, cos_sin, positions, slots, k_cache, v_cache):
-    half = q.shape[-1] // 2
-    cos, sin = cos_sin[positions].chunk(2, dim=-1)
-    cos = torch.cat((cos, cos), -1)[:, None, :]
-    sin = torch.cat((sin, sin), -1)[:, None, :]
+def parse_problem(text):
+    """'rope 8192x32x8x128 bf16 page16,kv_fp8' -> a dict of the problem."""
+    parts = text.split()
+    tokens, heads, kv_heads, dim = (int(x) for x in parts[1].split("x"))
+    p = {"text": text, "tokens": tokens, "heads": heads, "kv_heads": kv_heads, "dim": dim, "dtype": parts[2],
+         "rot": dim, "gptj": False, "page": 0, "fp8": False}
+    for flag in (parts[3].split(",") if len(parts) > 3 else []):
+        if flag == "gptj":
+            p["gptj"] = True
+        elif flag == "kv_fp8":
+            p["fp8"] = True
+        elif flag.startswith("rot"):
+            p["rot"] = int(flag[3:])
+        elif flag.startswith("page"):
+            p["page"] = int(flag[4:])
+    return p
 
-    def rotate_half(x):
-        return torch.cat((-x[..., half:], x[..., :half]), -1)
 
-    q_out = q * cos + rotate_half(q) * sin
-    k_out = k * cos + rotate_half(k) * sin
-    k_cache.view(-1, *k.shape[1:]).index_copy_(0, slots, k_out)
-    v_cache.view(-1, *v.shape[1:]).index_copy_(0, slots, v)
-    return q_out, k_out
+def make_rope(rot, gptj, append, fp8):
+    def rotate(x, cos, sin):
+        r = x[..., :rot]
+        if gptj:
+            pairs = r.unflatten(-1, (-1, 2))
+            turned = torch.stack((-pairs[..., 1], pairs[..., 0]), -1).flatten(-2)
+            c, s = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+        else:
+            turned = torch.cat((-r[..., rot // 2:], r[..., :rot // 2]), -1)
+            c, s = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+        rotated = r * c + turned * s
+        return rotated if rot == x.shape[-1] else torch.cat((rotated, x[..., rot:]), -1)
+
+    def rope(q, k, v, cos_sin, positions, slots, k_cache, v_cache):
+        cos, sin = cos_sin[positions].chunk(2, dim=-1)
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        q_out, k_out = rotate(q, cos, sin), rotate(k, cos, sin)
+        if append:  # fp8 codes are copied as bytes (index_copy_ has no float8 kernel)
+            for cache, rows in ((k_cache, k_out), (v_cache, v)):
+                if fp8:
+                    cache, rows = cache.view(torch.uint8), rows.to(torch.float8_e4m3fn).view(torch.uint8)
+                cache.view(-1, *rows.shape[1:]).index_copy_(0, slots, rows)
+        return q_out, k_out
+
+    return rope
+
+
+def time_problem(p, repeats):
+    dtype = DTYPES[p["dtype"]]
+    tokens, heads, kv_heads, dim, rot = p["tokens"], p["heads"], p["kv_heads"], p["dim"], p["rot"]
+    inv_freq = 1.0 / (500000.0 ** (torch.arange(0, rot, 2, device="cuda", dtype=torch.float32) / rot))
+    angles = torch.arange(8192, device="cuda", dtype=torch.float32)[:, None] * inv_freq[None, :]
+    cos_sin = torch.cat((angles.cos(), angles.sin()), -1).to(dtype)
+    q = (torch.rand(tokens, heads, dim, device="cuda") * 4 - 2).to(dtype)
+    k = (torch.rand(tokens, kv_heads, dim, device="cuda") * 4 - 2).to(dtype)
+    v = (torch.rand(tokens, kv_heads, dim, device="cuda") * 4 - 2).to(dtype)
+    index = torch.arange(tokens, device="cuda") * 7919 + 13
+    positions = index % 8192
+    append = p["page"] > 0
+    num_pages = tokens // max(p["page"], 1) + 2
+    slots = index % (num_pages * max(p["page"], 1))
+    cache_dtype = torch.float8_e4m3fn if p["fp8"] else dtype
+    k_cache = torch.empty(num_pages, max(p["page"], 1), kv_heads, dim, device="cuda", dtype=cache_dtype)
+    v_cache = torch.empty_like(k_cache)
+    operands = (q, k, v, cos_sin, positions, slots, k_cache, v_cache)
+    moved = 2 * (q.nbytes + k.nbytes)
+    if append:
+        moved += v.nbytes + 2 * tokens * kv_heads * dim * k_cache.element_size()
+    fn = make_rope(rot, p["gptj"], append, p["fp8"])
+    compiled = torch.compile(fn, dynamic=False)
+    row = {"problem": p["text"], "bytes": moved}
+    with torch.no_grad():
+        for name, f in (("eager", fn), ("compile", compiled)):
+            ms = time_ms(lambda: f(*operands), repeats)
+            row[f"{name}_us"] = ms * 1e3
+            row[f"{name}_gbps"] = moved / (ms * 1e-3) / 1e9
+    return row
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--json", default="")
     parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--tokens", default="1,8,64,256,2048,8192,16384")
-    parser.add_argument("--heads", default="32/8/128", help="heads/kv_heads/head_dim")
+    parser.add_argument("--problem", action="append", default=[], help="'rope TxHxKxD DTYPE [FLAGS]', repeatable")
     args = parser.parse_args()
-    heads, kv_heads, dim = (int(x) for x in args.heads.split("/"))
-    page = 16
-    dtype = torch.bfloat16
-    compiled = torch.compile(rope_append, dynamic=False)
+    torch._dynamo.config.cache_size_limit = 256  # one compile a problem
+    if hasattr(torch._dynamo.config, "recompile_limit"):
+        torch._dynamo.config.recompile_limit = 256
     results = []
-    inv_freq = 1.0 / (500000.0 ** (torch.arange(0, dim, 2, device="cuda", dtype=torch.float32) / dim))
-    angles = torch.arange(131072, device="cuda", dtype=torch.float32)[:, None] * inv_freq[None, :]
-    cos_sin = torch.cat((angles.cos(), angles.sin()), -1).to(dtype)
-    for tokens in (int(t) for t in args.tokens.split(",")):
-        num_pages = tokens // page + 2
-        q = torch.rand(tokens, heads, dim, device="cuda").to(dtype) * 4 - 2
-        k = torch.rand(tokens, kv_heads, dim, device="cuda").to(dtype) * 4 - 2
-        v = torch.rand(tokens, kv_heads, dim, device="cuda").to(dtype) * 4 - 2
-        positions = (torch.arange(tokens, device="cuda") * 7919 + 13) % 8192
-        slots = (torch.arange(tokens, device="cuda") * 7919 + 13) % (num_pages * page)
-        k_cache = torch.empty(num_pages, page, kv_heads, dim, device="cuda", dtype=dtype)
-        v_cache = torch.empty_like(k_cache)
-        operands = (q, k, v, cos_sin, positions, slots, k_cache, v_cache)
-        moved = 2 * (q.nbytes + k.nbytes) + 3 * v.nbytes
-        row = {"problem": f"rope {tokens}x{heads}x{kv_heads}x{dim} bf16 [page{page}]", "tokens": tokens, "bytes": moved}
-        with torch.no_grad():
-            for name, fn in (("eager", rope_append), ("compile", compiled)):
-                ms = time_ms(lambda: fn(*operands), args.repeats)
-                row[f"{name}_us"] = ms * 1e3
-                row[f"{name}_gbps"] = moved / (ms * 1e-3) / 1e9
+    for text in args.problem:
+        row = time_problem(parse_problem(text), args.repeats)
         results.append(row)
-        print(f"{row['problem']:<40} eager {row['eager_us']:8.1f} us {row['eager_gbps']:6.0f} GB/s   "
-              f"compile {row['compile_us']:8.1f} us {row['compile_gbps']:6.0f} GB/s", flush=True)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": results}, f,
-                          indent=2)
+        print(f"{row['problem']:<44} eager {row['eager_us']:8.1f} us   compile {row['compile_us']:8.1f} us", flush=True)
+        save_results(args.json, results)
 
 
 if __name__ == "__main__":

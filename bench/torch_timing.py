@@ -26,3 +26,15 @@ def time_ms(fn, repeats):
         times.append(start.elapsed_time(stop))
     times.sort()
     return times[len(times) // 2]
+
+
+def save_results(path, cases):
+    """Writes the cases, with the GPU and torch's version, to the JSON file `path` ('' writes none)."""
+    if not path:
+        return
+    import json
+
+    import torch
+
+    with open(path, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": cases}, f, indent=2)

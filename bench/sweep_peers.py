@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""A seeded sweep of real-model shapes for a family, ours (bench_problems) against its torch peer
+in the same run, worst ratio first.
+
+    python3 bench/sweep_peers.py --family rope|sampling [--seed 1] [--bench build-gpu/bench/bench_problems]
+                                 [--json sweep.json]
+
+rope: Llama 3 8B / 70B, Qwen 2.5 7B / 0.5B, Phi-3 mini, Gemma 2 9B, GPT-NeoX 20B (24 of 96 dims
+rotate), GPT-J (interleaved, 64 of 256), at token counts drawn from decode steps to long prefills,
+with and without the paged append (and an fp8 cache). sampling: the vocabularies of Llama 2 / 3,
+Phi-3, GPT-2, Qwen 2.5 and Gemma at batches of 1 to 256, fp32 and bf16 logits, greedy too.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+ROPE_MODELS = [  # heads, kv heads, head dim, flags besides the append
+    (32, 8, 128, ""), (64, 8, 128, ""), (28, 4, 128, ""), (14, 2, 64, ""), (32, 32, 96, ""),
+    (16, 8, 256, ""), (64, 64, 96, "rot24"), (16, 16, 256, "rot64,gptj"),
+]
+ROPE_TOKENS = [1, 3, 8, 33, 64, 255, 1000, 2048, 3001, 8192, 16384]
+VOCABS = [32000, 32064, 50257, 128256, 151936, 256000]
+BATCHES = [1, 2, 5, 16, 48, 100, 256]
+
+
+def rope_problems(rng):
+    problems = []
+    for heads, kv_heads, dim, flags in ROPE_MODELS:
+        for tokens in sorted(rng.sample(ROPE_TOKENS, 3)):
+            extra = [flags] if flags else []
+            append = rng.random() < 0.75
+            if append:
+                extra.append("page16")
+                if rng.random() < 0.25:
+                    extra.append("kv_fp8")
+            problems.append(f"rope {tokens}x{heads}x{kv_heads}x{dim} bf16 {','.join(extra)}".strip())
+    return problems
+
+
+def sampling_problems(rng):
+    problems = []
+    for vocab in VOCABS:
+        for batch in sorted(rng.sample(BATCHES, 3)):
+            dtype = rng.choice(["fp32", "bf16"])
+            problems.append(f"sampling {batch}x{vocab} {dtype}" + (" greedy" if rng.random() < 0.2 else ""))
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--family", required=True, choices=["rope", "sampling"])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--bench", default="build-gpu/bench/bench_problems")
+    parser.add_argument("--json", default="")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    problems = rope_problems(rng) if args.family == "rope" else sampling_problems(rng)
+    flags = [a for p in problems for a in ("--problem", p)]
+    ours_json, peer_json = args.json + ".ours.tmp", args.json + ".peer.tmp"
+    subprocess.run([args.bench, *flags, "--json", ours_json], check=True, stdout=subprocess.DEVNULL)
+    peer = os.path.join(HERE, f"torch_{args.family}_peers.py")
+    subprocess.run([sys.executable, peer, *flags, "--json", peer_json], check=True, stdout=subprocess.DEVNULL)
+    ours = json.load(open(ours_json))
+    peers = {c["problem"]: c for c in json.load(open(peer_json))["cases"]}
+    rows = []
+    for text, result in zip(problems, ours["results"]):
+        peer_case = peers[text]
+        peer_us = peer_case["compile_us"] if args.family == "rope" else peer_case["torch_us"]
+        rows.append({"problem": text, "us": result["median_us"], "peer_us": peer_us,
+                     "speedup": peer_us / result["median_us"], "fraction_of_copy": result["fraction_of_copy"]})
+    rows.sort(key=lambda r: r["speedup"])
+    peer_name = "torch.compile" if args.family == "rope" else "torch"
+    print(f"{ours['device']}, copy {ours['copy_gbps']:.0f} GB/s; seed {args.seed}; peer {peer_name}, same run")
+    print(f"| problem | ours us | {peer_name} us | speed-up | % of copy |\n|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['problem']} | {r['us']:.1f} | {r['peer_us']:.1f} | {r['speedup']:.2f}x | {100 * r['fraction_of_copy']:.1f}% |")
+    if args.json:
+        json.dump({"device": ours["device"], "seed": args.seed, "family": args.family, "rows": rows},
+                  open(args.json, "w"), indent=2)
+    for path in (ours_json, peer_json):
+        os.remove(path)
+
+
+if __name__ == "__main__":
+    main()
