@@ -58,6 +58,8 @@ void parse_llama(const json& root, const std::string& source, ModelConfig& c) {
         if (!tie->is_boolean()) refuse(source, "'tie_word_embeddings' must be true or false");
         c.tie_word_embeddings = tie->get<bool>();
     }
+    if (const auto act = root.find("hidden_act"); act != root.end() && !act->is_null() && *act != "silu")
+        refuse(source, fmt::format("hidden_act {} is not supported (silu)", act->dump()));
     if (root.contains("head_dim") && !root["head_dim"].is_null()) {
         const int64_t head_dim = integer(root, "head_dim", source, 2, 512);
         if (head_dim * c.heads != c.hidden)
@@ -97,6 +99,15 @@ void parse_gpt2(const json& root, const std::string& source, ModelConfig& c) {
     c.max_positions = integer(root, "n_positions", source, 1, 1 << 20);
     c.norm_eps = real(root, "layer_norm_epsilon", source, 1e-5);
     c.tie_word_embeddings = true;
+    c.activation = Activation::gelu_tanh;  // "gelu_new", GPT-2's default
+    if (const auto act = root.find("activation_function"); act != root.end() && !act->is_null()) {
+        if (*act == "gelu") {
+            c.activation = Activation::gelu;
+        } else if (*act != "gelu_new" && *act != "gelu_pytorch_tanh" && *act != "gelu_fast") {
+            refuse(source, fmt::format("activation_function {} is not supported (gelu_new, gelu_pytorch_tanh, gelu_fast, gelu)",
+                                       act->dump()));
+        }
+    }
 }
 
 }  // namespace

@@ -13,6 +13,9 @@ namespace transformer {
 
 enum class Architecture { llama, gpt2 };
 
+// The MLP's activation: Llama's SwiGLU gate (silu), GPT-2's "gelu_new" (tanh form) or exact GELU.
+enum class Activation { silu, gelu, gelu_tanh };
+
 struct ModelConfig {
     Architecture architecture = Architecture::llama;
     int64_t hidden = 0;
@@ -27,6 +30,7 @@ struct ModelConfig {
     double rope_theta = 10000.0;     // Llama
     tileops::RopeScaling rope_scaling;
     bool tie_word_embeddings = false;  // the LM head is the embedding table (GPT-2 always)
+    Activation activation = Activation::silu;
 };
 
 // Parses and checks a config.json; throws std::invalid_argument naming `source` and the field.

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -134,6 +135,45 @@ void SafetensorsFile::check_weights(const std::vector<WeightSpec>& weights) cons
             throw std::invalid_argument(
                 fmt::format("{}: tensor '{}' is {}, not F32, F16 or BF16", path_, w.name, t.dtype));
     }
+}
+
+void write_safetensors(const std::string& path, const std::vector<OutputTensor>& tensors) {
+    json header = json::object();
+    uint64_t offset = 0;
+    for (const OutputTensor& t : tensors) {
+        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+        offset += t.bytes.size();
+    }
+    std::string text = header.dump();
+    text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+    const std::string temporary = fmt::format("{}.tmp{}", path, ::getpid());
+    const auto fail = [&](const char* what) {
+        const std::string reason = std::strerror(errno);
+        ::unlink(temporary.c_str());
+        throw std::runtime_error(fmt::format("{}: cannot {}: {}", path, what, reason));
+    };
+    const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) fail("create a temporary file");
+    const auto write_all = [&](const void* data, size_t bytes) {
+        const auto* p = static_cast<const char*>(data);
+        while (bytes > 0) {
+            const ssize_t n = ::write(fd, p, bytes);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                ::close(fd);
+                fail("write");
+            }
+            p += n;
+            bytes -= static_cast<size_t>(n);
+        }
+    };
+    unsigned char length[8];
+    for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>((uint64_t{text.size()} >> (8 * i)) & 0xFF);
+    write_all(length, 8);
+    write_all(text.data(), text.size());
+    for (const OutputTensor& t : tensors) write_all(t.bytes.data(), t.bytes.size());
+    if (::close(fd) != 0) fail("close");
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) fail("rename into place");
 }
 
 }  // namespace transformer

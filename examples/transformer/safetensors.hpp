@@ -46,4 +46,17 @@ private:
 // Bytes of one element of a safetensors dtype; 0 for a dtype this reader does not know.
 size_t dtype_bytes(const std::string& dtype);
 
+// A tensor to write: its name, safetensors dtype, shape and little-endian bytes.
+struct OutputTensor {
+    std::string name;
+    std::string dtype;
+    std::vector<int64_t> shape;
+    std::vector<std::byte> bytes;
+};
+
+// Writes the tensors as a .safetensors file: to a temporary file in the same directory, then
+// renamed over `path` (a reader never sees half a file; a link at `path` is replaced, not
+// followed). Throws std::runtime_error naming the path.
+void write_safetensors(const std::string& path, const std::vector<OutputTensor>& tensors);
+
 }  // namespace transformer

@@ -14,6 +14,7 @@ namespace tileops {
 enum class RopeStyle : int {
     neox = 0,  // element i with i + rotary_dim / 2 (Llama and NeoX in Hugging Face: rotate_half)
     gptj = 1,  // element 2i with 2i + 1 (GPT-J, the original interleaved layout)
+    none = 2,  // no rotation: q and k are copied and k and v appended (learned positions, GPT-2)
 };
 
 // How the frequencies theta^(-2i / rotary_dim) are stretched for contexts longer than training.
@@ -37,6 +38,7 @@ struct RopeProblem {
     int64_t num_kv_heads = 8;        // key (and value) heads
     int64_t head_dim = 128;          // even, at most 512
     int64_t rotary_dim = 0;          // the leading elements of a head that rotate (even); 0: head_dim
+                                     // (style none: must stay 0, and nothing rotates)
     RopeStyle style = RopeStyle::neox;
     double theta = 10000.0;          // the base of the frequencies (Llama 3: 500000)
     RopeScaling scaling;

@@ -98,7 +98,8 @@ public:
     // the key: one tuning entry serves every model of the same geometry.
     std::string flags() const override {
         std::vector<std::string> list;
-        if (p_.rotary_dim != p_.head_dim) list.push_back(fmt::format("rot{}", p_.rotary_dim));
+        if (p_.style == RopeStyle::none) list.emplace_back("norot");
+        else if (p_.rotary_dim != p_.head_dim) list.push_back(fmt::format("rot{}", p_.rotary_dim));
         if (p_.style == RopeStyle::gptj) list.emplace_back("gptj");
         if (p_.append_kv) list.push_back(fmt::format("page{}", p_.page_size));
         if (p_.append_kv && *p_.kv_dtype == DType::fp8_e4m3) list.emplace_back("kv_fp8");
@@ -214,12 +215,20 @@ RopeProblem normalized(RopeProblem p) {
     check_in_range(kOp, "num_kv_heads", p.num_kv_heads, 1, 1024);
     check_in_range(kOp, "head_dim", p.head_dim, 2, 2 * kRopeMaxFrequencies);
     if (p.head_dim % 2 != 0) throw InvalidArgument(fmt::format("tileops::{}: head_dim must be even, got {}", kOp, p.head_dim));
-    if (p.rotary_dim == 0) p.rotary_dim = p.head_dim;
-    check_in_range(kOp, "rotary_dim", p.rotary_dim, 2, p.head_dim);
-    if (p.rotary_dim % 2 != 0)
-        throw InvalidArgument(fmt::format("tileops::{}: rotary_dim must be even, got {}", kOp, p.rotary_dim));
-    if (p.style != RopeStyle::neox && p.style != RopeStyle::gptj)
-        throw InvalidArgument(fmt::format("tileops::{}: style must be neox or gptj, got {}", kOp, static_cast<int>(p.style)));
+    if (p.style != RopeStyle::neox && p.style != RopeStyle::gptj && p.style != RopeStyle::none)
+        throw InvalidArgument(
+            fmt::format("tileops::{}: style must be neox, gptj or none, got {}", kOp, static_cast<int>(p.style)));
+    if (p.style == RopeStyle::none) {
+        // Nothing rotates: the kernel copies every element as it does those past rotary_dim.
+        if (p.rotary_dim != 0)
+            throw InvalidArgument(fmt::format("tileops::{}: style none rotates nothing; rotary_dim must be 0, got {}",
+                                              kOp, p.rotary_dim));
+    } else {
+        if (p.rotary_dim == 0) p.rotary_dim = p.head_dim;
+        check_in_range(kOp, "rotary_dim", p.rotary_dim, 2, p.head_dim);
+        if (p.rotary_dim % 2 != 0)
+            throw InvalidArgument(fmt::format("tileops::{}: rotary_dim must be even, got {}", kOp, p.rotary_dim));
+    }
     check_finite_positive("theta", p.theta);
     const RopeScaling& s = p.scaling;
     switch (s.type) {

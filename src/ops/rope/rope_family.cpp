@@ -11,7 +11,8 @@ namespace {
 
 constexpr const char* kShape = "tokens x heads x kv_heads x head_dim";
 
-// Flags: rotN (only the first N elements of a head rotate), gptj (interleaved pairs), pageN
+// Flags: rotN (only the first N elements of a head rotate), gptj (interleaved pairs), norot (no
+// rotation: a copy and the append, for learned positions), pageN
 // (append keys and values to a cache of N-token pages, one slot a token) and kv_fp8 (an fp8 e4m3
 // cache). Frequencies do not change the kernel: the problem rebuilt from a key uses Llama 3's.
 std::unique_ptr<Op> make_rope(const ProblemSpec& spec) {
@@ -27,6 +28,8 @@ std::unique_ptr<Op> make_rope(const ProblemSpec& spec) {
     for (const std::string& flag : split_flags(spec.flags)) {
         if (flag == "gptj") {
             p.style = RopeStyle::gptj;
+        } else if (flag == "norot") {
+            p.style = RopeStyle::none;
         } else if (flag == "kv_fp8") {
             fp8 = true;
         } else if (const auto rot = flag_number(flag, "rot")) {
@@ -35,7 +38,7 @@ std::unique_ptr<Op> make_rope(const ProblemSpec& spec) {
             p.append_kv = true;
             p.page_size = *page;
         } else {
-            throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to rope (rotN, gptj, pageN, kv_fp8)", flag));
+            throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to rope (rotN, gptj, norot, pageN, kv_fp8)", flag));
         }
     }
     if (fp8 && !p.append_kv) throw InvalidArgument("tileops: rope flag kv_fp8 needs pageN (a cache to append to)");
@@ -66,6 +69,10 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
     RopeProblem phi{300, 32, 32, 80, 32};
     phi.dtype = DType::fp16;
     ops.push_back(std::make_unique<Rope>(phi));
+    RopeProblem gpt2{64, 12, 12, 64};  // GPT-2's decode: no rotation, the append only
+    gpt2.style = RopeStyle::none;
+    gpt2.append_kv = true, gpt2.page_size = 16, gpt2.num_pages = 6;
+    ops.push_back(std::make_unique<Rope>(gpt2));
     RopeProblem fp32{17, 8, 2, 64};
     fp32.dtype = DType::fp32;
     ops.push_back(std::make_unique<Rope>(fp32));
@@ -76,7 +83,7 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
 
 OpFamily rope_family() {
     return {"rope",
-            {{"rope", kShape, "rotN (partial rotation), gptj (interleaved pairs), pageN (append to a cache of N-token "
+            {{"rope", kShape, "rotN (partial rotation), gptj (interleaved pairs), norot (no rotation), pageN (append to a cache of N-token "
                               "pages), kv_fp8 (an fp8 e4m3 cache)", make_rope}},
             representative_ops};
 }

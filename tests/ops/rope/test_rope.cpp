@@ -57,6 +57,11 @@ TEST_CASE("Rope refuses bad problems by name", "[validation][rope]") {
     p.scaling = {};
     p.style = static_cast<RopeStyle>(3);
     CHECK_THROWS_WITH(Rope(p), ContainsSubstring("style"));
+    p.style = RopeStyle::none, p.rotary_dim = 64;
+    CHECK_THROWS_WITH(Rope(p), ContainsSubstring("rotary_dim must be 0"));
+    p.rotary_dim = 0;
+    CHECK(Rope(p).problem().rotary_dim == 0);
+    CHECK(Rope(p).frequencies().empty());
     p.style = RopeStyle::neox, p.dtype = DType::int32;
     CHECK_THROWS_WITH(Rope(p), ContainsSubstring("dtype"));
     p.dtype = DType::bf16, p.q_stride = 100;
@@ -173,6 +178,13 @@ TEST_CASE("Rope keys round-trip through the registry", "[config][rope]") {
     CHECK(detail::make_op({partial_key.op, partial_key.shape, partial_key.dtype, partial_key.flags})->describe() ==
           partial.describe());
 
+    RopeProblem gpt2 = llama_append(8);
+    gpt2.style = RopeStyle::none;
+    const Rope copy(gpt2);
+    const TuningKey copy_key = copy.model().tuning_key("sm_90a", "");
+    CHECK(copy_key.to_string() == "rope 8x32x8x128 bf16 [norot,page16] sm_90a");
+    CHECK(detail::make_op({copy_key.op, copy_key.shape, copy_key.dtype, copy_key.flags})->describe() == copy.describe());
+
     CHECK_THROWS_WITH(detail::make_op({"rope", {4, 32, 8}, "bf16", ""}), ContainsSubstring("tokens x heads"));
     CHECK_THROWS_WITH(detail::make_op({"rope", {4, 32, 8, 128}, "bf16", "positions9"}),
                       ContainsSubstring("flag 'positions9'"));
@@ -194,7 +206,9 @@ TEST_CASE("Rope configs compile for sm_80 and sm_90a", "[compile][rope]") {
     REQUIRE(space.size() >= 16);
     for (const Config& config : space)
         test::add_kernels(kernels, paged.model(), config, paged.model().vector_widths(config)[0], device);
-    for (const RopeProblem& p : {fp8, gptj}) {
+    RopeProblem copy = llama_append(5);
+    copy.style = RopeStyle::none;
+    for (const RopeProblem& p : {fp8, gptj, copy}) {
         const Rope op(p);
         const Config heuristic = op.model().heuristic(device);
         for (int vec : op.model().vector_widths(heuristic)) test::add_kernels(kernels, op.model(), heuristic, vec, device);

@@ -293,6 +293,13 @@ TEST_CASE("Rope with the KV append matches a double-precision reference", "[gpu]
         phi.dtype = DType::bf16;
         run_and_check({appending(phi, 64, 3), 6, 0, false, true});
     }
+    SECTION("GPT-2: no rotation, a fused QKV row copied in place and appended") {
+        RopeProblem gpt2{37, 12, 12, 64};
+        gpt2.style = RopeStyle::none;
+        run_and_check({appending(gpt2, 16, 4), 0, 0, true, true});
+        gpt2.dtype = DType::fp32;
+        run_and_check({appending(gpt2, 16, 4), 2, 1, false});
+    }
     SECTION("misaligned operands with rows not a multiple of 16 bytes") {
         RopeProblem p{9, 8, 2, 64};
         p.dtype = DType::bf16, p.style = RopeStyle::gptj;

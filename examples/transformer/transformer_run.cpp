@@ -1,0 +1,371 @@
+// Runs a Llama-3 or GPT-2 architecture model on the library's ops: a varlen prefill of the prompts,
+// then decode steps over a paged KV cache (one CUDA graph launch a step), greedy or sampled.
+//
+//   transformer_run --config config.json [--weights model.safetensors | --random-weights SEED]
+//       (--prompts prompts.json | --prompt-lengths N[,N...] [--prompt-seed S]) [--steps N]
+//       [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]
+//       [--dtype bf16|fp16] [--max-context N] [--page-size N] [--prefill-group-tokens N]
+//       [--prefill-repeats R] [--dump activations.safetensors] [--report report.json]
+//
+// prompts.json is a JSON array of token-id arrays. Without --weights the weights are random
+// (seeded; speed only). Any of --temperature, --top-k, --top-p, --min-p samples; otherwise greedy.
+// --dump writes the residual stream after each layer of the prefill ("hidden.L", [tokens, hidden]),
+// the prefill's logits ("logits", [prompts, vocab] fp32) and the tokens ("tokens", [prompts,
+// steps + 1] int32) for examples/transformer/check_against_torch.py. --report writes the timings
+// (start to first token and its parts, decode step and prefill medians) as JSON.
+// Exit status: 0 done, 2 bad arguments or model files (named), 1 anything else (no GPU, ...).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "decoder.hpp"
+#include "model_config.hpp"
+#include "model_weights.hpp"
+#include "read_bounded.hpp"
+#include "safetensors.hpp"
+#include "tileops/tileops.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr const char* kUsage =
+    "usage: transformer_run --config config.json [--weights model.safetensors | --random-weights SEED]\n"
+    "           (--prompts prompts.json | --prompt-lengths N[,N...] [--prompt-seed S]) [--steps N]\n"
+    "           [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]\n"
+    "           [--dtype bf16|fp16] [--max-context N] [--page-size N] [--prefill-group-tokens N]\n"
+    "           [--prefill-repeats R] [--dump activations.safetensors] [--report report.json]\n";
+
+// Arguments that are wrong, named: exit status 2.
+struct UsageError : std::invalid_argument {
+    using std::invalid_argument::invalid_argument;
+};
+
+struct Arguments {
+    std::string config, weights, prompts, dump, report;
+    std::vector<int64_t> prompt_lengths;
+    bool random_weights = false;
+    uint64_t weight_seed = 0, prompt_seed = 0;
+    int64_t steps = 16, max_context = 0, page_size = 16, prefill_group_tokens = 16384, prefill_repeats = 0;
+    tileops::DType dtype = tileops::DType::bf16;
+    transformer::SamplingSettings sampling;
+};
+
+int64_t parse_integer(const std::string& flag, const std::string& text, int64_t low, int64_t high) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+        value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != text.size() || text.empty() || value < low || value > high)
+        throw UsageError(fmt::format("{} must be an integer in [{}, {}], got '{}'", flag, low, high, text));
+    return value;
+}
+
+float parse_real(const std::string& flag, const std::string& text) {
+    size_t used = 0;
+    float value = 0;
+    try {
+        value = std::stof(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (used != text.size() || text.empty() || !std::isfinite(value))
+        throw UsageError(fmt::format("{} must be a finite number, got '{}'", flag, text));
+    return value;
+}
+
+Arguments parse_arguments(int argc, char** argv) {
+    Arguments a;
+    bool sampled = false;
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value (or is not an option)", flag));
+        const std::string value = argv[++i];
+        constexpr int64_t kBig = int64_t{1} << 31;
+        if (flag == "--config") {
+            a.config = value;
+        } else if (flag == "--weights") {
+            a.weights = value;
+        } else if (flag == "--random-weights") {
+            a.random_weights = true;
+            a.weight_seed = static_cast<uint64_t>(parse_integer(flag, value, 0, kBig));
+        } else if (flag == "--prompts") {
+            a.prompts = value;
+        } else if (flag == "--prompt-lengths") {
+            size_t start = 0;
+            while (start <= value.size()) {
+                const size_t comma = std::min(value.find(',', start), value.size());
+                a.prompt_lengths.push_back(parse_integer(flag, value.substr(start, comma - start), 1, kBig));
+                start = comma + 1;
+            }
+        } else if (flag == "--prompt-seed") {
+            a.prompt_seed = static_cast<uint64_t>(parse_integer(flag, value, 0, kBig));
+        } else if (flag == "--steps") {
+            a.steps = parse_integer(flag, value, 0, kBig);
+        } else if (flag == "--temperature") {
+            a.sampling.temperature = parse_real(flag, value), sampled = true;
+        } else if (flag == "--top-k") {
+            a.sampling.top_k = static_cast<int>(parse_integer(flag, value, 0, kBig - 1)), sampled = true;
+        } else if (flag == "--top-p") {
+            a.sampling.top_p = parse_real(flag, value), sampled = true;
+        } else if (flag == "--min-p") {
+            a.sampling.min_p = parse_real(flag, value), sampled = true;
+        } else if (flag == "--seed") {
+            a.sampling.seed = static_cast<uint64_t>(parse_integer(flag, value, 0, kBig));
+        } else if (flag == "--dtype") {
+            try {
+                a.dtype = tileops::parse_dtype(value);
+            } catch (const std::exception&) {
+                throw UsageError(fmt::format("--dtype must be bf16 or fp16, got '{}'", value));
+            }
+            if (a.dtype != tileops::DType::bf16 && a.dtype != tileops::DType::fp16)
+                throw UsageError(fmt::format("--dtype must be bf16 or fp16, got '{}'", value));
+        } else if (flag == "--max-context") {
+            a.max_context = parse_integer(flag, value, 2, kBig);
+        } else if (flag == "--page-size") {
+            a.page_size = parse_integer(flag, value, 1, 1024);
+        } else if (flag == "--prefill-group-tokens") {
+            a.prefill_group_tokens = parse_integer(flag, value, 1, kBig);
+        } else if (flag == "--prefill-repeats") {
+            a.prefill_repeats = parse_integer(flag, value, 0, 1000);
+        } else if (flag == "--dump") {
+            a.dump = value;
+        } else if (flag == "--report") {
+            a.report = value;
+        } else {
+            throw UsageError(fmt::format("unknown option '{}'", flag));
+        }
+    }
+    a.sampling.greedy = !sampled;
+    if (a.config.empty()) throw UsageError("--config is required");
+    if (a.weights.empty() == !a.random_weights)
+        throw UsageError("give exactly one of --weights and --random-weights");
+    if (a.prompts.empty() == a.prompt_lengths.empty())
+        throw UsageError("give exactly one of --prompts and --prompt-lengths");
+    return a;
+}
+
+std::vector<std::vector<int32_t>> read_prompts(const std::string& path, int64_t vocab) {
+    const std::string text = transformer::read_bounded(path, size_t{256} << 20, "prompts file");
+    const auto refuse = [&](const std::string& what) { throw UsageError(fmt::format("{}: {}", path, what)); };
+    if (text.find('\0') != std::string::npos) refuse("not valid JSON: a NUL byte");
+    json root;
+    try {
+        root = json::parse(text);
+    } catch (const json::exception& e) {
+        refuse(fmt::format("not valid JSON: {}", e.what()));
+    }
+    if (!root.is_array() || root.empty()) refuse("expected a non-empty array of token-id arrays");
+    std::vector<std::vector<int32_t>> prompts;
+    for (size_t b = 0; b < root.size(); ++b) {
+        if (!root[b].is_array() || root[b].empty()) refuse(fmt::format("prompt {} is not a non-empty array", b));
+        auto& prompt = prompts.emplace_back();
+        for (const json& id : root[b]) {
+            if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab)
+                refuse(fmt::format("prompt {} holds {}: token ids are integers in [0, {})", b, id.dump(), vocab));
+            prompt.push_back(static_cast<int32_t>(id.get<int64_t>()));
+        }
+    }
+    return prompts;
+}
+
+std::vector<std::vector<int32_t>> random_prompts(const std::vector<int64_t>& lengths, int64_t vocab, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(vocab - 1));
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t length : lengths) {
+        auto& prompt = prompts.emplace_back(static_cast<size_t>(length));
+        for (int32_t& id : prompt) id = token(rng);
+    }
+    return prompts;
+}
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double median(std::vector<double> values) {
+    if (values.empty()) return 0.0;
+    std::sort(values.begin(), values.end());
+    const size_t mid = values.size() / 2;
+    return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
+}
+
+template <typename T>
+std::vector<std::byte> as_bytes(const std::vector<T>& values) {
+    std::vector<std::byte> bytes(values.size() * sizeof(T));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return bytes;
+}
+
+// Milliseconds between consecutive events.
+std::vector<double> intervals_ms(const std::vector<cudaEvent_t>& events) {
+    std::vector<double> out;
+    for (size_t i = 1; i < events.size(); ++i) {
+        float ms = 0;
+        transformer::check_cuda(cudaEventElapsedTime(&ms, events[i - 1], events[i]), "timing");
+        out.push_back(ms);
+    }
+    return out;
+}
+
+int run(const Arguments& args, Clock::time_point start) {
+    using namespace transformer;
+    // Everything a file or an argument can get wrong is refused before the GPU is touched.
+    const ModelConfig config = load_model_config(args.config);
+    std::unique_ptr<SafetensorsFile> file;
+    if (!args.weights.empty()) {
+        file = std::make_unique<SafetensorsFile>(args.weights);
+        file->check_weights(required_weights(config));
+    }
+    const auto prompts = args.prompts.empty() ? random_prompts(args.prompt_lengths, config.vocab, args.prompt_seed)
+                                              : read_prompts(args.prompts, config.vocab);
+    std::vector<int64_t> lengths;
+    for (const auto& p : prompts) lengths.push_back(static_cast<int64_t>(p.size()));
+    const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+    DecoderOptions options;
+    options.max_context = args.max_context > 0 ? args.max_context : longest + std::max<int64_t>(args.steps, 1);
+    if (args.steps > options.max_context - longest)
+        throw UsageError(fmt::format("{} steps after a prompt of {} tokens pass --max-context {}", args.steps, longest,
+                                     options.max_context));
+    options.page_size = args.page_size;
+    options.max_prefill_tokens = args.prefill_group_tokens;
+    options.sampling = args.sampling;
+    Decoder::check(config, args.dtype, lengths, options);
+
+    json report;
+    auto phase = Clock::now();
+    tileops::Runtime runtime;
+    report["runtime_start_s"] = seconds_since(phase);
+    report["gpu"] = runtime.device().name;
+
+    phase = Clock::now();
+    const ModelWeights weights = file ? ModelWeights::load(config, *file, args.dtype)
+                                      : ModelWeights::random(config, args.dtype, args.weight_seed);
+    check_cuda(cudaDeviceSynchronize(), "loading the weights");
+    report["weights_s"] = seconds_since(phase);
+    report["weights_gb"] = static_cast<double>(weights.bytes()) / 1e9;
+
+    cudaStream_t stream = nullptr;
+    check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "creating a stream");
+    phase = Clock::now();
+    Decoder decoder(runtime, config, weights, lengths, options, stream);
+    report["prepare_s"] = seconds_since(phase);
+
+    phase = Clock::now();
+    std::vector<std::vector<uint16_t>> hidden;
+    decoder.prefill(prompts, args.dump.empty() ? nullptr : &hidden);
+    check_cuda(cudaStreamSynchronize(stream), "the prefill");
+    report["prefill_s"] = seconds_since(phase);
+    report["first_token_s"] = seconds_since(start);
+    report["first_token_without_weights_s"] = report["first_token_s"].get<double>() - report["weights_s"].get<double>();
+    const tileops::RuntimeStats stats = runtime.stats();
+    report["kernels_compiled"] = stats.kernels_compiled;
+    report["kernels_from_disk_cache"] = stats.disk_cache_hits;
+    std::vector<float> prefill_logits;
+    if (!args.dump.empty()) prefill_logits = decoder.last_logits();
+
+    std::vector<cudaEvent_t> events(static_cast<size_t>(args.steps + 1));
+    for (cudaEvent_t& e : events) check_cuda(cudaEventCreate(&e), "creating an event");
+    check_cuda(cudaEventRecord(events[0], stream), "timing");
+    for (int64_t step = 0; step < args.steps; ++step) {
+        decoder.decode_step();
+        check_cuda(cudaEventRecord(events[static_cast<size_t>(step + 1)], stream), "timing");
+    }
+    const auto generated = decoder.generated();
+    const std::vector<double> steps_ms = intervals_ms(events);
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+    report["decode_step_ms"] = median(steps_ms);
+    report["decode_steps"] = args.steps;
+
+    if (args.prefill_repeats > 0) {
+        std::vector<cudaEvent_t> marks(static_cast<size_t>(args.prefill_repeats + 1));
+        for (cudaEvent_t& e : marks) check_cuda(cudaEventCreate(&e), "creating an event");
+        check_cuda(cudaEventRecord(marks[0], stream), "timing");
+        for (size_t r = 1; r < marks.size(); ++r) {
+            decoder.prefill(prompts);
+            check_cuda(cudaEventRecord(marks[r], stream), "timing");
+        }
+        check_cuda(cudaStreamSynchronize(stream), "the prefills");
+        report["prefill_ms"] = median(intervals_ms(marks));
+        for (cudaEvent_t e : marks) cudaEventDestroy(e);
+    }
+    report["prompts"] = lengths.size();
+    report["prompt_tokens"] = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
+    report["tokens"] = generated;
+
+    for (size_t b = 0; b < generated.size() && b < 8; ++b) {
+        const auto& t = generated[b];
+        fmt::print("sequence {} ({} prompt tokens): {}{}\n", b, lengths[b],
+                   fmt::join(t.begin(), t.begin() + static_cast<ptrdiff_t>(std::min<size_t>(t.size(), 32)), " "),
+                   t.size() > 32 ? " ..." : "");
+    }
+    fmt::print("{} on {}: first token {:.3f} s after start ({:.3f} s without the weights), decode step {:.3f} ms{}\n",
+               config.architecture == Architecture::llama ? "Llama" : "GPT-2", runtime.device().name,
+               report["first_token_s"].get<double>(), report["first_token_without_weights_s"].get<double>(),
+               report["decode_step_ms"].get<double>(),
+               args.prefill_repeats > 0 ? fmt::format(", prefill {:.3f} ms", report["prefill_ms"].get<double>()) : "");
+
+    if (!args.dump.empty()) {
+        const std::string code_dtype = args.dtype == tileops::DType::bf16 ? "BF16" : "F16";
+        std::vector<OutputTensor> tensors;
+        const int64_t total = report["prompt_tokens"].get<int64_t>();
+        for (size_t l = 0; l < hidden.size(); ++l)
+            tensors.push_back({fmt::format("hidden.{}", l), code_dtype, {total, config.hidden}, as_bytes(hidden[l])});
+        tensors.push_back({"logits", "F32", {static_cast<int64_t>(lengths.size()), config.vocab}, as_bytes(prefill_logits)});
+        std::vector<int32_t> flat;
+        for (const auto& t : generated) flat.insert(flat.end(), t.begin(), t.end());
+        tensors.push_back({"tokens", "I32", {static_cast<int64_t>(lengths.size()), args.steps + 1}, as_bytes(flat)});
+        write_safetensors(args.dump, tensors);
+    }
+    if (!args.report.empty()) {
+        std::ofstream out(args.report);
+        out << report.dump(2) << "\n";
+        if (!out) throw std::runtime_error(fmt::format("{}: cannot write the report", args.report));
+    }
+    cudaStreamDestroy(stream);
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const auto start = Clock::now();
+    Arguments args;
+    try {
+        args = parse_arguments(argc, argv);
+    } catch (const UsageError& e) {
+        std::fprintf(stderr, "transformer_run: %s\n%s", e.what(), kUsage);
+        return 2;
+    }
+    try {
+        return run(args, start);
+    } catch (const tileops::InvalidArgument& e) {  // a shape the library's ops refuse
+        std::fprintf(stderr, "transformer_run: %s\n", e.what());
+        return 2;
+    } catch (const tileops::Unsupported& e) {  // or do not run (e.g. attention with head_dim 80)
+        std::fprintf(stderr, "transformer_run: %s\n", e.what());
+        return 2;
+    } catch (const std::invalid_argument& e) {  // a model file, a prompt or a size the model cannot take
+        std::fprintf(stderr, "transformer_run: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "transformer_run: %s\n", e.what());
+        return 1;
+    }
+}
