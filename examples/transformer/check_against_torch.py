@@ -3,9 +3,11 @@
 the same weights, computed in float64 on the CPU from the checkpoint's values:
 
   1. the residual stream after every layer of a varlen prefill, and the prefill's logits, within
-     bf16 tolerance (relative L2 error and the largest error against the largest value);
-  2. greedy decoding: the example's tokens for --steps steps equal the reference's (a step where the
-     reference's two best logits lie within the tolerance is a tie: the check stops there);
+     bf16 tolerance: relative L2 error and largest error (against the largest value) at most 1e-2
+     or, where more, 1.5 x those of the same PyTorch model run in bf16;
+  2. greedy decoding for --steps steps, the reference fed the example's tokens: every token is the
+     reference's argmax, or within the logits' tolerance of it (a tie that bf16 may break either
+     way); the sequences that match the reference's own greedy decoding exactly are counted;
   3. sampling with temperature, top-k, top-p and min-p: every token the example draws lies in the
      set the reference's logits allow (the reference is fed the example's tokens).
 
@@ -76,9 +78,9 @@ def llama3_inv_freq(config, head_dim):
 class Reference:
     """One sequence at a time, every position recomputed: slow and plain."""
 
-    def __init__(self, config, weights):
-        self.c = config
-        self.w = {k: v.to(torch.float64) for k, v in weights.items()}
+    def __init__(self, config, weights, dtype=torch.float64):
+        self.c, self.dtype = config, dtype
+        self.w = {k: v.to(dtype) for k, v in weights.items()}
         self.llama = config["model_type"] == "llama"
         if self.llama:
             self.hidden, self.heads = config["hidden_size"], config["num_attention_heads"]
@@ -95,7 +97,7 @@ class Reference:
 
     def rope(self, x, positions):  # x [T, heads, d]; the angle in fp32 as the library computes it
         angle = (positions.to(torch.float32)[:, None] * self.inv_freq[None, :]).to(torch.float64)
-        cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]
+        cos, sin = angle.cos()[:, None, :].to(self.dtype), angle.sin()[:, None, :].to(self.dtype)
         half = self.d // 2
         a, b = x[..., :half], x[..., half:]
         return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
@@ -165,13 +167,18 @@ def allowed_set(logits, temperature, top_k, top_p, min_p, slack):
     return keep & top
 
 
-def compare(name, ours, ref, rel_l2_limit, max_limit):
+def errors(ours, ref):
     ours, ref = ours.to(torch.float64), ref.to(torch.float64)
-    rel_l2 = ((ours - ref).norm() / ref.norm()).item()
-    worst = ((ours - ref).abs().max() / ref.abs().max()).item()
-    ok = rel_l2 <= rel_l2_limit and worst <= max_limit
-    print(f"  {name:<10} relative L2 error {rel_l2:.2e}, largest error / largest value {worst:.2e} "
-          f"{'ok' if ok else 'FAIL'}")
+    return ((ours - ref).norm() / ref.norm()).item(), ((ours - ref).abs().max() / ref.abs().max()).item()
+
+
+def compare(name, ours, ref, torch_bf16):
+    """Our errors against the float64 reference, within max(1e-2, 1.5 x PyTorch bf16's)."""
+    rel_l2, worst = errors(ours, ref)
+    peer_l2, peer_worst = errors(torch_bf16, ref)
+    ok = rel_l2 <= max(1e-2, 1.5 * peer_l2) and worst <= max(1e-2, 1.5 * peer_worst)
+    print(f"  {name:<10} relative L2 error {rel_l2:.2e} (PyTorch bf16 {peer_l2:.2e}), largest error / largest "
+          f"value {worst:.2e} ({peer_worst:.2e}) {'ok' if ok else 'FAIL'}")
     return ok
 
 
@@ -212,37 +219,45 @@ def main():
     prompts_path = os.path.join(work, "prompts.json")
     with open(prompts_path, "w") as f:
         json.dump(prompts, f)
-    reference = Reference(config, read_safetensors(weights))
+    checkpoint = read_safetensors(weights)
+    reference = Reference(config, checkpoint)
+    torch_bf16 = Reference(config, checkpoint, torch.bfloat16)
     ok = True
 
     print("greedy run: prefill activations, logits and tokens")
     ours = run_example(args, weights, prompts_path, os.path.join(work, "greedy.safetensors"), [])
-    ref_hidden, ref_last_logits = [], []
+    ref_hidden, ref_logits, bf16_hidden, bf16_logits = [], [], [], []
     for prompt in prompts:
         hidden, logits = reference.forward(prompt)
         ref_hidden.append(hidden)
-        ref_last_logits.append(logits[-1])
+        ref_logits.append(logits[-1])
+        hidden, logits = torch_bf16.forward(prompt)
+        bf16_hidden.append(hidden)
+        bf16_logits.append(logits[-1])
     for l in range(reference.layers):
-        ok &= compare(f"layer {l}", ours[f"hidden.{l}"], torch.cat([h[l] for h in ref_hidden]), 1e-2, 3e-2)
-    ok &= compare("logits", ours["logits"], torch.stack(ref_last_logits), 1e-2, 3e-2)
+        ok &= compare(f"layer {l}", ours[f"hidden.{l}"], torch.cat([h[l] for h in ref_hidden]),
+                      torch.cat([h[l] for h in bf16_hidden]))
+    ok &= compare("logits", ours["logits"], torch.stack(ref_logits), torch.stack(bf16_logits))
 
-    tokens = ours["tokens"].tolist()
+    tokens, exact = ours["tokens"].tolist(), 0
     for b, prompt in enumerate(prompts):
-        sequence = list(prompt)
+        _, logits = reference.forward(list(prompt) + tokens[b][:-1])
+        ties = 0
         for step, token in enumerate(tokens[b]):
-            _, logits = reference.forward(sequence)
-            last = logits[-1]
+            last = logits[len(prompt) - 1 + step]
             best = int(last.argmax())
-            if token != best:
-                gap = (last[best] - last[token]).item()
-                tie = gap <= 2e-2 * last.abs().max().item()
-                print(f"  prompt {b}: step {step} drew {token}, the reference {best} (logit gap {gap:.3g}): "
-                      f"{'a tie, not compared further' if tie else 'FAIL'}")
-                ok &= tie
-                break
-            sequence.append(token)
-        else:
-            print(f"  prompt {b}: all {len(tokens[b])} greedy tokens equal the reference's")
+            if token == best:
+                continue
+            gap = (last[best] - last[token]).item()
+            tie = gap <= 2e-2 * last.abs().max().item()
+            ties += 1
+            if not tie:
+                print(f"  prompt {b}: step {step} drew {token}, the reference's argmax is {best} (logit gap {gap:.3g}) FAIL")
+                ok = False
+        exact += ties == 0
+        print(f"  prompt {b}: {len(tokens[b])} greedy tokens, {len(tokens[b]) - ties} the reference's argmax, "
+              f"{ties} within a tie of it")
+    print(f"  {exact} of {len(prompts)} sequences equal the reference's greedy decoding")
 
     print("sampled run: every token inside the reference's top-k / top-p / min-p set")
     temperature, top_k, top_p, min_p = 0.8, 40, 0.9, 0.02

@@ -2,12 +2,13 @@
 // then decode steps over a paged KV cache (one CUDA graph launch a step), greedy or sampled.
 //
 //   transformer_run --config config.json [--weights model.safetensors | --random-weights SEED]
-//       (--prompts prompts.json | --prompt-lengths N[,N...] [--prompt-seed S]) [--steps N]
+//       (--prompts prompts.json | --prompt-lengths N[xC][,N[xC]...] [--prompt-seed S]) [--steps N]
 //       [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]
 //       [--dtype bf16|fp16] [--max-context N] [--page-size N] [--prefill-group-tokens N]
 //       [--prefill-repeats R] [--dump activations.safetensors] [--report report.json]
 //
-// prompts.json is a JSON array of token-id arrays. Without --weights the weights are random
+// prompts.json is a JSON array of token-id arrays; --prompt-lengths makes random prompts (2048x8:
+// eight of 2048 tokens). Without --weights the weights are random
 // (seeded; speed only). Any of --temperature, --top-k, --top-p, --min-p samples; otherwise greedy.
 // --dump writes the residual stream after each layer of the prefill ("hidden.L", [tokens, hidden]),
 // the prefill's logits ("logits", [prompts, vocab] fp32) and the tokens ("tokens", [prompts,
@@ -45,7 +46,7 @@ using nlohmann::json;
 
 constexpr const char* kUsage =
     "usage: transformer_run --config config.json [--weights model.safetensors | --random-weights SEED]\n"
-    "           (--prompts prompts.json | --prompt-lengths N[,N...] [--prompt-seed S]) [--steps N]\n"
+    "           (--prompts prompts.json | --prompt-lengths N[xC][,N[xC]...] [--prompt-seed S]) [--steps N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]\n"
     "           [--dtype bf16|fp16] [--max-context N] [--page-size N] [--prefill-group-tokens N]\n"
     "           [--prefill-repeats R] [--dump activations.safetensors] [--report report.json]\n";
@@ -109,10 +110,17 @@ Arguments parse_arguments(int argc, char** argv) {
         } else if (flag == "--prompts") {
             a.prompts = value;
         } else if (flag == "--prompt-lengths") {
+            // N[,N...], where NxC stands for C prompts of N tokens.
             size_t start = 0;
             while (start <= value.size()) {
                 const size_t comma = std::min(value.find(',', start), value.size());
-                a.prompt_lengths.push_back(parse_integer(flag, value.substr(start, comma - start), 1, kBig));
+                const std::string item = value.substr(start, comma - start);
+                const size_t times = item.find('x');
+                const int64_t length = parse_integer(flag, item.substr(0, times), 1, kBig);
+                const int64_t count = times == std::string::npos ? 1 : parse_integer(flag, item.substr(times + 1), 1, 65536);
+                if (static_cast<int64_t>(a.prompt_lengths.size()) + count > 65536)
+                    throw UsageError("--prompt-lengths: at most 65536 prompts");
+                a.prompt_lengths.insert(a.prompt_lengths.end(), static_cast<size_t>(count), length);
                 start = comma + 1;
             }
         } else if (flag == "--prompt-seed") {
