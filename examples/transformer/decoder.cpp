@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "float16.hpp"
 #include "tileops/tileops.hpp"
 
 namespace transformer {
@@ -21,7 +22,8 @@ using namespace tileops;
 // weights: every layer runs the same ones.
 struct StepOps {
     std::optional<Embedding> embed;
-    std::optional<RmsNorm> rms_norm;       // Llama, over [rows, hidden]
+    std::optional<RmsNorm> rms_norm;       // Llama, over [rows, hidden]: the first layer's
+    std::optional<RmsNorm> rms_norm_add;   // the others': x += delta, then the norm
     std::optional<LayerNorm> layer_norm;   // GPT-2
     std::optional<Gemm> qkv, out, up, down;
     std::optional<Rope> rope;
@@ -29,7 +31,7 @@ struct StepOps {
     std::optional<DecodeAttention> decode_attention;
     std::optional<Elementwise> activation;  // SwiGLU's silu(gate) * up, or GPT-2's tanh GELU
     std::optional<Embedding> gather_last;   // prefill: each sequence's last row
-    std::optional<RmsNorm> final_rms_norm;  // over [sequences, hidden]
+    std::optional<RmsNorm> final_rms_norm;  // over [sequences, hidden], the last delta added
     std::optional<LayerNorm> final_layer_norm;
     std::optional<Gemm> lm_head;
     std::optional<Sampling> sampling;
@@ -39,7 +41,7 @@ struct StepOps {
         const auto one = [&](auto& op) {
             if (op) visit(*op);
         };
-        one(embed), one(rms_norm), one(layer_norm), one(qkv), one(out), one(up), one(down), one(rope);
+        one(embed), one(rms_norm), one(rms_norm_add), one(layer_norm), one(qkv), one(out), one(up), one(down), one(rope);
         one(prefill_attention), one(decode_attention), one(activation), one(gather_last), one(final_rms_norm);
         one(final_layer_norm), one(lm_head), one(sampling);
     }
@@ -72,8 +74,11 @@ struct Decoder::Impl {
     // Device memory: the KV cache, activations, and the small int32 arrays the ops read.
     DeviceMemory cache, activations, indices, logits, history;
     std::vector<void*> k_cache, v_cache;  // per layer
-    void *residual = nullptr, *normed = nullptr, *qkv = nullptr, *attention = nullptr, *mlp = nullptr, *act = nullptr;
-    void *last = nullptr, *last_normed = nullptr;
+    // Llama adds each projection's output (delta) to the residual stream in the next RMSNorm;
+    // GPT-2 in the projection's GEMM (C = D = residual).
+    void *residual = nullptr, *delta = nullptr, *normed = nullptr, *qkv = nullptr, *attention = nullptr;
+    void *mlp = nullptr, *act = nullptr;
+    void *last = nullptr, *last_delta = nullptr, *last_normed = nullptr;
     int32_t *ids = nullptr, *positions = nullptr, *slots = nullptr, *cu_seqlens = nullptr, *last_rows = nullptr;
     int32_t *page_table = nullptr, *tokens = nullptr, *zeros = nullptr, *top_k = nullptr;
     float *temperature = nullptr, *top_p = nullptr, *min_p = nullptr;
@@ -84,6 +89,8 @@ struct Decoder::Impl {
     std::vector<int32_t> host_page_table;
 
     std::map<std::pair<int64_t, int64_t>, std::unique_ptr<StepOps>> prefill_ops;  // by (rows, sequences)
+    // While profiling: an event recorded before each op, named by it.
+    std::vector<std::pair<const char*, cudaEvent_t>>* marks = nullptr;
     StepOps decode_ops;
     cudaGraphExec_t decode_graph = nullptr;
 
@@ -167,12 +174,14 @@ struct Decoder::Impl {
             offset += (static_cast<size_t>(elements) * element + 255) / 256 * 256;
         };
         part(&residual, max_rows * hidden);
+        part(&delta, max_rows * hidden);
         part(&normed, max_rows * hidden);
         part(&qkv, max_rows * qkv_cols);
         part(&attention, max_rows * config.heads * d);
         part(&mlp, max_rows * up_cols);
         part(&act, max_rows * config.intermediate);
         part(&last, sequences * hidden);
+        part(&last_delta, sequences * hidden);
         part(&last_normed, sequences * hidden);
         activations = DeviceMemory(offset);
         for (auto [target, at] : parts) *target = activations.as<char>() + at;
@@ -260,7 +269,10 @@ struct Decoder::Impl {
         if (!llama) embed.positions = true, embed.max_positions = config.max_positions;
         ops.embed.emplace(embed);
         if (llama) {
-            ops.rms_norm.emplace(RmsNormProblem{rows, hidden, dtype, {}, static_cast<float>(config.norm_eps)});
+            RmsNormProblem norm{rows, hidden, dtype, {}, static_cast<float>(config.norm_eps)};
+            ops.rms_norm.emplace(norm);
+            norm.residual = true;
+            ops.rms_norm_add.emplace(norm);
         } else {
             ops.layer_norm.emplace(LayerNormProblem{rows, hidden, dtype, {}, static_cast<float>(config.norm_eps)});
         }
@@ -270,7 +282,9 @@ struct Decoder::Impl {
             p.layout = layout;
             p.bias = !llama;
             p.epilogue = epilogue;
-            if (adds_residual) p.has_c = true, p.beta = 1.0f;  // x += ...: C and D are the residual stream
+            // GPT-2's x += ...: C and D are the residual stream. (Llama's RMSNorm adds it: the
+            // norm's extra read and write cost less than C in the GEMM's epilogue.)
+            if (adds_residual && !llama) p.has_c = true, p.beta = 1.0f;
             return Gemm(p);
         };
         ops.qkv.emplace(gemm(qkv_cols, hidden, false));
@@ -300,7 +314,9 @@ struct Decoder::Impl {
     // The LM head and sampling over `rows` sequences.
     void build_head_ops(StepOps& ops, int64_t rows) const {
         if (llama) {
-            ops.final_rms_norm.emplace(RmsNormProblem{rows, hidden, dtype, {}, static_cast<float>(config.norm_eps)});
+            RmsNormProblem norm{rows, hidden, dtype, {}, static_cast<float>(config.norm_eps)};
+            norm.residual = true;
+            ops.final_rms_norm.emplace(norm);
         } else {
             ops.final_layer_norm.emplace(LayerNormProblem{rows, hidden, dtype, {}, static_cast<float>(config.norm_eps)});
         }
@@ -354,19 +370,73 @@ struct Decoder::Impl {
         op.run(*runtime, Inputs(in.data(), count), {d}, stream);
     }
 
-    // The norm over a pass's rows, or (final) over its sequences' last rows.
-    void norm(StepOps& ops, bool final, const void* x, const void* weight, const void* bias, void* y) {
+    void mark(const char* name) {
+        if (marks == nullptr) return;
+        cudaEvent_t event = nullptr;
+        check_cuda(cudaEventCreate(&event), "creating a profiling event");
+        marks->emplace_back(name, event);
+        check_cuda(cudaEventRecord(event, stream), "recording a profiling event");
+    }
+
+    // Milliseconds by op over the marks recorded (and destroys them).
+    std::map<std::string, double> take_marks() {
+        mark("end");
+        check_cuda(cudaStreamSynchronize(stream), "profiling");
+        std::map<std::string, double> ms;
+        for (size_t i = 0; i + 1 < marks->size(); ++i) {
+            float elapsed = 0;
+            check_cuda(cudaEventElapsedTime(&elapsed, (*marks)[i].second, (*marks)[i + 1].second), "profiling");
+            ms[(*marks)[i].first] += elapsed;
+        }
+        for (auto& entry : *marks) cudaEventDestroy(entry.second);
+        marks->clear();
+        return ms;
+    }
+
+    // One prefill and one decode step run eagerly (not as the graph), timed op by op.
+    std::map<std::string, double> profile(const std::vector<std::vector<int32_t>>& prompts) {
+        std::vector<std::pair<const char*, cudaEvent_t>> recorded;
+        marks = &recorded;
+        std::map<std::string, double> out;
+        try {
+            prefill(prompts, nullptr);
+            for (const auto& [name, ms] : take_marks()) out["prefill: " + name] = ms;
+            check_cuda(cudaMemcpyAsync(step_inputs, step_table.as<int32_t>(), static_cast<size_t>(4 * sequences) * 4,
+                                       cudaMemcpyHostToDevice, stream),
+                       "copying a step's inputs");
+            run_decode_step_ops();
+            for (const auto& [name, ms] : take_marks()) out["decode step: " + name] = ms;
+        } catch (...) {
+            for (auto& entry : recorded) cudaEventDestroy(entry.second);
+            marks = nullptr;
+            throw;
+        }
+        marks = nullptr;
+        return out;
+    }
+
+    // The norm over a pass's rows, or (final) over its sequences' last rows. Llama adds `add` (the
+    // last projection's output) to x first, in place; null in the first layer.
+    void norm(StepOps& ops, bool final, void* x, const void* add, const void* weight, const void* bias, void* y) {
         if (llama) {
-            (final ? ops.final_rms_norm : ops.rms_norm)->run(*runtime, {x, weight}, {y}, stream);
+            mark(final ? "final norm" : "norm");
+            if (add == nullptr) {
+                ops.rms_norm->run(*runtime, {x, weight}, {y}, stream);
+            } else {
+                (final ? ops.final_rms_norm : ops.rms_norm_add)->run(*runtime, {add, x, weight}, {y, x}, stream);
+            }
         } else {
+            mark(final ? "final norm" : "norm");
             (final ? ops.final_layer_norm : ops.layer_norm)->run(*runtime, {x, weight, bias}, {y}, stream);
         }
     }
 
     // Embedding and every layer over `rows` tokens; `attend(layer, q, k, v)` writes `attention`.
+    // Llama leaves the last layer's delta to add (the final norm does).
     template <class Attend>
     void run_layers(StepOps& ops, const int32_t* token_ids, const int32_t* token_positions, const int32_t* token_slots,
-                    int64_t rows, Attend&& attend, std::vector<std::vector<uint16_t>>* hidden_out) {
+                    int64_t rows, Attend&& attend, std::vector<std::vector<float>>* hidden_out) {
+        mark("embedding");
         if (llama) {
             ops.embed->run(*runtime, {token_ids, weights->embedding}, {residual}, stream);
         } else {
@@ -378,15 +448,21 @@ struct Decoder::Impl {
         char* v = k + config.kv_heads * config.head_dim * element;
         for (int64_t l = 0; l < config.layers; ++l) {
             const LayerWeights& w = weights->layers[static_cast<size_t>(l)];
-            norm(ops, false, residual, w.norm1, w.norm1_bias, normed);
+            norm(ops, false, residual, l == 0 ? nullptr : delta, w.norm1, w.norm1_bias, normed);
+            mark("qkv projection");
             gemm(*ops.qkv, normed, w.qkv, nullptr, w.qkv_bias, qkv);
+            mark("rope + KV append");
             ops.rope->run(*runtime, {q, k, v, token_positions, token_slots}, {q, k, k_cache[l], v_cache[l]}, stream);
+            mark("attention");
             attend(l, q, k, v);
-            gemm(*ops.out, attention, w.out, residual, w.out_bias, residual);
-            norm(ops, false, residual, w.norm2, w.norm2_bias, normed);
+            mark("out projection");
+            gemm(*ops.out, attention, w.out, llama ? nullptr : residual, w.out_bias, llama ? delta : residual);
+            norm(ops, false, residual, delta, w.norm2, w.norm2_bias, normed);
+            mark("up projection");
             gemm(*ops.up, normed, w.up, nullptr, w.up_bias, mlp);
             const void* inner = mlp;
             if (ops.activation) {
+                mark("activation");
                 if (llama) {
                     ops.activation->run(*runtime, {mlp, static_cast<char*>(mlp) + config.intermediate * element}, {act}, stream);
                 } else {
@@ -394,27 +470,34 @@ struct Decoder::Impl {
                 }
                 inner = act;
             }
-            gemm(*ops.down, inner, w.down, residual, w.down_bias, residual);
-            if (hidden_out != nullptr) {
-                auto& out = (*hidden_out)[static_cast<size_t>(l)];
-                const size_t before = out.size();
-                out.resize(before + static_cast<size_t>(rows * hidden));
-                check_cuda(cudaMemcpyAsync(out.data() + before, residual, static_cast<size_t>(rows * hidden) * element,
-                                           cudaMemcpyDeviceToHost, stream),
-                           "reading a layer's output");
-                check_cuda(cudaStreamSynchronize(stream), "reading a layer's output");
-            }
+            mark("down projection");
+            gemm(*ops.down, inner, w.down, llama ? nullptr : residual, w.down_bias, llama ? delta : residual);
+            if (hidden_out != nullptr) append_layer_output(rows, (*hidden_out)[static_cast<size_t>(l)]);
         }
     }
 
+    // The residual stream after a layer (Llama: with its delta added, in fp32), appended to `out`.
+    void append_layer_output(int64_t rows, std::vector<float>& out) {
+        const auto count = static_cast<size_t>(rows * hidden);
+        std::vector<uint16_t> x(count), d(llama ? count : 0);
+        check_cuda(cudaMemcpyAsync(x.data(), residual, count * 2, cudaMemcpyDeviceToHost, stream), "reading a layer's output");
+        if (llama)
+            check_cuda(cudaMemcpyAsync(d.data(), delta, count * 2, cudaMemcpyDeviceToHost, stream), "reading a layer's output");
+        check_cuda(cudaStreamSynchronize(stream), "reading a layer's output");
+        for (size_t i = 0; i < count; ++i)
+            out.push_back(code_to_float(x[i], dtype) + (llama ? code_to_float(d[i], dtype) : 0.0f));
+    }
+
     // The final norm, the LM head and sampling for the sequences from `first` on whose last rows
-    // are `x` (as many as the ops were built for).
-    void head(StepOps& ops, const void* x, size_t first, const int32_t* offsets) {
+    // are `x` and (Llama) `x_delta` (as many as the ops were built for).
+    void head(StepOps& ops, void* x, const void* x_delta, size_t first, const int32_t* offsets) {
         const ModelWeights* w = weights;
-        norm(ops, true, x, w->final_norm, w->final_norm_bias, last_normed);
+        norm(ops, true, x, x_delta, w->final_norm, w->final_norm_bias, last_normed);
         float* rows_logits = logits.as<float>() + first * static_cast<size_t>(config.vocab);
+        mark("LM head");
         gemm(*ops.lm_head, last_normed, w->lm_head, nullptr, nullptr, rows_logits);
         int32_t* rows_tokens = tokens + first;
+        mark("sampling");
         if (options.sampling.greedy) {
             ops.sampling->run(*runtime, {rows_logits}, {rows_tokens}, stream);
         } else {
@@ -424,7 +507,7 @@ struct Decoder::Impl {
         }
     }
 
-    void prefill(const std::vector<std::vector<int32_t>>& prompts, std::vector<std::vector<uint16_t>>* hidden_out) {
+    void prefill(const std::vector<std::vector<int32_t>>& prompts, std::vector<std::vector<float>>* hidden_out) {
         if (prompts.size() != prompt_lengths.size())
             throw std::invalid_argument(fmt::format("{} prompts given, the decoder was sized for {}", prompts.size(),
                                                     prompt_lengths.size()));
@@ -460,17 +543,19 @@ struct Decoder::Impl {
                 ops.prefill_attention->run(*runtime, {q, k, v, cu_seqlens, cu_seqlens}, {attention}, stream);
             };
             run_layers(ops, ids, positions, slots, g.tokens, attend, hidden_out);
+            mark("last rows");
             ops.gather_last->run(*runtime, {last_rows, residual}, {last}, stream);
-            head(ops, last, g.first, zeros);
+            if (llama) ops.gather_last->run(*runtime, {last_rows, delta}, {last_delta}, stream);
+            head(ops, last, llama ? last_delta : nullptr, g.first, zeros);
         }
         check_cuda(cudaMemcpyAsync(history.data(), tokens, static_cast<size_t>(sequences) * 4, cudaMemcpyDeviceToDevice, stream),
                    "recording the first tokens");
         steps_done = 0;
     }
 
-    // The decode step's kernels, recorded once: they read the step's inputs from step_inputs and
-    // the tokens the previous step sampled.
-    void capture_decode_step() {
+    // The decode step's kernels: they read the step's inputs from step_inputs and the tokens the
+    // previous step sampled.
+    void run_decode_step_ops() {
         const int32_t* step_positions = step_inputs;
         const int32_t* step_slots = step_inputs + sequences;
         const int32_t* lengths = step_inputs + 2 * sequences;
@@ -479,12 +564,16 @@ struct Decoder::Impl {
             decode_ops.decode_attention->run(*runtime, {q, k_cache[layer], v_cache[layer], lengths, page_table},
                                              {attention}, stream);
         };
+        run_layers(decode_ops, tokens, step_positions, step_slots, sequences, attend, nullptr);
+        head(decode_ops, residual, llama ? delta : nullptr, 0, offsets);
+    }
+
+    void capture_decode_step() {
         check_cuda(cudaStreamSynchronize(stream), "preparing to capture the decode step");
         check_cuda(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capturing the decode step");
         cudaGraph_t graph = nullptr;
         try {
-            run_layers(decode_ops, tokens, step_positions, step_slots, sequences, attend, nullptr);
-            head(decode_ops, residual, 0, offsets);
+            run_decode_step_ops();
         } catch (...) {
             cudaStreamEndCapture(stream, &graph);
             if (graph != nullptr) cudaGraphDestroy(graph);
@@ -523,7 +612,7 @@ void Decoder::check(const ModelConfig& config, tileops::DType dtype, const std::
 
 Decoder::~Decoder() = default;
 
-void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts, std::vector<std::vector<uint16_t>>* hidden) {
+void Decoder::prefill(const std::vector<std::vector<int32_t>>& prompts, std::vector<std::vector<float>>* hidden) {
     impl_->prefill(prompts, hidden);
 }
 
@@ -541,6 +630,10 @@ std::vector<std::vector<int32_t>> Decoder::generated() const {
     for (int64_t step = 0; step < steps; ++step)
         for (int64_t b = 0; b < s; ++b) out[static_cast<size_t>(b)].push_back(flat[static_cast<size_t>(step * s + b)]);
     return out;
+}
+
+std::map<std::string, double> Decoder::profile(const std::vector<std::vector<int32_t>>& prompts) {
+    return impl_->profile(prompts);
 }
 
 std::vector<float> Decoder::last_logits() const {

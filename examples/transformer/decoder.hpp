@@ -4,12 +4,14 @@
 // Per layer (x is the residual stream, kept in the model dtype):
 //   y = norm(x); qkv = y W_qkv; rotate q and k in place (GPT-2: no rotation) and append k, v to the
 //   cache; a = attention(q, cache); x += a W_o; y = norm(x); x += act(y W_up) W_down
-// The residual adds ride in the GEMMs (C = x, D = x); Llama's SwiGLU gate and up projections are
-// one GEMM. The LM head runs on each sequence's last row only.
+// The residual adds ride in the next RMSNorm (Llama) or in the GEMMs (GPT-2: C = D = x); Llama's
+// SwiGLU gate and up projections are one GEMM. The LM head runs on each sequence's last row only.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -53,11 +55,16 @@ public:
 
     // Runs the prompts (of the lengths given to the constructor), fills their KV cache and samples
     // each one's next token. With `hidden`, also returns the residual stream after every layer,
-    // [layer][token * hidden + i] as 16-bit codes of the model dtype (this synchronizes).
-    void prefill(const std::vector<std::vector<int32_t>>& prompts, std::vector<std::vector<uint16_t>>* hidden = nullptr);
+    // [layer][token * hidden + i] (this synchronizes).
+    void prefill(const std::vector<std::vector<int32_t>>& prompts, std::vector<std::vector<float>>* hidden = nullptr);
     // One token for every sequence: the step's positions copied in and one graph launch. Does not
     // wait for the GPU. Throws std::length_error when a sequence would pass max_context.
     void decode_step();
+    // Runs one prefill and one decode step (eagerly, not as the graph: each op timed apart, the
+    // gaps between them included) and returns the milliseconds of each kind of op, summed over the
+    // layers: "prefill: attention", "decode step: qkv projection", ... Rewrites the cache rows of
+    // the prefill and the first decode step.
+    std::map<std::string, double> profile(const std::vector<std::vector<int32_t>>& prompts);
     // How many decode steps fit after the prefill.
     int64_t max_steps() const;
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "float16.hpp"
 #include "safetensors.hpp"
 
 namespace transformer {
@@ -95,54 +96,6 @@ DeviceMemory allocate(std::vector<Slot>& slots, size_t element) {
     return memory;
 }
 
-uint16_t float_to_bf16(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, 4);
-    if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
-    return static_cast<uint16_t>((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
-
-float bf16_to_float(uint16_t bits) {
-    const uint32_t word = uint32_t{bits} << 16;
-    float value;
-    std::memcpy(&value, &word, 4);
-    return value;
-}
-
-// IEEE half, rounded to nearest even; overflow to infinity.
-uint16_t float_to_half(float value) {
-    uint32_t bits;
-    std::memcpy(&bits, &value, 4);
-    const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000);
-    const uint32_t magnitude = bits & 0x7FFFFFFF;
-    if (magnitude > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00);  // NaN
-    if (magnitude >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);  // rounds past 65504
-    if (magnitude < 0x38800000) {  // below the smallest normal half: a subnormal (or zero)
-        const float scaled = std::ldexp(std::fabs(value), 24);  // units of 2^-24
-        return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(scaled)));
-    }
-    const uint32_t rounded = magnitude + 0xFFF + ((magnitude >> 13) & 1);
-    return static_cast<uint16_t>(sign | ((rounded - 0x38000000) >> 13));
-}
-
-float half_to_float(uint16_t bits) {
-    const uint32_t sign = uint32_t{bits & 0x8000u} << 16;
-    const uint32_t exponent = (bits >> 10) & 0x1F, mantissa = bits & 0x3FF;
-    float magnitude;
-    if (exponent == 0) {
-        magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    } else if (exponent == 31) {
-        magnitude = mantissa != 0 ? std::nanf("") : INFINITY;
-    } else {
-        magnitude = std::ldexp(static_cast<float>(mantissa | 0x400), static_cast<int>(exponent) - 25);
-    }
-    uint32_t word;
-    std::memcpy(&word, &magnitude, 4);
-    word |= sign;
-    std::memcpy(&magnitude, &word, 4);
-    return magnitude;
-}
-
 // The tensor's elements appended to `out` as 16-bit codes of `dtype`.
 void convert(const TensorView& tensor, DType dtype, std::vector<uint16_t>& out) {
     const size_t count = tensor.bytes / dtype_bytes(tensor.dtype);
@@ -162,7 +115,7 @@ void convert(const TensorView& tensor, DType dtype, std::vector<uint16_t>& out) 
             std::memcpy(&code, tensor.data + 2 * i, 2);
             value = tensor.dtype == "BF16" ? bf16_to_float(code) : half_to_float(code);
         }
-        out[base + i] = to_bf16 ? float_to_bf16(value) : float_to_half(value);
+        out[base + i] = float_to_code(value, dtype);
     }
 }
 
@@ -187,7 +140,7 @@ void fill_random(std::vector<uint16_t>& out, size_t count, DType dtype, uint64_t
             for (size_t i = t * per_thread; i < end; ++i) {
                 const float unit = static_cast<float>(mix(key + i) >> 40) * 0x1p-24f;  // [0, 1)
                 const float value = (2.0f * unit - 1.0f) * half_width;
-                out[i] = dtype == DType::bf16 ? float_to_bf16(value) : float_to_half(value);
+                out[i] = float_to_code(value, dtype);
             }
         });
     }
@@ -238,7 +191,7 @@ ModelWeights ModelWeights::random(const ModelConfig& config, DType dtype, uint64
             const bool bias = slot.sources.front().size() >= 4 &&
                               slot.sources.front().compare(slot.sources.front().size() - 4, 4, "bias") == 0;
             const float value = bias ? 0.0f : 1.0f;
-            codes.assign(count, dtype == DType::bf16 ? float_to_bf16(value) : float_to_half(value));
+            codes.assign(count, float_to_code(value, dtype));
         } else {
             fill_random(codes, count, dtype, seed, i, std);
         }

@@ -5,15 +5,16 @@
 //       (--prompts prompts.json | --prompt-lengths N[xC][,N[xC]...] [--prompt-seed S]) [--steps N]
 //       [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]
 //       [--dtype bf16|fp16] [--max-context N] [--page-size N] [--prefill-group-tokens N]
-//       [--prefill-repeats R] [--dump activations.safetensors] [--report report.json]
+//       [--prefill-repeats R] [--profile] [--dump activations.safetensors] [--report report.json]
 //
 // prompts.json is a JSON array of token-id arrays; --prompt-lengths makes random prompts (2048x8:
 // eight of 2048 tokens). Without --weights the weights are random
 // (seeded; speed only). Any of --temperature, --top-k, --top-p, --min-p samples; otherwise greedy.
-// --dump writes the residual stream after each layer of the prefill ("hidden.L", [tokens, hidden]),
+// --dump writes the residual stream after each layer of the prefill ("hidden.L", [tokens, hidden] fp32),
 // the prefill's logits ("logits", [prompts, vocab] fp32) and the tokens ("tokens", [prompts,
 // steps + 1] int32) for examples/transformer/check_against_torch.py. --report writes the timings
-// (start to first token and its parts, decode step and prefill medians) as JSON.
+// (start to first token and its parts, decode step and prefill medians) as JSON. --profile times a
+// prefill and a decode step op by op at the end (in the report too).
 // Exit status: 0 done, 2 bad arguments or model files (named), 1 anything else (no GPU, ...).
 #include <algorithm>
 #include <chrono>
@@ -49,7 +50,7 @@ constexpr const char* kUsage =
     "           (--prompts prompts.json | --prompt-lengths N[xC][,N[xC]...] [--prompt-seed S]) [--steps N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]\n"
     "           [--dtype bf16|fp16] [--max-context N] [--page-size N] [--prefill-group-tokens N]\n"
-    "           [--prefill-repeats R] [--dump activations.safetensors] [--report report.json]\n";
+    "           [--prefill-repeats R] [--profile] [--dump activations.safetensors] [--report report.json]\n";
 
 // Arguments that are wrong, named: exit status 2.
 struct UsageError : std::invalid_argument {
@@ -59,7 +60,7 @@ struct UsageError : std::invalid_argument {
 struct Arguments {
     std::string config, weights, prompts, dump, report;
     std::vector<int64_t> prompt_lengths;
-    bool random_weights = false;
+    bool random_weights = false, profile = false;
     uint64_t weight_seed = 0, prompt_seed = 0;
     int64_t steps = 16, max_context = 0, page_size = 16, prefill_group_tokens = 16384, prefill_repeats = 0;
     tileops::DType dtype = tileops::DType::bf16;
@@ -97,6 +98,10 @@ Arguments parse_arguments(int argc, char** argv) {
     bool sampled = false;
     for (int i = 1; i < argc; ++i) {
         const std::string flag = argv[i];
+        if (flag == "--profile") {
+            a.profile = true;
+            continue;
+        }
         if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value (or is not an option)", flag));
         const std::string value = argv[++i];
         constexpr int64_t kBig = int64_t{1} << 31;
@@ -276,7 +281,7 @@ int run(const Arguments& args, Clock::time_point start) {
     report["prepare_s"] = seconds_since(phase);
 
     phase = Clock::now();
-    std::vector<std::vector<uint16_t>> hidden;
+    std::vector<std::vector<float>> hidden;
     decoder.prefill(prompts, args.dump.empty() ? nullptr : &hidden);
     check_cuda(cudaStreamSynchronize(stream), "the prefill");
     report["prefill_s"] = seconds_since(phase);
@@ -313,6 +318,16 @@ int run(const Arguments& args, Clock::time_point start) {
         report["prefill_ms"] = median(intervals_ms(marks));
         for (cudaEvent_t e : marks) cudaEventDestroy(e);
     }
+    if (args.profile) {
+        const auto breakdown = decoder.profile(prompts);
+        double prefill_total = 0, decode_total = 0;
+        for (const auto& [name, ms] : breakdown) (name.rfind("prefill", 0) == 0 ? prefill_total : decode_total) += ms;
+        for (const auto& [name, ms] : breakdown) {
+            const double total = name.rfind("prefill", 0) == 0 ? prefill_total : decode_total;
+            fmt::print("  {:<45} {:10.3f} ms {:5.1f}%\n", name, ms, 100.0 * ms / total);
+            report["profile_ms"][name] = ms;
+        }
+    }
     report["prompts"] = lengths.size();
     report["prompt_tokens"] = std::accumulate(lengths.begin(), lengths.end(), int64_t{0});
     report["tokens"] = generated;
@@ -330,11 +345,10 @@ int run(const Arguments& args, Clock::time_point start) {
                args.prefill_repeats > 0 ? fmt::format(", prefill {:.3f} ms", report["prefill_ms"].get<double>()) : "");
 
     if (!args.dump.empty()) {
-        const std::string code_dtype = args.dtype == tileops::DType::bf16 ? "BF16" : "F16";
         std::vector<OutputTensor> tensors;
         const int64_t total = report["prompt_tokens"].get<int64_t>();
         for (size_t l = 0; l < hidden.size(); ++l)
-            tensors.push_back({fmt::format("hidden.{}", l), code_dtype, {total, config.hidden}, as_bytes(hidden[l])});
+            tensors.push_back({fmt::format("hidden.{}", l), "F32", {total, config.hidden}, as_bytes(hidden[l])});
         tensors.push_back({"logits", "F32", {static_cast<int64_t>(lengths.size()), config.vocab}, as_bytes(prefill_logits)});
         std::vector<int32_t> flat;
         for (const auto& t : generated) flat.insert(flat.end(), t.begin(), t.end());
