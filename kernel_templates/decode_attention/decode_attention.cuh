@@ -28,7 +28,6 @@
 
 #include <cuda/std/limits>
 
-#include "common/grid_dependency.cuh"
 #include "arch/async_copy.cuh"
 #include "common/fp8.cuh"
 #include "common/types.cuh"
@@ -54,7 +53,6 @@ __global__ void __launch_bounds__(WARPS * 32)
                             int max_kv_len, T* __restrict__ out, long long o_batch_stride, long long o_token_stride,
                             long long o_head_stride, float* __restrict__ lse, int group, int q_len,
                             int window_left, float scale, float softcap, float* workspace, float v_scale) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using Lanes = DecodeLanes<TKV, HEAD_DIM>;
     constexpr int VEC = Lanes::VEC, LANES = Lanes::LANES, TPS = Lanes::TOKENS_PER_STEP;
     constexpr int WARP_TOKENS = TPS * UNROLL;  // tokens a warp covers per iteration

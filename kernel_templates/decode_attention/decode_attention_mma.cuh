@@ -31,7 +31,6 @@
 
 #include <cuda/std/limits>
 
-#include "common/grid_dependency.cuh"
 #include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
 #include "common/types.cuh"
@@ -49,7 +48,6 @@ __global__ void __launch_bounds__(WARPS * 32)
                                 int max_kv_len, T* __restrict__ out, long long o_batch_stride, long long o_token_stride,
                                 long long o_head_stride, float* __restrict__ lse, int group, int q_len,
                                 int window_left, float scale, float softcap, float* workspace) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     constexpr int ROWS = 16;
     constexpr int CHUNKS = HEAD_DIM / 8;             // 16-byte chunks of a key row
     constexpr int COPIES = TILE * CHUNKS / 32;       // chunks a lane copies per tile, of keys and of values

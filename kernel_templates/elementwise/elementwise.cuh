@@ -14,7 +14,6 @@
 // All UNROLL loads are issued before any arithmetic so that they are in flight together.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "common/math.cuh"
 #include "common/types.cuh"
 
@@ -96,7 +95,6 @@ template <typename T, typename TOut, int OP, int VEC, int UNROLL, int THREADS>
 __global__ void __launch_bounds__(THREADS)
     elementwise_kernel(const T* a, long long a_stride, const T* b, long long b_stride, TOut* y, long long y_stride,
                        long long rows, long long cols) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     static_assert(OP >= 0 && OP <= 5, "OP must be 0..5");
     static_assert(VEC >= 1 && (VEC & (VEC - 1)) == 0, "VEC must be a power of two");
     static_assert(UNROLL >= 1, "UNROLL must be >= 1");

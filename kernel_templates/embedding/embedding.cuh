@@ -7,7 +7,6 @@
 // table is never dereferenced and contributes zeros.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -18,7 +17,6 @@ __global__ void __launch_bounds__(THREADS)
                      const int* __restrict__ positions, const T* __restrict__ position_table, long long max_positions,
                      long long table_stride, TOut* __restrict__ out, long long out_stride, long long tokens,
                      long long hidden) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     const long long col = (static_cast<long long>(blockIdx.x) * THREADS + threadIdx.x) * VEC;
     if (col >= hidden) return;  // hidden is a multiple of VEC (the host picks VEC so)
     for (long long t = blockIdx.y; t < tokens; t += gridDim.y) {

@@ -46,7 +46,6 @@
 // STAGES = 1 (FlashAttention-2's single K and V buffer) works and saves shared memory; 3 rarely helps.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
 #include "common/types.cuh"
@@ -115,7 +114,6 @@ __device__ __forceinline__ void flash_sm80_load_tile(T* tile, const T* rows, lon
 
 template <typename T, int HEAD_DIM, int BM, int BN, int WARPS, int STAGES, bool CAUSAL, bool WINDOW>
 __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const FlashAttentionArgs p, const FlashPackedRows rows) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "head dims 64, 128, 256");
     static_assert(BN == 32 || BN == 64 || BN == 128, "key tiles of 32, 64 or 128");
     static_assert(WARPS >= 1 && BM % WARPS == 0 && (BM / WARPS) % 16 == 0, "each warp owns a multiple of 16 rows");

@@ -32,7 +32,6 @@
 // flash_sm90_shared_bytes below (host: ops/flash_attention_config.cpp computes the same).
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "arch/hopper.cuh"
 #include "arch/wgmma_rs.cuh"
 #include "common/attention.cuh"
@@ -551,7 +550,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     flash_attention_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                                 const __grid_constant__ TensorMap map_v, const FlashAttentionArgs p,
                                 const FlashPackedRows rows) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "head dims 64, 128, 256");
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
     static_assert(STAGES >= 2, "K/V tiles are double-buffered at least");

@@ -22,7 +22,6 @@
 // then. Dynamic shared memory: WARPS * STAGES * (BM + BN) * 64 elements, then BM * BN floats.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_epilogue.cuh"
@@ -31,7 +30,6 @@ namespace tileops {
 
 template <typename T, typename TOut, int BM, int BN, int WARPS, int STAGES, bool HAS_C, bool BIAS, int ACT>
 __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs p) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     constexpr int BK = 64;                    // one 128-byte swizzled row per operand row and step
     constexpr int CHUNKS = BK / 8;            // 16-byte chunks of a row
     constexpr int STAGE_ELEMS = (BM + BN) * BK;

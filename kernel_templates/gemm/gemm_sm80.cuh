@@ -17,7 +17,6 @@
 // Any M, N, K >= 1: copies that hang over an edge are zero-filled, stores are guarded.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_epilogue.cuh"
@@ -60,7 +59,6 @@ __device__ __forceinline__ void gemm_load_tile(T* tile, const T* matrix, long lo
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES,
           int GROUP_M, int VEC, bool HAS_C, bool BIAS, int ACT>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_sm80_kernel(const GemmArgs p) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     constexpr int kThreads = WARPS_M * WARPS_N * 32;
     constexpr int kWarpM = BM / WARPS_M, kWarpN = BN / WARPS_N;
     constexpr int kMmaM = kWarpM / 16, kMmaN = kWarpN / 8;

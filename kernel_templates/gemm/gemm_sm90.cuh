@@ -34,7 +34,6 @@
 // GROUP_M, HAS_C, BIAS, ACT.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "arch/hopper.cuh"
 #include "arch/wgmma_gemm_widths.cuh"
 #include "common/types.cuh"
@@ -283,7 +282,6 @@ template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAG
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
                      const __grid_constant__ TensorMap map_d, const GemmArgs p) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     static_assert(B_NT || BN % 64 == 0, "an N-major B tile is loaded in boxes of 64 columns");
     static_assert(CLUSTER_M == 1 || CLUSTER_M == 2, "blocks run alone or in pairs");
     static_assert(CLUSTER_M == 1 || (B_NT ? BN % 16 == 0 : BN % 128 == 0), "B splits in two halves");

@@ -18,7 +18,6 @@
 // kernel (mla_merge_kernel, one block per row) merges them.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
 #include "common/types.cuh"
@@ -238,7 +237,6 @@ __device__ __forceinline__ void mla_store_rows(const MlaDecodeArgs& p, const flo
 constexpr int kMlaMaxSplits = 256;
 template <typename T, int BLOCK_M>
 __global__ void __launch_bounds__(128) mla_merge_kernel(const MlaDecodeArgs p) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     __shared__ float weights[kMlaMaxSplits];
     __shared__ float merged_lse;
     const int row = blockIdx.x, batch = blockIdx.y, splits = p.num_splits;

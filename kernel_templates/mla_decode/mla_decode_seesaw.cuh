@@ -31,7 +31,6 @@
 // Template parameters: T (__half or __nv_bfloat16), PAGE_SIZE tokens per page (0: contiguous KV).
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "arch/hopper.cuh"
 #include "arch/wgmma_rs.cuh"
 #include "mla_decode/mla_decode_common.cuh"
@@ -329,7 +328,6 @@ __device__ __forceinline__ void seesaw_pv_remote(float (&o)[128], const unsigned
 
 template <typename T, int PAGE_SIZE>
 __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDecodeArgs p) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     extern __shared__ unsigned char seesaw_shared_raw[];
     unsigned char* base = seesaw_shared_raw + ((1024 - (shared_address(seesaw_shared_raw) & 1023)) & 1023);
     unsigned char* q_tile = base;

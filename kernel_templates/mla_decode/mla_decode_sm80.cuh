@@ -16,7 +16,6 @@
 // per lane and 8 keys: WARPS * BLOCK_N / 8 * 512 bytes), and STAGES * BLOCK_N key flags.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "mla_decode/mla_decode_common.cuh"
 
 namespace tileops {
@@ -39,7 +38,6 @@ __device__ __forceinline__ void mla_ldmatrix_x4_trans(unsigned (&r)[4], unsigned
 
 template <typename T, int BLOCK_M, int BLOCK_N, int STAGES, int PAGE_SIZE>
 __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(const MlaDecodeArgs p) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     static_assert(BLOCK_M == 16 || BLOCK_M == 32 || BLOCK_M == 64, "BLOCK_M is 16, 32 or 64");
     static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N is 16, 32 or 64");
     static_assert(STAGES >= 2, "at least two stages");

@@ -17,7 +17,6 @@
 // (8 warps x BLOCK_N / 8 x 512 bytes) and STAGES * BLOCK_N key flags.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "arch/hopper.cuh"
 #include "arch/wgmma_rs.cuh"
 #include "mla_decode/mla_decode_common.cuh"
@@ -56,7 +55,6 @@ __device__ __forceinline__ void mla_sm90_scores(float (&s)[BLOCK_N / 2], unsigne
 
 template <typename T, int BLOCK_N, int STAGES, int PAGE_SIZE>
 __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecodeArgs p) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     static_assert(BLOCK_N == 32 || BLOCK_N == 64, "BLOCK_N is 32 or 64 (wgmma widths with a wrapper)");
     static_assert(STAGES >= 3, "three stages at least: P V of a tile runs while the tile after next is copied");
     constexpr int BLOCK_M = 64, THREADS = 256;

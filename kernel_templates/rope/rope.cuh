@@ -14,7 +14,6 @@
 
 #include <cuda_fp8.h>
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 #include "rope/rope_args.cuh"
 
@@ -74,7 +73,6 @@ __device__ __forceinline__ void store_cache_span(TC* ptr, const float (&in)[N], 
 template <typename T, typename TC, int HEADS, int KV_HEADS, int HEAD_DIM, int ROT, bool GPTJ, bool APPEND, int VEC,
           int HG, int THREADS>
 __global__ void __launch_bounds__(THREADS) rope_kernel(const RopeArgs args) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using namespace rope_detail;
     constexpr int kHeads = HEADS + KV_HEADS;
     constexpr int kGroups = (kHeads + HG - 1) / HG;

@@ -8,7 +8,6 @@
 // for the output. Template parameters as in rmsnorm.cuh.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 #include "rows/reduce.cuh"
 #include "rows/row_layout.cuh"
@@ -21,7 +20,6 @@ template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, in
 __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     layernorm_kernel(const T* x, long long x_stride, const T* weight, const T* bias, TOut* y, long long y_stride,
                      long long rows, long long cols, float eps) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
     using Reducer = RowReducer<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
     __shared__ typename Reducer::Shared reduce_shared;

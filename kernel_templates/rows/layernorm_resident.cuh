@@ -9,7 +9,6 @@
 // rmsnorm_resident.cuh; the kernel parameters are layernorm_kernel's.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 #include "rows/reduce.cuh"
 #include "rows/resident_row.cuh"
@@ -21,7 +20,6 @@ template <typename T, typename TOut, int THREADS, int VEC, int ITEMS, int SLOTS,
 __global__ void __launch_bounds__(THREADS, 1)
     layernorm_resident_kernel(const T* x, long long x_stride, const T* weight, const T* bias, TOut* y,
                               long long y_stride, long long rows, long long cols, float eps) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using Row = ResidentRow<T, THREADS, VEC, ITEMS, SLOTS, CLUSTER>;
     using Reducer = RowReducer<THREADS, 1, CLUSTER>;
     __shared__ typename Reducer::Shared reduce_shared;

@@ -11,7 +11,6 @@
 // current ones, see RowPrefetch in rows/row_layout.cuh).
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 #include "rows/reduce.cuh"
 #include "rows/row_layout.cuh"
@@ -25,7 +24,6 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     rmsnorm_kernel(const T* x, long long x_stride, const T* residual, long long residual_stride, const T* weight,
                    TOut* y, long long y_stride, T* sum_out, long long sum_stride, long long rows, long long cols,
                    float eps) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
     using Reducer = RowReducer<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
     __shared__ typename Reducer::Shared reduce_shared;

@@ -9,7 +9,6 @@
 // both launch alike; the residual ones are unused.
 #pragma once
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 #include "rows/reduce.cuh"
 #include "rows/resident_row.cuh"
@@ -22,7 +21,6 @@ __global__ void __launch_bounds__(THREADS, 1)
     rmsnorm_resident_kernel(const T* x, long long x_stride, const T* /*residual*/, long long /*residual_stride*/,
                             const T* weight, TOut* y, long long y_stride, T* /*sum_out*/, long long /*sum_stride*/,
                             long long rows, long long cols, float eps) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using Row = ResidentRow<T, THREADS, VEC, ITEMS, SLOTS, CLUSTER>;
     using Reducer = RowReducer<THREADS, 1, CLUSTER>;
     __shared__ typename Reducer::Shared reduce_shared;

@@ -10,7 +10,6 @@
 
 #include <cuda/std/limits>
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 #include "rows/reduce.cuh"
 #include "rows/row_layout.cuh"
@@ -22,7 +21,6 @@ template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, in
           bool PREFETCH>
 __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     softmax_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows, long long cols) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
     const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
     constexpr float kLog2e = log2_e();

@@ -12,7 +12,6 @@
 
 #include <cuda/std/limits>
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 #include "rows/reduce.cuh"
 #include "rows/resident_row.cuh"
@@ -24,7 +23,6 @@ template <typename T, typename TOut, int THREADS, int VEC, int ITEMS, int SLOTS,
 __global__ void __launch_bounds__(THREADS, 1)
     softmax_resident_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows,
                             long long cols) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using Row = ResidentRow<T, THREADS, VEC, ITEMS, SLOTS, CLUSTER>;
     constexpr float kLog2e = log2_e();
     using Reducer = RowReducer<THREADS, 1, CLUSTER>;

@@ -17,7 +17,6 @@
 
 #include <cuda/std/limits>
 
-#include "common/grid_dependency.cuh"
 #include "common/types.cuh"
 #include "sampling/sampling_args.cuh"
 
@@ -183,7 +182,6 @@ __device__ __forceinline__ void select_from_top(const H* hist, int bins, unsigne
 
 template <typename T, int VEC, int THREADS, bool GREEDY>
 __global__ void __launch_bounds__(THREADS, 1) sampling_kernel(const SamplingArgs args) {
-    begin_dependent_grid();  // before any global memory access (common/grid_dependency.cuh)
     using namespace sampling_detail;
     static_assert(THREADS % 32 == 0 && THREADS >= 64, "whole warps");
     __shared__ unsigned count_hist[kBins];

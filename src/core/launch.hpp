@@ -26,10 +26,6 @@ struct ResolvedLaunch {
     unsigned block[3] = {1, 1, 1};
     unsigned cluster = 1;
     unsigned shared_bytes = 0;
-    // Launched with programmatic stream serialization (sm_90+): the kernel may start before the
-    // previous kernel on the stream has finished; it waits for it first thing
-    // (kernel_templates/common/grid_dependency.cuh).
-    bool programmatic = false;
     // The launch's scratch memory (OpModel::workspace_bytes), or null. Owned here so that it lives
     // as long as the resolved launch. Launches of one op on one runtime share it, so runs of the
     // same op object on different streams must not overlap (as with a cuBLAS handle's workspace).
@@ -42,23 +38,18 @@ struct ResolvedLaunch {
     unsigned follow_up_block[3] = {1, 1, 1};
 };
 
-// The driver's description of a launch (for cuLaunchKernelEx and cuOccupancyMaxActiveClusters):
-// its geometry, clusters of launch.cluster CTAs along x and, when asked, programmatic stream
-// serialization. Not copyable: `config` points at `attributes`.
-struct LaunchConfig {
-    LaunchConfig(const ResolvedLaunch& launch, CUstream stream, bool programmatic);
-    LaunchConfig(const LaunchConfig&) = delete;
-    LaunchConfig& operator=(const LaunchConfig&) = delete;
-    CUlaunchAttribute attributes[2]{};
+// The driver's description of a launch in clusters of launch.cluster CTAs along x (for
+// cuLaunchKernelEx and cuOccupancyMaxActiveClusters). Not copyable: `config` points at `attribute`.
+struct ClusterLaunchConfig {
+    ClusterLaunchConfig(const ResolvedLaunch& launch, CUstream stream);
+    ClusterLaunchConfig(const ClusterLaunchConfig&) = delete;
+    ClusterLaunchConfig& operator=(const ClusterLaunchConfig&) = delete;
+    CUlaunchAttribute attribute{};
     CUlaunchConfig config{};
 };
 
-// Whether kernels on a device of compute capability `cc_major` launch with programmatic stream
-// serialization: sm_90 and later, unless TILEOPS_NO_PDL=1 (read once).
-bool programmatic_launch(int cc_major);
-
-// Launches on `stream` with cuLaunchKernelEx (clusters, programmatic serialization), or
-// cuLaunchKernel when neither applies; then the follow-up kernel, if any, with the same arguments.
+// Launches on `stream`: cuLaunchKernel, or cuLaunchKernelEx when the kernel runs in clusters; then
+// the follow-up kernel, if any, with the same arguments.
 // Throws DriverError (naming the op) when the launch is refused.
 void launch(const ResolvedLaunch& launch, void** args, CUstream stream, const OpModel& op);
 

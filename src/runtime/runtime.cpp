@@ -148,7 +148,6 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     }
     launch.cluster = plan.cluster;
     launch.shared_bytes = plan.shared_bytes;
-    launch.programmatic = programmatic_launch(device_.cc_major);
     if (const size_t bytes = model.workspace_bytes(config); bytes > 0) {
         make_current();
         launch.workspace = std::make_shared<Workspace>(device_.ordinal, bytes);
@@ -186,7 +185,7 @@ unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& 
     make_current();  // the occupancy queries need the device's context on this thread
     unsigned resident = 0;
     if (launch.cluster > 1) {
-        LaunchConfig cluster(launch, nullptr, false);
+        ClusterLaunchConfig cluster(launch, nullptr);
         int clusters = 0;
         TILEOPS_CU_CHECK(api.cuOccupancyMaxActiveClusters(&clusters, launch.function, &cluster.config));
         resident = static_cast<unsigned>(std::max(clusters, 0)) * launch.cluster;
