@@ -2,13 +2,15 @@
 """A seeded sweep of real-model shapes for a family, ours (bench_problems) against its torch peer
 in the same run, worst ratio first.
 
-    python3 bench/sweep_peers.py --family rope|sampling [--seed 1] [--bench build-gpu/bench/bench_problems]
+    python3 bench/sweep_peers.py --family rope|sampling|embedding [--seed 1] [--bench build-gpu/bench/bench_problems]
                                  [--json sweep.json]
 
 rope: Llama 3 8B / 70B, Qwen 2.5 7B / 0.5B, Phi-3 mini, Gemma 2 9B, GPT-NeoX 20B (24 of 96 dims
 rotate), GPT-J (interleaved, 64 of 256), at token counts drawn from decode steps to long prefills,
 with and without the paged append (and an fp8 cache). sampling: the vocabularies of Llama 2 / 3,
 Phi-3, GPT-2, Qwen 2.5 and Gemma at batches of 1 to 256, fp32 and bf16 logits, greedy too.
+embedding: the tables (vocabulary x hidden) of the same models and GPT-2's learned positions, at
+token counts from a decode step to a long prefill, bf16, fp16 and fp32.
 """
 import argparse
 import json
@@ -26,6 +28,11 @@ ROPE_MODELS = [  # heads, kv heads, head dim, flags besides the append
 ROPE_TOKENS = [1, 3, 8, 33, 64, 255, 1000, 2048, 3001, 8192, 16384]
 VOCABS = [32000, 32064, 50257, 128256, 151936, 256000]
 BATCHES = [1, 2, 5, 16, 48, 100, 256]
+EMBEDDING_MODELS = [  # vocabulary, hidden, learned positions
+    (128256, 4096, 0), (128256, 8192, 0), (152064, 3584, 0), (151936, 896, 0), (32064, 3072, 0),
+    (256000, 3584, 0), (50257, 768, 1024), (50257, 1600, 1024),
+]
+EMBEDDING_TOKENS = [1, 7, 64, 255, 1000, 2048, 4097, 8192, 16384]
 
 
 def rope_problems(rng):
@@ -51,15 +58,31 @@ def sampling_problems(rng):
     return problems
 
 
+def embedding_problems(rng):
+    problems = []
+    for vocab, hidden, positions in EMBEDDING_MODELS:
+        for tokens in sorted(rng.sample(EMBEDDING_TOKENS, 3)):
+            dtype = rng.choice(["bf16", "bf16", "fp16", "fp32"])
+            flags = f" positions{positions}" if positions else ""
+            problems.append(f"embedding {tokens}x{vocab}x{hidden} {dtype}{flags}")
+    return problems
+
+
+PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems}
+# The peer's figure each family compares with.
+PEER = {"rope": ("compile_us", "torch.compile"), "sampling": ("torch_us", "torch"),
+        "embedding": ("compile_us", "torch.compile")}
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--family", required=True, choices=["rope", "sampling"])
+    parser.add_argument("--family", required=True, choices=sorted(PROBLEMS))
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--bench", default="build-gpu/bench/bench_problems")
     parser.add_argument("--json", default="")
     args = parser.parse_args()
     rng = random.Random(args.seed)
-    problems = rope_problems(rng) if args.family == "rope" else sampling_problems(rng)
+    problems = PROBLEMS[args.family](rng)
     flags = [a for p in problems for a in ("--problem", p)]
     ours_json, peer_json = args.json + ".ours.tmp", args.json + ".peer.tmp"
     subprocess.run([args.bench, *flags, "--json", ours_json], check=True, stdout=subprocess.DEVNULL)
@@ -70,11 +93,11 @@ def main():
     rows = []
     for text, result in zip(problems, ours["results"]):
         peer_case = peers[text]
-        peer_us = peer_case["compile_us"] if args.family == "rope" else peer_case["torch_us"]
+        peer_us = peer_case[PEER[args.family][0]]
         rows.append({"problem": text, "us": result["median_us"], "peer_us": peer_us,
                      "speedup": peer_us / result["median_us"], "fraction_of_copy": result["fraction_of_copy"]})
     rows.sort(key=lambda r: r["speedup"])
-    peer_name = "torch.compile" if args.family == "rope" else "torch"
+    peer_name = PEER[args.family][1]
     print(f"{ours['device']}, copy {ours['copy_gbps']:.0f} GB/s; seed {args.seed}; peer {peer_name}, same run")
     print(f"| problem | ours us | {peer_name} us | speed-up | % of copy |\n|---|---|---|---|---|")
     for r in rows:
