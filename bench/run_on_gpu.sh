@@ -98,6 +98,7 @@ PY
           > "$OUT/tune_$part.txt" 2> "$OUT/tune_${part}_err.log" || status=1
         tail -12 "$OUT/tune_$part.txt" | cut -c1-200
       done
+      rm -f "$TUNE_DIR/tuned.json"  # rebuilt from the parts (merge never overwrites a file it was not given)
       ./build-gpu/tools/tileops-tune merge -o "$TUNE_DIR/tuned.json" "$TUNE_DIR"/tuned_*.json > /dev/null || status=1
       [ "$TUNE_DIR" = "$OUT" ] || cp "$TUNE_DIR"/tuned*.json "$OUT/"
       export TILEOPS_TUNING_DB="$TUNE_DIR/tuned.json" ;;

@@ -1,5 +1,6 @@
 #include "core/problem_spec.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -40,10 +41,26 @@ std::vector<std::string> split_flags(const std::string& flags) {
 
 std::optional<long long> flag_number(const std::string& flag, const std::string& prefix) {
     if (flag.size() <= prefix.size() || flag.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
+    const std::string digits = flag.substr(prefix.size());
+    // Digits only: "page16x" or "page 16" is no number, "page+16" no flag of ours.
+    if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
     try {
-        return std::stoll(flag.substr(prefix.size()));
+        return std::stoll(digits);
     } catch (...) {
         return std::nullopt;
+    }
+}
+
+void check_flags_distinct(const std::string& op, const std::vector<std::string>& flags,
+                          const std::vector<std::string>& numbered) {
+    std::vector<std::string> seen;
+    for (const std::string& flag : flags) {
+        std::string kind = flag;
+        for (const std::string& prefix : numbered)
+            if (flag_number(flag, prefix)) kind = prefix + "N";
+        if (std::find(seen.begin(), seen.end(), kind) != seen.end())
+            throw InvalidArgument(fmt::format("tileops: {}: flag {} given twice ('{}')", op, kind, flag));
+        seen.push_back(kind);
     }
 }
 
@@ -64,6 +81,7 @@ void require_rank(const ProblemSpec& spec, size_t rank, const char* layout) {
 
 PagedCache paged_cache(const std::string& op, const std::vector<std::string>& flags, long long batch,
                        long long max_kv_len) {
+    check_flags_distinct(op, flags, {"page"});
     PagedCache cache;
     for (const std::string& flag : flags) {
         const long long page = flag_number(flag, "page").value_or(0);

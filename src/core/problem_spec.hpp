@@ -28,6 +28,11 @@ std::vector<std::string> split_flags(const std::string& flags);
 // the prefix followed by a number.
 std::optional<long long> flag_number(const std::string& flag, const std::string& prefix);
 
+// Refuses a flag given twice, counting every "<prefix>N" of `numbered` as one flag: page16 and
+// page32 contradict each other. Throws InvalidArgument naming the op and the flag.
+void check_flags_distinct(const std::string& op, const std::vector<std::string>& flags,
+                          const std::vector<std::string>& numbered);
+
 struct DTypePair {
     DType in, out;
 };

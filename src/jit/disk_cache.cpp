@@ -117,6 +117,18 @@ void touch(const fs::path& path) {
 
 bool remove_file(const fs::path& path) { return ::unlink(path.c_str()) == 0 || errno == ENOENT; }
 
+// An entry path holding anything: a file or link is unlinked, a directory removed with what it
+// holds (remove_all does not follow links out of it).
+void remove_entry(const fs::path& path) {
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+    } else {
+        remove_file(path);
+    }
+}
+
 bool is_hex_pair(const std::string& name) {
     auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
     return name.size() == 2 && hex(name[0]) && hex(name[1]);
@@ -241,8 +253,18 @@ fs::path DiskCache::lock_path(std::string_view key) const {
 
 DiskCache::ReadResult DiskCache::read_entry(const std::string& key) const {
     ReadResult result;
-    auto data = util::read_file(entry_path(key));
-    if (!data) return result;  // missing (or unreadable, which is the same to us)
+    const fs::path path = entry_path(key);
+    auto data = util::read_file(path);
+    if (!data) {
+        // Something that is not a file (a directory, a FIFO, a link to a device) is damage to
+        // remove, or it would stay in the way of every build; anything else is a miss.
+        struct stat st {};
+        if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+            result.status = ReadStatus::damaged;
+            result.payload = S_ISDIR(st.st_mode) ? "a directory, not a file" : "not a regular file";
+        }
+        return result;
+    }
     std::string why;
     if (auto offset = check_entry(*data, key, why)) {
         result.status = ReadStatus::hit;
@@ -331,7 +353,7 @@ std::string DiskCache::build_locked(const std::string& key, const std::function<
         if (entry.status == ReadStatus::damaged) {
             // Remove it now so that a failing build does not leave it behind.
             util::logger().debug("tileops: removing damaged kernel cache entry {}: {}", key, entry.payload);
-            remove_file(entry_path(key));
+            remove_entry(entry_path(key));
         }
     }
     util::logger().debug("tileops: kernel cache miss {}; building", key);

@@ -45,6 +45,16 @@ const json& member(const json& object, const char* name, const std::string& path
     return *it;
 }
 
+// A string from the file that will be printed (list, show, logs) must not drive the terminal: no
+// control characters (escape sequences start with one) and no NUL, which would cut messages.
+void check_printable(const std::string& value, const std::string& what) {
+    for (const char c : value) {
+        const auto code = static_cast<unsigned char>(c);
+        if (code < 0x20 || code == 0x7f)
+            throw EntryError{fmt::format("{}: holds control character 0x{:02x}", what, code)};
+    }
+}
+
 std::string get_string(const json& object, const char* name, const std::string& path, bool required = true) {
     auto it = object.find(name);
     if (it == object.end()) {
@@ -54,6 +64,7 @@ std::string get_string(const json& object, const char* name, const std::string& 
     if (!it->is_string()) throw EntryError{fmt::format("{}.{}: expected string, got {}", path, name, type_name(*it))};
     std::string value = it->get<std::string>();
     if (value.size() > kMaxString) throw EntryError{fmt::format("{}.{}: longer than {} characters", path, name, kMaxString)};
+    check_printable(value, fmt::format("{}.{}", path, name));
     return value;
 }
 
@@ -85,6 +96,7 @@ Config parse_config(const json& value, const std::string& path) {
     Config config;
     for (auto it = value.begin(); it != value.end(); ++it) {
         if (it.key().size() > 64) throw EntryError{fmt::format("{}: a tunable name is longer than 64 characters", path)};
+        check_printable(it.key(), path + ": a tunable name");
         config[it.key()] = get_integer(it.value(), path + "." + it.key(), -(1LL << 31), 1LL << 31);
     }
     if (config.empty()) throw EntryError{fmt::format("{}: empty config", path)};
@@ -222,6 +234,7 @@ TuningDbMeta parse_meta(const json& root, const std::string& source) {
             if (!sources->is_array()) throw EntryError{"metadata.sources: expected a list of strings"};
             for (const auto& s : *sources) {
                 if (!s.is_string()) throw EntryError{"metadata.sources: expected a list of strings"};
+                check_printable(s.get<std::string>(), "metadata.sources");
                 meta.sources.push_back(s.get<std::string>());
             }
             std::sort(meta.sources.begin(), meta.sources.end());

@@ -1,6 +1,7 @@
 #include "util/file_util.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -79,12 +81,40 @@ void write_all(int fd, std::string_view data, const fs::path& tmp) {
 
 }  // namespace
 
+namespace {
+
+// Temporary files of earlier writes of `name` in `dir` whose writer was killed (kill -9 leaves
+// them; a database's can be tens of MB): removed when their process is gone and they are older
+// than any write takes (the age also spares a writer on another host sharing the directory).
+void remove_abandoned_temps(const fs::path& dir, const std::string& name) {
+    const std::string prefix = "." + name + ".tmp.";
+    std::error_code ec;
+    const auto old = fs::file_time_type::clock::now() - std::chrono::minutes(10);
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+        const std::string file = it->path().filename().string();
+        if (file.size() <= prefix.size() || file.compare(0, prefix.size(), prefix) != 0) continue;
+        const std::string rest = file.substr(prefix.size());  // "<pid>.<counter>"
+        const size_t dot = rest.find('.');
+        if (dot == 0 || dot == std::string::npos || rest.find_first_not_of("0123456789.") != std::string::npos) continue;
+        const long pid = std::strtol(rest.substr(0, dot).c_str(), nullptr, 10);
+        if (pid <= 0 || pid == ::getpid()) continue;
+        // A live process answers, another user's fails with EPERM: only ESRCH means it is gone.
+        if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+        std::error_code age_error;
+        if (!it->is_regular_file(age_error) || fs::last_write_time(it->path(), age_error) > old || age_error) continue;
+        ::unlink(it->path().c_str());
+    }
+}
+
+}  // namespace
+
 void write_file_atomic(const fs::path& path, std::string_view data) {
     fs::path dir = path.parent_path();
     if (dir.empty()) dir = ".";
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) throw FileError(fmt::format("cannot create directory {}: {}", dir.string(), ec.message()));
+    remove_abandoned_temps(dir, path.filename().string());
 
     static std::atomic<unsigned> counter{0};
     fs::path tmp = dir / fmt::format(".{}.tmp.{}.{}", path.filename().string(), ::getpid(), counter++);

@@ -290,6 +290,31 @@ TEST_CASE("tileops-tune: warm --search-space compiles every config tune would ti
     CHECK(plain.at("already_cached") == plain.at("kernels"));
 }
 
+TEST_CASE("tileops-tune: a warm that its cache bound evicts from fails and says how to fix it", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // silu's and gelu_tanh's search spaces: about 130 kernels, 1.5 MB, more than a 1 MB cache holds.
+    const fs::path workload = dir.path() / "two_ops.json";
+    std::ofstream(workload) << R"({"name": "two", "problems": [
+        {"op": "silu", "shape": [64, 4096], "dtype": "bf16"},
+        {"op": "gelu_tanh", "shape": [64, 4096], "dtype": "bf16"}]})";
+    const std::vector<std::string> args = {"warm",   "--arch",         "sm_90a",          "--workload",
+                                           workload.string(), "--search-space", "--cache-dir",
+                                           (dir.path() / "kernels").string(), "--json"};
+    const ToolResult bounded = run_tool(args, {"TILEOPS_CACHE_MAX_MB=1"});
+    CHECK(bounded.status == 1);
+    CHECK_THAT(bounded.err, ContainsSubstring("not in the cache after the warm") && ContainsSubstring("1 MB") &&
+                                ContainsSubstring("TILEOPS_CACHE_MAX_MB"));
+    const json report = parse_json(bounded.out);
+    CHECK(report.at("evicted").get<size_t>() > 0);
+    CHECK(report.at("failed").empty());
+    // Unbounded, the same warm keeps every kernel.
+    const ToolResult unbounded = run_tool(args, {"TILEOPS_CACHE_MAX_MB=0"});
+    INFO(unbounded.err);
+    CHECK(unbounded.status == 0);
+    CHECK(parse_json(unbounded.out).at("evicted") == 0);
+}
+
 TEST_CASE("tileops-tune: list and show print a database as a table and as JSON", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     const std::string db = fixture("cli_fleet_a.json").string();
@@ -406,6 +431,35 @@ TEST_CASE("tileops-tune: merge -o writes the union, the faster entry per key", "
     CHECK_THAT(refused.err, ContainsSubstring("sm_80"));
     CHECK_THAT(refused.err, ContainsSubstring("sm_90a"));
     CHECK_FALSE(fs::exists(mixed));
+    // The same with a database naming no arch between them, in either order (that one once let the
+    // merge through when it came first).
+    const fs::path unnamed = dir.path() / "unnamed.json";
+    std::ofstream(unnamed) << R"({"format_version": 1, "metadata": {"sources": ["no arch"]}, "entries": [
+        {"op": "rmsnorm", "shape": [256, 4096], "dtype": "bf16", "arch": "sm_80", "template_hash": "fixture-hash",
+         "config": {"cluster": 1, "items": 2, "rows_per_block": 1, "threads_per_row": 256, "vec": 8},
+         "median_us": 9.0, "device": "Test GPU C"}]})";
+    const std::string sm80 = fixture("cli_fleet_sm80.json").string();
+    for (const auto& order : {std::vector<std::string>{a, unnamed.string(), sm80}, {a, sm80, unnamed.string()},
+                              {unnamed.string(), sm80, a}}) {
+        std::vector<std::string> merge_args = {"merge", "-o", mixed.string()};
+        merge_args.insert(merge_args.end(), order.begin(), order.end());
+        const ToolResult r = run_tool(merge_args);
+        CHECK(r.status == 2);
+        CHECK_THAT(r.err, ContainsSubstring("sm_80") && ContainsSubstring("sm_90a"));
+        CHECK_FALSE(fs::exists(mixed));
+    }
+
+    // An existing output that is not an input is not overwritten unseen; named as an input, it is
+    // merged into.
+    const std::string before = slurp(out);
+    const ToolResult over = run_tool({"merge", "-o", out.string(), b});
+    CHECK(over.status == 2);
+    CHECK_THAT(over.err, ContainsSubstring("exists and is not one of the inputs"));
+    CHECK(slurp(out) == before);
+    const ToolResult into = run_tool({"merge", "-o", out.string(), out.string(), b});
+    INFO(into.err);
+    CHECK(into.status == 0);
+    CHECK(TuningDb::load(out).entries().size() == 4);
 }
 
 TEST_CASE("tileops-tune: merge writes nothing when an input holds malformed entries, unless told to", "[cli]") {
@@ -511,15 +565,15 @@ TEST_CASE("tileops-tune: merge --drop-stale leaves out entries of other template
     CHECK(result.entries().front() == fresh);
 
     // --json lists what was dropped and why; without --drop-stale nothing is.
-    const ToolResult as_json = run_tool({"merge", "--drop-stale", "--json", "-o", out.string(),
+    const ToolResult as_json = run_tool({"merge", "--drop-stale", "--json", "-o", (dir.path() / "as_json.json").string(),
                                          fixture("cli_fleet_a.json").string(), fresh_path.string()});
     REQUIRE(as_json.status == 0);
     const json summary = parse_json(as_json.out);
     CHECK(summary.at("entries") == 1);
     REQUIRE(summary.at("dropped").size() == 3);
     CHECK(summary.at("dropped")[0].at("why").get<std::string>().find("another version") != std::string::npos);
-    const ToolResult kept_all =
-        run_tool({"merge", "--json", "-o", out.string(), fixture("cli_fleet_a.json").string(), fresh_path.string()});
+    const ToolResult kept_all = run_tool({"merge", "--json", "-o", (dir.path() / "all.json").string(),
+                                          fixture("cli_fleet_a.json").string(), fresh_path.string()});
     REQUIRE(kept_all.status == 0);
     CHECK(parse_json(kept_all.out).at("entries") == 4);  // both rmsnorm entries: their keys differ by hash
     CHECK(parse_json(kept_all.out).at("dropped").empty());

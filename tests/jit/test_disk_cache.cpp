@@ -202,7 +202,7 @@ TEST_CASE("disk cache: damaged entries are misses and get rebuilt", "[disk_cache
     CHECK(cache.load(other) == "other payload");
 }
 
-TEST_CASE("disk cache: an entry that is a FIFO or a link to a device is a miss, replaced by the build",
+TEST_CASE("disk cache: an entry that is a FIFO, a link to a device or a directory is replaced by the build",
           "[disk_cache]") {
     TempDir tmp;
     DiskCache cache(tmp.path / "cache", 0);
@@ -212,12 +212,18 @@ TEST_CASE("disk cache: an entry that is a FIFO or a link to a device is a miss, 
     fs::remove(file);
     SECTION("a FIFO (reading it would wait for a writer)") { REQUIRE(::mkfifo(file.c_str(), 0600) == 0); }
     SECTION("a link to /dev/zero (reading it would never end)") { fs::create_symlink("/dev/zero", file); }
+    SECTION("a directory holding a file (a rename cannot replace it: it once stayed, rebuilt every time)") {
+        fs::create_directories(file / "inside");
+        std::ofstream(file / "inside" / "x") << "x";
+    }
     CHECK_FALSE(cache.load(key).has_value());
     bool built = false;
     CHECK(cache.get_or_build(key, [] { return std::string("rebuilt"); }, &built) == "rebuilt");
     CHECK(built);
     CHECK(fs::is_regular_file(fs::symlink_status(file)));
     CHECK(cache.load(key) == "rebuilt");
+    CHECK(DiskCache(tmp.path / "cache", 0).get_or_build(key, [] { return std::string("again"); }, &built) == "rebuilt");
+    CHECK_FALSE(built);
 }
 
 TEST_CASE("disk cache: get_or_build builds once, then hits; a failed build writes nothing", "[disk_cache]") {

@@ -165,7 +165,7 @@ TuningEntry full_entry() {
     e.candidates_failed = 13;
     e.stability = 0.8125;
     e.tuned_at = "2026-11-22T12:46:40Z";
-    e.device = "NVIDIA \"H100\" 80GB\nHBM3 \xc3\xa9";  // quotes, newline, UTF-8
+    e.device = "NVIDIA \"H100\" 80GB\\HBM3 \xc3\xa9";  // quotes, a backslash, UTF-8 (control characters are refused)
     return e;
 }
 
@@ -827,6 +827,13 @@ TEST_CASE("tuning_db: each malformed field of an entry is named; the next entry 
         {"stability above 1", [](json& e) { e["stability"] = 1.5; }, "entries[0].stability"},
         {"nvrtc_version number", [](json& e) { e["nvrtc_version"] = 13; }, "entries[0].nvrtc_version: expected string, got integer"},
         {"device too long", [long_text](json& e) { e["device"] = long_text; }, "entries[0].device: longer than"},
+        // Strings reach the terminal (list, show) and logs: an escape sequence would clear the
+        // screen or set the window title, a NUL cut the message.
+        {"device with an escape", [](json& e) { e["device"] = "H100\x1b[2J"; },
+         "entries[0].device: holds control character 0x1b"},
+        {"flags with a NUL", [](json& e) { e["flags"] = std::string("page16\0x", 8); }, "entries[0].flags: holds control character 0x00"},
+        {"tuned_at with a DEL", [](json& e) { e["tuned_at"] = "2026\x7f"; }, "entries[0].tuned_at: holds control character 0x7f"},
+        {"tunable name with a bell", [](json& e) { e["config"]["v\aec"] = 8; }, "a tunable name: holds control character 0x07"},
         {"entry is a string", [](json& e) { e = "not an entry"; }, "entries[0]: expected object, got string"},
         {"entry is null", [](json& e) { e = nullptr; }, "entries[0]: expected object, got null"},
     };

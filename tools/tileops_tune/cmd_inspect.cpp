@@ -114,17 +114,36 @@ int cmd_merge(int argc, char** argv) {
             const std::string output = args["output"].as<std::string>();
             // The lock TuningDb::save takes: a tune writing into the output meanwhile is not lost.
             util::FileLock lock(std::filesystem::path(output + ".lock"), util::FileLock::Mode::exclusive);
-            TuningDb merged;
+            const auto inputs = args["inputs"].as<std::vector<std::string>>();
+            // Writing over a database that is not an input would drop what it holds unseen.
+            std::error_code ec;
+            if (std::filesystem::exists(output, ec)) {
+                bool is_input = false;
+                for (const std::string& path : inputs) is_input = is_input || std::filesystem::equivalent(path, output, ec);
+                if (!is_input)
+                    throw InvalidArgument(fmt::format("{} exists and is not one of the inputs: name it among them to "
+                                                      "merge into it, or remove it first", output));
+            }
+            std::vector<TuningDb> dbs;
             nlohmann::json rejected = nlohmann::json::array();
-            for (const std::string& path : args["inputs"].as<std::vector<std::string>>()) {
+            for (const std::string& path : inputs) {
                 TuningDb db = TuningDb::load(path);
                 for (const RejectedEntry& r : db.rejected()) {
                     rejected.push_back({{"file", path}, {"index", r.index}, {"why", r.reason}});
                     if (!args.count("json")) fmt::print(stderr, "rejected {}: entries[{}]: {}\n", path, r.index, r.reason);
                 }
                 if (db.meta().sources.empty()) db.meta().sources = {path};
-                merged = TuningDb::merge(merged, db);
+                dbs.push_back(std::move(db));
             }
+            // Databases that name different archs never merge, whatever the order they are given in.
+            for (size_t i = 0; i < dbs.size(); ++i)
+                for (size_t j = i + 1; j < dbs.size(); ++j)
+                    if (!dbs[i].meta().arch.empty() && !dbs[j].meta().arch.empty() &&
+                        dbs[i].meta().arch != dbs[j].meta().arch)
+                        throw InvalidArgument(fmt::format("cannot merge {} (arch {}) with {} (arch {})", inputs[i],
+                                                          dbs[i].meta().arch, inputs[j], dbs[j].meta().arch));
+            TuningDb merged;
+            for (const TuningDb& db : dbs) merged = TuningDb::merge(merged, db);
             if (!rejected.empty() && !args.count("allow-rejected")) {
                 if (args.count("json"))
                     fmt::print("{}\n", nlohmann::json({{"output", nullptr}, {"rejected", rejected}}).dump(2));

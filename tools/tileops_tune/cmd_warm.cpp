@@ -138,12 +138,26 @@ int cmd_warm(int argc, char** argv) {
                     failed_json.push_back({{"kernel", list[i].name_expression}, {"error", failures[i]}});
                 }
             const size_t failed = failed_json.size(), cached = list.size() - compiled - failed_kernels;
+            // A cache bound smaller than the workload evicts what the warm just stored: a warm that
+            // leaves kernels out has not done its job, and says so.
+            size_t evicted = 0;
+            for (size_t i = 0; i < list.size(); ++i) {
+                if (!failures[i].empty()) continue;
+                const std::string key = builder.cache_key(list[i].template_file, list[i].name_expression, arch);
+                std::error_code ec;
+                if (!std::filesystem::is_regular_file(builder.cache().entry_path(key), ec)) ++evicted;
+            }
+            const std::string bound_note =
+                evicted == 0 ? ""
+                             : fmt::format("{} of the {} kernels are not in the cache after the warm: its bound of {} MB "
+                                           "(TILEOPS_CACHE_MAX_MB) is smaller than they need; raise it",
+                                           evicted, list.size(), builder.cache().max_bytes() >> 20);
             if (args.count("json")) {
                 nlohmann::json out = {{"arch", arch},           {"cache_dir", cache_dir.string()},
                                       {"kernels", list.size()}, {"compiled", compiled.load()},
                                       {"already_cached", cached},
                                       {"db_entries", entries},  {"problems", problems.size()},
-                                      {"failed", failed_json}};
+                                      {"evicted", evicted},     {"failed", failed_json}};
                 fmt::print("{}\n", out.dump(2));
             } else {
                 fmt::print("{} kernels for {} ({} database entries, {} workload problems): {} compiled, {} already "
@@ -151,7 +165,8 @@ int cmd_warm(int argc, char** argv) {
                            list.size(), arch, entries, problems.size(), compiled.load(), cached, failed, cache_dir.string());
                 for (const auto& f : failed_json) fmt::print(stderr, "failed: {}\n", f["error"].get<std::string>());
             }
-            return failed == 0 ? 0 : 1;
+            if (evicted > 0) fmt::print(stderr, "error: {}\n", bound_note);
+            return failed == 0 && evicted == 0 ? 0 : 1;
         });
 }
 

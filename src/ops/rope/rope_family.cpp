@@ -1,5 +1,7 @@
 // The RoPE family: rotary position embedding of queries and keys, fused with appending keys and
 // values to a KV cache. Kernels: kernel_templates/rope/.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/op_family.hpp"
@@ -25,7 +27,9 @@ std::unique_ptr<Op> make_rope(const ProblemSpec& spec) {
     p.dtype = parse_dtype(spec.dtype);
     p.theta = 500000.0;
     bool fp8 = false;
-    for (const std::string& flag : split_flags(spec.flags)) {
+    const std::vector<std::string> flags = split_flags(spec.flags);
+    check_flags_distinct(spec.op, flags, {"rot", "page"});
+    for (const std::string& flag : flags) {
         if (flag == "gptj") {
             p.style = RopeStyle::gptj;
         } else if (flag == "norot") {
@@ -42,6 +46,10 @@ std::unique_ptr<Op> make_rope(const ProblemSpec& spec) {
         }
     }
     if (fp8 && !p.append_kv) throw InvalidArgument("tileops: rope flag kv_fp8 needs pageN (a cache to append to)");
+    if (std::find(flags.begin(), flags.end(), "gptj") != flags.end() && p.style == RopeStyle::none)
+        throw InvalidArgument("tileops: rope flags gptj and norot contradict each other");
+    if (p.style == RopeStyle::none && p.rotary_dim != 0)
+        throw InvalidArgument("tileops: rope flag norot rotates nothing: it takes no rotN");
     if (fp8) p.kv_dtype = DType::fp8_e4m3;
     // Room for every token, one page spare.
     if (p.append_kv && p.page_size > 0) p.num_pages = p.num_tokens / p.page_size + 2;

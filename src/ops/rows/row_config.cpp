@@ -252,6 +252,15 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
     return space;
 }
 
+// Blocks walk the rows past the grid in steps of it (kernel_templates/rows/row_layout.cuh), so a
+// row count past what a grid holds caps the grid instead of wrapping it to 32 bits. 2^30 is a
+// multiple of every cluster size.
+constexpr int64_t kMaxRowGrid = int64_t{1} << 30;
+
+unsigned row_grid(int64_t groups, int64_t blocks_per_group) {
+    return static_cast<unsigned>(std::min(groups, kMaxRowGrid / blocks_per_group) * blocks_per_group);
+}
+
 RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, RowInputs inputs) {
     RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, c.prefetch == 1, 0, 0, 0};
     if (c.slots > 0) {
@@ -261,7 +270,7 @@ RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, Ro
         if (vec * inputs.element_bytes >= 4 && (c.items + c.slots) * widen <= kMaxResidentVectors) {
             launch.items = c.items * widen;
             launch.slots = c.slots * widen;
-            launch.grid = static_cast<unsigned>(rows * c.cluster);
+            launch.grid = row_grid(rows, c.cluster);
             launch.block = static_cast<unsigned>(c.threads_per_row);
             RowConfig held = c;
             held.slots = launch.slots;
@@ -271,7 +280,7 @@ RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, Ro
         launch.items = 0;
         launch.cluster = 1;
         launch.prefetch = false;
-        launch.grid = static_cast<unsigned>(rows);
+        launch.grid = row_grid(rows, 1);
         launch.block = static_cast<unsigned>(c.threads_per_row);
         return launch;
     }
@@ -289,9 +298,9 @@ RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, Ro
     if (launch.items == 0 || vec * inputs.element_bytes < 4) launch.prefetch = false;
     if (launch.cluster > 1) {
         launch.rows_per_block = 1;
-        launch.grid = static_cast<unsigned>(rows * launch.cluster);
+        launch.grid = row_grid(rows, launch.cluster);
     } else {
-        launch.grid = static_cast<unsigned>(ceil_div(rows, launch.rows_per_block));
+        launch.grid = row_grid(ceil_div(rows, launch.rows_per_block), 1);
     }
     launch.block = static_cast<unsigned>(launch.threads_per_row * launch.rows_per_block);
     if (launch.prefetch) {

@@ -120,6 +120,24 @@ TEST_CASE("a paged problem as text whose page pool overflows is refused before a
                       ContainsSubstring("tileops"));
 }
 
+TEST_CASE("problems as text with contradictory, repeated or malformed flags are refused", "[validation][config]") {
+    const auto decode = [](const char* flags) {
+        return detail::make_op({"decode_attention", {4, 32, 8, 128, 1, 4096}, "bf16", flags});
+    };
+    CHECK_THROWS_WITH(decode("page16,kv_fp8,page32"), ContainsSubstring("flag pageN given twice ('page32')"));
+    CHECK_THROWS_WITH(decode("kv_fp8,kv_fp8"), ContainsSubstring("flag kv_fp8 given twice"));
+    CHECK_THROWS_WITH(decode("page16x"), ContainsSubstring("'page16x' does not apply"));
+    CHECK_THROWS_WITH(decode("page+16"), ContainsSubstring("does not apply"));
+    CHECK_NOTHROW(decode("page16,kv_fp8"));
+    const auto rope = [](const char* flags) { return detail::make_op({"rope", {8, 32, 8, 128}, "bf16", flags}); };
+    CHECK_THROWS_WITH(rope("gptj,norot"), ContainsSubstring("contradict"));
+    CHECK_THROWS_WITH(rope("norot,rot32"), ContainsSubstring("no rotN"));
+    CHECK_THROWS_WITH(rope("rot32,rot64"), ContainsSubstring("rotN given twice"));
+    CHECK_THROWS_WITH(detail::make_op({"flash_attention", {2, 16, 16, 128, 512, 512}, "bf16", "causal,causal"}),
+                      ContainsSubstring("causal given twice"));
+    CHECK_THROWS_WITH(detail::make_op({"gemm", {64, 64, 64}, "bf16", "nt,nt"}), ContainsSubstring("nt given twice"));
+}
+
 TEST_CASE("DecodeAttention checks its operands by name", "[validation][decode]") {
     DecodeAttention op(gqa());
     CHECK_NOTHROW(op.check({kQ, kK, kV, kLengths}, {kOut}));

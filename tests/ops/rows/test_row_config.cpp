@@ -162,3 +162,22 @@ TEST_CASE("long rows get resident configs that hold the row in registers and sha
         }
     }
 }
+
+TEST_CASE("row counts past what a grid holds cap the grid instead of wrapping it", "[row_config]") {
+    using tileops::detail::row_launch;
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    // Rows past the grid are walked in steps of it, so any grid from 1 to 2^30 blocks is correct;
+    // 2^32 + 1 rows once wrapped to a grid of 1 block, 2^32 rows to 0.
+    for (const int64_t rows : {(int64_t{1} << 32) + 1, int64_t{1} << 32, int64_t{1} << 40}) {
+        const RowConfig streaming{256, 1, 8, 0, 1, 0};
+        CHECK(row_launch(streaming, 8, rows, 2048, RowInputs{2, 1}).grid == (1u << 30));
+        const RowConfig several_rows{32, 4, 4, 1, 1, 0};
+        CHECK(row_launch(several_rows, 4, rows, 64, RowInputs{2, 1}).grid == (1u << 30));
+        const RowConfig cluster = row_heuristic(65536, 2, RowInputs{2, 1}, hopper);
+        REQUIRE(cluster.cluster > 1);
+        const auto launch = row_launch(cluster, cluster.vec, rows, 65536, RowInputs{2, 1});
+        CHECK(launch.grid == (1u << 30));
+        CHECK(launch.grid % static_cast<unsigned>(launch.cluster) == 0);
+    }
+    CHECK(row_launch(RowConfig{256, 1, 8, 0, 1, 0}, 8, 7, 2048, RowInputs{2, 1}).grid == 7);
+}
