@@ -5,8 +5,10 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tileops/error.hpp"
+#include "tuning/shipped_db_dirs.hpp"
 #include "util/file_util.hpp"
 #include "util/log.hpp"
 
@@ -33,14 +35,7 @@ ConfigResolver::ConfigResolver(ResolverOptions options) : options_(std::move(opt
                 if (!path.empty()) options_.user_dbs.push_back(path);
         }
     }
-    if (options_.shipped_dirs.empty()) {
-#ifdef TILEOPS_SHIPPED_DB_DIR
-        options_.shipped_dirs.emplace_back(TILEOPS_SHIPPED_DB_DIR);
-#endif
-#ifdef TILEOPS_SOURCE_DB_DIR
-        options_.shipped_dirs.emplace_back(TILEOPS_SOURCE_DB_DIR);
-#endif
-    }
+    if (options_.shipped_dirs.empty()) options_.shipped_dirs = default_shipped_dirs();
     if (std::isnan(options_.max_distance))
         throw InvalidArgument("tileops: ResolverOptions::max_distance is NaN");
     if (options_.max_distance < 0) {
@@ -82,9 +77,11 @@ void ConfigResolver::load_once() {
     std::vector<LoadedDb> shipped;
     // Shipped databases: every file of this arch; a broken one is skipped with a warning.
     std::set<fs::path> seen;
+    bool any_dir = false;
     for (const std::string& dir : options_.shipped_dirs) {
         std::error_code ec;
         if (!fs::is_directory(dir, ec)) continue;
+        any_dir = true;
         for (const auto& file : fs::directory_iterator(dir, ec)) {
             if (file.path().extension() != ".json") continue;
             if (!seen.insert(file.path().filename()).second) continue;  // installed copy wins over the source tree
@@ -96,6 +93,10 @@ void ConfigResolver::load_once() {
             }
         }
     }
+    if (!any_dir && !options_.shipped_dirs.empty())
+        util::logger().warn("tileops: no shipped tuning databases found (looked in {}): configs come from the "
+                            "heuristic unless TILEOPS_TUNING_DB names a database",
+                            fmt::format("{}", fmt::join(options_.shipped_dirs, ", ")));
     user_ = std::move(user);
     shipped_ = std::move(shipped);
     loaded_ = true;

@@ -46,7 +46,7 @@ struct ResolverOptions {
     std::string arch;
     std::string nvrtc_version;
     std::vector<std::string> user_dbs;  // empty: TILEOPS_TUNING_DB
-    std::vector<std::string> shipped_dirs;  // empty: the installed and the source tree's tuning_db/
+    std::vector<std::string> shipped_dirs;  // empty: default_shipped_dirs() (tuning/shipped_db_dirs.hpp)
     double max_distance = -1;           // < 0: TILEOPS_TUNING_MAX_DISTANCE, else 1.0 (log2 units)
 };
 
