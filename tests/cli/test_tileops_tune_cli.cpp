@@ -261,6 +261,37 @@ TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then fi
     CHECK_THAT(bad_arch.err, ContainsSubstring("sm_1"));
 }
 
+TEST_CASE("tileops-tune: an arch no GPU runs, a database of another arch or an unknown op is said, not a no-op",
+          "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string cache = (dir.path() / "kernels").string();
+    const std::string shipped = (fs::path(TILEOPS_TEST_SOURCE_DIR) / "tuning_db" / "h100-sxm.json").string();
+    struct Case {
+        std::vector<std::string> args;
+        const char* says;
+    };
+    const std::vector<Case> cases = {
+        {{"warm", "--arch", "sm_90", "--op", "rmsnorm", "--shape", "64x4096", "--cache-dir", cache}, "use --arch sm_90a"},
+        {{"warm", "--arch", "sm_90b", "--op", "rmsnorm", "--shape", "64x4096", "--cache-dir", cache}, "use --arch sm_90a"},
+        {{"warm", "--arch", "sm_100a", "--op", "rmsnorm", "--shape", "64x4096", "--cache-dir", cache}, "use --arch sm_100"},
+        {{"warm", "--arch", "sm_75", "--op", "rmsnorm", "--shape", "64x4096", "--cache-dir", cache}, "sm_80 or newer"},
+        {{"explain", "--arch", "sm_90", "--op", "rmsnorm", "--shape", "64x4096"}, "use --arch sm_90a"},
+        {{"warm", "--arch", "sm_80", "--db", shipped, "--cache-dir", cache}, "every database entry is of another arch"},
+        {{"list", shipped, "--filter-op", "rmsnrom"}, "--filter-op rmsnrom: no such op"},
+        {{"show", shipped, "--filter-op", "rmsnrom"}, "no such op"},
+    };
+    for (const Case& c : cases) {
+        const ToolResult r = run_tool(c.args);
+        INFO(c.args[0] << " " << c.args[2] << ": " << r.err);
+        CHECK(r.status == 2);
+        CHECK_THAT(r.err, ContainsSubstring(c.says));
+    }
+    const ToolResult other = run_tool({"warm", "--arch", "sm_80", "--db", shipped, "--cache-dir", cache});
+    CHECK_THAT(other.err, ContainsSubstring("skipped") && ContainsSubstring("tuned for sm_90a (this warm is for sm_80)"));
+    CHECK(count_files(dir.path() / "kernels", ".cubin") == 0);
+}
+
 TEST_CASE("tileops-tune: warm --search-space compiles every config tune would time", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;

@@ -27,6 +27,7 @@ void add_db_argument(cxxopts::Options& options) {
 
 TuningDb load_db(const cxxopts::ParseResult& args) {
     if (!args.count("db")) throw InvalidArgument("give the database file");
+    check_filters(args);
     return TuningDb::load(args["db"].as<std::string>());
 }
 

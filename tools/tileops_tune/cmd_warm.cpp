@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "core/op_model.hpp"
@@ -73,10 +74,16 @@ int cmd_warm(int argc, char** argv) {
             // Entries this library cannot build (an unknown op, a shape of the wrong rank, a config
             // it refuses): named and counted as failed, while the others are still compiled.
             std::vector<std::string> bad_entries;
+            size_t other_arch = 0;
+            std::set<std::string> other_archs;
             for (const std::string& path : dbs) {
                 TuningDb db = TuningDb::load(path);
                 for (const TuningEntry& entry : db.entries()) {
-                    if (entry.key.arch != arch) continue;
+                    if (entry.key.arch != arch) {
+                        ++other_arch;
+                        other_archs.insert(entry.key.arch);
+                        continue;
+                    }
                     try {
                         auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
                         if (auto reason = op->model().invalid_reason(entry.config, device))
@@ -100,6 +107,15 @@ int cmd_warm(int argc, char** argv) {
                 if (search_space)
                     for (const Config& config : model.search_space(device)) add_kernels(model, config, device, kernels);
             }
+
+            // Entries of other archs are not this warm's: said, so that a wrong --arch is not a silent no-op.
+            if (other_arch > 0 && !args.count("json"))
+                fmt::print(stderr, "skipped {} database entries tuned for {} (this warm is for {})\n", other_arch,
+                           fmt::join(other_archs, ", "), arch);
+            if (kernels.empty() && bad_entries.empty())
+                throw InvalidArgument(fmt::format("nothing to compile for {}: {}", arch,
+                                                  other_arch > 0 ? "every database entry is of another arch"
+                                                                 : "the databases hold no entries"));
 
             std::filesystem::path cache_dir =
                 args.count("cache-dir") ? std::filesystem::path(args["cache-dir"].as<std::string>())
@@ -157,7 +173,8 @@ int cmd_warm(int argc, char** argv) {
                                       {"kernels", list.size()}, {"compiled", compiled.load()},
                                       {"already_cached", cached},
                                       {"db_entries", entries},  {"problems", problems.size()},
-                                      {"evicted", evicted},     {"failed", failed_json}};
+                                      {"evicted", evicted},     {"skipped_other_arch", other_arch},
+                                      {"failed", failed_json}};
                 fmt::print("{}\n", out.dump(2));
             } else {
                 fmt::print("{} kernels for {} ({} database entries, {} workload problems): {} compiled, {} already "

@@ -1,17 +1,32 @@
 #include "tileops_tune/resolver_setup.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cuda/device.hpp"
 #include "jit/compiler.hpp"
+#include "ops/registry.hpp"
 #include "tileops/error.hpp"
 
 namespace tileops::cli {
 
 std::string target_arch(const cxxopts::ParseResult& args) {
-    if (args.count("arch")) return args["arch"].as<std::string>();
-    if (cuda::device_count() > 0) return cuda::query_device(0).arch();
-    throw InvalidArgument("no GPU found: give --arch (e.g. --arch sm_90a)");
+    if (!args.count("arch")) {
+        if (cuda::device_count() > 0) return cuda::query_device(0).arch();
+        throw InvalidArgument("no GPU found: give --arch (e.g. --arch sm_90a)");
+    }
+    const std::string arch = args["arch"].as<std::string>();
+    // Kernels, cache entries and tuning keys carry the arch the runtime names a GPU by: anything
+    // else would be compiled or tuned for nothing.
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    if (device.sm() < 80)
+        throw InvalidArgument(fmt::format("--arch {}: the kernels need sm_80 or newer", arch));
+    if (device.arch() != arch)
+        throw InvalidArgument(fmt::format("--arch {}: a GPU of compute capability {}.{} runs {} kernels; use --arch {}",
+                                          arch, device.cc_major, device.cc_minor, device.arch(), device.arch()));
+    return arch;
 }
 
 tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<std::string>& user_dbs) {
@@ -26,6 +41,14 @@ void add_filter_options(cxxopts::Options& options) {
     options.add_options("filter")("filter-op", "only entries of this op", cxxopts::value<std::string>())(
         "filter-arch", "only entries of this arch", cxxopts::value<std::string>())(
         "filter-dtype", "only entries of this dtype", cxxopts::value<std::string>());
+}
+
+void check_filters(const cxxopts::ParseResult& args) {
+    if (!args.count("filter-op")) return;
+    const std::string op = args["filter-op"].as<std::string>();
+    const auto& known = detail::known_ops();
+    if (std::find(known.begin(), known.end(), op) == known.end())
+        throw InvalidArgument(fmt::format("--filter-op {}: no such op (ops: {})", op, fmt::join(known, ", ")));
 }
 
 bool matches_filters(const TuningEntry& entry, const cxxopts::ParseResult& args) {

@@ -14,7 +14,8 @@
 
 namespace tileops::cli {
 
-// --arch, else the arch of GPU 0; throws InvalidArgument when neither is available.
+// --arch, else the arch of GPU 0; throws InvalidArgument when neither is available, and for an
+// --arch the runtime never names a GPU by (below sm_80, sm_90 for sm_90a, sm_100a for sm_100).
 std::string target_arch(const cxxopts::ParseResult& args);
 
 // A resolver for `arch` that searches `user_dbs` first (then the shipped databases).
@@ -22,6 +23,8 @@ tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<
 
 // Adds --op, --arch and --dtype filters (for list, show, verify).
 void add_filter_options(cxxopts::Options& options);
+// Throws InvalidArgument for a --filter-op that names no op (a typo would list nothing).
+void check_filters(const cxxopts::ParseResult& args);
 bool matches_filters(const TuningEntry& entry, const cxxopts::ParseResult& args);
 
 using tuning::config_text;
