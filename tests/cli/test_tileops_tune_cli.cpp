@@ -222,9 +222,12 @@ TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then fi
                                            "64x4096",     "--dtype", "bf16",   "--json", "--cache-dir", cache.string()};
     REQUIRE(count_files(cache, ".cubin") == 0);
 
-    const ToolResult first = run_tool(args);
+    // Off a terminal, progress comes as plain lines (here one per kernel), JSON or not.
+    const ToolResult first = run_tool(args, {"TILEOPS_PROGRESS_SECONDS=0"});
     INFO(first.err);
     REQUIRE(first.status == 0);
+    CHECK_THAT(first.err, ContainsSubstring("kernels for sm_90a; last tileops::rmsnorm") &&
+                              ContainsSubstring("100% after"));
     const json cold = parse_json(first.out);
     const size_t kernels = cold.at("kernels").get<size_t>();
     CHECK(kernels >= 1);

@@ -91,7 +91,7 @@ int cmd_tune(int argc, char** argv) {
             tune.exhaustive = !args.count("random");
             tune.seed = args["seed"].as<uint64_t>();
             tune.repeats = args["repeats"].as<int>();
-            Progress progress(stderr_is_terminal() && !args.count("json"));
+            Progress progress(Progress::for_stderr(args.count("json") > 0));
 
             TuningDb db;
             TuningDbMeta& meta = db.meta();

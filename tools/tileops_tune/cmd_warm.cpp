@@ -124,7 +124,7 @@ int cmd_warm(int argc, char** argv) {
             std::vector<Kernel> list(kernels.begin(), kernels.end());
             std::atomic<size_t> next{0}, done{0}, compiled{0};
             std::vector<std::string> failures(list.size());
-            Progress progress(stderr_is_terminal() && !args.count("json"));
+            Progress progress(Progress::for_stderr(args.count("json") > 0));
             std::mutex progress_mutex;
             auto worker = [&] {
                 for (size_t i = next++; i < list.size(); i = next++) {
@@ -134,7 +134,10 @@ int cmd_warm(int argc, char** argv) {
                         failures[i] = e.what();
                     }
                     std::lock_guard lock(progress_mutex);
-                    progress.update(list[i].name_expression, double(++done) / list.size());
+                    const size_t finished = ++done;
+                    progress.update(fmt::format("{}/{} kernels for {}; last {}", finished, list.size(), arch,
+                                                list[i].name_expression),
+                                    double(finished) / list.size());
                 }
             };
             unsigned jobs = args["jobs"].as<unsigned>();

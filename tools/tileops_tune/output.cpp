@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -11,22 +13,55 @@ namespace tileops::cli {
 
 bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
-Progress::Progress(bool enabled) : enabled_(enabled) {}
+Progress::Progress(Style style) : style_(style), start_(std::chrono::steady_clock::now()), last_line_(start_) {
+    if (const char* value = std::getenv("TILEOPS_PROGRESS_SECONDS")) {
+        char* end = nullptr;
+        const double seconds = std::strtod(value, &end);
+        if (end != value && *end == '\0' && seconds >= 0) line_seconds_ = seconds;
+    }
+}
 
 Progress::~Progress() { done(); }
 
+Progress::Style Progress::for_stderr(bool machine_output) {
+    if (!stderr_is_terminal()) return Style::lines;
+    return machine_output ? Style::off : Style::bar;
+}
+
+namespace {
+
+std::string duration(double seconds) {
+    if (seconds < 100) return fmt::format("{:.0f} s", seconds);
+    return fmt::format("{:.0f} min {:02.0f} s", std::floor(seconds / 60), std::fmod(seconds, 60.0));
+}
+
+}  // namespace
+
 void Progress::update(const std::string& label, double fraction) {
-    if (!enabled_) return;
-    const int width = 30;
-    const int filled = static_cast<int>(std::clamp(fraction, 0.0, 1.0) * width);
-    fmt::print(stderr, "\r[{}{}] {:3.0f}% {:<50.50}", std::string(filled, '#'), std::string(width - filled, '.'),
-               100 * fraction, label);
+    if (style_ == Style::off) return;
+    fraction = std::clamp(fraction, 0.0, 1.0);
+    const auto now = std::chrono::steady_clock::now();
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    // Too early an estimate swings wildly: none before 2% of the work or 2 seconds.
+    const std::string left =
+        fraction >= 0.02 && elapsed >= 2 ? ", about " + duration(elapsed * (1 - fraction) / fraction) + " left" : "";
+    if (style_ == Style::bar) {
+        const int width = 24;
+        const int filled = static_cast<int>(fraction * width);
+        fmt::print(stderr, "\r[{}{}] {:3.0f}% {}{}  {:<60.60}", std::string(filled, '#'), std::string(width - filled, '.'),
+                   100 * fraction, duration(elapsed), left, label);
+        std::fflush(stderr);
+        drawn_ = true;
+        return;
+    }
+    if (std::chrono::duration<double>(now - last_line_).count() < line_seconds_) return;
+    last_line_ = now;
+    fmt::print(stderr, "{:.0f}% after {}{}: {}\n", 100 * fraction, duration(elapsed), left, label);
     std::fflush(stderr);
-    drawn_ = true;
 }
 
 void Progress::done() {
-    if (enabled_ && drawn_) fmt::print(stderr, "\r{:<90}\r", "");
+    if (style_ == Style::bar && drawn_) fmt::print(stderr, "\r{:<140}\r", "");
     drawn_ = false;
 }
 

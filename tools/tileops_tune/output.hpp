@@ -1,21 +1,30 @@
-// Terminal output for tileops-tune: a progress bar on stderr (only when it is a terminal) and
-// plain tables.
+// Terminal output for tileops-tune: progress on stderr and plain tables.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <vector>
 
 namespace tileops::cli {
 
+// Progress of a long piece of work on stderr, with the time spent and an estimate of what is left:
+// a bar redrawn in place on a terminal; elsewhere (CI, container logs) a plain line every
+// TILEOPS_PROGRESS_SECONDS seconds (default 10; 0: every update).
 class Progress {
 public:
-    explicit Progress(bool enabled);
+    enum class Style { off, bar, lines };
+    explicit Progress(Style style);
     ~Progress();
+    // The style for stderr: a bar on a terminal (unless `machine_output`, whose consumer reads
+    // stdout), lines otherwise.
+    static Style for_stderr(bool machine_output);
     void update(const std::string& label, double fraction);
     void done();
 
 private:
-    bool enabled_;
+    Style style_;
+    std::chrono::steady_clock::time_point start_, last_line_;
+    double line_seconds_ = 10;
     bool drawn_ = false;
 };
 
