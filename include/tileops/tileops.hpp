@@ -17,3 +17,4 @@
 #include "tileops/sampling.hpp"
 #include "tileops/softmax.hpp"
 #include "tileops/tensor.hpp"
+#include "tileops/version.hpp"

@@ -27,6 +27,7 @@
 #include "jit/compiler.hpp"
 #include "support/test_support.hpp"
 #include "tileops/tuning_db.hpp"
+#include "tileops/version.hpp"
 
 extern char** environ;
 
@@ -169,6 +170,12 @@ TEST_CASE("tileops-tune: usage errors exit 2, --help exits 0", "[cli]") {
     CHECK(unknown.status == 2);
     CHECK_THAT(unknown.err, ContainsSubstring("unknown command 'frobnicate'"));
     CHECK_THAT(unknown.err, ContainsSubstring("usage: tileops-tune"));
+    const ToolResult typo = run_tool({"wram"});
+    CHECK(typo.status == 2);
+    CHECK_THAT(typo.err, ContainsSubstring("unknown command 'wram'; did you mean 'warm'?"));
+    const ToolResult version = run_tool({"--version"});
+    CHECK(version.status == 0);
+    CHECK_THAT(version.out, ContainsSubstring(std::string("tileops-tune ") + TILEOPS_VERSION_STRING + " (NVRTC "));
 
     for (const char* command : {"tune", "warm", "list", "show", "merge", "verify", "explain"}) {
         CAPTURE(command);

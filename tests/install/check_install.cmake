@@ -18,6 +18,11 @@ foreach(version 0.1 1.0)
     message(FATAL_ERROR "find_package(tileops_jit 1.0) accepted version 0.1")
   endif()
 endforeach()
+# The generated version header is installed with the others.
+file(STRINGS ${WORK_DIR}/prefix/include/tileops/version.hpp version_line REGEX "define TILEOPS_VERSION_STRING")
+if(NOT version_line MATCHES "\"[0-9]+\\.[0-9]+\\.[0-9]+\"")
+  message(FATAL_ERROR "tileops/version.hpp is not installed or names no version: '${version_line}'")
+endif()
 # The installed CLI uses the installed database, found beside itself (not the source tree's).
 if(EXISTS ${WORK_DIR}/prefix/bin/tileops-tune)
   execute_process(COMMAND ${WORK_DIR}/prefix/bin/tileops-tune explain --arch sm_90a --op rmsnorm --shape 1024x65536

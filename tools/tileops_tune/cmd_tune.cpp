@@ -95,7 +95,7 @@ int cmd_tune(int argc, char** argv) {
 
             TuningDb db;
             TuningDbMeta& meta = db.meta();
-            meta.library_version = TILEOPS_VERSION;
+            meta.library_version = tileops::version();
             meta.gpu_name = device.name;
             meta.arch = device.arch();
             meta.driver = fmt::format("{}.{}", device.driver_version / 1000, (device.driver_version % 1000) / 10);

@@ -1,10 +1,14 @@
 // tileops-tune: tune problems ahead of time, pre-warm kernel caches, and inspect, merge and verify
 // tuning databases. `tileops-tune <command> --help` describes each command.
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "jit/compiler.hpp"
+#include "tileops/version.hpp"
 #include "tileops_tune/commands.hpp"
 #include "util/log.hpp"
 
@@ -27,10 +31,27 @@ const Command kCommands[] = {
     {"rekey", tileops::cli::cmd_rekey, "re-key entries to this build's kernel templates (after proving the kernels unchanged)"},
 };
 
+// Edits (insertions, deletions, substitutions) between two words: a typo is one or two away.
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t above = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
 void usage(std::FILE* out) {
     fmt::print(out, "usage: tileops-tune <command> [options]\n\ncommands:\n");
     for (const Command& c : kCommands) fmt::print(out, "  {:<8} {}\n", c.name, c.summary);
-    fmt::print(out, "\n`tileops-tune <command> --help` for a command's options. Logging: TILEOPS_LOG_LEVEL=debug.\n");
+    fmt::print(out, "\n`tileops-tune <command> --help` for a command's options, `tileops-tune --version` the "
+                    "version. Logging: TILEOPS_LOG_LEVEL=debug.\n");
 }
 
 }  // namespace
@@ -47,9 +68,21 @@ int main(int argc, char** argv) {
         usage(stdout);
         return 0;
     }
+    if (name == "--version" || name == "version") {
+        fmt::print("tileops-tune {} (NVRTC {})\n", tileops::version(), tileops::jit::nvrtc_version());
+        return 0;
+    }
     for (const Command& c : kCommands)
         if (name == c.name) return c.run(argc - 1, argv + 1);
-    fmt::print(stderr, "tileops-tune: unknown command '{}'\n\n", name);
-    usage(stderr);
+    const Command* closest = nullptr;
+    for (const Command& c : kCommands)
+        if (edit_distance(name, c.name) <= 2 && (closest == nullptr || edit_distance(name, c.name) < edit_distance(name, closest->name)))
+            closest = &c;
+    if (closest != nullptr) {
+        fmt::print(stderr, "tileops-tune: unknown command '{}'; did you mean '{}'?\n", name, closest->name);
+    } else {
+        fmt::print(stderr, "tileops-tune: unknown command '{}'\n\n", name);
+        usage(stderr);
+    }
     return 2;
 }
