@@ -246,9 +246,21 @@ TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then fi
     CHECK(cold.at("cache_dir") == cache.string());
     CHECK(count_files(cache, ".cubin") == kernels);  // one cache entry per kernel
 
+    // What killed builds leave behind, an hour old: a temporary file and a lock without an entry.
+    const fs::path fan = cache / "ab";
+    fs::create_directories(fan);
+    const fs::path temp = fan / ".ab00.cubin.tmp.12345.0", orphan = fan / (std::string("ab") + std::string(62, '0') + ".lock");
+    for (const fs::path& p : {temp, orphan}) {
+        std::ofstream(p) << "left behind";
+        fs::last_write_time(p, fs::file_time_type::clock::now() - std::chrono::hours(1));
+    }
+
     const ToolResult second = run_tool(args);
     INFO(second.err);
     REQUIRE(second.status == 0);
+    // A warm that stores nothing still cleans them up.
+    CHECK_FALSE(fs::exists(temp));
+    CHECK_FALSE(fs::exists(orphan));
     const json warm = parse_json(second.out);
     CHECK(warm.at("kernels").get<size_t>() == kernels);
     CHECK(warm.at("compiled").get<size_t>() == 0);

@@ -146,6 +146,9 @@ int cmd_warm(int argc, char** argv) {
             for (unsigned t = 0; t < std::min<size_t>(jobs, list.size()); ++t) pool.emplace_back(worker);
             for (auto& t : pool) t.join();
             progress.done();
+            // The maintenance a store triggers, also when everything was cached: temporary files of
+            // killed builds and orphan lock files go, the size bound holds.
+            builder.cache().evict();
 
             // Failures: the unusable database entries, then the kernels that did not compile.
             nlohmann::json failed_json = nlohmann::json::array();
