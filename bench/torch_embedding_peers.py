@@ -8,12 +8,10 @@ wte(ids) + wpe(positions)), eager and under torch.compile.
 
 Same method as bench_problems: CUDA events, warm-up, L2 flushed before each timed run, median.
 """
-import argparse
-
 import torch
 import torch.nn.functional as F
 
-from torch_timing import save_results, time_ms
+from torch_timing import run_problems, time_ms
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -39,18 +37,8 @@ def time_problem(text, repeats):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", default="")
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--problem", action="append", default=[],
-                        help="'embedding TxVxH DTYPE [positionsN]', repeatable")
-    args = parser.parse_args()
-    results = []
-    for text in args.problem:
-        row = time_problem(text, args.repeats)
-        results.append(row)
-        print(f"{row['problem']:<50} eager {row['eager_us']:8.1f} us  compile {row['compile_us']:8.1f} us", flush=True)
-        save_results(args.json, results)
+    run_problems(time_problem, "embedding TxVxH DTYPE [positionsN]",
+                 lambda row: f"{row['problem']:<50} eager {row['eager_us']:8.1f} us  compile {row['compile_us']:8.1f} us")
 
 
 if __name__ == "__main__":

@@ -18,33 +18,14 @@ The q/k/v and gate/up projections are fused (one GEMM each), as in ours and in g
 """
 import argparse
 import json
-import math
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "examples", "transformer"))
+from check_against_torch import llama3_inv_freq  # noqa: E402  (the example's reference: one definition)
 from torch_timing import save_results, time_ms  # noqa: E402
-
-
-def llama3_inv_freq(config, head_dim):
-    theta = config.get("rope_theta", 10000.0)
-    inv = [theta ** (-2.0 * i / head_dim) for i in range(head_dim // 2)]
-    s = config.get("rope_scaling") or {}
-    if s.get("rope_type", s.get("type")) == "llama3":
-        original, factor = s["original_max_position_embeddings"], s["factor"]
-        low, high = s["low_freq_factor"], s["high_freq_factor"]
-        out = []
-        for f in inv:
-            wavelength = 2 * math.pi / f
-            if wavelength > original / low:
-                out.append(f / factor)
-            elif wavelength < original / high:
-                out.append(f)
-            else:
-                smooth = (original / wavelength - low) / (high - low)
-                out.append((1 - smooth) * f / factor + smooth * f)
-        inv = out
-    return inv
 
 
 def build(config, torch):
@@ -68,7 +49,7 @@ def build(config, torch):
                                 gate_up=randn(2 * ff, h), down=randn(h, ff)) for _ in range(L)]
             self.norm = torch.ones(h, device=dev, dtype=bf16)
             self.lm_head = randn(vocab, h)
-            self.inv_freq = torch.tensor(llama3_inv_freq(config, d), device=dev, dtype=torch.float32)
+            self.inv_freq = llama3_inv_freq(config, d).to(dev)
             self.k_cache, self.v_cache = [], []
             # Fixed addresses: CUDA graphs of torch.compile read them in place instead of copying.
             for t in [self.embed, self.norm, self.lm_head] + [w for layer in self.layers for w in layer.values()]:

@@ -12,11 +12,10 @@ what the op must move: q, k (and v) read, the rotated q and k written, a cache r
 values a token. Positions and slots are filled as bench_problems fills them. Same method as
 bench_problems: CUDA events, warm-up, L2 flushed before each timed run, median.
 """
-import argparse
 
 import torch
 
-from torch_timing import save_results, time_ms
+from torch_timing import run_problems, time_ms
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -99,20 +98,11 @@ def time_problem(p, repeats):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", default="")
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--problem", action="append", default=[], help="'rope TxHxKxD DTYPE [FLAGS]', repeatable")
-    args = parser.parse_args()
     torch._dynamo.config.cache_size_limit = 256  # one compile a problem
     if hasattr(torch._dynamo.config, "recompile_limit"):
         torch._dynamo.config.recompile_limit = 256
-    results = []
-    for text in args.problem:
-        row = time_problem(parse_problem(text), args.repeats)
-        results.append(row)
-        print(f"{row['problem']:<44} eager {row['eager_us']:8.1f} us   compile {row['compile_us']:8.1f} us", flush=True)
-        save_results(args.json, results)
+    run_problems(lambda text, repeats: time_problem(parse_problem(text), repeats), "rope TxHxKxD DTYPE [FLAGS]",
+                 lambda row: f"{row['problem']:<44} eager {row['eager_us']:8.1f} us   compile {row['compile_us']:8.1f} us")
 
 
 if __name__ == "__main__":

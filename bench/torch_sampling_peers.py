@@ -10,11 +10,9 @@ top k, top-p by a cumulative sum over them, multinomial; torch.argmax for greedy
 bench_problems: CUDA events, warm-up, L2 flushed before each timed run, median. multinomial syncs
 with the host, so its time moves between runs more than the others'.
 """
-import argparse
-
 import torch
 
-from torch_timing import save_results, time_ms
+from torch_timing import run_problems, time_ms
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -45,17 +43,8 @@ def time_problem(text, repeats):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", default="")
-    parser.add_argument("--repeats", type=int, default=30)
-    parser.add_argument("--problem", action="append", default=[], help="'sampling BxV DTYPE [greedy]', repeatable")
-    args = parser.parse_args()
-    results = []
-    for text in args.problem:
-        row = time_problem(text, args.repeats)
-        results.append(row)
-        print(f"{row['problem']:<40} torch {row['torch_us']:8.1f} us", flush=True)
-        save_results(args.json, results)
+    run_problems(time_problem, "sampling BxV DTYPE [greedy]",
+                 lambda row: f"{row['problem']:<40} torch {row['torch_us']:8.1f} us")
 
 
 if __name__ == "__main__":

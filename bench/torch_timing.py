@@ -38,3 +38,22 @@ def save_results(path, cases):
 
     with open(path, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": cases}, f, indent=2)
+
+
+def run_problems(time_problem, problem_help, line):
+    """The main of a peer script over bench_problems' problem names: parses --problem (repeatable),
+    --repeats and --json, times each problem with time_problem(text, repeats) -> row, prints
+    line(row) and saves the rows so far after each one."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", default="")
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--problem", action="append", default=[], help=f"'{problem_help}', repeatable")
+    args = parser.parse_args()
+    results = []
+    for text in args.problem:
+        row = time_problem(text, args.repeats)
+        results.append(row)
+        print(line(row), flush=True)
+        save_results(args.json, results)

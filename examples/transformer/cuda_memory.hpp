@@ -5,22 +5,34 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
+#include <utility>
 
 namespace transformer {
 
 // Throws std::runtime_error naming `what` and the status when `status` is an error.
 void check_cuda(cudaError_t status, const char* what);
 
-// Owned device memory (cudaMalloc); zero bytes hold no allocation.
-class DeviceMemory {
+// Memory owned by the object, from the allocator Alloc (freed by Free); zero bytes hold none.
+template <cudaError_t (*Alloc)(void**, size_t), cudaError_t (*Free)(void*)>
+class CudaMemory {
 public:
-    DeviceMemory() = default;
-    explicit DeviceMemory(size_t bytes);
-    DeviceMemory(DeviceMemory&& other) noexcept;
-    DeviceMemory& operator=(DeviceMemory&& other) noexcept;
-    DeviceMemory(const DeviceMemory&) = delete;
-    DeviceMemory& operator=(const DeviceMemory&) = delete;
-    ~DeviceMemory();
+    CudaMemory() = default;
+    explicit CudaMemory(size_t bytes) : bytes_(bytes) {
+        if (bytes > 0) check_cuda(Alloc(&data_, bytes), ("allocating " + std::to_string(bytes) + " bytes").c_str());
+    }
+    CudaMemory(CudaMemory&& other) noexcept
+        : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    CudaMemory& operator=(CudaMemory&& other) noexcept {
+        std::swap(data_, other.data_);
+        std::swap(bytes_, other.bytes_);
+        return *this;
+    }
+    CudaMemory(const CudaMemory&) = delete;
+    CudaMemory& operator=(const CudaMemory&) = delete;
+    ~CudaMemory() {
+        if (data_ != nullptr) Free(data_);
+    }
 
     void* data() const noexcept { return data_; }
     template <typename T>
@@ -32,24 +44,14 @@ private:
     size_t bytes_ = 0;
 };
 
-// Owned page-locked host memory (cudaMallocHost): asynchronous copies read it in place.
-class PinnedMemory {
-public:
-    PinnedMemory() = default;
-    explicit PinnedMemory(size_t bytes);
-    PinnedMemory(PinnedMemory&& other) noexcept;
-    PinnedMemory& operator=(PinnedMemory&& other) noexcept;
-    PinnedMemory(const PinnedMemory&) = delete;
-    PinnedMemory& operator=(const PinnedMemory&) = delete;
-    ~PinnedMemory();
+namespace detail {
+inline cudaError_t device_alloc(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+inline cudaError_t pinned_alloc(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+}  // namespace detail
 
-    template <typename T>
-    T* as() const noexcept { return static_cast<T*>(data_); }
-    size_t size() const noexcept { return bytes_; }
-
-private:
-    void* data_ = nullptr;
-    size_t bytes_ = 0;
-};
+// Device memory (cudaMalloc).
+using DeviceMemory = CudaMemory<detail::device_alloc, cudaFree>;
+// Page-locked host memory (cudaMallocHost): asynchronous copies read it in place.
+using PinnedMemory = CudaMemory<detail::pinned_alloc, cudaFreeHost>;
 
 }  // namespace transformer

@@ -131,10 +131,10 @@ struct Decoder::Impl {
             if (prompt_lengths[b] >= options.max_context)
                 refuse(fmt::format("prompt {} has {} tokens: no room to generate within a context of {}", b,
                                    prompt_lengths[b], options.max_context));
-            if (!llama && options.max_context > config.max_positions)
-                refuse(fmt::format("a context of {} tokens passes GPT-2's {} learned positions", options.max_context,
-                                   config.max_positions));
         }
+        if (!llama && options.max_context > config.max_positions)
+            refuse(fmt::format("a context of {} tokens passes GPT-2's {} learned positions", options.max_context,
+                               config.max_positions));
         if (num_pages * options.page_size >= std::numeric_limits<int32_t>::max())
             refuse(fmt::format("{} sequences of {} tokens pass the KV cache's 2^31 slots", sequences, options.max_context));
     }
