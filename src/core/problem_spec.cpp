@@ -81,7 +81,6 @@ void require_rank(const ProblemSpec& spec, size_t rank, const char* layout) {
 
 PagedCache paged_cache(const std::string& op, const std::vector<std::string>& flags, long long batch,
                        long long max_kv_len) {
-    check_flags_distinct(op, flags, {"page"});
     PagedCache cache;
     for (const std::string& flag : flags) {
         const long long page = flag_number(flag, "page").value_or(0);

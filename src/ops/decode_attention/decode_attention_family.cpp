@@ -24,7 +24,6 @@ std::unique_ptr<Op> make_decode_attention(const ProblemSpec& spec) {
     p.max_kv_len = spec.shape[5];
     p.dtype = parse_dtype(spec.dtype);
     std::vector<std::string> flags = split_flags(spec.flags);
-    check_flags_distinct(spec.op, flags, {"page"});
     if (const auto fp8 = std::find(flags.begin(), flags.end(), "kv_fp8"); fp8 != flags.end()) {
         p.kv_dtype = DType::fp8_e4m3;
         flags.erase(fp8);

@@ -19,9 +19,7 @@ std::unique_ptr<Op> make_elementwise(const ProblemSpec& spec) {
     problem.cols = spec.shape[1];
     problem.dtype = dtypes.in;
     problem.out_dtype = dtypes.out;
-    const std::vector<std::string> flags = split_flags(spec.flags);
-    check_flags_distinct(spec.op, flags, {});
-    for (const std::string& flag : flags) {
+    for (const std::string& flag : split_flags(spec.flags)) {
         if (flag == "broadcast_b" && (problem.op == ElementwiseOp::add || problem.op == ElementwiseOp::mul))
             problem.broadcast_b = true;
         else

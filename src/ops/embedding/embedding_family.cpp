@@ -21,9 +21,7 @@ std::unique_ptr<Op> make_embedding(const ProblemSpec& spec) {
     p.hidden = spec.shape[2];
     p.dtype = dtypes.in;
     p.out_dtype = dtypes.out;
-    const std::vector<std::string> flags = split_flags(spec.flags);
-    check_flags_distinct(spec.op, flags, {"positions"});
-    for (const std::string& flag : flags) {
+    for (const std::string& flag : split_flags(spec.flags)) {
         const long long positions = flag_number(flag, "positions").value_or(0);
         if (positions <= 0)
             throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to embedding (positionsN)", flag));

@@ -23,9 +23,7 @@ std::unique_ptr<Op> make_flash_attention(const ProblemSpec& spec) {
     p.seqlen_q = spec.shape[4];
     p.seqlen_k = spec.shape[5];
     p.dtype = parse_dtype(spec.dtype);
-    const std::vector<std::string> flags = split_flags(spec.flags);
-    check_flags_distinct(spec.op, flags, {"window"});
-    for (const std::string& flag : flags) {
+    for (const std::string& flag : split_flags(spec.flags)) {
         const long long window = flag_number(flag, "window").value_or(-1);
         if (flag == "causal") p.causal = true;
         else if (flag == "varlen") p.varlen = true, p.total_q = p.batch * p.seqlen_q, p.total_k = p.batch * p.seqlen_k;

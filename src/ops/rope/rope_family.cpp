@@ -28,7 +28,6 @@ std::unique_ptr<Op> make_rope(const ProblemSpec& spec) {
     p.theta = 500000.0;
     bool fp8 = false;
     const std::vector<std::string> flags = split_flags(spec.flags);
-    check_flags_distinct(spec.op, flags, {"rot", "page"});
     for (const std::string& flag : flags) {
         if (flag == "gptj") {
             p.style = RopeStyle::gptj;

@@ -22,9 +22,7 @@ struct RowSpec {
 RowSpec row_spec(const ProblemSpec& spec, const char* allowed) {
     require_rank(spec, 2, kShape);
     RowSpec row{spec.shape[0], spec.shape[1], parse_dtype_pair(spec.dtype)};
-    const std::vector<std::string> flags = split_flags(spec.flags);
-    check_flags_distinct(spec.op, flags, {});
-    for (const std::string& flag : flags) {
+    for (const std::string& flag : split_flags(spec.flags)) {
         if (allowed != nullptr && flag == allowed) row.flag = true;
         else throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to {}", flag, spec.op));
     }

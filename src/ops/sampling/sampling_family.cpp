@@ -18,9 +18,7 @@ std::unique_ptr<Op> make_sampling(const ProblemSpec& spec) {
     p.batch = spec.shape[0];
     p.vocab_size = spec.shape[1];
     p.dtype = parse_dtype(spec.dtype);
-    const std::vector<std::string> flags = split_flags(spec.flags);
-    check_flags_distinct(spec.op, flags, {});
-    for (const std::string& flag : flags) {
+    for (const std::string& flag : split_flags(spec.flags)) {
         if (flag != "greedy") throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to sampling (greedy)", flag));
         p.greedy = true;
     }
