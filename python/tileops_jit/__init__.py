@@ -1,0 +1,69 @@
+"""tileops_jit: JIT-compiled, autotuned GPU kernels for inference, called on CUDA tensors.
+
+    import torch, tileops_jit as tj
+    x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.ones(4096, device="cuda", dtype=torch.bfloat16)
+    y = tj.rms_norm(x, w)                       # torch's current stream
+    print(tj.explain(tj.rms_norm, x, w))        # which config, and where it came from
+
+Tensors: torch.Tensor, or any object with __dlpack__ (CuPy, JAX...: pass out= and stream=).
+Errors: InvalidArgument (a ValueError) for bad arguments; the others (Unsupported, DriverError,
+CompileError, CacheMiss, FileError) are RuntimeErrors. When torch is installed the ops are also
+torch custom ops (torch.ops.tileops.*), so torch.compile(fullgraph=True) keeps them in its graph.
+"""
+
+from . import _C
+from ._C import (CacheMiss, CompileError, DriverError, Error, FileError, InvalidArgument, RopeScaling,
+                 RopeScalingType, Unsupported)
+from . import ops as _ops
+from .ops import (add, decode_attention, embedding, flash_attention, gelu, layer_norm, linear, log_softmax, matmul,
+                  mla_decode, mul, rms_norm, rope, sample, silu, silu_and_mul, silu_mul, softmax)
+
+__version__ = _C.version()
+
+if _ops._torch is not None:
+    from . import torch_library as _torch_library
+
+    _ops._torch_library = _torch_library
+
+
+def explain(op, *args, **kwargs):
+    """Which config `op` (one of this package's functions) would run with on these arguments, where
+    it came from (a tuning database, the nearest tuned shape, or the heuristic) and why. Runs nothing."""
+    return _with_mode(_C.Mode.explain, op, args, kwargs)
+
+
+def prepare(op, *args, **kwargs):
+    """Compiles or loads every kernel `op` may launch on these arguments (so that the first call
+    compiles nothing, e.g. before CUDA graph capture). Runs nothing."""
+    _with_mode(_C.Mode.prepare, op, args, kwargs)
+
+
+def _with_mode(mode, op, args, kwargs):
+    previous = _ops._current_mode()
+    _ops._mode.value = mode
+    try:
+        return op(*args, **kwargs)
+    finally:
+        _ops._mode.value = previous
+
+
+def device_info(device=0):
+    """The GPU's name, arch (the NVRTC target), SM count and memory."""
+    return _C.device_info(device)
+
+
+def stats(device=0):
+    """Kernels compiled, loaded from the disk cache and found in memory by this process on `device`."""
+    return _C.stats(device)
+
+
+def llama3_rope_scaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8192):
+    """Llama 3.1's rope scaling (config.json's rope_scaling: factor 8, low 1, high 4, original 8192)."""
+    return RopeScaling(RopeScalingType.llama3, factor, low_freq_factor, high_freq_factor, original_max_positions)
+
+
+__all__ = ["add", "decode_attention", "device_info", "embedding", "explain", "flash_attention", "gelu", "layer_norm",
+           "linear", "llama3_rope_scaling", "log_softmax", "matmul", "mla_decode", "mul", "prepare", "rms_norm", "rope", "sample", "silu",
+           "silu_and_mul", "silu_mul", "softmax", "stats", "RopeScaling", "RopeScalingType", "Error", "InvalidArgument",
+           "Unsupported", "DriverError", "CompileError", "CacheMiss", "FileError"]

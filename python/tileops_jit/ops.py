@@ -1,0 +1,310 @@
+"""The ops, one function each, on CUDA tensors: torch tensors, or any DLPack producer (CuPy, JAX...).
+
+Every function runs on the caller's stream: `stream=None` means torch's current stream for torch
+tensors and the legacy default stream otherwise; pass an int handle or a stream object to choose.
+Outputs are allocated (with torch) when not given as `out=`; tensors other than torch's need `out=`.
+The first call of a problem builds its op (config from the tuning database, kernel from the cache
+or compiled); later calls of the same problem are a lookup and a launch. Run a problem once
+before capturing it in a CUDA graph (the first run may compile and allocate).
+"""
+
+import threading
+
+from . import _C
+
+_mode = threading.local()
+
+
+def _current_mode():
+    return getattr(_mode, "value", _C.Mode.run)
+
+
+try:
+    import torch as _torch
+except ImportError:
+    _torch = None
+
+
+def _compiling():
+    """True while torch.compile traces: the ops then go through their torch custom ops."""
+    return _torch is not None and _torch.compiler.is_compiling()
+
+
+def _new(like, shape, dtype=None, name="out"):
+    """An output tensor on `like`'s device (torch tensors only); dtype: like's, a torch dtype or its name."""
+    if _torch is None or not isinstance(like, _torch.Tensor):
+        raise _C.InvalidArgument(
+            f"tileops_jit: {name}= is required for tensors other than torch's (got a {type(like).__name__})")
+    if isinstance(dtype, str):
+        dtype = getattr(_torch, dtype)
+    return like.new_empty(shape, dtype=like.dtype if dtype is None else dtype)
+
+
+def _finish(result, outputs):
+    """What a public function returns: its outputs, or the explanation in explain mode."""
+    return outputs if result is None else result
+
+
+# --- row ops -------------------------------------------------------------------------------------
+
+def rms_norm(x, weight, eps=1e-6, *, residual=None, out=None, residual_out=None, out_dtype=None, stream=None):
+    """y = h / sqrt(mean(h^2) + eps) * weight over the last dim, h = x (+ residual).
+
+    With `residual`, also returns h (written to `residual_out`, which may be `x` or `residual`
+    itself for an in-place update): returns (y, h).
+    """
+    if _compiling():
+        return _torch_ops().rms_norm(x, weight, eps, residual, out_dtype)
+    if out is None:
+        out = _new(x, x.shape, out_dtype)
+    if residual is not None and residual_out is None:
+        residual_out = _new(x, x.shape, name="residual_out")
+    result = _C.rms_norm(x, weight, out, residual, residual_out, eps, stream=stream, mode=_current_mode())
+    return _finish(result, out if residual is None else (out, residual_out))
+
+
+def layer_norm(x, weight, bias, eps=1e-5, *, out=None, out_dtype=None, stream=None):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim."""
+    if _compiling():
+        return _torch_ops().layer_norm(x, weight, bias, eps, out_dtype)
+    if out is None:
+        out = _new(x, x.shape, out_dtype)
+    return _finish(_C.layer_norm(x, weight, bias, out, eps, stream=stream, mode=_current_mode()), out)
+
+
+def softmax(x, *, out=None, out_dtype=None, stream=None):
+    """Softmax over the last dim."""
+    return _softmax(x, False, out, out_dtype, stream)
+
+
+def log_softmax(x, *, out=None, out_dtype=None, stream=None):
+    """Log-softmax over the last dim."""
+    return _softmax(x, True, out, out_dtype, stream)
+
+
+def _softmax(x, log, out, out_dtype, stream):
+    if _compiling():
+        return _torch_ops().softmax(x, log, out_dtype)
+    if out is None:
+        out = _new(x, x.shape, out_dtype)
+    return _finish(_C.softmax(x, out, log, stream=stream, mode=_current_mode()), out)
+
+
+# --- elementwise ---------------------------------------------------------------------------------
+
+_UNARY = {"gelu": _C.ElementwiseOp.gelu, "gelu_tanh": _C.ElementwiseOp.gelu_tanh, "silu": _C.ElementwiseOp.silu}
+_BINARY = {"add": _C.ElementwiseOp.add, "mul": _C.ElementwiseOp.mul, "silu_mul": _C.ElementwiseOp.silu_mul}
+
+
+def _elementwise(name, a, b, out, out_dtype, stream):
+    if _compiling():
+        return _torch_ops().elementwise(name, a, b, out_dtype)
+    if out is None:
+        out = _new(a, a.shape, out_dtype)
+    op = _UNARY[name] if b is None else _BINARY[name]
+    return _finish(_C.elementwise(op, a, b, out, stream=stream, mode=_current_mode()), out)
+
+
+def gelu(a, approximate="none", *, out=None, out_dtype=None, stream=None):
+    """GELU, exact (erf) or approximate="tanh"."""
+    if approximate not in ("none", "tanh"):
+        raise _C.InvalidArgument(f"tileops_jit.gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _elementwise("gelu" if approximate == "none" else "gelu_tanh", a, None, out, out_dtype, stream)
+
+
+def silu(a, *, out=None, out_dtype=None, stream=None):
+    """a * sigmoid(a)."""
+    return _elementwise("silu", a, None, out, out_dtype, stream)
+
+
+def silu_mul(a, b, *, out=None, out_dtype=None, stream=None):
+    """silu(a) * b (the SwiGLU gate)."""
+    return _elementwise("silu_mul", a, b, out, out_dtype, stream)
+
+
+def silu_and_mul(x, *, out=None, out_dtype=None, stream=None):
+    """silu(x[..., :d]) * x[..., d:] for x of last dim 2d (a fused gate-up projection's output)."""
+    d = x.shape[-1] // 2
+    if x.shape[-1] != 2 * d:
+        raise _C.InvalidArgument(f"tileops_jit.silu_and_mul: the last dim ({x.shape[-1]}) must be even")
+    if out is None and not _compiling():
+        out = _new(x, (*x.shape[:-1], d), out_dtype)
+    return silu_mul(x[..., :d], x[..., d:], out=out, out_dtype=out_dtype, stream=stream)
+
+
+def add(a, b, *, out=None, out_dtype=None, stream=None):
+    """a + b; b may be one row of a's last dim, added to every row."""
+    return _elementwise("add", a, b, out, out_dtype, stream)
+
+
+def mul(a, b, *, out=None, out_dtype=None, stream=None):
+    """a * b; b may be one row of a's last dim, applied to every row."""
+    return _elementwise("mul", a, b, out, out_dtype, stream)
+
+
+# --- GEMM ----------------------------------------------------------------------------------------
+
+_EPILOGUES = {None: _C.GemmEpilogue.none, "none": _C.GemmEpilogue.none, "gelu": _C.GemmEpilogue.gelu,
+              "silu": _C.GemmEpilogue.silu}
+
+
+def matmul(a, b, *, bias=None, c=None, alpha=1.0, beta=0.0, activation=None, out=None, out_dtype=None, stream=None):
+    """out = activation(alpha * a @ b + beta * c + bias).
+
+    a: [..., M, K] (leading dims folded into M) or [batch, M, K] with b [batch, K, N]; b row-major
+    [K, N] or the transpose of a row-major [N, K] (e.g. `weight.t()`); bias: [N]; activation:
+    None, "gelu" or "silu".
+    """
+    if activation not in _EPILOGUES:
+        raise _C.InvalidArgument(f"tileops_jit.matmul: activation must be None, 'gelu' or 'silu', got {activation!r}")
+    if _compiling():
+        return _torch_ops().gemm(a, b, c, bias, alpha, beta, activation or "none", out_dtype)
+    if out is None:
+        out = _new(a, (*a.shape[:-1], b.shape[-1]), out_dtype)
+    result = _C.gemm(a, b, out, c, bias, alpha, beta, _EPILOGUES[activation], stream=stream, mode=_current_mode())
+    return _finish(result, out)
+
+
+def linear(x, weight, bias=None, *, activation=None, out=None, out_dtype=None, stream=None):
+    """x @ weight.T + bias, as torch.nn.functional.linear; weight: [N, K]."""
+    return matmul(x, weight.t() if hasattr(weight, "t") else weight.T, bias=bias, activation=activation, out=out,
+                  out_dtype=out_dtype, stream=stream)
+
+
+# --- attention -----------------------------------------------------------------------------------
+
+_LAYOUTS = {"bshd": _C.AttentionLayout.bshd, "bhsd": _C.AttentionLayout.bhsd}
+
+
+def flash_attention(q, k, v, *, causal=False, scale=None, window_left=-1, layout="bshd", return_lse=False,
+                    cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=0, max_seqlen_k=0, out=None, lse=None,
+                    stream=None):
+    """softmax(scale q k^T) v (prefill). q, k, v: [batch, seqlen, heads, head_dim] ("bshd") or
+    [batch, heads, seqlen, head_dim] ("bhsd"); varlen: [total, heads, head_dim] with cu_seqlens_q/k
+    ([batch + 1] int32) and max_seqlen_q/k. Returns out, or (out, lse) with return_lse (lse: fp32
+    [batch, heads, seqlen_q], varlen [heads, total_q])."""
+    if layout not in _LAYOUTS:
+        raise _C.InvalidArgument(f"tileops_jit.flash_attention: layout must be 'bshd' or 'bhsd', got {layout!r}")
+    if _compiling():
+        o, l = _torch_ops().flash_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                                            scale or 0.0, window_left, layout, return_lse)
+        return (o, l) if return_lse else o
+    if out is None:
+        out = _new(q, q.shape)
+    if return_lse and lse is None:
+        lse = _new(q, _flash_lse_shape(q, layout, cu_seqlens_q), "float32", "lse")
+    result = _C.flash_attention(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                max_seqlen_k, causal, scale or 0.0, window_left, _LAYOUTS[layout], stream=stream,
+                                mode=_current_mode())
+    return _finish(result, (out, lse) if return_lse else out)
+
+
+def _flash_lse_shape(q, layout, cu_seqlens_q):
+    if cu_seqlens_q is not None:
+        return (q.shape[1], q.shape[0])
+    return (q.shape[0], q.shape[2], q.shape[1]) if layout == "bshd" else (q.shape[0], q.shape[1], q.shape[2])
+
+
+def decode_attention(q, k_cache, v_cache, lengths, *, page_table=None, max_kv_len=0, scale=None, softcap=0.0,
+                     window_left=-1, k_scale=1.0, v_scale=1.0, return_lse=False, out=None, lse=None, stream=None):
+    """Attention of 1-8 new query tokens per sequence over a KV cache.
+
+    q: [batch, q_len, heads, head_dim] or [batch, heads, head_dim]; k_cache, v_cache: [batch,
+    max_kv_len, kv_heads, head_dim], or paged [num_pages, page_size, kv_heads, head_dim] with
+    page_table [batch, max_pages] int32; lengths: [batch] int32 (tokens in each sequence, the new
+    ones included). An float8_e4m3fn cache is read as k_scale x code and v_scale x code.
+    """
+    if _compiling():
+        o, l = _torch_ops().decode_attention(q, k_cache, v_cache, lengths, page_table, max_kv_len, scale or 0.0,
+                                             softcap, window_left, k_scale, v_scale, return_lse)
+        return (o, l) if return_lse else o
+    if out is None:
+        out = _new(q, q.shape)
+    if return_lse and lse is None:
+        lse = _new(q, q.shape[:-1], "float32", "lse")
+    result = _C.decode_attention(q, k_cache, v_cache, lengths, out, lse if return_lse else None, page_table,
+                                 max_kv_len, scale or 0.0, softcap, window_left, k_scale, v_scale, stream=stream,
+                                 mode=_current_mode())
+    return _finish(result, (out, lse) if return_lse else out)
+
+
+def mla_decode(q, kv_cache, lengths, *, page_table=None, max_kv_len=0, scale=None, return_lse=False, out=None,
+               lse=None, stream=None):
+    """DeepSeek's multi-head latent attention, decode. q: [batch, q_len, heads, 576] or [batch,
+    heads, 576]; kv_cache: [batch, max_kv_len, 576] or paged [num_pages, page_size, 576] with
+    page_table; lengths: [batch] int32. out: [..., 512]."""
+    if _compiling():
+        o, l = _torch_ops().mla_decode(q, kv_cache, lengths, page_table, max_kv_len, scale or 0.0, return_lse)
+        return (o, l) if return_lse else o
+    if out is None:
+        out = _new(q, (*q.shape[:-1], 512))
+    if return_lse and lse is None:
+        lse = _new(q, q.shape[:-1], "float32", "lse")
+    result = _C.mla_decode(q, kv_cache, lengths, out, lse if return_lse else None, page_table, max_kv_len,
+                           scale or 0.0, stream=stream, mode=_current_mode())
+    return _finish(result, (out, lse) if return_lse else out)
+
+
+# --- embedding, rope, sampling -------------------------------------------------------------------
+
+def embedding(ids, table, *, positions=None, position_table=None, out=None, out_dtype=None, stream=None):
+    """table[ids] (+ position_table[positions]); ids and positions int32 of any shape; out: [*ids.shape, hidden].
+    An id or position outside its table reads nothing and contributes zeros."""
+    if _compiling():
+        return _torch_ops().embedding(ids, table, positions, position_table, out_dtype)
+    if out is None:
+        out = _new(table, (*ids.shape, table.shape[1]), out_dtype)
+    return _finish(_C.embedding(ids, table, out, positions, position_table, stream=stream, mode=_current_mode()), out)
+
+
+_ROPE_STYLES = {"neox": _C.RopeStyle.neox, "gptj": _C.RopeStyle.gptj, "none": _C.RopeStyle.none}
+
+
+def rope(q, k, positions, *, theta=10000.0, style="neox", rotary_dim=0, scaling=None, v=None, slots=None,
+         k_cache=None, v_cache=None, k_scale=1.0, v_scale=1.0, q_out=None, k_out=None, inplace=False, stream=None):
+    """Rotary position embedding of q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim]
+    at int32 `positions`; style "neox" (rotate_half), "gptj" (interleaved) or "none"; scaling: a
+    RopeScaling (linear, llama3). With v, slots (int32 [tokens]) and k_cache, v_cache ([num_pages,
+    page_size, kv_heads, head_dim]) the rotated k and v are also written to the cache at each
+    token's slot (negative: skipped). Returns (q_out, k_out); inplace=True rotates q and k themselves."""
+    if style not in _ROPE_STYLES:
+        raise _C.InvalidArgument(f"tileops_jit.rope: style must be 'neox', 'gptj' or 'none', got {style!r}")
+    scaling = _C.RopeScaling() if scaling is None else scaling
+    if _compiling():
+        return _torch_ops().rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim,
+                                 _scaling_list(scaling), k_scale, v_scale, inplace)
+    if inplace:
+        q_out, k_out = q, k
+    if q_out is None:
+        q_out = _new(q, q.shape, name="q_out")
+    if k_out is None:
+        k_out = _new(k, k.shape, name="k_out")
+    result = _C.rope(q, k, positions, q_out, k_out, v, slots, k_cache, v_cache, theta, _ROPE_STYLES[style], rotary_dim,
+                     scaling, k_scale, v_scale, stream=stream, mode=_current_mode())
+    return _finish(result, (q_out, k_out))
+
+
+def _scaling_list(s):
+    return [float(int(s.type)), s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_positions]
+
+
+def sample(logits, *, temperature=None, top_k=None, top_p=None, min_p=None, offsets=None, seed=0, out=None,
+           stream=None):
+    """The next token of each row of logits [batch, vocab]: greedy (argmax) when no parameter is
+    given, else drawn with per-row temperature, top_k, top_p, min_p (fp32 / int32 / fp32 / fp32
+    device tensors of [batch]) from `seed` and the per-row int32 `offsets` (advance them every
+    step). Returns int32 [batch]."""
+    if _compiling():
+        return _torch_ops().sample(logits, temperature, top_k, top_p, min_p, offsets, seed)
+    if out is None:
+        out = _new(logits, logits.shape[:-1], "int32")
+    result = _C.sample(logits, out, temperature, top_k, top_p, min_p, offsets, seed, stream=stream,
+                       mode=_current_mode())
+    return _finish(result, out)
+
+
+_torch_library = None  # the torch custom ops' module, set by the package when torch is there
+
+
+def _torch_ops():
+    return _torch_library

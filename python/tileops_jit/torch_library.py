@@ -1,0 +1,192 @@
+"""The ops as torch custom ops (torch.ops.tileops.*), with fake implementations, so that
+torch.compile(fullgraph=True) graphs hold them and CUDA graphs capture them. The public functions
+of tileops_jit call these while torch.compile traces, and run directly otherwise.
+
+Each op here is functional: it allocates its outputs; the caches rope appends to are declared
+mutated.
+"""
+
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import ops as _ops
+
+_NO_LSE = (0,)
+
+
+def _lse_or_empty(lse, like):
+    return lse if lse is not None else like.new_empty(_NO_LSE, dtype=torch.float32)
+
+
+# --- row ops -------------------------------------------------------------------------------------
+
+@torch.library.custom_op("tileops::rms_norm", mutates_args=())
+def _rms_norm(x: Tensor, weight: Tensor, eps: float, out_dtype: Optional[torch.dtype]) -> Tensor:
+    return _ops.rms_norm(x, weight, eps, out_dtype=out_dtype)
+
+
+@_rms_norm.register_fake
+def _(x, weight, eps, out_dtype):
+    return x.new_empty(x.shape, dtype=out_dtype or x.dtype)
+
+
+@torch.library.custom_op("tileops::rms_norm_residual", mutates_args=())
+def _rms_norm_residual(x: Tensor, residual: Tensor, weight: Tensor, eps: float,
+                       out_dtype: Optional[torch.dtype]) -> Tuple[Tensor, Tensor]:
+    return _ops.rms_norm(x, weight, eps, residual=residual, out_dtype=out_dtype)
+
+
+@_rms_norm_residual.register_fake
+def _(x, residual, weight, eps, out_dtype):
+    return x.new_empty(x.shape, dtype=out_dtype or x.dtype), x.new_empty(x.shape)
+
+
+def rms_norm(x, weight, eps, residual, out_dtype):
+    if residual is None:
+        return _rms_norm(x, weight, eps, out_dtype)
+    return _rms_norm_residual(x, residual, weight, eps, out_dtype)
+
+
+@torch.library.custom_op("tileops::layer_norm", mutates_args=())
+def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float, out_dtype: Optional[torch.dtype]) -> Tensor:
+    return _ops.layer_norm(x, weight, bias, eps, out_dtype=out_dtype)
+
+
+@layer_norm.register_fake
+def _(x, weight, bias, eps, out_dtype):
+    return x.new_empty(x.shape, dtype=out_dtype or x.dtype)
+
+
+@torch.library.custom_op("tileops::softmax", mutates_args=())
+def softmax(x: Tensor, log: bool, out_dtype: Optional[torch.dtype]) -> Tensor:
+    return _ops._softmax(x, log, None, out_dtype, None)
+
+
+@softmax.register_fake
+def _(x, log, out_dtype):
+    return x.new_empty(x.shape, dtype=out_dtype or x.dtype)
+
+
+@torch.library.custom_op("tileops::elementwise", mutates_args=())
+def elementwise(name: str, a: Tensor, b: Optional[Tensor], out_dtype: Optional[torch.dtype]) -> Tensor:
+    return _ops._elementwise(name, a, b, None, out_dtype, None)
+
+
+@elementwise.register_fake
+def _(name, a, b, out_dtype):
+    return a.new_empty(a.shape, dtype=out_dtype or a.dtype)
+
+
+# --- GEMM ----------------------------------------------------------------------------------------
+
+@torch.library.custom_op("tileops::gemm", mutates_args=())
+def gemm(a: Tensor, b: Tensor, c: Optional[Tensor], bias: Optional[Tensor], alpha: float, beta: float,
+         activation: str, out_dtype: Optional[torch.dtype]) -> Tensor:
+    return _ops.matmul(a, b, bias=bias, c=c, alpha=alpha, beta=beta, activation=activation, out_dtype=out_dtype)
+
+
+@gemm.register_fake
+def _(a, b, c, bias, alpha, beta, activation, out_dtype):
+    return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or a.dtype)
+
+
+# --- attention -----------------------------------------------------------------------------------
+
+@torch.library.custom_op("tileops::flash_attention", mutates_args=())
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+                    max_seqlen_q: int, max_seqlen_k: int, causal: bool, scale: float, window_left: int, layout: str,
+                    return_lse: bool) -> Tuple[Tensor, Tensor]:
+    result = _ops.flash_attention(q, k, v, causal=causal, scale=scale, window_left=window_left, layout=layout,
+                                  return_lse=return_lse, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                                  max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return result if return_lse else (result, _lse_or_empty(None, q))
+
+
+@flash_attention.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window_left, layout,
+      return_lse):
+    lse_shape = _ops._flash_lse_shape(q, layout, cu_seqlens_q) if return_lse else _NO_LSE
+    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
+
+
+@torch.library.custom_op("tileops::decode_attention", mutates_args=())
+def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, lengths: Tensor, page_table: Optional[Tensor],
+                     max_kv_len: int, scale: float, softcap: float, window_left: int, k_scale: float, v_scale: float,
+                     return_lse: bool) -> Tuple[Tensor, Tensor]:
+    result = _ops.decode_attention(q, k_cache, v_cache, lengths, page_table=page_table, max_kv_len=max_kv_len,
+                                   scale=scale, softcap=softcap, window_left=window_left, k_scale=k_scale,
+                                   v_scale=v_scale, return_lse=return_lse)
+    return result if return_lse else (result, _lse_or_empty(None, q))
+
+
+@decode_attention.register_fake
+def _(q, k_cache, v_cache, lengths, page_table, max_kv_len, scale, softcap, window_left, k_scale, v_scale,
+      return_lse):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1] if return_lse else _NO_LSE, dtype=torch.float32)
+
+
+@torch.library.custom_op("tileops::mla_decode", mutates_args=())
+def mla_decode(q: Tensor, kv_cache: Tensor, lengths: Tensor, page_table: Optional[Tensor], max_kv_len: int,
+               scale: float, return_lse: bool) -> Tuple[Tensor, Tensor]:
+    result = _ops.mla_decode(q, kv_cache, lengths, page_table=page_table, max_kv_len=max_kv_len, scale=scale,
+                             return_lse=return_lse)
+    return result if return_lse else (result, _lse_or_empty(None, q))
+
+
+@mla_decode.register_fake
+def _(q, kv_cache, lengths, page_table, max_kv_len, scale, return_lse):
+    return (q.new_empty((*q.shape[:-1], 512)),
+            q.new_empty(q.shape[:-1] if return_lse else _NO_LSE, dtype=torch.float32))
+
+
+# --- embedding, rope, sampling -------------------------------------------------------------------
+
+@torch.library.custom_op("tileops::embedding", mutates_args=())
+def embedding(ids: Tensor, table: Tensor, positions: Optional[Tensor], position_table: Optional[Tensor],
+              out_dtype: Optional[torch.dtype]) -> Tensor:
+    return _ops.embedding(ids, table, positions=positions, position_table=position_table, out_dtype=out_dtype)
+
+
+@embedding.register_fake
+def _(ids, table, positions, position_table, out_dtype):
+    return table.new_empty((*ids.shape, table.shape[1]), dtype=out_dtype or table.dtype)
+
+
+@torch.library.custom_op("tileops::rope", mutates_args=("k_cache", "v_cache"))
+def _rope(q: Tensor, k: Tensor, positions: Tensor, v: Optional[Tensor], slots: Optional[Tensor],
+          k_cache: Optional[Tensor], v_cache: Optional[Tensor], theta: float, style: str, rotary_dim: int,
+          scaling: List[float], k_scale: float, v_scale: float) -> Tuple[Tensor, Tensor]:
+    from . import _C
+
+    rope_scaling = _C.RopeScaling(_C.RopeScalingType(int(scaling[0])), *scaling[1:])
+    return _ops.rope(q, k, positions, theta=theta, style=style, rotary_dim=rotary_dim, scaling=rope_scaling, v=v,
+                     slots=slots, k_cache=k_cache, v_cache=v_cache, k_scale=k_scale, v_scale=v_scale)
+
+
+@_rope.register_fake
+def _(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling, k_scale, v_scale):
+    return q.new_empty(q.shape), k.new_empty(k.shape)
+
+
+def rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling, k_scale, v_scale, inplace):
+    q_out, k_out = _rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling, k_scale,
+                         v_scale)
+    if not inplace:
+        return q_out, k_out
+    q.copy_(q_out)
+    k.copy_(k_out)
+    return q, k
+
+
+@torch.library.custom_op("tileops::sample", mutates_args=())
+def sample(logits: Tensor, temperature: Optional[Tensor], top_k: Optional[Tensor], top_p: Optional[Tensor],
+           min_p: Optional[Tensor], offsets: Optional[Tensor], seed: int) -> Tensor:
+    return _ops.sample(logits, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, offsets=offsets,
+                       seed=seed)
+
+
+@sample.register_fake
+def _(logits, temperature, top_k, top_p, min_p, offsets, seed):
+    return logits.new_empty(logits.shape[:-1], dtype=torch.int32)

@@ -1,0 +1,169 @@
+"""The Python module without a GPU: import, argument checks and the errors they raise. Tensors are
+DLPack fakes (dlpack_fakes.py): the checks run before any device work, so they need no GPU."""
+
+import unittest
+
+import tileops_jit as tj
+from dlpack_fakes import FakeTensor
+
+
+def has_gpu():
+    try:
+        tj.device_info(0)
+        return True
+    except tj.Error:
+        return False
+
+
+class Released(unittest.TestCase):
+    """Every test checks that each DLPack capsule taken was released exactly once."""
+
+    def setUp(self):
+        self.taken, self.released = FakeTensor.taken, FakeTensor.released
+
+    def tearDown(self):
+        self.assertEqual(FakeTensor.taken - self.taken, FakeTensor.released - self.released)
+
+    def assertRefused(self, pattern, call, *args, **kwargs):
+        with self.assertRaisesRegex(tj.InvalidArgument, pattern):
+            call(*args, **kwargs)
+
+
+class ModuleTest(unittest.TestCase):
+    def test_version_and_ops(self):
+        self.assertRegex(tj.__version__, r"^\d+\.\d+\.\d+$")
+        for name in ["rms_norm", "layer_norm", "softmax", "log_softmax", "gelu", "silu", "silu_and_mul", "add",
+                     "mul", "matmul", "linear", "flash_attention", "decode_attention", "mla_decode", "embedding",
+                     "rope", "sample", "explain", "prepare"]:
+            self.assertTrue(callable(getattr(tj, name)), name)
+
+    def test_error_classes(self):
+        self.assertTrue(issubclass(tj.InvalidArgument, ValueError))
+        self.assertTrue(issubclass(tj.InvalidArgument, tj.Error))
+        for error in [tj.Error, tj.Unsupported, tj.DriverError, tj.CompileError, tj.CacheMiss, tj.FileError]:
+            self.assertTrue(issubclass(error, RuntimeError), error)
+
+
+class TensorArgumentTest(Released):
+    def test_cpu_tensor_refused_by_name(self):
+        x = FakeTensor((4, 64), device="cpu")
+        self.assertRefused(r"argument 'x' is on cpu memory; tileops_jit runs on CUDA tensors", tj.rms_norm, x,
+                           FakeTensor((64,)), out=FakeTensor((4, 64)))
+
+    def test_unsupported_dtype_named(self):
+        self.assertRefused(r"argument 'x' has DLPack dtype \(code 0, 64 bits", tj.softmax, FakeTensor((4, 8), "int64"),
+                           out=FakeTensor((4, 8)))
+
+    def test_not_a_tensor(self):
+        self.assertRefused(r"argument 'x' is a int, not a tensor", tj.softmax, 3, out=FakeTensor((4, 8)))
+        self.assertRefused(r"argument 'weight' is required \(got None\)", tj.rms_norm, FakeTensor((4, 8)), None,
+                           out=FakeTensor((4, 8)))
+
+    def test_out_required_for_other_than_torch(self):
+        self.assertRefused(r"out= is required for tensors other than torch's", tj.softmax, FakeTensor((4, 8)))
+
+    def test_devices_must_agree(self):
+        self.assertRefused(r"argument 'out' is on CUDA device 1, the call's other tensors on device 0", tj.softmax,
+                           FakeTensor((4, 8)), out=FakeTensor((4, 8), device_id=1))
+
+    def test_bad_stream(self):
+        self.assertRefused(r"stream must be None, an int handle", tj.softmax, FakeTensor((4, 8)),
+                           out=FakeTensor((4, 8)), stream="fast")
+
+    def test_rows_need_a_contiguous_last_dim(self):
+        x = FakeTensor((8, 4), strides=(1, 8))
+        self.assertRefused(r"argument 'x' must be contiguous in its last dim", tj.softmax, x, out=FakeTensor((8, 4)))
+
+    def test_leading_dims_must_collapse(self):
+        x = FakeTensor((2, 3, 8), strides=(100, 8, 1))  # batches 100 apart, rows 8: no single row stride
+        self.assertRefused(r"argument 'x' \(strides 100, 8, 1\) cannot be viewed as rows of one stride", tj.softmax, x,
+                           out=FakeTensor((2, 3, 8)))
+
+
+class OpArgumentTest(Released):
+    """Shape and dtype mismatches reach the op's own checks, which name the argument."""
+
+    def test_rms_norm_weight_length(self):
+        self.assertRefused(r"argument 'weight' must be a contiguous vector of 64 elements", tj.rms_norm,
+                           FakeTensor((4, 64)), FakeTensor((32,)), out=FakeTensor((4, 64)))
+
+    def test_rms_norm_out_shape(self):
+        self.assertRefused(r"argument 'y' must have shape \[4, 64\]", tj.rms_norm, FakeTensor((4, 64)),
+                           FakeTensor((64,)), out=FakeTensor((5, 64)))
+
+    def test_rms_norm_residual_pairs(self):
+        self.assertRefused(r"residual and residual_out go together", tj._C.rms_norm, FakeTensor((4, 64)),
+                           FakeTensor((64,)), FakeTensor((4, 64)), FakeTensor((4, 64)), None)
+
+    def test_layer_norm_bias_dtype(self):
+        self.assertRefused(r"argument 'bias' has dtype fp32, expected bf16", tj.layer_norm, FakeTensor((4, 64)),
+                           FakeTensor((64,)), FakeTensor((64,), "float32"), out=FakeTensor((4, 64)))
+
+    def test_elementwise_arity(self):
+        self.assertRefused(r"silu: takes no b", tj._C.elementwise, tj._C.ElementwiseOp.silu, FakeTensor((4, 8)),
+                           FakeTensor((4, 8)), FakeTensor((4, 8)))
+        self.assertRefused(r"gelu: approximate must be 'none' or 'tanh'", tj.gelu, FakeTensor((4, 8)), "fast")
+
+    def test_silu_and_mul_needs_an_even_dim(self):
+        self.assertRefused(r"the last dim \(7\) must be even", tj.silu_and_mul, FakeTensor((4, 7)))
+
+    def test_matmul_shapes(self):
+        a, out = FakeTensor((16, 64)), FakeTensor((16, 32))
+        self.assertRefused(r"a's last dim \(64\) must equal b's K \(48\)", tj.matmul, a, FakeTensor((48, 32)), out=out)
+        b = FakeTensor((64, 32), strides=(64, 2))
+        self.assertRefused(r"b \(strides 64, 2\) must be contiguous in one of its last two dims", tj.matmul, a, b,
+                           out=out)
+        self.assertRefused(r"activation must be None, 'gelu' or 'silu'", tj.matmul, a, FakeTensor((64, 32)), out=out,
+                           activation="relu")
+
+    def test_matmul_out_shape(self):
+        self.assertRefused(r"argument 'D' must have shape \[16, 32\]", tj.matmul, FakeTensor((16, 64)),
+                           FakeTensor((64, 32)), out=FakeTensor((17, 32)))
+
+    def test_flash_attention_ranks_and_heads(self):
+        q = FakeTensor((2, 128, 8, 128))
+        self.assertRefused(r"k must be \[batch, seqlen, heads, head_dim\] \(rank 4\), got rank 3", tj.flash_attention,
+                           q, FakeTensor((128, 8, 128)), FakeTensor((2, 128, 8, 128)), out=FakeTensor((2, 128, 8, 128)))
+        self.assertRefused(r"num_heads \(8\) must be a multiple of num_kv_heads \(3\)", tj.flash_attention, q,
+                           FakeTensor((2, 128, 3, 128)), FakeTensor((2, 128, 3, 128)), out=FakeTensor((2, 128, 8, 128)))
+        self.assertRefused(r"varlen needs max_seqlen_q and max_seqlen_k", tj.flash_attention, FakeTensor((96, 8, 128)),
+                           FakeTensor((96, 8, 128)), FakeTensor((96, 8, 128)), out=FakeTensor((96, 8, 128)),
+                           cu_seqlens_q=FakeTensor((3,), "int32"), cu_seqlens_k=FakeTensor((3,), "int32"))
+
+    def test_decode_attention_lengths_dtype(self):
+        q = FakeTensor((4, 32, 128))
+        k = FakeTensor((4, 256, 8, 128))
+        self.assertRefused(r"argument 'lengths' has dtype fp32, expected int32", tj.decode_attention, q, k,
+                           FakeTensor((4, 256, 8, 128)), FakeTensor((4,), "float32"), out=FakeTensor((4, 32, 128)))
+
+    def test_mla_decode_key_dim(self):
+        self.assertRefused(r"argument 'q' must have shape", tj.mla_decode, FakeTensor((2, 16, 512)),
+                           FakeTensor((2, 64, 576)), FakeTensor((2,), "int32"), out=FakeTensor((2, 16, 512)))
+
+    def test_embedding_ids_dtype(self):
+        self.assertRefused(r"argument 'ids' has dtype bf16, expected int32", tj.embedding, FakeTensor((8,)),
+                           FakeTensor((1000, 64)), out=FakeTensor((8, 64)))
+
+    def test_rope_append_needs_all_four(self):
+        q, k = FakeTensor((8, 4, 64)), FakeTensor((8, 2, 64))
+        self.assertRefused(r"needs v, slots, k_cache and v_cache together", tj.rope, q, k, FakeTensor((8,), "int32"),
+                           v=FakeTensor((8, 2, 64)), q_out=FakeTensor((8, 4, 64)), k_out=FakeTensor((8, 2, 64)))
+        self.assertRefused(r"style must be 'neox', 'gptj' or 'none'", tj.rope, q, k, FakeTensor((8,), "int32"),
+                           style="llama")
+
+    def test_sample_parameters_together(self):
+        self.assertRefused(r"temperature, top_k, top_p, min_p and offsets go together", tj.sample,
+                           FakeTensor((2, 1000), "float32"), temperature=FakeTensor((2,), "float32"),
+                           out=FakeTensor((2,), "int32"))
+
+
+@unittest.skipIf(has_gpu(), "a GPU is present: the fakes' addresses would be used")
+class WithoutGpuTest(Released):
+    def test_well_formed_call_raises_a_runtime_error(self):
+        with self.assertRaises(RuntimeError) as caught:
+            tj.rms_norm(FakeTensor((4, 64)), FakeTensor((64,)), out=FakeTensor((4, 64)))
+        self.assertNotIsInstance(caught.exception, ValueError)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,290 @@
+"""The Python module on a GPU: every op against a float64 torch reference on random inputs, the
+DLPack path, torch.compile(fullgraph=True) and CUDA graph capture. Exits with 4 (CTest: skipped)
+where torch or a GPU is missing."""
+
+import math
+import sys
+import unittest
+
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is None or not torch.cuda.is_available():
+    print("skipped: needs torch and a CUDA GPU")
+    sys.exit(4)
+
+import tileops_jit as tj
+
+DEV = "cuda"
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1.6e-2}
+
+
+def rand(*shape, dtype=torch.bfloat16, scale=1.0, seed=None):
+    g = torch.Generator(device=DEV)
+    g.manual_seed(seed if seed is not None else hash(shape) % 10007)
+    return (torch.randn(*shape, device=DEV, generator=g, dtype=torch.float32) * scale).to(dtype)
+
+
+class Close(unittest.TestCase):
+    def assertClose(self, got, want, dtype=None, rtol=None):
+        """got within the dtype's tolerance of want (relative to want's largest magnitude)."""
+        dtype = dtype or got.dtype
+        tol = rtol if rtol is not None else TOLERANCE[dtype]
+        got, want = got.double(), want.double()
+        self.assertEqual(got.shape, want.shape)
+        self.assertTrue(torch.isfinite(got).all(), "non-finite output")
+        err = (got - want).abs().max().item()
+        scale = max(want.abs().max().item(), 1e-30)
+        self.assertLessEqual(err / scale, tol, f"max error {err:.3e} against max |want| {scale:.3e}")
+
+
+class DLPackOnly:
+    """A torch tensor seen only through the DLPack protocol (the path CuPy or JAX arrays take)."""
+
+    def __init__(self, tensor):
+        self.tensor = tensor
+
+    def __dlpack__(self, stream=None):
+        return self.tensor.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self.tensor.__dlpack_device__()
+
+
+class RowOpsTest(Close):
+    def test_rms_norm_leading_dims_and_odd_rows(self):
+        for dtype, cols in [(torch.bfloat16, 4096), (torch.float16, 5003), (torch.float32, 1000)]:
+            x, w = rand(3, 37, cols, dtype=dtype), rand(cols, dtype=dtype)
+            want = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+            self.assertClose(tj.rms_norm(x, w), want, dtype)
+
+    def test_rms_norm_residual_in_place(self):
+        x, r, w = rand(64, 2048), rand(64, 2048, seed=3), rand(2048, seed=4)
+        h = x.double() + r.double()
+        want = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-5) * w.double()
+        y, s = tj.rms_norm(x, w, 1e-5, residual=r, residual_out=r)
+        self.assertIs(s, r)
+        self.assertClose(y, want, torch.bfloat16)
+        self.assertClose(s, h, torch.bfloat16)
+
+    def test_layer_norm_and_out_dtype(self):
+        x, w, b = rand(100, 1000, dtype=torch.float16), rand(1000, dtype=torch.float16), rand(1000, dtype=torch.float16)
+        xd = x.double()
+        want = (xd - xd.mean(-1, keepdim=True)) / torch.sqrt(xd.var(-1, unbiased=False, keepdim=True) + 1e-5)
+        want = want * w.double() + b.double()
+        self.assertClose(tj.layer_norm(x, w, b, out_dtype=torch.float32), want, torch.float16)
+
+    def test_softmax_gpt2_vocab_and_strided_rows(self):
+        x = rand(7, 50257, dtype=torch.float32, scale=3.0)
+        self.assertClose(tj.softmax(x), torch.softmax(x.double(), -1))
+        self.assertClose(tj.log_softmax(x), torch.log_softmax(x.double(), -1))
+        wide = rand(16, 4096 + 64)
+        view = wide[:, :4096]  # rows 4160 apart
+        self.assertClose(tj.softmax(view), torch.softmax(view.double(), -1), torch.bfloat16)
+
+
+class ElementwiseTest(Close):
+    def test_activations(self):
+        a = rand(33, 1000, scale=3.0)
+        ad = a.double()
+        self.assertClose(tj.gelu(a), torch.nn.functional.gelu(ad), torch.bfloat16)
+        self.assertClose(tj.gelu(a, "tanh"), torch.nn.functional.gelu(ad, approximate="tanh"), torch.bfloat16)
+        self.assertClose(tj.silu(a), torch.nn.functional.silu(ad), torch.bfloat16)
+
+    def test_gate_and_binary_ops(self):
+        x = rand(5, 3, 2 * 768)
+        want = torch.nn.functional.silu(x[..., :768].double()) * x[..., 768:].double()
+        self.assertClose(tj.silu_and_mul(x), want, torch.bfloat16)
+        a, b, row = rand(40, 512, seed=1), rand(40, 512, seed=2), rand(512, seed=3)
+        self.assertClose(tj.add(a, b), a.double() + b.double(), torch.bfloat16)
+        self.assertClose(tj.mul(a, row), a.double() * row.double(), torch.bfloat16)
+
+
+class GemmTest(Close):
+    def test_linear_with_bias_and_activation(self):
+        x, w, b = rand(2, 33, 1024), rand(768, 1024, scale=0.05), rand(768)
+        want = torch.nn.functional.gelu(x.double() @ w.double().t() + b.double())
+        self.assertClose(tj.linear(x, w, b, activation="gelu"), want, torch.bfloat16)
+
+    def test_matmul_nn_batched_and_beta(self):
+        a, b = rand(100, 256, dtype=torch.float16), rand(256, 520, dtype=torch.float16)
+        self.assertClose(tj.matmul(a, b, out_dtype=torch.float32), a.double() @ b.double(), torch.float16)
+        a3, b3 = rand(4, 64, 128), rand(4, 128, 96)
+        self.assertClose(tj.matmul(a3, b3), a3.double() @ b3.double(), torch.bfloat16)
+        c = rand(100, 520, dtype=torch.float16, seed=9)
+        got = tj.matmul(a, b, c=c, alpha=0.5, beta=2.0)
+        self.assertClose(got, 0.5 * (a.double() @ b.double()) + 2.0 * c.double(), torch.float16)
+
+
+def attention_reference(q, k, v, causal, scale):
+    """q: [b, sq, h, d], k, v: [b, sk, hk, d] in float64; causal aligned bottom-right."""
+    h, hk = q.shape[2], k.shape[2]
+    k = k.repeat_interleave(h // hk, dim=2)
+    v = v.repeat_interleave(h // hk, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) * scale
+    if causal:
+        sq, sk = q.shape[1], k.shape[1]
+        mask = torch.ones(sq, sk, dtype=torch.bool, device=q.device).tril(sk - sq)
+        s = s.masked_fill(~mask, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, -1), v), lse
+
+
+class AttentionTest(Close):
+    def test_flash_causal_gqa_with_lse(self):
+        q, k, v = rand(2, 300, 8, 128, seed=1), rand(2, 300, 2, 128, seed=2), rand(2, 300, 2, 128, seed=3)
+        out, lse = tj.flash_attention(q, k, v, causal=True, return_lse=True)
+        want, want_lse = attention_reference(q.double(), k.double(), v.double(), True, 128 ** -0.5)
+        self.assertClose(out, want, torch.bfloat16)
+        self.assertClose(lse, want_lse, torch.float16)
+
+    def test_flash_varlen(self):
+        lengths = [17, 200, 64]
+        cu = torch.tensor([0, 17, 217, 281], dtype=torch.int32, device=DEV)
+        q, k, v = (rand(281, 4, 64, dtype=torch.float16, seed=s) for s in (4, 5, 6))
+        out = tj.flash_attention(q, k, v, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=200,
+                                 max_seqlen_k=200)
+        start = 0
+        for n in lengths:
+            sl = slice(start, start + n)
+            want, _ = attention_reference(q[sl][None].double(), k[sl][None].double(), v[sl][None].double(), True,
+                                          64 ** -0.5)
+            self.assertClose(out[sl], want[0], torch.float16)
+            start += n
+
+    def decode_case(self, kv_dtype, k_scale=1.0, v_scale=1.0):
+        batch, heads, kv_heads, dim, page = 3, 32, 8, 128, 16
+        lengths = [1, 100, 1000]
+        pages_per_seq = (max(lengths) + page - 1) // page
+        num_pages = batch * pages_per_seq + 5
+        q = rand(batch, heads, dim, seed=7)
+        k_cache = rand(num_pages, page, kv_heads, dim, seed=8, dtype=torch.float32)
+        v_cache = rand(num_pages, page, kv_heads, dim, seed=9, dtype=torch.float32)
+        k_stored = (k_cache / k_scale).to(kv_dtype)
+        v_stored = (v_cache / v_scale).to(kv_dtype)
+        table = torch.randperm(num_pages, device=DEV)[: batch * pages_per_seq].view(batch, pages_per_seq).int()
+        lens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+        out = tj.decode_attention(q, k_stored, v_stored, lens, page_table=table, k_scale=k_scale, v_scale=v_scale)
+        for b, n in enumerate(lengths):
+            rows = table[b].long()
+            kb = (k_stored.double() * k_scale)[rows].reshape(-1, kv_heads, dim)[:n]
+            vb = (v_stored.double() * v_scale)[rows].reshape(-1, kv_heads, dim)[:n]
+            want, _ = attention_reference(q[b][None, None].double(), kb[None], vb[None], False, dim ** -0.5)
+            self.assertClose(out[b], want[0, 0], torch.bfloat16)
+
+    def test_decode_paged(self):
+        self.decode_case(torch.bfloat16)
+
+    def test_decode_paged_fp8(self):
+        self.decode_case(torch.float8_e4m3fn, k_scale=0.02, v_scale=0.03)
+
+    def test_mla_decode(self):
+        batch, heads, lengths = 2, 16, [50, 300]
+        q = rand(batch, heads, 576, seed=10)
+        kv = rand(batch, 320, 576, seed=11)
+        lens = torch.tensor(lengths, dtype=torch.int32, device=DEV)
+        out = tj.mla_decode(q, kv, lens)
+        for b, n in enumerate(lengths):
+            s = q[b].double() @ kv[b, :n].double().t() / math.sqrt(576)
+            want = torch.softmax(s, -1) @ kv[b, :n, :512].double()
+            self.assertClose(out[b], want, torch.bfloat16)
+
+
+class ModelOpsTest(Close):
+    def test_embedding_with_positions(self):
+        ids = torch.randint(0, 50257, (2, 9), dtype=torch.int32, device=DEV)
+        pos = torch.arange(9, dtype=torch.int32, device=DEV).repeat(2, 1)
+        table, ptable = rand(50257, 768), rand(1024, 768, seed=12)
+        want = table.double()[ids.long()] + ptable.double()[pos.long()]
+        self.assertClose(tj.embedding(ids, table, positions=pos, position_table=ptable), want, torch.bfloat16)
+
+    def test_rope_neox_with_paged_append(self):
+        tokens, heads, kv_heads, dim, page = 10, 8, 2, 64, 16
+        q, k, v = rand(tokens, heads, dim, seed=13), rand(tokens, kv_heads, dim, seed=14), rand(tokens, kv_heads, dim, seed=15)
+        positions = torch.arange(100, 100 + tokens, dtype=torch.int32, device=DEV)
+        slots = torch.arange(tokens, dtype=torch.int32, device=DEV) + 3
+        k_cache = torch.zeros(2, page, kv_heads, dim, dtype=torch.bfloat16, device=DEV)
+        v_cache = torch.zeros_like(k_cache)
+        q_out, k_out = tj.rope(q, k, positions, theta=500000.0, v=v, slots=slots, k_cache=k_cache, v_cache=v_cache)
+        inv_freq = 1.0 / (500000.0 ** (torch.arange(0, dim, 2, device=DEV, dtype=torch.float64) / dim))
+        angle = positions.double()[:, None] * inv_freq[None]
+        cos, sin = torch.cat([angle.cos()] * 2, -1)[:, None], torch.cat([angle.sin()] * 2, -1)[:, None]
+
+        def rotate(x):
+            x = x.double()
+            half = torch.cat([-x[..., dim // 2:], x[..., : dim // 2]], -1)
+            return x * cos + half * sin
+
+        self.assertClose(q_out, rotate(q), torch.bfloat16)
+        self.assertClose(k_out, rotate(k), torch.bfloat16)
+        flat_k, flat_v = k_cache.view(-1, kv_heads, dim), v_cache.view(-1, kv_heads, dim)
+        self.assertClose(flat_k[3:13], rotate(k), torch.bfloat16)
+        self.assertTrue(torch.equal(flat_v[3:13], v))
+        self.assertEqual(flat_k[:3].abs().sum().item(), 0)
+
+    def test_sample_greedy_and_top_k_one(self):
+        logits = rand(4, 50257, dtype=torch.float32, scale=4.0)
+        want = logits.argmax(-1).int()
+        self.assertTrue(torch.equal(tj.sample(logits), want))
+        ones = torch.ones(4, device=DEV)
+        got = tj.sample(logits, temperature=ones, top_k=torch.ones(4, dtype=torch.int32, device=DEV), top_p=ones,
+                        min_p=torch.zeros(4, device=DEV), offsets=torch.zeros(4, dtype=torch.int32, device=DEV),
+                        seed=5)
+        self.assertTrue(torch.equal(got, want))
+
+
+class IntegrationTest(Close):
+    def test_dlpack_producer_and_explicit_stream(self):
+        x, w = rand(8, 4096), rand(4096, seed=2)
+        y = torch.empty_like(x)
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            tj.rms_norm(DLPackOnly(x), DLPackOnly(w), out=DLPackOnly(y), stream=stream)
+        stream.synchronize()
+        want = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+        self.assertClose(y, want, torch.bfloat16)
+
+    def test_explain_prepare_stats(self):
+        x, w = rand(1024, 4096), rand(4096)
+        self.assertIn("rmsnorm", tj.explain(tj.rms_norm, x, w))
+        tj.prepare(tj.rms_norm, x, w)
+        self.assertGreaterEqual(sum(tj.stats().values()), 1)
+        self.assertEqual(tj.device_info()["sm_count"], torch.cuda.get_device_properties(0).multi_processor_count)
+
+    def test_torch_compile_fullgraph(self):
+        x, w, wq = rand(16, 1024), rand(1024, seed=2), rand(2048, 1024, seed=3, scale=0.05)
+
+        def block(x, w, wq):
+            h = tj.rms_norm(x, w)
+            return tj.silu_and_mul(tj.linear(h, wq))
+
+        compiled = torch.compile(block, fullgraph=True)
+        self.assertClose(compiled(x, w, wq), block(x, w, wq).float(), torch.bfloat16, rtol=1e-6)
+
+    def test_cuda_graph_capture(self):
+        x, w = rand(32, 2048), rand(2048, seed=2)
+        y = torch.empty_like(x)
+        tj.rms_norm(x, w, out=y)  # the first run builds the op; capture only records launches
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tj.rms_norm(x, w, out=y)
+        x.copy_(rand(32, 2048, seed=99))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = x.double() * torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()
+        self.assertClose(y, want, torch.bfloat16)
+
+    def test_errors_are_python_exceptions(self):
+        x = rand(4, 64)
+        with self.assertRaisesRegex(ValueError, "argument 'weight' must be a contiguous vector of 64 elements"):
+            tj.rms_norm(x, rand(32))
+        with self.assertRaisesRegex(ValueError, "is on cpu"):
+            tj.rms_norm(x.cpu(), rand(64))
+        with self.assertRaisesRegex(ValueError, "has dtype torch.float64"):
+            tj.softmax(x.double())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
