@@ -32,9 +32,8 @@ void require_rank(const PyTensor& t, int rank, const char* op, const char* dims)
 
 py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg, py::handle out_arg, py::handle lse_arg,
                            py::handle cu_q_arg, py::handle cu_k_arg, int64_t max_seqlen_q, int64_t max_seqlen_k,
-                           bool causal, float scale, int64_t window_left, AttentionLayout layout, py::handle stream,
-                           Mode mode) {
-    Call call(stream, mode);
+                           bool causal, float scale, int64_t window_left, AttentionLayout layout, py::handle stream) {
+    Call call(stream);
     const PyTensor& q = call.tensor(q_arg, "q");
     const PyTensor& k = call.tensor(k_arg, "k");
     const PyTensor& v = call.tensor(v_arg, "v");
@@ -97,8 +96,8 @@ py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg,
 py::object decode_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg, py::handle lengths_arg,
                             py::handle out_arg, py::handle lse_arg, py::handle page_table_arg, int64_t max_kv_len,
                             float scale, float softcap, int64_t window_left, float k_scale, float v_scale,
-                            py::handle stream, Mode mode) {
-    Call call(stream, mode);
+                            py::handle stream) {
+    Call call(stream);
     const PyTensor& q = call.tensor(q_arg, "q");
     const PyTensor& k = call.tensor(k_arg, "k_cache");
     const PyTensor& v = call.tensor(v_arg, "v_cache");
@@ -152,9 +151,8 @@ py::object decode_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg
 }
 
 py::object mla_decode(py::handle q_arg, py::handle kv_arg, py::handle lengths_arg, py::handle out_arg,
-                      py::handle lse_arg, py::handle page_table_arg, int64_t max_kv_len, float scale, py::handle stream,
-                      Mode mode) {
-    Call call(stream, mode);
+                      py::handle lse_arg, py::handle page_table_arg, int64_t max_kv_len, float scale, py::handle stream) {
+    Call call(stream);
     const PyTensor& q = call.tensor(q_arg, "q");
     const PyTensor& kv = call.tensor(kv_arg, "kv_cache");
     const PyTensor& lengths = call.tensor(lengths_arg, "lengths");

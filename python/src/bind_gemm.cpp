@@ -30,8 +30,8 @@ TensorView matrix_view(const PyTensor& t, bool batched, bool transposed = false)
 }
 
 py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::handle c_arg, py::handle bias_arg,
-                float alpha, float beta, GemmEpilogue epilogue, py::handle stream, Mode mode) {
-    Call call(stream, mode);
+                float alpha, float beta, GemmEpilogue epilogue, py::handle stream) {
+    Call call(stream);
     const PyTensor& a = call.tensor(a_arg, "a");
     const PyTensor& b = call.tensor(b_arg, "b");
     const PyTensor& out = call.tensor(out_arg, "out");

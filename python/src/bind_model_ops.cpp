@@ -27,8 +27,8 @@ TensorView flat_view(const PyTensor& t) {
 }
 
 py::object embedding(py::handle ids_arg, py::handle table_arg, py::handle out_arg, py::handle positions_arg,
-                     py::handle position_table_arg, py::handle stream, Mode mode) {
-    Call call(stream, mode);
+                     py::handle position_table_arg, py::handle stream) {
+    Call call(stream);
     const PyTensor& ids = call.tensor(ids_arg, "ids");
     const PyTensor& table = call.tensor(table_arg, "table");
     const PyTensor& out = call.tensor(out_arg, "out");
@@ -61,8 +61,8 @@ py::object embedding(py::handle ids_arg, py::handle table_arg, py::handle out_ar
 py::object rope(py::handle q_arg, py::handle k_arg, py::handle positions_arg, py::handle q_out_arg,
                 py::handle k_out_arg, py::handle v_arg, py::handle slots_arg, py::handle k_cache_arg,
                 py::handle v_cache_arg, double theta, RopeStyle style, int64_t rotary_dim, const RopeScaling& scaling,
-                float k_scale, float v_scale, py::handle stream, Mode mode) {
-    Call call(stream, mode);
+                float k_scale, float v_scale, py::handle stream) {
+    Call call(stream);
     const PyTensor& q = call.tensor(q_arg, "q");
     const PyTensor& k = call.tensor(k_arg, "k");
     const PyTensor& positions = call.tensor(positions_arg, "positions");
@@ -118,9 +118,8 @@ py::object rope(py::handle q_arg, py::handle k_arg, py::handle positions_arg, py
 }
 
 py::object sample(py::handle logits_arg, py::handle out_arg, py::handle temperature_arg, py::handle top_k_arg,
-                  py::handle top_p_arg, py::handle min_p_arg, py::handle offsets_arg, uint64_t seed, py::handle stream,
-                  Mode mode) {
-    Call call(stream, mode);
+                  py::handle top_p_arg, py::handle min_p_arg, py::handle offsets_arg, uint64_t seed, py::handle stream) {
+    Call call(stream);
     const PyTensor& logits = call.tensor(logits_arg, "logits");
     const PyTensor& out = call.tensor(out_arg, "out");
     const PyTensor* parameters[5] = {call.optional(temperature_arg, "temperature"), call.optional(top_k_arg, "top_k"),

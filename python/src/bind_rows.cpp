@@ -11,8 +11,8 @@ namespace tileops::python {
 namespace {
 
 py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg, py::handle residual_arg,
-                    py::handle residual_out_arg, float eps, py::handle stream, Mode mode) {
-    Call call(stream, mode);
+                    py::handle residual_out_arg, float eps, py::handle stream) {
+    Call call(stream);
     const PyTensor& x = call.tensor(x_arg, "x");
     const PyTensor& weight = call.tensor(weight_arg, "weight");
     const PyTensor& out = call.tensor(out_arg, "out");
@@ -40,8 +40,8 @@ py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg,
 }
 
 py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_arg, py::handle out_arg, float eps,
-                      py::handle stream, Mode mode) {
-    Call call(stream, mode);
+                      py::handle stream) {
+    Call call(stream);
     const PyTensor& x = call.tensor(x_arg, "x");
     const PyTensor& weight = call.tensor(weight_arg, "weight");
     const PyTensor& bias = call.tensor(bias_arg, "bias");
@@ -58,8 +58,8 @@ py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_a
     return call.finish(call.op<LayerNorm>(key), {x.rows_view(), weight.view(), bias.view()}, {out.rows_view()});
 }
 
-py::object softmax(py::handle x_arg, py::handle out_arg, bool log, py::handle stream, Mode mode) {
-    Call call(stream, mode);
+py::object softmax(py::handle x_arg, py::handle out_arg, bool log, py::handle stream) {
+    Call call(stream);
     const PyTensor& x = call.tensor(x_arg, "x");
     const PyTensor& out = call.tensor(out_arg, "out");
     ProblemKey<SoftmaxProblem> key;
@@ -75,9 +75,8 @@ py::object softmax(py::handle x_arg, py::handle out_arg, bool log, py::handle st
 }
 
 // b may be a row of the last dim's length (broadcast over a's rows) or a's shape.
-py::object elementwise(ElementwiseOp which, py::handle a_arg, py::handle b_arg, py::handle out_arg, py::handle stream,
-                       Mode mode) {
-    Call call(stream, mode);
+py::object elementwise(ElementwiseOp which, py::handle a_arg, py::handle b_arg, py::handle out_arg, py::handle stream) {
+    Call call(stream);
     const PyTensor& a = call.tensor(a_arg, "a");
     const PyTensor* b = call.optional(b_arg, "b");
     const PyTensor& out = call.tensor(out_arg, "out");

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <utility>
 
 #include "cuda/driver.hpp"
 #include "tileops/error.hpp"
@@ -38,21 +39,32 @@ uintptr_t stream_handle(py::handle stream) {
                                       py::str(py::type::of(stream).attr("__name__")).cast<std::string>()));
 }
 
+thread_local Mode current_mode = Mode::run;
+thread_local std::string explanation;
+
+// Runtimes are never destroyed, for the reason ops are not (Call::op).
+std::map<int, std::unique_ptr<Runtime>>& runtimes() {
+    static auto* by_device = new std::map<int, std::unique_ptr<Runtime>>();
+    return *by_device;
+}
+
 }  // namespace
 
+void set_mode(Mode mode) { current_mode = mode; }
+
+std::string take_explanation() { return std::exchange(explanation, std::string()); }
+
 Runtime& runtime_for(int device) {
-    // Runtimes are never destroyed, for the reason ops are not (Call::op).
-    static auto* runtimes = new std::map<int, std::unique_ptr<Runtime>>();
-    auto found = runtimes->find(device);
-    if (found == runtimes->end()) {
+    auto found = runtimes().find(device);
+    if (found == runtimes().end()) {
         RuntimeOptions options;
         options.device = device;
-        found = runtimes->emplace(device, std::make_unique<Runtime>(options)).first;
+        found = runtimes().emplace(device, std::make_unique<Runtime>(options)).first;
     }
     return *found->second;
 }
 
-Call::Call(py::handle stream, Mode mode) : mode_(mode) {
+Call::Call(py::handle stream) {
     if (!stream.is_none()) {
         stream_ = stream_handle(stream);
         stream_known_ = true;
@@ -85,17 +97,23 @@ const PyTensor* Call::optional(py::handle object, const char* name) {
 }
 
 py::object Call::finish(Op& op, Inputs inputs, Outputs outputs) {
-    // Operand checks first: they need no GPU, so bad arguments are reported the same everywhere.
-    op.check(inputs, outputs);
     if (device_ < 0) throw InvalidArgument("tileops_jit: the call has no tensor to take its device from");
+    // The hot path: a run on a device whose runtime exists; run() checks the operands itself.
+    if (auto found = runtimes().find(device_); found != runtimes().end() && current_mode == Mode::run) {
+        KeepCurrentContext keep;
+        op.run(*found->second, inputs, outputs, reinterpret_cast<CUstream>(stream_));
+        return py::none();
+    }
+    // Otherwise the operand checks come first: they need no GPU, so bad arguments are reported
+    // the same on a machine without one.
+    op.check(inputs, outputs);
     KeepCurrentContext keep;
     Runtime& runtime = runtime_for(device_);
-    switch (mode_) {
-    case Mode::explain: return py::str(runtime.explain(op));
-    case Mode::prepare: runtime.prepare(op); return py::none();
-    case Mode::run: break;
+    switch (current_mode) {
+    case Mode::explain: explanation = runtime.explain(op); break;
+    case Mode::prepare: runtime.prepare(op); break;
+    case Mode::run: op.run(runtime, inputs, outputs, reinterpret_cast<CUstream>(stream_)); break;
     }
-    op.run(runtime, inputs, outputs, reinterpret_cast<CUstream>(stream_));
     return py::none();
 }
 

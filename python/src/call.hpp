@@ -20,8 +20,13 @@ namespace tileops::python {
 
 namespace py = pybind11;
 
-// What a call does with the op it resolves.
+// What a call does with the op it resolves: run it, or (for tileops_jit.explain and prepare)
+// explain its config or compile its kernels without running. Set per thread, so that the hot path
+// passes no mode argument.
 enum class Mode { run, explain, prepare };
+void set_mode(Mode mode);
+// The explanation the last call in explain mode on this thread produced (then cleared).
+std::string take_explanation();
 
 // The runtime of CUDA device `device`, created on first use and kept for the process's life.
 Runtime& runtime_for(int device);
@@ -53,7 +58,7 @@ class Call {
 public:
     // `stream`: None (torch's current stream for torch tensors, else the legacy default stream),
     // an int handle, or an object with `cuda_stream` (torch.cuda.Stream) or `ptr` (cupy).
-    Call(py::handle stream, Mode mode);
+    explicit Call(py::handle stream);
 
     // Reads a required tensor argument. All tensors of a call must be on one device.
     const PyTensor& tensor(py::handle object, const char* name);
@@ -73,20 +78,20 @@ public:
     }
 
     // Runs, explains or prepares `op` on the call's device and stream; the CUDA context current
-    // before the call is current again after it. explain returns the explanation, else None.
+    // before the call is current again after it. Returns None (explain mode keeps the text for
+    // take_explanation()).
     py::object finish(Op& op, Inputs inputs, Outputs outputs);
 
 private:
     void resolve_stream(const PyTensor& first);
 
-    Mode mode_;
     bool stream_known_ = false;
     uintptr_t stream_ = 0;
     int device_ = -1;
     std::deque<PyTensor> tensors_;  // stable addresses
 };
 
-// Shared by every op's binding: `stream` and `mode` keyword arguments.
-#define TILEOPS_PY_CALL_ARGS py::arg("stream") = py::none(), py::arg("mode") = Mode::run
+// Shared by every op's binding: the `stream` argument.
+#define TILEOPS_PY_CALL_ARGS py::arg("stream") = py::none()
 
 }  // namespace tileops::python

@@ -101,6 +101,8 @@ void bind_types(py::module_& m) {
 
 void bind_runtime(py::module_& m) {
     m.def("version", [] { return std::string(tileops::version()); });
+    m.def("set_mode", &set_mode, py::arg("mode"));
+    m.def("take_explanation", &take_explanation);
     m.def("device_info", [](int device) {
         const DeviceInfo& info = runtime_for(device).device();
         py::dict d;

@@ -57,13 +57,29 @@ TorchTypes& torch_types() {
     PyObject* torch = PyDict_GetItemString(modules, "torch");  // borrowed; null: torch not imported
     if (torch == nullptr) return types;
     types.tensor_type = PyObject_GetAttrString(torch, "Tensor");
-    const char* names[5] = {"float32", "float16", "bfloat16", "int32", "float8_e4m3fn"};
-    for (int i = 0; i < 5; ++i) types.dtypes[i] = PyObject_GetAttrString(torch, names[i]);
+    const char* dtype_names[5] = {"float32", "float16", "bfloat16", "int32", "float8_e4m3fn"};
+    for (int i = 0; i < 5; ++i) types.dtypes[i] = PyObject_GetAttrString(torch, dtype_names[i]);
     if (Ref c(PyObject_GetAttrString(torch, "_C")); c)
         types.current_stream = PyObject_GetAttrString(c.get(), "_cuda_getCurrentRawStream");
     PyErr_Clear();  // an attribute a build of torch lacks leaves its slot null
     types.ready = types.tensor_type != nullptr;
     return types;
+}
+
+// Attribute and method names, interned once: a lookup by an interned string skips the string's
+// creation and hashing on every call.
+struct Names {
+    PyObject* is_cuda = PyUnicode_InternFromString("is_cuda");
+    PyObject* dtype = PyUnicode_InternFromString("dtype");
+    PyObject* shape = PyUnicode_InternFromString("shape");
+    PyObject* stride = PyUnicode_InternFromString("stride");
+    PyObject* data_ptr = PyUnicode_InternFromString("data_ptr");
+    PyObject* get_device = PyUnicode_InternFromString("get_device");
+};
+
+const Names& names() {
+    static const Names* interned = new Names();  // for the interpreter's life
+    return *interned;
 }
 
 int64_t to_int64(PyObject* object, const char* name, const char* what) {
@@ -86,7 +102,8 @@ void read_dims(PyObject* tuple, const char* name, const char* what, std::array<i
 
 void read_torch(PyObject* object, const char* name, PyTensor& out) {
     const TorchTypes& torch = torch_types();
-    Ref is_cuda(PyObject_GetAttrString(object, "is_cuda"));
+    const Names& n = names();
+    Ref is_cuda(PyObject_GetAttr(object, n.is_cuda));
     if (!is_cuda) throw_python_error(name, "reading is_cuda");
     if (is_cuda.get() != Py_True) {
         Ref device(PyObject_GetAttrString(object, "device"));
@@ -96,7 +113,7 @@ void read_torch(PyObject* object, const char* name, PyTensor& out) {
         throw InvalidArgument(fmt::format("tileops_jit: argument '{}' is on {}; tileops_jit runs on CUDA tensors", name,
                                           where != nullptr ? where : "a device other than CUDA"));
     }
-    Ref dtype(PyObject_GetAttrString(object, "dtype"));
+    Ref dtype(PyObject_GetAttr(object, n.dtype));
     if (!dtype) throw_python_error(name, "reading dtype");
     int index = -1;
     for (int i = 0; i < 5; ++i)
@@ -110,16 +127,16 @@ void read_torch(PyObject* object, const char* name, PyTensor& out) {
                                           name, what != nullptr ? what : "?"));
     }
     out.dtype = static_cast<DType>(index);
-    Ref shape(PyObject_GetAttrString(object, "shape"));
+    Ref shape(PyObject_GetAttr(object, n.shape));
     read_dims(shape.get(), name, "reading shape", out.shape, out.rank);
-    Ref strides(PyObject_CallMethod(object, "stride", nullptr));
+    Ref strides(PyObject_CallMethodNoArgs(object, n.stride));
     int stride_rank = 0;
     read_dims(strides.get(), name, "reading stride()", out.strides, stride_rank);
-    Ref pointer(PyObject_CallMethod(object, "data_ptr", nullptr));
+    Ref pointer(PyObject_CallMethodNoArgs(object, n.data_ptr));
     if (!pointer) throw_python_error(name, "data_ptr()");
     out.data = PyLong_AsVoidPtr(pointer.get());
     if (PyErr_Occurred()) throw_python_error(name, "data_ptr()");
-    Ref device(PyObject_CallMethod(object, "get_device", nullptr));
+    Ref device(PyObject_CallMethodNoArgs(object, n.get_device));
     if (!device) throw_python_error(name, "get_device()");
     out.device = static_cast<int>(to_int64(device.get(), name, "get_device()"));
     out.from_torch = true;
@@ -282,7 +299,8 @@ void read_tensor(PyObject* object, const char* name, long long dlpack_stream, Py
 uintptr_t torch_current_stream(int device) {
     const TorchTypes& torch = torch_types();
     if (torch.current_stream == nullptr) return 0;
-    Ref stream(PyObject_CallFunction(torch.current_stream, "i", device));
+    Ref index(PyLong_FromLong(device));
+    Ref stream(index ? PyObject_CallOneArg(torch.current_stream, index.get()) : nullptr);
     if (!stream) throw_python_error("stream", "torch's current stream");
     const auto handle = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(stream.get()));
     if (PyErr_Occurred()) throw_python_error("stream", "torch's current stream");

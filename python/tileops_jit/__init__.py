@@ -30,7 +30,9 @@ if _ops._torch is not None:
 def explain(op, *args, **kwargs):
     """Which config `op` (one of this package's functions) would run with on these arguments, where
     it came from (a tuning database, the nearest tuned shape, or the heuristic) and why. Runs nothing."""
-    return _with_mode(_C.Mode.explain, op, args, kwargs)
+    _C.take_explanation()
+    _with_mode(_C.Mode.explain, op, args, kwargs)
+    return _C.take_explanation()
 
 
 def prepare(op, *args, **kwargs):
@@ -40,12 +42,11 @@ def prepare(op, *args, **kwargs):
 
 
 def _with_mode(mode, op, args, kwargs):
-    previous = _ops._current_mode()
-    _ops._mode.value = mode
+    _C.set_mode(mode)
     try:
-        return op(*args, **kwargs)
+        op(*args, **kwargs)
     finally:
-        _ops._mode.value = previous
+        _C.set_mode(_C.Mode.run)
 
 
 def device_info(device=0):

@@ -8,26 +8,18 @@ or compiled); later calls of the same problem are a lookup and a launch. Run a p
 before capturing it in a CUDA graph (the first run may compile and allocate).
 """
 
-import threading
-
 from . import _C
 
-_mode = threading.local()
-
-
-def _current_mode():
-    return getattr(_mode, "value", _C.Mode.run)
-
-
+# Arguments go to _C positionally: keywords cost a lookup each on every call.
 try:
     import torch as _torch
+
+    _compiling = _torch.compiler.is_compiling  # the ops then go through their torch custom ops
 except ImportError:
     _torch = None
 
-
-def _compiling():
-    """True while torch.compile traces: the ops then go through their torch custom ops."""
-    return _torch is not None and _torch.compiler.is_compiling()
+    def _compiling():
+        return False
 
 
 def _new(like, shape, dtype=None, name="out"):
@@ -38,11 +30,6 @@ def _new(like, shape, dtype=None, name="out"):
     if isinstance(dtype, str):
         dtype = getattr(_torch, dtype)
     return like.new_empty(shape, dtype=like.dtype if dtype is None else dtype)
-
-
-def _finish(result, outputs):
-    """What a public function returns: its outputs, or the explanation in explain mode."""
-    return outputs if result is None else result
 
 
 # --- row ops -------------------------------------------------------------------------------------
@@ -59,8 +46,8 @@ def rms_norm(x, weight, eps=1e-6, *, residual=None, out=None, residual_out=None,
         out = _new(x, x.shape, out_dtype)
     if residual is not None and residual_out is None:
         residual_out = _new(x, x.shape, name="residual_out")
-    result = _C.rms_norm(x, weight, out, residual, residual_out, eps, stream=stream, mode=_current_mode())
-    return _finish(result, out if residual is None else (out, residual_out))
+    _C.rms_norm(x, weight, out, residual, residual_out, eps, stream)
+    return out if residual is None else (out, residual_out)
 
 
 def layer_norm(x, weight, bias, eps=1e-5, *, out=None, out_dtype=None, stream=None):
@@ -69,7 +56,8 @@ def layer_norm(x, weight, bias, eps=1e-5, *, out=None, out_dtype=None, stream=No
         return _torch_ops().layer_norm(x, weight, bias, eps, out_dtype)
     if out is None:
         out = _new(x, x.shape, out_dtype)
-    return _finish(_C.layer_norm(x, weight, bias, out, eps, stream=stream, mode=_current_mode()), out)
+    _C.layer_norm(x, weight, bias, out, eps, stream)
+    return out
 
 
 def softmax(x, *, out=None, out_dtype=None, stream=None):
@@ -87,7 +75,8 @@ def _softmax(x, log, out, out_dtype, stream):
         return _torch_ops().softmax(x, log, out_dtype)
     if out is None:
         out = _new(x, x.shape, out_dtype)
-    return _finish(_C.softmax(x, out, log, stream=stream, mode=_current_mode()), out)
+    _C.softmax(x, out, log, stream)
+    return out
 
 
 # --- elementwise ---------------------------------------------------------------------------------
@@ -101,8 +90,8 @@ def _elementwise(name, a, b, out, out_dtype, stream):
         return _torch_ops().elementwise(name, a, b, out_dtype)
     if out is None:
         out = _new(a, a.shape, out_dtype)
-    op = _UNARY[name] if b is None else _BINARY[name]
-    return _finish(_C.elementwise(op, a, b, out, stream=stream, mode=_current_mode()), out)
+    _C.elementwise(_UNARY[name] if b is None else _BINARY[name], a, b, out, stream)
+    return out
 
 
 def gelu(a, approximate="none", *, out=None, out_dtype=None, stream=None):
@@ -161,8 +150,8 @@ def matmul(a, b, *, bias=None, c=None, alpha=1.0, beta=0.0, activation=None, out
         return _torch_ops().gemm(a, b, c, bias, alpha, beta, activation or "none", out_dtype)
     if out is None:
         out = _new(a, (*a.shape[:-1], b.shape[-1]), out_dtype)
-    result = _C.gemm(a, b, out, c, bias, alpha, beta, _EPILOGUES[activation], stream=stream, mode=_current_mode())
-    return _finish(result, out)
+    _C.gemm(a, b, out, c, bias, alpha, beta, _EPILOGUES[activation], stream)
+    return out
 
 
 def linear(x, weight, bias=None, *, activation=None, out=None, out_dtype=None, stream=None):
@@ -193,10 +182,9 @@ def flash_attention(q, k, v, *, causal=False, scale=None, window_left=-1, layout
         out = _new(q, q.shape)
     if return_lse and lse is None:
         lse = _new(q, _flash_lse_shape(q, layout, cu_seqlens_q), "float32", "lse")
-    result = _C.flash_attention(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                max_seqlen_k, causal, scale or 0.0, window_left, _LAYOUTS[layout], stream=stream,
-                                mode=_current_mode())
-    return _finish(result, (out, lse) if return_lse else out)
+    _C.flash_attention(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                       max_seqlen_k, causal, scale or 0.0, window_left, _LAYOUTS[layout], stream)
+    return (out, lse) if return_lse else out
 
 
 def _flash_lse_shape(q, layout, cu_seqlens_q):
@@ -222,10 +210,9 @@ def decode_attention(q, k_cache, v_cache, lengths, *, page_table=None, max_kv_le
         out = _new(q, q.shape)
     if return_lse and lse is None:
         lse = _new(q, q.shape[:-1], "float32", "lse")
-    result = _C.decode_attention(q, k_cache, v_cache, lengths, out, lse if return_lse else None, page_table,
-                                 max_kv_len, scale or 0.0, softcap, window_left, k_scale, v_scale, stream=stream,
-                                 mode=_current_mode())
-    return _finish(result, (out, lse) if return_lse else out)
+    _C.decode_attention(q, k_cache, v_cache, lengths, out, lse if return_lse else None, page_table, max_kv_len,
+                        scale or 0.0, softcap, window_left, k_scale, v_scale, stream)
+    return (out, lse) if return_lse else out
 
 
 def mla_decode(q, kv_cache, lengths, *, page_table=None, max_kv_len=0, scale=None, return_lse=False, out=None,
@@ -240,9 +227,9 @@ def mla_decode(q, kv_cache, lengths, *, page_table=None, max_kv_len=0, scale=Non
         out = _new(q, (*q.shape[:-1], 512))
     if return_lse and lse is None:
         lse = _new(q, q.shape[:-1], "float32", "lse")
-    result = _C.mla_decode(q, kv_cache, lengths, out, lse if return_lse else None, page_table, max_kv_len,
-                           scale or 0.0, stream=stream, mode=_current_mode())
-    return _finish(result, (out, lse) if return_lse else out)
+    _C.mla_decode(q, kv_cache, lengths, out, lse if return_lse else None, page_table, max_kv_len, scale or 0.0,
+                  stream)
+    return (out, lse) if return_lse else out
 
 
 # --- embedding, rope, sampling -------------------------------------------------------------------
@@ -254,7 +241,8 @@ def embedding(ids, table, *, positions=None, position_table=None, out=None, out_
         return _torch_ops().embedding(ids, table, positions, position_table, out_dtype)
     if out is None:
         out = _new(table, (*ids.shape, table.shape[1]), out_dtype)
-    return _finish(_C.embedding(ids, table, out, positions, position_table, stream=stream, mode=_current_mode()), out)
+    _C.embedding(ids, table, out, positions, position_table, stream)
+    return out
 
 
 _ROPE_STYLES = {"neox": _C.RopeStyle.neox, "gptj": _C.RopeStyle.gptj, "none": _C.RopeStyle.none}
@@ -279,9 +267,9 @@ def rope(q, k, positions, *, theta=10000.0, style="neox", rotary_dim=0, scaling=
         q_out = _new(q, q.shape, name="q_out")
     if k_out is None:
         k_out = _new(k, k.shape, name="k_out")
-    result = _C.rope(q, k, positions, q_out, k_out, v, slots, k_cache, v_cache, theta, _ROPE_STYLES[style], rotary_dim,
-                     scaling, k_scale, v_scale, stream=stream, mode=_current_mode())
-    return _finish(result, (q_out, k_out))
+    _C.rope(q, k, positions, q_out, k_out, v, slots, k_cache, v_cache, theta, _ROPE_STYLES[style], rotary_dim, scaling,
+            k_scale, v_scale, stream)
+    return q_out, k_out
 
 
 def _scaling_list(s):
@@ -298,9 +286,8 @@ def sample(logits, *, temperature=None, top_k=None, top_p=None, min_p=None, offs
         return _torch_ops().sample(logits, temperature, top_k, top_p, min_p, offsets, seed)
     if out is None:
         out = _new(logits, logits.shape[:-1], "int32")
-    result = _C.sample(logits, out, temperature, top_k, top_p, min_p, offsets, seed, stream=stream,
-                       mode=_current_mode())
-    return _finish(result, out)
+    _C.sample(logits, out, temperature, top_k, top_p, min_p, offsets, seed, stream)
+    return out
 
 
 _torch_library = None  # the torch custom ops' module, set by the package when torch is there
