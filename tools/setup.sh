@@ -12,7 +12,7 @@ if command -v apt-get >/dev/null && [ -f /etc/debian_version ]; then
   fi
   $sudo_cmd apt-get update -qq
   $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake ninja-build g++ \
-    libfmt-dev libspdlog-dev nlohmann-json3-dev libcxxopts-dev
+    libfmt-dev libspdlog-dev nlohmann-json3-dev libcxxopts-dev pkg-config
   if [ "$codename" = bookworm ]; then
     $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -t bookworm-backports catch2
   else

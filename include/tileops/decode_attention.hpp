@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -61,7 +62,7 @@ struct DecodeAttentionProblem {
 // Runs of one DecodeAttention object on different streams must not overlap: they share the
 // op's split-KV workspace (allocated when the launch is resolved; call Runtime::prepare before
 // capturing a CUDA graph).
-class DecodeAttention : public Op {
+class TILEOPS_EXPORT DecodeAttention : public Op {
 public:
     explicit DecodeAttention(const DecodeAttentionProblem& problem);
     // The problem as normalized (defaults filled in).

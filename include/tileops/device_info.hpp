@@ -4,9 +4,11 @@
 #include <cstddef>
 #include <string>
 
+#include "tileops/export.hpp"
+
 namespace tileops {
 
-struct DeviceInfo {
+struct TILEOPS_EXPORT DeviceInfo {
     int ordinal = 0;
     std::string name;
     int cc_major = 0;

@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -21,8 +22,8 @@ inline constexpr ElementwiseOp kElementwiseOps[] = {ElementwiseOp::gelu,     Ele
                                                     ElementwiseOp::silu,     ElementwiseOp::silu_mul,
                                                     ElementwiseOp::add,      ElementwiseOp::mul};
 
-const char* elementwise_op_name(ElementwiseOp op) noexcept;
-bool is_binary(ElementwiseOp op) noexcept;
+TILEOPS_EXPORT const char* elementwise_op_name(ElementwiseOp op) noexcept;
+TILEOPS_EXPORT bool is_binary(ElementwiseOp op) noexcept;
 
 struct ElementwiseProblem {
     ElementwiseOp op = ElementwiseOp::silu;
@@ -37,7 +38,7 @@ struct ElementwiseProblem {
 };
 
 // Operands of run(): inputs: {a} for unary ops, {a, b} for binary ones; outputs: {y}.
-class Elementwise : public Op {
+class TILEOPS_EXPORT Elementwise : public Op {
 public:
     explicit Elementwise(const ElementwiseProblem& problem);
     // The problem as normalized (defaults filled in).

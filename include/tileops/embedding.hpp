@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -26,7 +27,7 @@ struct EmbeddingProblem {
 // position_table}; ids and positions are int32 device arrays of num_tokens; outputs: {y}.
 // Ids live on the device, so the host cannot check them: an id outside [0, vocab_size) (or a
 // position outside [0, max_positions)) is never read; it contributes zeros to its row.
-class Embedding : public Op {
+class TILEOPS_EXPORT Embedding : public Op {
 public:
     explicit Embedding(const EmbeddingProblem& problem);
     // The problem as normalized (defaults filled in).

@@ -6,27 +6,29 @@
 #include <stdexcept>
 #include <string>
 
+#include "tileops/export.hpp"
+
 namespace tileops {
 
-class Error : public std::runtime_error {
+class TILEOPS_EXPORT Error : public std::runtime_error {
 public:
     using std::runtime_error::runtime_error;
 };
 
 // A caller passed a problem or argument the op cannot run (shape, dtype, pointer, stride).
-class InvalidArgument : public Error {
+class TILEOPS_EXPORT InvalidArgument : public Error {
 public:
     using Error::Error;
 };
 
 // The operation is valid in general but not on this device/arch or in this build.
-class Unsupported : public Error {
+class TILEOPS_EXPORT Unsupported : public Error {
 public:
     using Error::Error;
 };
 
 // A CUDA driver API call failed. Carries the status code and its name.
-class DriverError : public Error {
+class TILEOPS_EXPORT DriverError : public Error {
 public:
     DriverError(int status, std::string status_name, const std::string& message)
         : Error(message), status_(status), status_name_(std::move(status_name)) {}
@@ -39,7 +41,7 @@ private:
 };
 
 // NVRTC failed: either an API error or a compilation that ran and failed (log() holds the log).
-class CompileError : public Error {
+class TILEOPS_EXPORT CompileError : public Error {
 public:
     CompileError(const std::string& message, std::string log)
         : Error(message), log_(std::move(log)) {}
@@ -50,13 +52,13 @@ private:
 };
 
 // A kernel was not in the cache and the runtime was told never to compile (TILEOPS_NO_COMPILE).
-class CacheMiss : public Error {
+class TILEOPS_EXPORT CacheMiss : public Error {
 public:
     using Error::Error;
 };
 
 // A file (tuning database, cache entry) could not be read, parsed or written.
-class FileError : public Error {
+class TILEOPS_EXPORT FileError : public Error {
 public:
     using Error::Error;
 };

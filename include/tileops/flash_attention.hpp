@@ -2,6 +2,7 @@
 // never materialising the score matrix.
 #pragma once
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -55,7 +56,7 @@ struct FlashAttentionProblem {
 // Causal runs on sm_90 hand work out through two counters in the op's workspace (allocated when
 // the launch is resolved): runs of one FlashAttention object on different streams must not
 // overlap (call Runtime::prepare before capturing a CUDA graph).
-class FlashAttention : public Op {
+class TILEOPS_EXPORT FlashAttention : public Op {
 public:
     explicit FlashAttention(const FlashAttentionProblem& problem);
     // The problem as normalized (defaults filled in).

@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -20,8 +21,8 @@ enum class GemmEpilogue : int {
     silu = 2,  // x * sigmoid(x)
 };
 
-const char* gemm_layout_name(GemmLayout layout) noexcept;      // "nn", "nt"
-const char* gemm_epilogue_name(GemmEpilogue epilogue) noexcept;  // "none", "gelu", "silu"
+TILEOPS_EXPORT const char* gemm_layout_name(GemmLayout layout) noexcept;      // "nn", "nt"
+TILEOPS_EXPORT const char* gemm_epilogue_name(GemmEpilogue epilogue) noexcept;  // "none", "gelu", "silu"
 
 struct GemmProblem {
     int64_t m = 0;
@@ -47,7 +48,7 @@ struct GemmProblem {
 // Pointers must be aligned to their element size. Leading dimensions, batch strides and pointers
 // that are multiples of 16 bytes take the fast paths (cp.async 16-byte copies; TMA on sm_90);
 // anything else runs on narrower copies, slower but correct.
-class Gemm : public Op {
+class TILEOPS_EXPORT Gemm : public Op {
 public:
     explicit Gemm(const GemmProblem& problem);
     // The problem as normalized (defaults filled in).

@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -19,7 +20,7 @@ struct LayerNormProblem {
 
 // y = (x - mean) / sqrt(var + eps) * weight + bias per row (biased variance, like torch).
 // Operands of run(): inputs: {x, weight, bias}; outputs: {y}.
-class LayerNorm : public Op {
+class TILEOPS_EXPORT LayerNorm : public Op {
 public:
     explicit LayerNorm(const LayerNormProblem& problem);
     // The problem as normalized (defaults filled in).

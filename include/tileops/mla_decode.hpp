@@ -2,6 +2,7 @@
 // latent KV head of 576 dims (512 latent + 64 rope), cached per token, paged or contiguous.
 #pragma once
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -44,7 +45,7 @@ struct MlaDecodeProblem {
 // q, kv and out must be 16-byte aligned, as must their strides times the element size.
 // Runs of one MlaDecode object on different streams must not overlap: they share the op's
 // split-KV workspace (call Runtime::prepare before capturing a CUDA graph).
-class MlaDecode : public Op {
+class TILEOPS_EXPORT MlaDecode : public Op {
 public:
     static constexpr int64_t kLatentDim = 512;  // value and output dims
     static constexpr int64_t kRopeDim = 64;

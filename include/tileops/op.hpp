@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "tileops/export.hpp"
 #include "tileops/runtime.hpp"
 #include "tileops/tensor.hpp"
 
@@ -18,7 +19,7 @@ struct OpState;
 struct ResolvedLaunch;
 }  // namespace detail
 
-class Op {
+class TILEOPS_EXPORT Op {
 public:
     virtual ~Op();
     Op(Op&&) noexcept;

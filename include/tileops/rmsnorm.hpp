@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -22,7 +23,7 @@ struct RmsNormProblem {
 // y = h / sqrt(mean(h^2) + eps) * weight, h = x (+ residual), per row, fp32 accumulation.
 // Operands of run(): inputs: {x, weight} or, with residual, {x, residual, weight};
 // outputs: {y} or, with residual, {y, sum} (sum = x + residual; it may alias x or residual).
-class RmsNorm : public Op {
+class TILEOPS_EXPORT RmsNorm : public Op {
 public:
     explicit RmsNorm(const RmsNormProblem& problem);
     // The problem as normalized (defaults filled in).

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -78,7 +79,7 @@ struct RopeProblem {
 // Slots live on the device, so the host cannot check them: a token whose slot is negative (padding)
 // or not below num_pages x page_size is not appended; the cache is never written out of bounds.
 // Slots of different tokens must differ (two writes to one row race).
-class Rope : public Op {
+class TILEOPS_EXPORT Rope : public Op {
 public:
     explicit Rope(const RopeProblem& problem);
     // The problem as normalized (defaults filled in).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tileops/device_info.hpp"
+#include "tileops/export.hpp"
 
 namespace tileops {
 
@@ -35,7 +36,7 @@ struct RuntimeStats {
     uint64_t memory_cache_hits = 0;  // kernels found already loaded when an op first ran here
 };
 
-class Runtime {
+class TILEOPS_EXPORT Runtime {
 public:
     Runtime();
     explicit Runtime(const RuntimeOptions& options);

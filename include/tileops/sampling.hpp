@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -35,7 +36,7 @@ struct SamplingProblem {
 // top-p (<= 0 keeps the most probable token); min_p <= 0 or NaN: no min-p (above 1: 1). A row's
 // offset picks its draw: advance it every step (e.g. the number of tokens generated so far).
 // NaN logits are never drawn; a row with no finite logit gives its first argmax (token 0).
-class Sampling : public Op {
+class TILEOPS_EXPORT Sampling : public Op {
 public:
     explicit Sampling(const SamplingProblem& problem);
     // The problem as normalized (defaults filled in).

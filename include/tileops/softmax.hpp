@@ -3,6 +3,7 @@
 
 #include <optional>
 
+#include "tileops/export.hpp"
 #include "tileops/op.hpp"
 
 namespace tileops {
@@ -18,7 +19,7 @@ struct SoftmaxProblem {
 };
 
 // Operands of run(): inputs: {x}; outputs: {y}.
-class Softmax : public Op {
+class TILEOPS_EXPORT Softmax : public Op {
 public:
     explicit Softmax(const SoftmaxProblem& problem);
     // The problem as normalized (defaults filled in).

@@ -7,6 +7,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "tileops/export.hpp"
+
 namespace tileops {
 
 // int32 is for indices (sequence lengths, page tables); the ops compute in fp32/fp16/bf16.
@@ -15,13 +17,13 @@ namespace tileops {
 enum class DType : uint8_t { fp32, fp16, bf16, int32, fp8_e4m3 };
 
 // "fp32", "fp16", "bf16", "int32", "fp8_e4m3".
-const char* dtype_name(DType dtype) noexcept;
+TILEOPS_EXPORT const char* dtype_name(DType dtype) noexcept;
 // Parses a name (also "float32", "float16", "bfloat16", "float8_e4m3fn"); throws InvalidArgument otherwise.
-DType parse_dtype(const std::string& name);
-size_t dtype_size(DType dtype) noexcept;
+TILEOPS_EXPORT DType parse_dtype(const std::string& name);
+TILEOPS_EXPORT size_t dtype_size(DType dtype) noexcept;
 
 // A non-owning view of device memory: pointer, dtype, shape and strides (in elements).
-struct TensorView {
+struct TILEOPS_EXPORT TensorView {
     static constexpr int kMaxRank = 4;
 
     void* data = nullptr;

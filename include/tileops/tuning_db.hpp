@@ -12,12 +12,14 @@
 #include <utility>
 #include <vector>
 
+#include "tileops/export.hpp"
+
 namespace tileops {
 
 // A kernel config: named integer tunables, e.g. {"threads_per_row": 256, "vec": 8, "items": 4}.
 using Config = std::map<std::string, long long>;
 
-struct TuningKey {
+struct TILEOPS_EXPORT TuningKey {
     std::string op;                // "rmsnorm"
     std::vector<long long> shape;  // {8192, 4096}
     std::string dtype;             // "bf16" or "bf16->fp32"
@@ -30,8 +32,8 @@ struct TuningKey {
 
     // "rmsnorm 8192x4096 bf16 [residual] sm_90a" (the template hash is left out: it is long).
     std::string to_string() const;
-    friend bool operator==(const TuningKey& a, const TuningKey& b);
-    friend bool operator<(const TuningKey& a, const TuningKey& b);  // field by field, in declaration order
+    friend TILEOPS_EXPORT bool operator==(const TuningKey& a, const TuningKey& b);
+    friend TILEOPS_EXPORT bool operator<(const TuningKey& a, const TuningKey& b);  // field by field, in declaration order
 };
 
 struct RunnerUp {
@@ -78,14 +80,14 @@ struct RejectedEntry {
 using EntryValidator = std::function<std::optional<std::string>(const TuningEntry&)>;
 
 // Selects entries; an empty field matches everything.
-struct TuningFilter {
+struct TILEOPS_EXPORT TuningFilter {
     std::string op;
     std::string arch;
     std::string dtype;
     bool matches(const TuningEntry& entry) const;
 };
 
-class TuningDb {
+class TILEOPS_EXPORT TuningDb {
 public:
     static constexpr int kFormatVersion = 1;
 
@@ -144,7 +146,7 @@ public:
     const std::vector<RejectedEntry>& rejected() const noexcept { return rejected_; }
 
     // Same metadata and entries (rejected() is not compared).
-    friend bool operator==(const TuningDb& a, const TuningDb& b);
+    friend TILEOPS_EXPORT bool operator==(const TuningDb& a, const TuningDb& b);
 
 private:
     void insert_checked(TuningEntry entry);  // upsert for an entry already known to be valid
@@ -154,17 +156,17 @@ private:
     std::vector<RejectedEntry> rejected_;
 };
 
-bool operator==(const TuningEntry& a, const TuningEntry& b);
-bool operator==(const RunnerUp& a, const RunnerUp& b);
-bool operator==(const TuningDbMeta& a, const TuningDbMeta& b);
+TILEOPS_EXPORT bool operator==(const TuningEntry& a, const TuningEntry& b);
+TILEOPS_EXPORT bool operator==(const RunnerUp& a, const RunnerUp& b);
+TILEOPS_EXPORT bool operator==(const TuningDbMeta& a, const TuningDbMeta& b);
 
 // True when `a` should be kept over `b` for the same key: faster, or on a tie the smaller in a
 // fixed order of their content.
-bool better_entry(const TuningEntry& a, const TuningEntry& b);
+TILEOPS_EXPORT bool better_entry(const TuningEntry& a, const TuningEntry& b);
 
 }  // namespace tileops
 
 template <>
-struct std::hash<tileops::TuningKey> {
+struct TILEOPS_EXPORT std::hash<tileops::TuningKey> {
     std::size_t operator()(const tileops::TuningKey& key) const noexcept;
 };

@@ -1,35 +1,165 @@
-# Installs the build into a scratch prefix, then configures tests/install/consumer against it:
-# find_package(tileops_jit 0.1) must find it, and a version it does not satisfy (1.0) must not.
-#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -P check_install.cmake
+# Installs the build into a scratch prefix, then builds and runs tests/install/consumer against it
+# without the source or build tree: the consumer's files are copied out first, and no installed
+# package file may name either tree. The consumer prints the version linked and the config the
+# installed tuning database gives. CONSUMER says how it is built:
+#   find_package  find_package(tileops_jit 0.1) must find the package (and a version it does not
+#                 satisfy, 1.0, must not); the installed tileops-tune must use the installed database.
+#   pkg-config    CXX with `pkg-config --cflags --libs tileops_jit` (--static for a static library).
+# The library is installed from the build, never rebuilt here.
+#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DCONSUMER=find_package|pkg-config -DCXX=...
+#         [-DPKG_CONFIG=...] [-DREADELF=...] [-DNM=...] -P check_install.cmake
+set(prefix ${WORK_DIR}/prefix)
 file(REMOVE_RECURSE ${WORK_DIR})
-execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix}
                 RESULT_VARIABLE installed OUTPUT_QUIET)
 if(NOT installed EQUAL 0)
   message(FATAL_ERROR "cmake --install failed")
 endif()
-foreach(version 0.1 1.0)
-  execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/consumer-${version}
-                          -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DWANTED_VERSION=${version}
-                  RESULT_VARIABLE configured OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(version STREQUAL "0.1" AND NOT configured EQUAL 0)
-    message(FATAL_ERROR "find_package(tileops_jit 0.1) failed:\n${out}\n${err}")
-  endif()
-  if(version STREQUAL "1.0" AND configured EQUAL 0)
-    message(FATAL_ERROR "find_package(tileops_jit 1.0) accepted version 0.1")
-  endif()
+file(COPY ${SOURCE_DIR}/tests/install/consumer/ DESTINATION ${WORK_DIR}/consumer-src)
+# The package's files lead nowhere outside the prefix (the prefix itself may lie in the build tree).
+file(GLOB_RECURSE package_files ${prefix}/*.cmake ${prefix}/*.pc ${prefix}/*.hpp)
+foreach(file ${package_files})
+  file(READ ${file} text)
+  string(REPLACE "${WORK_DIR}" "" text "${text}")
+  foreach(tree ${SOURCE_DIR} ${BUILD_DIR})
+    string(FIND "${text}" "${tree}" at)
+    if(NOT at EQUAL -1)
+      message(FATAL_ERROR "the installed ${file} names ${tree}")
+    endif()
+  endforeach()
 endforeach()
 # The generated version header is installed with the others.
-file(STRINGS ${WORK_DIR}/prefix/include/tileops/version.hpp version_line REGEX "define TILEOPS_VERSION_STRING")
-if(NOT version_line MATCHES "\"[0-9]+\\.[0-9]+\\.[0-9]+\"")
+file(STRINGS ${prefix}/include/tileops/version.hpp version_line REGEX "define TILEOPS_VERSION_STRING")
+if(NOT version_line MATCHES "\"([0-9]+\\.[0-9]+\\.[0-9]+)\"")
   message(FATAL_ERROR "tileops/version.hpp is not installed or names no version: '${version_line}'")
 endif()
-# The installed CLI uses the installed database, found beside itself (not the source tree's).
-if(EXISTS ${WORK_DIR}/prefix/bin/tileops-tune)
-  execute_process(COMMAND ${WORK_DIR}/prefix/bin/tileops-tune explain --arch sm_90a --op rmsnorm --shape 1024x65536
-                          --dtype bf16 RESULT_VARIABLE explained OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT explained EQUAL 0 OR NOT out MATCHES "from shipped database ${WORK_DIR}/prefix/share/tileops_jit/tuning_db/")
-    message(FATAL_ERROR "the installed tileops-tune does not use the installed tuning database:\n${out}\n${err}")
+set(version ${CMAKE_MATCH_1})
+file(GLOB shared_library ${prefix}/*/libtileops_jit.so ${prefix}/*/*/libtileops_jit.so)
+
+# Runs the consumer at `program` and checks what it prints.
+function(check_consumer program)
+  execute_process(COMMAND ${program} RESULT_VARIABLE ran OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT ran EQUAL 0)
+    message(FATAL_ERROR "the consumer failed (${ran}):\n${out}\n${err}")
   endif()
+  if(NOT out MATCHES "tileops_jit ${version} \\(headers ${version}\\)")
+    message(FATAL_ERROR "the consumer does not print version ${version}:\n${out}")
+  endif()
+  # The config of the database the package names, which is the installed one.
+  if(NOT out MATCHES "rmsnorm 1024x65536 bf16 on sm_90a: {[^}]*vec=[0-9]+[^}]*} from ([^\n]*)\n")
+    message(FATAL_ERROR "the consumer prints no config from the shipped database:\n${out}\n${err}")
+  endif()
+  file(REAL_PATH "${CMAKE_MATCH_1}" used)
+  file(REAL_PATH ${prefix}/share/tileops_jit/tuning_db/h100-sxm.json installed_db)
+  if(NOT used STREQUAL installed_db)
+    message(FATAL_ERROR "the consumer read ${used}, not the installed ${installed_db}")
+  endif()
+  if(NOT out MATCHES "caught tileops::InvalidArgument")
+    message(FATAL_ERROR "the consumer did not catch the library's exception by its type:\n${out}\n${err}")
+  endif()
+  # A shared library is found by its versioned name (SONAME libtileops_jit.so.<major>.<minor>).
+  if(shared_library AND READELF)
+    execute_process(COMMAND ${READELF} -d ${program} OUTPUT_VARIABLE dynamic)
+    if(NOT dynamic MATCHES "NEEDED[^\n]*libtileops_jit\\.so\\.[0-9]+\\.[0-9]+\\]")
+      message(FATAL_ERROR "${program} does not need libtileops_jit.so.<major>.<minor>:\n${dynamic}")
+    endif()
+  endif()
+  string(REGEX REPLACE "\n$" "" out "${out}")
+  message(STATUS "${CONSUMER} consumer:\n${out}")
+endfunction()
+
+if(CONSUMER STREQUAL "find_package")
+  foreach(wanted 0.1 1.0)
+    execute_process(COMMAND ${CMAKE_COMMAND} -S ${WORK_DIR}/consumer-src -B ${WORK_DIR}/consumer-${wanted}
+                            -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_PREFIX_PATH=${prefix} -DWANTED_VERSION=${wanted}
+                    RESULT_VARIABLE configured OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(wanted STREQUAL "0.1" AND NOT configured EQUAL 0)
+      message(FATAL_ERROR "find_package(tileops_jit 0.1) failed:\n${out}\n${err}")
+    endif()
+    if(wanted STREQUAL "1.0" AND configured EQUAL 0)
+      message(FATAL_ERROR "find_package(tileops_jit 1.0) accepted version ${version}")
+    endif()
+  endforeach()
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-0.1
+                  RESULT_VARIABLE built OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT built EQUAL 0)
+    message(FATAL_ERROR "the consumer does not build with find_package(tileops_jit 0.1):\n${out}\n${err}")
+  endif()
+  check_consumer(${WORK_DIR}/consumer-0.1/consumer)
+  # A shared library exports namespace tileops only (cmake/tileops_jit.map), not its internals
+  # (tileops::detail, ...: hidden), fmt, spdlog, nlohmann or copies of std templates.
+  if(shared_library AND NM)
+    execute_process(COMMAND ${NM} -D --defined-only ${shared_library} OUTPUT_VARIABLE symbols)
+    string(REGEX MATCHALL "[^\n]+" symbols "${symbols}")
+    set(foreign "")
+    foreach(symbol ${symbols})
+      if(NOT symbol MATCHES " _Z(N|NK|T[ISV]N)7tileops|_ZNKSt4hashIN7tileops" OR symbol MATCHES " _Z(N|NK|T[ISV]N)7tileops6detail")
+        string(APPEND foreign "\n  ${symbol}")
+      endif()
+    endforeach()
+    if(foreign)
+      message(FATAL_ERROR "${shared_library} exports symbols outside the API:${foreign}")
+    endif()
+    list(LENGTH symbols exported)
+    message(STATUS "${shared_library}: ${exported} symbols exported, all of namespace tileops")
+  endif()
+  # The installed CLI uses the installed database, found beside itself (not the source tree's).
+  if(EXISTS ${prefix}/bin/tileops-tune)
+    execute_process(COMMAND ${prefix}/bin/tileops-tune explain --arch sm_90a --op rmsnorm --shape 1024x65536
+                            --dtype bf16 RESULT_VARIABLE explained OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT explained EQUAL 0 OR NOT out MATCHES "from shipped database ${prefix}/share/tileops_jit/tuning_db/")
+      message(FATAL_ERROR "the installed tileops-tune does not use the installed tuning database:\n${out}\n${err}")
+    endif()
+  endif()
+elseif(CONSUMER STREQUAL "pkg-config")
+  if(NOT PKG_CONFIG)
+    message(FATAL_ERROR "pkg-config was not found (tools/setup.sh installs it)")
+  endif()
+  file(GLOB pc_file ${prefix}/*/pkgconfig/tileops_jit.pc ${prefix}/*/*/pkgconfig/tileops_jit.pc)
+  if(NOT pc_file)
+    message(FATAL_ERROR "tileops_jit.pc is not installed")
+  endif()
+  get_filename_component(pc_dir ${pc_file} DIRECTORY)
+  set(ENV{PKG_CONFIG_PATH} "${pc_dir}")
+  # pkg-config <arguments...> tileops_jit, its output in `out_var`.
+  function(pkg_config out_var)
+    execute_process(COMMAND ${PKG_CONFIG} ${ARGN} tileops_jit RESULT_VARIABLE queried OUTPUT_VARIABLE out
+                    ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(NOT queried EQUAL 0)
+      message(FATAL_ERROR "pkg-config ${ARGN} tileops_jit failed:\n${err}")
+    endif()
+    set(${out_var} "${out}" PARENT_SCOPE)
+  endfunction()
+  pkg_config(pc_version --modversion)
+  if(NOT pc_version STREQUAL version)
+    message(FATAL_ERROR "pkg-config says version ${pc_version}, the headers ${version}")
+  endif()
+  pkg_config(pc_shared --variable=shared)
+  pkg_config(db_dir --variable=tuning_db_dir)
+  if(pc_shared)
+    if(NOT shared_library)
+      message(FATAL_ERROR "tileops_jit.pc says shared=${pc_shared}, but no libtileops_jit.so is installed")
+    endif()
+    pkg_config(flags --cflags --libs)
+  else()
+    pkg_config(flags --cflags --libs --static)
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  # The program finds the shared libraries outside the loader's paths (this prefix's, NVRTC's) by
+  # its run path.
+  foreach(flag ${flags})
+    if(flag MATCHES "^-L(.+)")
+      list(APPEND flags "-Wl,-rpath,${CMAKE_MATCH_1}")
+    endif()
+  endforeach()
+  execute_process(COMMAND ${CXX} -std=c++20 ${WORK_DIR}/consumer-src/consumer.cpp
+                          "-DTILEOPS_CONSUMER_DB_DIR=\"${db_dir}\"" ${flags} -o ${WORK_DIR}/consumer
+                  RESULT_VARIABLE built OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT built EQUAL 0)
+    message(FATAL_ERROR "the consumer does not build with pkg-config's flags (${flags}):\n${out}\n${err}")
+  endif()
+  check_consumer(${WORK_DIR}/consumer)
+else()
+  message(FATAL_ERROR "CONSUMER must be find_package or pkg-config, not '${CONSUMER}'")
 endif()
 file(REMOVE_RECURSE ${WORK_DIR})
-message(STATUS "installed package found as 0.1, refused as 1.0; the installed CLI uses its database")
