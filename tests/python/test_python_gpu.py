@@ -234,6 +234,89 @@ class ModelOpsTest(Close):
         self.assertTrue(torch.equal(got, want))
 
 
+def op_cases():
+    """One call of every op (and its main variants) as its own function (torch.compile caches
+    compiled code per function), with its inputs."""
+    x, w, b, r = rand(8, 1000), rand(1000, seed=1), rand(1000, seed=2), rand(8, 1000, seed=3)
+    q, k, v = rand(2, 100, 8, 64, seed=4), rand(2, 100, 2, 64, seed=5), rand(2, 100, 2, 64, seed=6)
+    cu = torch.tensor([0, 30, 100], dtype=torch.int32, device=DEV)
+    qv, kv_, vv = q[0], k[0], v[0]
+    pages = torch.randperm(20, device=DEV)[:16].view(2, 8).int()
+    lengths = torch.tensor([5, 120], dtype=torch.int32, device=DEV)
+    kc, vc = rand(20, 16, 2, 64, seed=7), rand(20, 16, 2, 64, seed=8)
+    kc8, vc8 = (kc.float() * 10).to(torch.float8_e4m3fn), (vc.float() * 10).to(torch.float8_e4m3fn)
+    mq, mkv = rand(2, 16, 576, seed=9), rand(2, 128, 576, seed=10)
+    ids = torch.randint(0, 1000, (2, 7), dtype=torch.int32, device=DEV)
+    pos = torch.arange(7, dtype=torch.int32, device=DEV).repeat(2, 1)
+    rq, rk, rv = rand(6, 8, 64, seed=11), rand(6, 2, 64, seed=12), rand(6, 2, 64, seed=13)
+    rpos, slots = torch.arange(6, dtype=torch.int32, device=DEV), torch.arange(6, dtype=torch.int32, device=DEV) * 3
+    rkc, rvc = torch.zeros(2, 16, 2, 64, dtype=torch.bfloat16, device=DEV), torch.zeros(2, 16, 2, 64, dtype=torch.bfloat16, device=DEV)
+    logits = rand(3, 5000, dtype=torch.float32, scale=3.0)
+    temp, top_p = torch.full((3,), 0.8, device=DEV), torch.full((3,), 0.9, device=DEV)
+    top_k, min_p = torch.full((3,), 40, dtype=torch.int32, device=DEV), torch.full((3,), 0.01, device=DEV)
+    offsets = torch.arange(3, dtype=torch.int32, device=DEV)
+    return [
+        ("rms_norm", lambda x, w: tj.rms_norm(x, w), (x, w)),
+        ("rms_norm residual", lambda x, r, w: tj.rms_norm(x, w, residual=r), (x, r, w)),
+        ("layer_norm", lambda x, w, b: tj.layer_norm(x, w, b), (x, w, b)),
+        ("softmax", lambda x: tj.softmax(x), (x,)),
+        ("log_softmax fp32 out", lambda x: tj.log_softmax(x, out_dtype=torch.float32), (x,)),
+        ("gelu", lambda x: tj.gelu(x), (x,)),
+        ("gelu tanh", lambda x: tj.gelu(x, "tanh"), (x,)),
+        ("silu", lambda x: tj.silu(x), (x,)),
+        ("silu_and_mul", lambda x: tj.silu_and_mul(x), (x,)),
+        ("add broadcast", lambda x, b: tj.add(x, b), (x, b)),
+        ("mul", lambda x, r: tj.mul(x, r), (x, r)),
+        ("linear", lambda x, w2, b2: tj.linear(x, w2, b2, activation="silu"), (x, rand(256, 1000, seed=14, scale=0.03), rand(256, seed=15))),
+        ("matmul batched", lambda a, b: tj.matmul(a, b), (rand(3, 40, 64, seed=16), rand(3, 64, 72, seed=17))),
+        ("flash causal lse", lambda q, k, v: tj.flash_attention(q, k, v, causal=True, return_lse=True), (q, k, v)),
+        ("flash varlen", lambda q, k, v, cu: tj.flash_attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=70,
+                                                                 max_seqlen_k=70), (qv, kv_, vv, cu)),
+        ("decode paged", lambda q, kc, vc, n, t: tj.decode_attention(q, kc, vc, n, page_table=t), (q[:, 0], kc, vc, lengths, pages)),
+        ("decode fp8 lse", lambda q, kc, vc, n, t: tj.decode_attention(q, kc, vc, n, page_table=t, k_scale=0.1, v_scale=0.1,
+                                                                       return_lse=True), (q[:, 0], kc8, vc8, lengths, pages)),
+        ("mla_decode", lambda q, kv, n: tj.mla_decode(q, kv, n), (mq, mkv, lengths)),
+        ("embedding", lambda i, t, p, pt: tj.embedding(i, t, positions=p, position_table=pt), (ids, rand(1000, 64, seed=18), pos, rand(16, 64, seed=19))),
+        ("rope append", lambda q, k, p, v, s, kc, vc: tj.rope(q, k, p, v=v, slots=s, k_cache=kc, v_cache=vc) + (kc.clone(), vc.clone()),
+         (rq, rk, rpos, rv, slots, rkc, rvc)),
+        ("sample greedy", lambda l: tj.sample(l), (logits,)),
+        ("sample", lambda l, t, k, p, m, o: tj.sample(l, temperature=t, top_k=k, top_p=p, min_p=m, offsets=o, seed=3),
+         (logits, temp, top_k, top_p, min_p, offsets)),
+    ]
+
+
+def flat(result):
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+class CompileAndGraphTest(Close):
+    """Each op gives the same outputs eagerly, compiled with fullgraph=True (through its torch
+    custom op and fake implementation) and replayed from a captured CUDA graph."""
+
+    def assertSame(self, got, want, what):
+        for g, w in zip(flat(got), flat(want)):
+            self.assertEqual(g.shape, w.shape, what)
+            self.assertEqual(g.dtype, w.dtype, what)
+            if g.dtype == torch.int32:
+                self.assertTrue(torch.equal(g, w), what)
+            else:
+                self.assertClose(g.float(), w.float(), torch.float32, rtol=1e-6)
+
+    def test_every_op(self):
+        for name, fn, args in op_cases():
+            with self.subTest(op=name):
+                want = [t.clone() for t in flat(fn(*args))]
+                self.assertSame(torch.compile(fn, fullgraph=True)(*args), want, name + " compiled")
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    captured = fn(*args)
+                for t in flat(captured):
+                    t.fill_(-1 if t.dtype == torch.int32 else float("nan"))
+                graph.replay()
+                torch.cuda.synchronize()
+                self.assertSame(captured, want, name + " graph")
+
+
 class IntegrationTest(Close):
     def test_dlpack_producer_and_explicit_stream(self):
         x, w = rand(8, 4096), rand(4096, seed=2)
