@@ -283,11 +283,13 @@ std::optional<std::string> DiskCache::load(const std::string& key) {
         util::logger().debug("tileops: kernel cache miss {}", key);
         return std::nullopt;
     }
-    // A shared lock keeps the evictor away while we read. A cache we cannot lock (read-only) cannot
-    // be evicted from either, so we read it without one.
+    // A shared lock waits for a builder or evictor that holds the key's lock file; where there is
+    // no lock file nobody holds it, and reading creates none (entries are replaced by rename, so a
+    // read never sees half a file). A cache we cannot lock (read-only) cannot be evicted from
+    // either, so we read it without one.
     std::optional<util::FileLock> lock;
     try {
-        lock.emplace(lock_path(key), util::FileLock::Mode::shared);
+        lock = util::FileLock::if_present(lock_path(key), util::FileLock::Mode::shared);
     } catch (const FileError& e) {
         util::logger().debug("tileops: reading {} without a lock: {}", path.string(), e.what());
     }
@@ -339,6 +341,7 @@ std::string DiskCache::build_locked(const std::string& key, const std::function<
     std::optional<util::FileLock> lock;
     try {
         lock.emplace(lock_path(key), util::FileLock::Mode::exclusive);
+        lock->remove_on_release(lock_path(key));  // no lock file stays beside the entry
     } catch (const FileError& e) {
         warn_unwritable(e.what());
     }

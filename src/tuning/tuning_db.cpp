@@ -575,7 +575,9 @@ TuningDb TuningDb::merge(const TuningDb& a, const TuningDb& b) {
 }
 
 void TuningDb::save(const std::filesystem::path& path) const {
-    util::FileLock lock(std::filesystem::path(path.string() + ".lock"), util::FileLock::Mode::exclusive);
+    const std::filesystem::path lock_path(path.string() + ".lock");
+    util::FileLock lock(lock_path, util::FileLock::Mode::exclusive);
+    lock.remove_on_release(lock_path);  // no lock file stays beside the database
     TuningDb on_disk;
     std::error_code ec;
     if (std::filesystem::exists(path, ec)) {

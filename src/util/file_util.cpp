@@ -143,7 +143,8 @@ namespace {
 int open_lock_file(const fs::path& path) {
     std::error_code ec;
     if (!path.parent_path().empty()) fs::create_directories(path.parent_path(), ec);
-    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // O_NOFOLLOW: a lock file that is a link would create or lock its target elsewhere.
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) throw FileError(fmt::format("cannot open lock file {}: {}", path.string(), std::strerror(errno)));
     return fd;
 }
@@ -192,19 +193,52 @@ FileLock FileLock::try_lock(const fs::path& path, Mode mode) {
     return lock;
 }
 
-FileLock::FileLock(FileLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+std::optional<FileLock> FileLock::if_present(const fs::path& path, Mode mode) {
+    for (;;) {
+        const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+            if (errno == ENOENT) return std::nullopt;
+            throw FileError(fmt::format("cannot open lock file {}: {}", path.string(), std::strerror(errno)));
+        }
+        while (::flock(fd, flock_op(mode)) != 0) {
+            if (errno == EINTR) continue;
+            const int err = errno;
+            ::close(fd);
+            throw FileError(fmt::format("cannot lock {}: {}", path.string(), std::strerror(err)));
+        }
+        if (still_at_path(fd, path)) {
+            FileLock lock;
+            lock.fd_ = fd;
+            return lock;
+        }
+        ::close(fd);  // unlinked by its holder while we waited: look again
+    }
+}
+
+FileLock::FileLock(FileLock&& other) noexcept : fd_(other.fd_), remove_path_(std::move(other.remove_path_)) {
+    other.fd_ = -1;
+    other.remove_path_.clear();
+}
 
 FileLock& FileLock::operator=(FileLock&& other) noexcept {
     if (this != &other) {
-        if (fd_ >= 0) ::close(fd_);
+        release();
         fd_ = other.fd_;
+        remove_path_ = std::move(other.remove_path_);
         other.fd_ = -1;
+        other.remove_path_.clear();
     }
     return *this;
 }
 
-FileLock::~FileLock() {
-    if (fd_ >= 0) ::close(fd_);  // closing the descriptor releases the flock
+FileLock::~FileLock() { release(); }
+
+void FileLock::release() noexcept {
+    if (fd_ < 0) return;
+    // Unlinked while still held, so no other process can have taken the file meanwhile.
+    if (!remove_path_.empty() && still_at_path(fd_, remove_path_)) ::unlink(remove_path_.c_str());
+    ::close(fd_);  // closing the descriptor releases the flock
+    fd_ = -1;
 }
 
 std::optional<std::string> env(const char* name) {

@@ -33,6 +33,14 @@ public:
     FileLock(const std::filesystem::path& path, Mode mode);
     // Takes the lock only if it is free now; check owns().
     static FileLock try_lock(const std::filesystem::path& path, Mode mode);
+    // Takes the lock only where the lock file exists, waiting for it; nullopt when there is none
+    // (no holder to wait for). Readers use it, so that reading leaves no lock file behind.
+    static std::optional<FileLock> if_present(const std::filesystem::path& path, Mode mode);
+
+    // Unlinks the lock file as the lock is released, so that none is left behind: the exclusive
+    // holder's job. Whoever waits on the unlinked file notices once it gets it and locks the
+    // path's new file instead (the constructors check the file is still at the path).
+    void remove_on_release(const std::filesystem::path& path) { remove_path_ = path; }
 
     FileLock(FileLock&& other) noexcept;
     FileLock& operator=(FileLock&& other) noexcept;
@@ -44,7 +52,9 @@ public:
 
 private:
     FileLock() = default;
+    void release() noexcept;
     int fd_ = -1;
+    std::filesystem::path remove_path_;  // empty: the lock file stays
 };
 
 // Reads an environment variable; nullopt when unset or empty.

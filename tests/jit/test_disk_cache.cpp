@@ -254,6 +254,34 @@ TEST_CASE("disk cache: get_or_build builds once, then hits; a failed build write
     CHECK(built);
 }
 
+TEST_CASE("disk cache: building and loading leave no lock file beside the entry", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    const std::string key = key_of("no lock left");
+    CHECK(cache.get_or_build(key, [] { return std::string("cubin"); }) == "cubin");
+    CHECK(fs::exists(cache.entry_path(key)));
+    CHECK_FALSE(fs::exists(cache.lock_path(key)));
+    CHECK(cache.load(key) == std::optional<std::string>("cubin"));
+    CHECK_FALSE(fs::exists(cache.lock_path(key)));
+    // A failed build leaves none either.
+    const std::string failing = key_of("fails without a lock left");
+    CHECK_THROWS(cache.get_or_build(failing, []() -> std::string { throw std::runtime_error("no"); }));
+    CHECK_FALSE(fs::exists(cache.lock_path(failing)));
+}
+
+TEST_CASE("disk cache: a lock file that is a link is not followed", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 0);
+    const std::string key = key_of("linked lock");
+    const fs::path outside = tmp.path / "outside.lock";
+    fs::create_directories(cache.lock_path(key).parent_path());
+    fs::create_symlink(outside, cache.lock_path(key));
+    // Built (not cached under a lock it cannot take), and nothing created through the link.
+    CHECK(cache.get_or_build(key, [] { return std::string("cubin"); }) == "cubin");
+    CHECK_FALSE(fs::exists(outside));
+    CHECK_THROWS_AS(FileLock(cache.lock_path(key), FileLock::Mode::exclusive), tileops::FileError);
+}
+
 TEST_CASE("disk cache: 8 threads asking for one key build it once", "[disk_cache]") {
     TempDir tmp;
     DiskCache cache(tmp.path / "cache", 0);
