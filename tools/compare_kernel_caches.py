@@ -30,7 +30,7 @@ import sys
 
 # Cache entry (src/jit/disk_cache.cpp): magic[8] | version u32 | key length u32 | key |
 # payload length u64 | SHA-256(payload)[32] | payload; payload (src/jit/kernel_builder.cpp):
-# lowered kernel name, '\n', cubin.
+# the CUDA headers' hash, '\n', lowered kernel name, '\n', cubin.
 MAGIC = b"TOPSKRNL"
 
 
@@ -44,8 +44,9 @@ def read_entry(path):
     (payload_size,) = struct.unpack_from("<Q", data, offset)
     offset += 8 + 32
     payload = data[offset:offset + payload_size]
-    name, newline, cubin = payload.partition(b"\n")
-    return (name.decode(), cubin) if newline else None
+    _headers, newline, rest = payload.partition(b"\n")
+    name, newline2, cubin = rest.partition(b"\n")
+    return (name.decode(), cubin) if newline and newline2 else None
 
 
 def sections(cubin):

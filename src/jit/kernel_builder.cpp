@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "jit/compiler.hpp"
+#include "jit/cuda_headers.hpp"
 #include "jit/template_registry.hpp"
 #include "tileops/error.hpp"
 #include "util/log.hpp"
@@ -12,16 +13,20 @@
 namespace tileops::jit {
 namespace {
 
-// The disk cache stores one payload per key: the lowered kernel name, a newline, the cubin.
-std::string encode_payload(const std::string& lowered_name, const std::string& cubin) {
-    return lowered_name + '\n' + cubin;
+// A cache entry's payload: the hash of the CUDA headers it was compiled against, the kernel's
+// symbol, then the cubin, the first two on a line each.
+std::string encode_payload(const std::string& headers_hash, const std::string& lowered_name, const std::string& cubin) {
+    return headers_hash + '\n' + lowered_name + '\n' + cubin;
 }
 
-bool decode_payload(const std::string& payload, KernelBinary& binary) {
-    size_t newline = payload.find('\n');
-    if (newline == std::string::npos || newline == 0 || newline + 1 >= payload.size()) return false;
-    binary.lowered_name = payload.substr(0, newline);
-    binary.cubin = payload.substr(newline + 1);
+bool decode_payload(const std::string& payload, KernelBinary& binary, std::string& headers_hash) {
+    const size_t first = payload.find('\n');
+    if (first == std::string::npos || first == 0) return false;
+    const size_t second = payload.find('\n', first + 1);
+    if (second == std::string::npos || second == first + 1 || second + 1 >= payload.size()) return false;
+    headers_hash = payload.substr(0, first);
+    binary.lowered_name = payload.substr(first + 1, second - first - 1);
+    binary.cubin = payload.substr(second + 1);
     return true;
 }
 
@@ -32,7 +37,7 @@ KernelBuilder::KernelBuilder(const std::filesystem::path& cache_dir, uint64_t ma
 
 std::string kernel_cache_key(const KernelKeyInputs& inputs) {
     return util::Sha256()
-        .field("tileops-kernel-v1")
+        .field("tileops-kernel-v2")  // v2: payloads record the CUDA headers they were compiled against
         .field(inputs.translation_unit)
         .field(inputs.template_hash)
         .field(inputs.name_expression)
@@ -67,17 +72,28 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
         CompileResult result = compile(jit::compile_request(template_file, {name_expression}, arch));
         util::logger().debug("tileops: compiled {} for {} in {:.0f} ms", name_expression, arch, result.milliseconds);
         if (!result.log.empty()) util::logger().debug("tileops: NVRTC log for {}:\n{}", name_expression, result.log);
-        return encode_payload(result.lowered_names.at(name_expression), result.cubin);
+        const std::string* headers = cuda_headers_hash_if_found();  // found: compile() found them too
+        return encode_payload(headers ? *headers : "unknown", result.lowered_names.at(name_expression), result.cubin);
     };
     std::string payload = cache_.get_or_build(key, build, &built);
     KernelBinary binary;
-    if (!decode_payload(payload, binary)) {
-        // A payload that passed the cache's checksum but is not ours: rebuild and overwrite it.
-        util::logger().warn("tileops: cache entry {} has an unexpected payload; rebuilding", key);
+    std::string built_with;
+    const std::string* headers = built ? nullptr : cuda_headers_hash_if_found();
+    const bool ours = decode_payload(payload, binary, built_with);
+    if (!ours || (headers != nullptr && built_with != *headers)) {
+        // A payload that passed the cache's checksum but is not ours, or a kernel compiled against
+        // other CUDA headers than the ones here: rebuild and overwrite it.
+        if (!allow_compile_ && ours)
+            throw CacheMiss(fmt::format("tileops: the cached kernel {} for {} in {} was compiled against other CUDA "
+                                        "headers than those in {}, and compiling is disabled; warm the cache with "
+                                        "this toolkit",
+                                        name_expression, arch, cache_.directory().string(), cuda_include_dirs().front()));
+        util::logger().warn("tileops: cache entry {} {}; rebuilding", key,
+                            ours ? "was compiled against other CUDA headers" : "has an unexpected payload");
         payload = build();
         built = true;
         cache_.store(key, payload);
-        decode_payload(payload, binary);
+        decode_payload(payload, binary, built_with);
     }
     binary.compiled = built;
     if (built) {

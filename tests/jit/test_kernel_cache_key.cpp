@@ -1,7 +1,15 @@
-// The kernel cache key changes when anything that makes a cubin valid changes, and only then.
+// The kernel cache key changes when anything that makes a cubin valid changes, and only then; an
+// entry compiled against other CUDA headers is never served where the headers can be checked.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <catch2/catch_test_macros.hpp>
 
+#include "jit/cuda_headers.hpp"
 #include "jit/kernel_builder.hpp"
+#include "tileops/error.hpp"
 
 using tileops::jit::kernel_cache_key;
 using tileops::jit::KernelKeyInputs;
@@ -37,4 +45,54 @@ TEST_CASE("KernelBuilder cache keys hold no path and follow the template content
     CHECK(a.cache_key("rows/softmax.cuh", expr, "sm_90a") == b.cache_key("rows/softmax.cuh", expr, "sm_90a"));
     CHECK(a.cache_key("rows/softmax.cuh", expr, "sm_90a") != a.cache_key("rows/softmax.cuh", expr, "sm_80"));
     CHECK(a.cache_key("rows/softmax.cuh", expr, "sm_90a") != a.cache_key("rows/rmsnorm.cuh", expr, "sm_90a"));
+}
+
+TEST_CASE("CUDA headers: the closure hash follows every included header's content, and only those", "[cache_key]") {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("tileops_headers_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir / "inc" / "sub");
+    auto write = [](const fs::path& path, const std::string& text) { std::ofstream(path) << text; };
+    write(dir / "inc" / "top.h", "#pragma once\n#include \"sub/mid.h\"\n#include <stdint.h>\n");
+    write(dir / "inc" / "sub" / "mid.h", "  #  include \"leaf.h\"\nint mid;\n");
+    write(dir / "inc" / "sub" / "leaf.h", "int leaf;\n");
+    write(dir / "inc" / "unrelated.h", "int unrelated;\n");
+    const std::vector<std::string> dirs = {(dir / "inc").string()};
+    size_t files = 0;
+    const std::string base = tileops::jit::headers_closure_hash({"top.h"}, dirs, &files);
+    CHECK(files == 3);  // top, mid, leaf (stdint.h is not in the include dirs)
+    write(dir / "inc" / "unrelated.h", "int unrelated = 1;\n");
+    CHECK(tileops::jit::headers_closure_hash({"top.h"}, dirs) == base);
+    write(dir / "inc" / "sub" / "leaf.h", "int leaf = 2;\n");  // two includes down
+    const std::string changed = tileops::jit::headers_closure_hash({"top.h"}, dirs);
+    CHECK(changed != base);
+    // The same content elsewhere hashes the same: no path goes into it.
+    fs::copy(dir / "inc", dir / "moved", fs::copy_options::recursive);
+    CHECK(tileops::jit::headers_closure_hash({"top.h"}, {(dir / "moved").string()}) == changed);
+    fs::remove_all(dir);
+}
+
+TEST_CASE("a cached kernel compiled against other CUDA headers is rebuilt, or refused without compiling",
+          "[cache_key]") {
+    namespace fs = std::filesystem;
+    REQUIRE(tileops::jit::cuda_headers_hash_if_found() != nullptr);  // the toolkit the tests build with
+    const fs::path cache = fs::temp_directory_path() / ("tileops_headers_cache_" + std::to_string(::getpid()));
+    fs::remove_all(cache);
+    const std::string file = "elementwise/elementwise.cuh", expr = "tileops::elementwise_kernel<float, float, 2, 4, 1, 256>";
+    tileops::jit::KernelBuilder builder(cache, 0, true);
+    REQUIRE(builder.get(file, expr, "sm_80").compiled);
+    // What a warm against other headers would have stored under the same key.
+    const std::string key = builder.cache_key(file, expr, "sm_80");
+    std::string payload = *builder.cache().load(key);
+    const size_t newline = payload.find('\n');
+    REQUIRE(payload.substr(0, newline) == *tileops::jit::cuda_headers_hash_if_found());
+    builder.cache().store(key, "other-headers" + payload.substr(newline));
+
+    tileops::jit::KernelBuilder serving(cache, 0, false);
+    CHECK_THROWS_AS(serving.get(file, expr, "sm_80"), tileops::CacheMiss);
+    tileops::jit::KernelBuilder compiling(cache, 0, true);
+    CHECK(compiling.get(file, expr, "sm_80").compiled);  // rebuilt, not served
+    CHECK(compiling.cache().load(key)->substr(0, newline) == *tileops::jit::cuda_headers_hash_if_found());
+    CHECK_FALSE(compiling.get(file, expr, "sm_80").compiled);
+    fs::remove_all(cache);
 }
