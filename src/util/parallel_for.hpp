@@ -7,6 +7,11 @@
 
 namespace tileops::util {
 
+// Runs body(i) for every i in [0, n) on `threads` threads (0: hardware_concurrency), the caller's
+// among them, each taking the next index as it finishes one (uneven items balance themselves);
+// returns when all are done. One thread runs them in order on the caller. `body` must not throw.
+void parallel_for_each(size_t n, size_t threads, const std::function<void(size_t i)>& body);
+
 // The number of chunks parallel_for_chunks cuts [0, n) into: pieces of at least `grain` elements.
 size_t chunk_count(size_t n, size_t grain);
 

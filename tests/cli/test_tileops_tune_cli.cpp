@@ -177,7 +177,7 @@ TEST_CASE("tileops-tune: usage errors exit 2, --help exits 0", "[cli]") {
     CHECK(version.status == 0);
     CHECK_THAT(version.out, ContainsSubstring(std::string("tileops-tune ") + TILEOPS_VERSION_STRING + " (NVRTC "));
 
-    for (const char* command : {"tune", "warm", "list", "show", "merge", "verify", "explain"}) {
+    for (const char* command : {"tune", "warm", "list", "show", "merge", "verify", "explain", "rekey", "cache"}) {
         CAPTURE(command);
         const ToolResult r = run_tool({command, "--help"});
         CHECK(r.status == 0);
@@ -211,11 +211,25 @@ TEST_CASE("tileops-tune: usage errors exit 2, --help exits 0", "[cli]") {
     CHECK_THAT(unknown_op.err, ContainsSubstring("rmsnorm"));
     CHECK(unknown_op.out.empty());
 
-    // A database that cannot be read is failed work, not bad usage.
+    // An input file that is not there is bad usage, like a missing argument, for every command
+    // that reads one; a database that cannot be parsed is failed work.
     TempDir dir;
-    const ToolResult missing = run_tool({"list", (dir.path() / "missing.json").string()});
-    CHECK(missing.status == 1);
-    CHECK_THAT(missing.err, ContainsSubstring("missing.json"));
+    const std::string missing_path = (dir.path() / "missing.json").string();
+    const std::vector<std::vector<std::string>> missing_inputs = {
+        {"list", missing_path},
+        {"show", missing_path},
+        {"verify", missing_path},
+        {"merge", "-o", (dir.path() / "out.json").string(), fixture("cli_fleet_a.json").string(), missing_path},
+        {"warm", "--arch", "sm_90a", "--db", missing_path},
+        {"warm", "--arch", "sm_90a", "--workload", missing_path},
+        {"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "64x4096", "--db", missing_path}};
+    for (const auto& args : missing_inputs) {
+        CAPTURE(args);
+        const ToolResult missing = run_tool(args);
+        CHECK(missing.status == 2);
+        CHECK_THAT(missing.err, ContainsSubstring("missing.json: no such file"));
+    }
+    CHECK_FALSE(fs::exists(dir.path() / "out.json"));
     const ToolResult malformed = run_tool({"show", fixture("syntax_trailing_comma.json").string()});
     CHECK(malformed.status == 1);
     CHECK_THAT(malformed.err, ContainsSubstring("syntax_trailing_comma.json:7:3"));
@@ -267,6 +281,7 @@ TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then fi
     CHECK(warm.at("already_cached").get<size_t>() == kernels);
     CHECK(warm.at("failed").empty());
     CHECK(count_files(cache, ".cubin") == kernels);
+    CHECK(count_files(cache, ".lock") == 0);  // builders take their lock files with them
 
     // The table form says the same in words.
     std::vector<std::string> text_args = args;
@@ -281,6 +296,51 @@ TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then fi
         run_tool({"warm", "--arch", "sm_1", "--op", "rmsnorm", "--shape", "64x4096", "--cache-dir", cache.string()});
     CHECK(bad_arch.status != 0);
     CHECK_THAT(bad_arch.err, ContainsSubstring("sm_1"));
+}
+
+TEST_CASE("tileops-tune: help shows each option's default once and usage names the files", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    const ToolResult warm = run_tool({"warm", "--help"});
+    CHECK_THAT(warm.out, ContainsSubstring("parallel compilations (default: all cores)"));
+    CHECK_THAT(warm.out, !ContainsSubstring("(default: all cores) (default"));
+    const ToolResult verify = run_tool({"verify", "--help"});
+    CHECK_THAT(verify.out, ContainsSubstring("tileops-tune verify [OPTION...] DB.json"));
+    CHECK_THAT(verify.out, !ContainsSubstring("positional parameters"));
+    // -o is merge's output only; tune writes into --db.
+    const ToolResult tune = run_tool({"tune", "--help"});
+    CHECK_THAT(tune.out, ContainsSubstring("--db"));
+    CHECK_THAT(tune.out, !ContainsSubstring("-o,"));
+}
+
+TEST_CASE("tileops-tune: cache reports, lists, clears and collects the kernel cache", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string cache = (dir.path() / "kernels").string();
+    const json empty = parse_json(run_tool({"cache", "size", "--cache-dir", cache, "--json"}).out);
+    CHECK(empty.at("entries") == 0);
+    CHECK(empty.at("bytes") == 0);
+    REQUIRE(run_tool({"warm", "--arch", "sm_90a", "--op", "softmax", "--shape", "64x4096", "--cache-dir", cache}).status == 0);
+    const json size = parse_json(run_tool({"cache", "size", "--cache-dir", cache, "--json"}).out);
+    const size_t entries = size.at("entries").get<size_t>();
+    CHECK(entries >= 1);
+    CHECK(size.at("bytes").get<uint64_t>() > 0);
+    const ToolResult list = run_tool({"cache", "list", "--cache-dir", cache, "--json"});
+    REQUIRE(list.status == 0);
+    CHECK(parse_json(list.out).at("list").size() == entries);
+    const ToolResult table = run_tool({"cache", "list", "--cache-dir", cache});
+    CHECK_THAT(table.out, ContainsSubstring("last use") && ContainsSubstring(std::to_string(entries) + " entries"));
+    // gc to a bound of 0 MB (unbounded) removes nothing; clear removes everything.
+    CHECK(parse_json(run_tool({"cache", "gc", "--max-mb", "0", "--cache-dir", cache, "--json"}).out).at("removed") == 0);
+    const json cleared = parse_json(run_tool({"cache", "clear", "--cache-dir", cache, "--json"}).out);
+    CHECK(cleared.at("removed").get<size_t>() == entries);
+    CHECK(cleared.at("entries") == 0);
+    CHECK(count_files(cache, ".cubin") == 0);
+    // Bad actions and options are bad usage.
+    CHECK(run_tool({"cache", "--cache-dir", cache}).status == 2);
+    const ToolResult unknown = run_tool({"cache", "shrink", "--cache-dir", cache});
+    CHECK(unknown.status == 2);
+    CHECK_THAT(unknown.err, ContainsSubstring("unknown action 'shrink'"));
+    CHECK(run_tool({"cache", "size", "--max-mb", "5", "--cache-dir", cache}).status == 2);
 }
 
 TEST_CASE("tileops-tune: an arch no GPU runs, a database of another arch or an unknown op is said, not a no-op",
@@ -377,12 +437,12 @@ TEST_CASE("tileops-tune: list and show print a database as a table and as JSON",
     const ToolResult table = run_tool({"list", db});
     INFO(table.err);
     REQUIRE(table.status == 0);
-    for (const char* column : {"op", "shape", "dtype", "config", "throughput", "device"})
+    for (const char* column : {"op", "shape", "dtype", "config", "throughput"})
         CHECK_THAT(table.out, ContainsSubstring(column));
     CHECK_THAT(table.out, ContainsSubstring("512x4096"));
     CHECK_THAT(table.out, ContainsSubstring("1024x1024"));
     CHECK_THAT(table.out, ContainsSubstring("64x14336"));
-    CHECK_THAT(table.out, ContainsSubstring("cluster=1 items=2 rows_per_block=1 threads_per_row=256 vec=8"));
+    CHECK_THAT(table.out, ContainsSubstring("cluster=1 items=2 rows_per_block=1 thread..."));  // show has the whole config
     CHECK_THAT(table.out, ContainsSubstring("10.50"));
     CHECK(std::count(table.out.begin(), table.out.end(), '\n') == 4);  // header + 3 entries
 
@@ -411,6 +471,19 @@ TEST_CASE("tileops-tune: list and show print a database as a table and as JSON",
     CHECK(only_softmax[0].at("op") == "softmax");
     CHECK(parse_json(run_tool({"list", db, "--json", "--filter-arch", "sm_80"}).out).empty());
     CHECK(parse_json(run_tool({"list", db, "--json", "--filter-dtype", "bf16"}).out).size() == 2);
+    const json one = parse_json(run_tool({"list", db, "--json", "--filter-shape", "512x4096"}).out);
+    REQUIRE(one.size() == 1);
+    CHECK(one[0].at("shape") == json{512, 4096});
+    CHECK(parse_json(run_tool({"list", db, "--json", "--filter-shape", "512x4096", "--filter-flags", "residual"}).out)
+              .size() == (one[0].at("flags") == "residual" ? 1u : 0u));
+
+    // The shipped database's table stays within a terminal's width.
+    const ToolResult shipped = run_tool({"list", (fs::path(TILEOPS_TEST_SOURCE_DIR) / "tuning_db" / "h100-sxm.json").string()});
+    REQUIRE(shipped.status == 0);
+    std::istringstream lines(shipped.out);
+    size_t widest = 0;
+    for (std::string line; std::getline(lines, line);) widest = std::max(widest, line.size());
+    CHECK(widest <= 140);
 
     const ToolResult shown = run_tool({"show", db});
     INFO(shown.err);
@@ -537,6 +610,7 @@ TEST_CASE("tileops-tune: merge writes nothing when an input holds malformed entr
     CHECK(summary.at("rejected").size() == TuningDb::load(bad).rejected().size());
     CHECK(summary.at("entries") == TuningDb::load(bad).entries().size());
     CHECK(TuningDb::load(out).entries() == TuningDb::load(bad).entries());
+    CHECK_FALSE(fs::exists(dir.path() / "merged.json.lock"));  // no lock file left beside the output
 }
 
 TEST_CASE("tileops-tune: an unknown TILEOPS_LOG_LEVEL keeps warnings on and says so", "[cli]") {
@@ -713,11 +787,11 @@ TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shap
     CHECK_THAT(stale_text.err, ContainsSubstring("ignored: " + stale_path.string() +
                                                  ": rmsnorm 512x4096 bf16 sm_90a: stale: tuned with another version"));
 
-    // A --db that does not exist is an error, not a silent heuristic.
+    // A --db that does not exist is bad usage, not a silent heuristic.
     const ToolResult missing = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "512x4096", "--db",
                                          (dir.path() / "nope.json").string()});
-    CHECK(missing.status == 1);
-    CHECK_THAT(missing.err, ContainsSubstring("nope.json"));
+    CHECK(missing.status == 2);
+    CHECK_THAT(missing.err, ContainsSubstring("nope.json: no such file"));
 }
 
 TEST_CASE("tileops-tune: every workload file the project ships names problems the library accepts", "[cli]") {

@@ -1,5 +1,5 @@
-// util::parallel_for_chunks: every index visited exactly once, the same chunks whatever the
-// thread count, and nothing run for an empty range.
+// util::parallel_for_each and parallel_for_chunks: every index visited exactly once (the chunks
+// the same whatever the thread count), and nothing run for an empty range.
 #include <atomic>
 #include <vector>
 
@@ -43,4 +43,25 @@ TEST_CASE("parallel_for_chunks runs nothing for an empty range", "[util]") {
     bool ran = false;
     parallel_for_chunks(0, 16, [&](size_t, size_t, size_t) { ran = true; });
     CHECK_FALSE(ran);
+}
+
+TEST_CASE("parallel_for_each runs every index once on the threads asked for", "[util]") {
+    const size_t n = GENERATE(size_t{0}, size_t{1}, size_t{7}, size_t{1000});
+    const size_t threads = GENERATE(size_t{0}, size_t{1}, size_t{3}, size_t{64});
+    CAPTURE(n, threads);
+    std::vector<std::atomic<int>> visits(n);
+    std::vector<size_t> order;
+    std::atomic<size_t> calls{0};
+    tileops::util::parallel_for_each(n, threads, [&](size_t i) {
+        ++calls;
+        ++visits[i];
+        if (threads == 1) order.push_back(i);  // one thread: the caller, in order
+    });
+    CHECK(calls == n);
+    for (size_t i = 0; i < n; ++i) CHECK(visits[i] == 1);
+    if (threads == 1) {
+        std::vector<size_t> expected(n);
+        for (size_t i = 0; i < n; ++i) expected[i] = i;
+        CHECK(order == expected);
+    }
 }

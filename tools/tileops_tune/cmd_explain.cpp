@@ -28,6 +28,7 @@ int cmd_explain(int argc, char** argv) {
             const DeviceInfo device = DeviceInfo::for_arch(arch);
             std::vector<std::string> dbs;
             if (args.count("db")) dbs = args["db"].as<std::vector<std::string>>();
+            for (const std::string& path : dbs) require_input_file(path);
             tuning::ConfigResolver resolver = make_resolver(arch, dbs);
             nlohmann::json out = nlohmann::json::array();
             for (const auto& spec : problems) {

@@ -19,6 +19,13 @@
 namespace tileops::cli {
 namespace {
 
+constexpr size_t kConfigColumn = 44;
+
+// `text` cut to `width` characters, "..." marking the cut.
+std::string shortened(const std::string& text, size_t width) {
+    return text.size() <= width ? text : text.substr(0, width - 3) + "...";
+}
+
 void add_db_argument(cxxopts::Options& options) {
     options.add_options()("db", "the database file", cxxopts::value<std::string>());
     options.parse_positional({"db"});
@@ -26,9 +33,8 @@ void add_db_argument(cxxopts::Options& options) {
 }
 
 TuningDb load_db(const cxxopts::ParseResult& args) {
-    if (!args.count("db")) throw InvalidArgument("give the database file");
     check_filters(args);
-    return TuningDb::load(args["db"].as<std::string>());
+    return TuningDb::load(input_file(args, "db", "the database file"));
 }
 
 }  // namespace
@@ -47,14 +53,16 @@ int cmd_list(int argc, char** argv) {
             for (const TuningEntry& e : db.entries()) {
                 if (!matches_filters(e, args)) continue;
                 list.push_back(entry_json(e));
+                // One short line per entry: the config cut to a column (show prints it whole, and the
+                // device and time of tuning).
                 rows.push_back({e.key.op, fmt::format("{}", fmt::join(e.key.shape, "x")), e.key.dtype, e.key.flags,
-                                e.key.arch, config_text(e.config), fmt::format("{:.2f}", e.median_us),
-                                fmt::format("{:.0f} {}", e.throughput, e.throughput_unit), e.device, e.tuned_at});
+                                e.key.arch, shortened(config_text(e.config), kConfigColumn),
+                                fmt::format("{:.2f}", e.median_us), fmt::format("{:.0f} {}", e.throughput, e.throughput_unit)});
             }
             if (args.count("json"))
                 fmt::print("{}\n", list.dump(2));
             else
-                print_table({"op", "shape", "dtype", "flags", "arch", "config", "us", "throughput", "device", "tuned at"}, rows);
+                print_table({"op", "shape", "dtype", "flags", "arch", "config", "us", "throughput"}, rows);
             return 0;
         });
 }
@@ -113,9 +121,12 @@ int cmd_merge(int argc, char** argv) {
             if (!args.count("output")) throw InvalidArgument("give the output file with -o");
             if (!args.count("inputs")) throw InvalidArgument("give the databases to merge");
             const std::string output = args["output"].as<std::string>();
-            // The lock TuningDb::save takes: a tune writing into the output meanwhile is not lost.
-            util::FileLock lock(std::filesystem::path(output + ".lock"), util::FileLock::Mode::exclusive);
             const auto inputs = args["inputs"].as<std::vector<std::string>>();
+            for (const std::string& path : inputs) require_input_file(path);
+            // The lock TuningDb::save takes: a tune writing into the output meanwhile is not lost.
+            const std::filesystem::path lock_path(output + ".lock");
+            util::FileLock lock(lock_path, util::FileLock::Mode::exclusive);
+            lock.remove_on_release(lock_path);
             // Writing over a database that is not an input would drop what it holds unseen.
             std::error_code ec;
             if (std::filesystem::exists(output, ec)) {

@@ -65,7 +65,7 @@ int cmd_tune(int argc, char** argv) {
         "tune", "Autotune problems on this GPU and write the results into a tuning database.", argc, argv,
         [](cxxopts::Options& options) {
             add_problem_options(options);
-            options.add_options()("o,db", "database to merge the results into (created if missing)",
+            options.add_options()("db", "the database the results are merged into (created if missing)",
                                   cxxopts::value<std::string>())(
                 "budget", "seconds per problem", cxxopts::value<double>()->default_value("60"))(
                 "max-candidates", "at most this many configs per problem (0: all)",

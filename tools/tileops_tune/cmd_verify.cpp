@@ -29,11 +29,12 @@ int cmd_verify(int argc, char** argv) {
                 cxxopts::value<double>()->default_value("0.10"))(
                 "repeats", "timed runs per entry", cxxopts::value<int>()->default_value("30"));
             options.parse_positional({"db"});
+            options.positional_help("DB.json");
             add_filter_options(options);
         },
         [](const cxxopts::ParseResult& args) {
-            if (!args.count("db")) throw InvalidArgument("give the database file");
-            TuningDb db = TuningDb::load(args["db"].as<std::string>());
+            check_filters(args);
+            TuningDb db = TuningDb::load(input_file(args, "db", "the database file"));
             Runtime runtime;
             const DeviceInfo& device = runtime.device();
             detail::RuntimeImpl& impl = runtime.impl();

@@ -2,7 +2,6 @@
 // cache, for an arch, with no GPU: a fleet image can ship with a full cache.
 #include <atomic>
 #include <set>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -21,6 +20,7 @@
 #include "tileops_tune/problems.hpp"
 #include "tileops_tune/resolver_setup.hpp"
 #include "tuning/op_config.hpp"
+#include "util/parallel_for.hpp"
 
 namespace tileops::cli {
 namespace {
@@ -53,7 +53,7 @@ int cmd_warm(int argc, char** argv) {
                 "db", "tuning database(s) whose entries for the arch to compile", cxxopts::value<std::vector<std::string>>())(
                 "cache-dir", "kernel cache directory (default: TILEOPS_CACHE_DIR or the user cache)",
                 cxxopts::value<std::string>())("j,jobs", "parallel compilations (default: all cores)",
-                                               cxxopts::value<unsigned>()->default_value("0"))(
+                                               cxxopts::value<unsigned>())(
                 "search-space",
                 "compile every config of each workload problem's search space (what `tune` times), so that a "
                 "tuning run spends its budget timing, not compiling");
@@ -64,6 +64,7 @@ int cmd_warm(int argc, char** argv) {
             const DeviceInfo device = DeviceInfo::for_arch(arch);
             std::vector<std::string> dbs;
             if (args.count("db")) dbs = args["db"].as<std::vector<std::string>>();
+            for (const std::string& path : dbs) require_input_file(path);
             std::vector<detail::ProblemSpec> problems = problems_from(args);
             if (dbs.empty() && problems.empty())
                 throw InvalidArgument("give --db and/or --workload / --op to say what to compile");
@@ -122,29 +123,23 @@ int cmd_warm(int argc, char** argv) {
                                         : jit::DiskCache::default_directory();
             jit::KernelBuilder builder(cache_dir, jit::DiskCache::default_max_bytes(), true);
             std::vector<Kernel> list(kernels.begin(), kernels.end());
-            std::atomic<size_t> next{0}, done{0}, compiled{0};
+            std::atomic<size_t> done{0}, compiled{0};
             std::vector<std::string> failures(list.size());
             Progress progress(Progress::for_stderr(args.count("json") > 0));
             std::mutex progress_mutex;
-            auto worker = [&] {
-                for (size_t i = next++; i < list.size(); i = next++) {
-                    try {
-                        if (builder.get(list[i].template_file, list[i].name_expression, arch).compiled) ++compiled;
-                    } catch (const std::exception& e) {
-                        failures[i] = e.what();
-                    }
-                    std::lock_guard lock(progress_mutex);
-                    const size_t finished = ++done;
-                    progress.update(fmt::format("{}/{} kernels for {}; last {}", finished, list.size(), arch,
-                                                list[i].name_expression),
-                                    double(finished) / list.size());
+            const unsigned jobs = args.count("jobs") ? args["jobs"].as<unsigned>() : 0;  // 0: every core
+            util::parallel_for_each(list.size(), jobs, [&](size_t i) {
+                try {
+                    if (builder.get(list[i].template_file, list[i].name_expression, arch).compiled) ++compiled;
+                } catch (const std::exception& e) {
+                    failures[i] = e.what();
                 }
-            };
-            unsigned jobs = args["jobs"].as<unsigned>();
-            if (jobs == 0) jobs = std::max(1u, std::thread::hardware_concurrency());
-            std::vector<std::thread> pool;
-            for (unsigned t = 0; t < std::min<size_t>(jobs, list.size()); ++t) pool.emplace_back(worker);
-            for (auto& t : pool) t.join();
+                std::lock_guard lock(progress_mutex);
+                const size_t finished = ++done;
+                progress.update(fmt::format("{}/{} kernels for {}; last {}", finished, list.size(), arch,
+                                            list[i].name_expression),
+                                double(finished) / list.size());
+            });
             progress.done();
             // The maintenance a store triggers, also when everything was cached: temporary files of
             // killed builds and orphan lock files go, the size bound holds.

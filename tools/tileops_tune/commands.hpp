@@ -15,5 +15,6 @@ int cmd_merge(int argc, char** argv);
 int cmd_verify(int argc, char** argv);
 int cmd_explain(int argc, char** argv);
 int cmd_rekey(int argc, char** argv);
+int cmd_cache(int argc, char** argv);
 
 }  // namespace tileops::cli

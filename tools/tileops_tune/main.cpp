@@ -29,6 +29,7 @@ const Command kCommands[] = {
     {"verify", tileops::cli::cmd_verify, "re-time a database's entries on this GPU and report drift"},
     {"explain", tileops::cli::cmd_explain, "which config a problem would get, and why"},
     {"rekey", tileops::cli::cmd_rekey, "re-key entries to this build's kernel templates (after proving the kernels unchanged)"},
+    {"cache", tileops::cli::cmd_cache, "the kernel cache: size, list, clear, gc"},
 };
 
 // Edits (insertions, deletions, substitutions) between two words: a typo is one or two away.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tileops/error.hpp"
+#include "tileops_tune/resolver_setup.hpp"
 #include "util/file_util.hpp"
 
 namespace tileops::cli {
@@ -86,7 +87,7 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
 
 std::vector<detail::ProblemSpec> problems_from(const cxxopts::ParseResult& args) {
     std::vector<detail::ProblemSpec> problems;
-    if (args.count("workload")) problems = load_workload(args["workload"].as<std::string>());
+    if (args.count("workload")) problems = load_workload(input_file(args, "workload", "the workload file"));
     if (args.count("op")) {
         if (!args.count("shape")) throw InvalidArgument("tileops-tune: --op needs --shape (e.g. --shape 8192x4096)");
         problems.push_back({args["op"].as<std::string>(), detail::parse_shape(args["shape"].as<std::string>()),

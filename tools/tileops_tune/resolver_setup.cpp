@@ -1,6 +1,7 @@
 #include "tileops_tune/resolver_setup.hpp"
 
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -40,7 +41,10 @@ tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<
 void add_filter_options(cxxopts::Options& options) {
     options.add_options("filter")("filter-op", "only entries of this op", cxxopts::value<std::string>())(
         "filter-arch", "only entries of this arch", cxxopts::value<std::string>())(
-        "filter-dtype", "only entries of this dtype", cxxopts::value<std::string>());
+        "filter-dtype", "only entries of this dtype", cxxopts::value<std::string>())(
+        "filter-shape", "only entries of this shape, e.g. 8192x4096", cxxopts::value<std::string>())(
+        "filter-flags", "only entries with exactly these flags (comma-separated; \"\" for none)",
+        cxxopts::value<std::string>());
 }
 
 void check_filters(const cxxopts::ParseResult& args) {
@@ -55,7 +59,23 @@ bool matches_filters(const TuningEntry& entry, const cxxopts::ParseResult& args)
     if (args.count("filter-op") && entry.key.op != args["filter-op"].as<std::string>()) return false;
     if (args.count("filter-arch") && entry.key.arch != args["filter-arch"].as<std::string>()) return false;
     if (args.count("filter-dtype") && entry.key.dtype != args["filter-dtype"].as<std::string>()) return false;
+    if (args.count("filter-shape") && fmt::format("{}", fmt::join(entry.key.shape, "x")) != args["filter-shape"].as<std::string>())
+        return false;
+    if (args.count("filter-flags") && entry.key.flags != args["filter-flags"].as<std::string>()) return false;
     return true;
+}
+
+void require_input_file(const std::string& path) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec))
+        throw InvalidArgument(fmt::format("{}: no such file", path));
+}
+
+std::string input_file(const cxxopts::ParseResult& args, const std::string& option, const char* what) {
+    if (!args.count(option)) throw InvalidArgument(fmt::format("give {}", what));
+    const std::string path = args[option].as<std::string>();
+    require_input_file(path);
+    return path;
 }
 
 nlohmann::json config_json(const Config& config) {

@@ -27,6 +27,11 @@ void add_filter_options(cxxopts::Options& options);
 void check_filters(const cxxopts::ParseResult& args);
 bool matches_filters(const TuningEntry& entry, const cxxopts::ParseResult& args);
 
+// A missing input file is bad usage (exit status 2), like a missing argument: InvalidArgument.
+void require_input_file(const std::string& path);
+// The path given for `option` (InvalidArgument "give <what>" when absent), which must exist.
+std::string input_file(const cxxopts::ParseResult& args, const std::string& option, const char* what);
+
 using tuning::config_text;
 nlohmann::json config_json(const Config& config);
 // The entry as JSON, as the database stores it.
