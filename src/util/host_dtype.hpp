@@ -1,4 +1,5 @@
-// Host-side encoding of device dtypes (round to nearest even), for filling and reading buffers.
+// Host-side encoding of device dtypes (round to nearest even), for filling and reading buffers:
+// the CUDA headers' own host conversions, so the host rounds exactly as the device does.
 #pragma once
 
 #include <cstddef>
