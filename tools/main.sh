@@ -2,14 +2,17 @@
 # The main job. Sets up and builds the release preset, then:
 #  - on a machine with a GPU: runs the GPU tests and the benchmarks (memory-bound ops, decode
 #    attention, flash attention, GEMM against cuBLAS where cuBLAS was found) and reports;
-#  - without one: compiles every kernel the shipped tuning databases and the example workloads
-#    need into the kernel cache for ARCH (default sm_90a) with `tileops-tune warm`.
+#  - without one: builds tileops-tune alone (tests, benchmarks, examples and the Python module
+#    would never run there) and compiles into the kernel cache, for ARCH (default sm_90a), every
+#    kernel of WORKLOAD (default tools/workloads/llama3-8b.json) and of the entries of DB
+#    (default tuning_db/h100-sxm.json) for that arch: what a serving process of that workload
+#    needs, with the configs it will pick.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${SKIP_SETUP:-0}" = 1 ] || bash tools/setup.sh
-cmake --preset release
-cmake --build --preset release -j "$(nproc)"
 if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  cmake --preset release
+  cmake --build --preset release -j "$(nproc)"
   ./build-release/tests/tileops_tests "[gpu]"
   ./build-release/bench/bench_memory_ops --json build-release/bench_memory_ops.json
   ./build-release/bench/bench_decode_attention --json build-release/bench_decode_attention.json
@@ -18,6 +21,12 @@ if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
     ./build-release/bench/bench_gemm --json build-release/bench_gemm.json
   fi
 else
-  ./build-release/tools/tileops-tune warm --arch "${ARCH:-sm_90a}" --workload tools/workloads/llama3-8b.json \
-    --db tuning_db/h100-sxm.json
+  cmake --preset release -DTILEOPS_BUILD_TESTS=OFF -DTILEOPS_BUILD_BENCH=OFF -DTILEOPS_BUILD_EXAMPLES=OFF \
+    -DTILEOPS_BUILD_PYTHON=OFF
+  cmake --build --preset release -j "$(nproc)" --target tileops-tune
+  arch=${ARCH:-sm_90a}
+  workload=${WORKLOAD:-tools/workloads/llama3-8b.json}
+  db=${DB:-tuning_db/h100-sxm.json}
+  echo "main: no GPU; warming the kernel cache for $arch with $workload and the $arch entries of $db" >&2
+  ./build-release/tools/tileops-tune warm --arch "$arch" --workload "$workload" --db "$db"
 fi
