@@ -13,11 +13,11 @@ torch custom ops (torch.ops.tileops.*), so torch.compile(fullgraph=True) keeps t
 """
 
 from . import _C
-from ._C import (CacheMiss, CompileError, DriverError, Error, FileError, InvalidArgument, RopeScaling,
-                 RopeScalingType, Unsupported)
+from ._C import CacheMiss, CompileError, DriverError, Error, FileError, InvalidArgument, Unsupported
 from . import ops as _ops
-from .ops import (add, decode_attention, embedding, flash_attention, gelu, layer_norm, linear, log_softmax, matmul,
-                  mla_decode, mul, rms_norm, rope, sample, silu, silu_and_mul, silu_mul, softmax)
+from .ops import (RopeScaling, add, decode_attention, embedding, flash_attention, gelu, layer_norm, linear,
+                  llama3_rope_scaling, log_softmax, matmul, mla_decode, mul, rms_norm, rope, sample, silu, silu_and_mul,
+                  silu_mul, softmax)
 
 __version__ = _C.version()
 
@@ -59,12 +59,7 @@ def stats(device=0):
     return _C.stats(device)
 
 
-def llama3_rope_scaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8192):
-    """Llama 3.1's rope scaling (config.json's rope_scaling: factor 8, low 1, high 4, original 8192)."""
-    return RopeScaling(RopeScalingType.llama3, factor, low_freq_factor, high_freq_factor, original_max_positions)
-
-
 __all__ = ["add", "decode_attention", "device_info", "embedding", "explain", "flash_attention", "gelu", "layer_norm",
            "linear", "llama3_rope_scaling", "log_softmax", "matmul", "mla_decode", "mul", "prepare", "rms_norm", "rope", "sample", "silu",
-           "silu_and_mul", "silu_mul", "softmax", "stats", "RopeScaling", "RopeScalingType", "Error", "InvalidArgument",
+           "silu_and_mul", "silu_mul", "softmax", "stats", "RopeScaling", "Error", "InvalidArgument",
            "Unsupported", "DriverError", "CompileError", "CacheMiss", "FileError"]

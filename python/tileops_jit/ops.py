@@ -8,6 +8,8 @@ or compiled); later calls of the same problem are a lookup and a launch. Run a p
 before capturing it in a CUDA graph (the first run may compile and allocate).
 """
 
+from typing import NamedTuple
+
 from . import _C
 
 # Arguments go to _C positionally: keywords cost a lookup each on every call.
@@ -246,6 +248,25 @@ def embedding(ids, table, *, positions=None, position_table=None, out=None, out_
 
 
 _ROPE_STYLES = {"neox": _C.RopeStyle.neox, "gptj": _C.RopeStyle.gptj, "none": _C.RopeStyle.none}
+_SCALING_TYPES = {"none": _C.RopeScalingType.none, "linear": _C.RopeScalingType.linear,
+                  "llama3": _C.RopeScalingType.llama3}
+
+
+class RopeScaling(NamedTuple):
+    """How rope frequencies are stretched: type "none", "linear" (divided by factor) or "llama3"
+    (Llama 3.1: wavelengths past original_max_positions / low_freq_factor divided by factor, those
+    below original_max_positions / high_freq_factor kept, those between blended). A plain tuple,
+    so torch.compile traces it."""
+    type: str = "none"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_positions: float = 8192.0
+
+
+def llama3_rope_scaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_positions=8192.0):
+    """Llama 3.1's rope scaling (config.json's rope_scaling: factor 8, low 1, high 4, original 8192)."""
+    return RopeScaling("llama3", factor, low_freq_factor, high_freq_factor, original_max_positions)
 
 
 def rope(q, k, positions, *, theta=10000.0, style="neox", rotary_dim=0, scaling=None, v=None, slots=None,
@@ -254,26 +275,26 @@ def rope(q, k, positions, *, theta=10000.0, style="neox", rotary_dim=0, scaling=
     at int32 `positions`; style "neox" (rotate_half), "gptj" (interleaved) or "none"; scaling: a
     RopeScaling (linear, llama3). With v, slots (int32 [tokens]) and k_cache, v_cache ([num_pages,
     page_size, kv_heads, head_dim]) the rotated k and v are also written to the cache at each
-    token's slot (negative: skipped). Returns (q_out, k_out); inplace=True rotates q and k themselves."""
+    token's slot (negative: skipped). Returns (q_out, k_out); inplace=True rotates q and k themselves.
+    scaling: a RopeScaling (or a tuple of its fields), e.g. llama3_rope_scaling()."""
     if style not in _ROPE_STYLES:
         raise _C.InvalidArgument(f"tileops_jit.rope: style must be 'neox', 'gptj' or 'none', got {style!r}")
-    scaling = _C.RopeScaling() if scaling is None else scaling
+    scaling = RopeScaling() if scaling is None else RopeScaling(*scaling)
+    if scaling.type not in _SCALING_TYPES:
+        raise _C.InvalidArgument(
+            f"tileops_jit.rope: scaling type must be 'none', 'linear' or 'llama3', got {scaling.type!r}")
     if _compiling():
-        return _torch_ops().rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim,
-                                 _scaling_list(scaling), k_scale, v_scale, inplace)
+        return _torch_ops().rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling.type,
+                                 [float(x) for x in scaling[1:]], k_scale, v_scale, inplace)
     if inplace:
         q_out, k_out = q, k
     if q_out is None:
         q_out = _new(q, q.shape, name="q_out")
     if k_out is None:
         k_out = _new(k, k.shape, name="k_out")
-    _C.rope(q, k, positions, q_out, k_out, v, slots, k_cache, v_cache, theta, _ROPE_STYLES[style], rotary_dim, scaling,
-            k_scale, v_scale, stream)
+    _C.rope(q, k, positions, q_out, k_out, v, slots, k_cache, v_cache, theta, _ROPE_STYLES[style], rotary_dim,
+            _C.RopeScaling(_SCALING_TYPES[scaling.type], *scaling[1:]), k_scale, v_scale, stream)
     return q_out, k_out
-
-
-def _scaling_list(s):
-    return [float(int(s.type)), s.factor, s.low_freq_factor, s.high_freq_factor, s.original_max_positions]
 
 
 def sample(logits, *, temperature=None, top_k=None, top_p=None, min_p=None, offsets=None, seed=0, out=None,

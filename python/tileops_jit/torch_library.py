@@ -157,22 +157,21 @@ def _(ids, table, positions, position_table, out_dtype):
 @torch.library.custom_op("tileops::rope", mutates_args=("k_cache", "v_cache"))
 def _rope(q: Tensor, k: Tensor, positions: Tensor, v: Optional[Tensor], slots: Optional[Tensor],
           k_cache: Optional[Tensor], v_cache: Optional[Tensor], theta: float, style: str, rotary_dim: int,
-          scaling: List[float], k_scale: float, v_scale: float) -> Tuple[Tensor, Tensor]:
-    from . import _C
-
-    rope_scaling = _C.RopeScaling(_C.RopeScalingType(int(scaling[0])), *scaling[1:])
-    return _ops.rope(q, k, positions, theta=theta, style=style, rotary_dim=rotary_dim, scaling=rope_scaling, v=v,
-                     slots=slots, k_cache=k_cache, v_cache=v_cache, k_scale=k_scale, v_scale=v_scale)
+          scaling_type: str, scaling: List[float], k_scale: float, v_scale: float) -> Tuple[Tensor, Tensor]:
+    return _ops.rope(q, k, positions, theta=theta, style=style, rotary_dim=rotary_dim,
+                     scaling=_ops.RopeScaling(scaling_type, *scaling), v=v, slots=slots, k_cache=k_cache,
+                     v_cache=v_cache, k_scale=k_scale, v_scale=v_scale)
 
 
 @_rope.register_fake
-def _(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling, k_scale, v_scale):
+def _(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling_type, scaling, k_scale, v_scale):
     return q.new_empty(q.shape), k.new_empty(k.shape)
 
 
-def rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling, k_scale, v_scale, inplace):
-    q_out, k_out = _rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling, k_scale,
-                         v_scale)
+def rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling_type, scaling, k_scale,
+         v_scale, inplace):
+    q_out, k_out = _rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling_type, scaling,
+                         k_scale, v_scale)
     if not inplace:
         return q_out, k_out
     q.copy_(q_out)

@@ -150,6 +150,8 @@ class OpArgumentTest(Released):
                            v=FakeTensor((8, 2, 64)), q_out=FakeTensor((8, 4, 64)), k_out=FakeTensor((8, 2, 64)))
         self.assertRefused(r"style must be 'neox', 'gptj' or 'none'", tj.rope, q, k, FakeTensor((8,), "int32"),
                            style="llama")
+        self.assertRefused(r"scaling type must be 'none', 'linear' or 'llama3', got 'yarn'", tj.rope, q, k,
+                           FakeTensor((8,), "int32"), scaling=tj.RopeScaling("yarn", 4.0))
 
     def test_sample_parameters_together(self):
         self.assertRefused(r"temperature, top_k, top_p, min_p and offsets go together", tj.sample,

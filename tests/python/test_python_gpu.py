@@ -279,6 +279,8 @@ def op_cases():
         ("embedding", lambda i, t, p, pt: tj.embedding(i, t, positions=p, position_table=pt), (ids, rand(1000, 64, seed=18), pos, rand(16, 64, seed=19))),
         ("rope append", lambda q, k, p, v, s, kc, vc: tj.rope(q, k, p, v=v, slots=s, k_cache=kc, v_cache=vc) + (kc.clone(), vc.clone()),
          (rq, rk, rpos, rv, slots, rkc, rvc)),
+        ("rope llama3 gptj", lambda q, k, p: tj.rope(q, k, p, theta=500000.0, style="gptj",
+                                                     scaling=tj.llama3_rope_scaling()), (rq, rk, rpos)),
         ("sample greedy", lambda l: tj.sample(l), (logits,)),
         ("sample", lambda l, t, k, p, m, o: tj.sample(l, temperature=t, top_k=k, top_p=p, min_p=m, offsets=o, seed=3),
          (logits, temp, top_k, top_p, min_p, offsets)),
