@@ -1,8 +1,10 @@
 #include "tileops/runtime.hpp"
 
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <unordered_set>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -14,6 +16,7 @@
 #include "tuning/op_config.hpp"
 #include "util/file_util.hpp"
 #include "util/log.hpp"
+#include "util/parallel_for.hpp"
 
 namespace tileops {
 namespace detail {
@@ -132,6 +135,34 @@ const tuning::ConfigChoice& RuntimeImpl::choice(const Op& op) {
     return choice_locked(op, state.entry_locked(id_, &RuntimeImpl::is_live));
 }
 
+void RuntimeImpl::load_kernels(const OpModel& model, const Config& config, const std::vector<int>& widths) {
+    std::vector<LaunchPlan> plans;
+    for (int vec : widths) {
+        try {
+            if (auto it = config.find("vec"); it != config.end() && vec > it->second) vec = static_cast<int>(it->second);
+            LaunchPlan plan = model.plan(config, vec, device_);
+            if (!plan.follow_up_name_expression.empty()) {
+                LaunchPlan follow_up = plan;
+                follow_up.name_expression = plan.follow_up_name_expression;
+                plans.push_back(std::move(follow_up));
+            }
+            plans.push_back(std::move(plan));
+        } catch (const std::exception&) {
+            // An unusable config: resolving that width reports it.
+        }
+    }
+    std::vector<std::exception_ptr> failures(plans.size());
+    util::parallel_for_each(plans.size(), 0, [&](size_t i) {
+        try {
+            kernel(plans[i]);
+        } catch (...) {
+            failures[i] = std::current_exception();
+        }
+    });
+    for (const std::exception_ptr& failure : failures)
+        if (failure) std::rethrow_exception(failure);
+}
+
 ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& config, int vec) {
     if (auto reason = model.invalid_reason(config, device_))
         throw InvalidArgument(fmt::format("tileops::{}: config invalid on {}: {}", model.op_name(), device_.arch(), *reason));
@@ -245,7 +276,9 @@ std::string Runtime::explain(const Op& op) {
 
 void Runtime::prepare(const Op& op) {
     const tuning::ConfigChoice& choice = impl_->choice(op);
-    for (int vec : op.model().vector_widths(choice.config)) impl_->resolved_launch(op, vec);
+    const std::vector<int> widths = op.model().vector_widths(choice.config);
+    impl_->load_kernels(op.model(), choice.config, widths);
+    for (int vec : widths) impl_->resolved_launch(op, vec);
 }
 
 }  // namespace tileops

@@ -52,6 +52,9 @@ public:
     const tuning::ConfigChoice& choice(const Op& op);
     // Loads (compiling if needed) the kernel of `plan` into this context; shared by all ops.
     const LoadedKernel& kernel(const LaunchPlan& plan);
+    // Loads the kernels of `config` at every width in `widths` at once, compiling on all cores
+    // (NVRTC compiles in parallel), so that resolving each width afterwards finds them loaded.
+    void load_kernels(const OpModel& model, const Config& config, const std::vector<int>& widths);
     // Resolves a config's launch for `model` without an Op (autotuner).
     ResolvedLaunch resolve_config(const OpModel& model, const Config& config, int vec);
     unsigned resident_grid(const OpModel& model, const ResolvedLaunch& launch);
