@@ -7,8 +7,7 @@
 // row0 of its KV head's group * q_len rows.
 #pragma once
 
-#include <cuda/std/limits>
-
+#include "common/infinity.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -73,7 +72,6 @@ template <typename T, int HEAD_DIM, int ROWS, int WARPS>
 __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
     constexpr int THREADS = WARPS * 32;
     constexpr float kLn2 = 0.6931471805599453f;
-    constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
     const int split = blockIdx.x, num_splits = gridDim.x;
     const float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
     const float* warp_l = warp_m + WARPS * ROWS;
@@ -97,14 +95,14 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
         o.out[o.batch * o.batch_stride + token * o.token_stride + head * o.head_stride + d] = from_float<T>(value);
         if (o.lse != nullptr && d == 0)
             o.lse[(static_cast<long long>(o.batch) * o.q_len + token) * num_heads + head] =
-                row_lse2 == kNegInf ? kNegInf : row_lse2 * kLn2;
+                row_lse2 == kNegativeInfinity ? kNegativeInfinity : row_lse2 * kLn2;
     };
     for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += THREADS) {
         const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
-        float row_max = kNegInf;
+        float row_max = kNegativeInfinity;
 #pragma unroll
         for (int w = 0; w < WARPS; ++w) row_max = fmaxf(row_max, warp_m[w * ROWS + r]);
-        const float base_m = row_max == kNegInf ? 0.0f : row_max;
+        const float base_m = row_max == kNegativeInfinity ? 0.0f : row_max;
         float sum = 0.0f, value = 0.0f;
 #pragma unroll
         for (int w = 0; w < WARPS; ++w) {
@@ -113,7 +111,7 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
             value += warp_out[(w * ROWS + r) * HEAD_DIM + d] * weight;
         }
         const float normalized = sum > 0.0f ? value / sum : 0.0f;
-        const float row_lse2 = sum > 0.0f ? base_m + log2f(sum) : kNegInf;
+        const float row_lse2 = sum > 0.0f ? base_m + log2f(sum) : kNegativeInfinity;
         if (num_splits == 1) {
             write_row(r, d, normalized, row_lse2);
         } else {
@@ -151,7 +149,7 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
         const int r = idx / QUADS, d = (idx % QUADS) * 4;
         const float4* part = reinterpret_cast<const float4*>(partial_out + (slot_rows + r) * HEAD_DIM + d);
         const float* part_lse = partial_lse + slot_rows + r;
-        float row_max = kNegInf, sum = 0.0f;
+        float row_max = kNegativeInfinity, sum = 0.0f;
         float4 value = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         for (int s0 = 0; s0 < num_splits; s0 += BATCH) {
             float lse2[BATCH];
@@ -159,13 +157,13 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
 #pragma unroll
             for (int i = 0; i < BATCH; ++i) {
                 const bool in = s0 + i < num_splits;
-                lse2[i] = in ? __ldcg(part_lse + static_cast<long long>(s0 + i) * ROWS) : kNegInf;
+                lse2[i] = in ? __ldcg(part_lse + static_cast<long long>(s0 + i) * ROWS) : kNegativeInfinity;
                 x[i] = in ? __ldcg(part + (s0 + i) * kSplitStride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             float step_max = row_max;
 #pragma unroll
             for (int i = 0; i < BATCH; ++i) step_max = fmaxf(step_max, lse2[i]);
-            if (step_max == kNegInf) continue;  // no split so far saw a key
+            if (step_max == kNegativeInfinity) continue;  // no split so far saw a key
             const float correction = exp2f(row_max - step_max);  // 0 while row_max is -inf
             sum *= correction;
             value.x *= correction;
@@ -184,7 +182,7 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
             row_max = step_max;
         }
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-        const float lse_out = sum > 0.0f ? row_max + log2f(sum) : kNegInf;
+        const float lse_out = sum > 0.0f ? row_max + log2f(sum) : kNegativeInfinity;
         write_row(r, d, value.x * inverse, lse_out);
         write_row(r, d + 1, value.y * inverse, lse_out);
         write_row(r, d + 2, value.z * inverse, lse_out);

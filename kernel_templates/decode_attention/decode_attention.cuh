@@ -26,10 +26,9 @@
 // and the warps' partial results (WARPS * ROWS * (HEAD_DIM + 2) floats).
 #pragma once
 
-#include <cuda/std/limits>
-
 #include "arch/async_copy.cuh"
 #include "common/fp8.cuh"
+#include "common/infinity.cuh"
 #include "common/types.cuh"
 #include "decode_attention/decode.cuh"
 
@@ -56,7 +55,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     using Lanes = DecodeLanes<TKV, HEAD_DIM>;
     constexpr int VEC = Lanes::VEC, LANES = Lanes::LANES, TPS = Lanes::TOKENS_PER_STEP;
     constexpr int WARP_TOKENS = TPS * UNROLL;  // tokens a warp covers per iteration
-    constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
 
     const int split = blockIdx.x, num_splits = gridDim.x;
     const int total_rows = group * q_len;
@@ -94,7 +92,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     float m[ROWS], l[ROWS], acc[ROWS][VEC];
 #pragma unroll
     for (int r = 0; r < ROWS; ++r) {
-        m[r] = kNegInf;
+        m[r] = kNegativeInfinity;
         l[r] = 0.0f;
 #pragma unroll
         for (int e = 0; e < VEC; ++e) acc[r][e] = 0.0f;
@@ -235,7 +233,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
                 for (int r = 0; r < ROWS; ++r) {
                     const bool visible = valid[u] && token[u] >= keys[r].begin && token[u] < keys[r].end;
-                    s[u][r] = visible ? s[u][r] : kNegInf;
+                    s[u][r] = visible ? s[u][r] : kNegativeInfinity;
                 }
         }
 
@@ -256,7 +254,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
                 for (int e = 0; e < VEC; ++e) acc[r][e] *= correction;
             }
-            const float base_m = m[r] == kNegInf ? 0.0f : m[r];  // all masked so far: every p is 0
+            const float base_m = m[r] == kNegativeInfinity ? 0.0f : m[r];  // all masked so far: every p is 0
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 s[u][r] = exp2f(s[u][r] - base_m);

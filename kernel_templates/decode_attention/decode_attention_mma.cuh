@@ -29,10 +29,9 @@
 // partial results (WARPS * 16 * (HEAD_DIM + 2) floats).
 #pragma once
 
-#include <cuda/std/limits>
-
 #include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
+#include "common/infinity.cuh"
 #include "common/types.cuh"
 #include "decode_attention/decode.cuh"
 
@@ -58,7 +57,6 @@ __global__ void __launch_bounds__(WARPS * 32)
     constexpr int D_STEPS = HEAD_DIM / 16;           // k-steps of Q K^T
     constexpr int O_TILES = HEAD_DIM / 8;            // n-tiles of O
     constexpr int TILE_ELEMS = TILE * HEAD_DIM;
-    constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
     static_assert(TILE == 16 || TILE == 32, "TILE is 16 or 32 keys");
     static_assert(HEAD_DIM % 16 == 0 && CHUNKS <= 32 && 32 % CHUNKS == 0, "head dim 64, 128 or 256");
     static_assert(TILE * CHUNKS % 32 == 0, "a tile is a whole number of copies per lane");
@@ -210,7 +208,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
         for (int kk = 0; kk < D_STEPS; ++kk) load_q(q_frag[kk], kk);
     }
-    float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};  // rows quad_row and quad_row + 8
+    float m[2] = {kNegativeInfinity, kNegativeInfinity}, l[2] = {0.0f, 0.0f};  // rows quad_row and quad_row + 8
     float o[O_TILES][4];
 #pragma unroll
     for (int n = 0; n < O_TILES; ++n)
@@ -268,12 +266,12 @@ __global__ void __launch_bounds__(WARPS * 32)
                     const int key = j * 8 + quad_col + (e & 1), token = base + key;
                     const VisibleKeys& seen = e < 2 ? keys_lo : keys_hi;
                     const bool visible = ((valid_pages >> (key / PAGE_SPAN)) & 1u) && token >= seen.begin && token < seen.end;
-                    s[j][e] = visible ? s[j][e] : kNegInf;
+                    s[j][e] = visible ? s[j][e] : kNegativeInfinity;
                 }
         }
 
         // Online softmax per row; the four lanes of a quad hold a row's keys.
-        float tile_max[2] = {kNegInf, kNegInf};
+        float tile_max[2] = {kNegativeInfinity, kNegativeInfinity};
 #pragma unroll
         for (int j = 0; j < S_TILES; ++j) {
             tile_max[0] = fmaxf(tile_max[0], fmaxf(s[j][0], s[j][1]));
@@ -291,7 +289,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const float grown = fmaxf(m[h], tile_max[h]);
-                correction[h] = grown == kNegInf ? 1.0f : exp2f(m[h] - grown);
+                correction[h] = grown == kNegativeInfinity ? 1.0f : exp2f(m[h] - grown);
                 m[h] = grown;
                 l[h] *= correction[h];
             }
@@ -303,7 +301,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                 o[n][3] *= correction[1];
             }
         }
-        const float base_m[2] = {m[0] == kNegInf ? 0.0f : m[0], m[1] == kNegInf ? 0.0f : m[1]};
+        const float base_m[2] = {m[0] == kNegativeInfinity ? 0.0f : m[0], m[1] == kNegativeInfinity ? 0.0f : m[1]};
 #pragma unroll
         for (int j = 0; j < S_TILES; ++j)
 #pragma unroll

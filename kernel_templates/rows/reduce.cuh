@@ -3,7 +3,7 @@
 // memory, sm_90+).
 #pragma once
 
-#include <cuda/std/limits>
+#include "common/infinity.cuh"
 
 namespace tileops {
 
@@ -13,7 +13,7 @@ struct SumOp {
 };
 
 struct MaxOp {
-    static __device__ __forceinline__ float identity() { return -cuda::std::numeric_limits<float>::infinity(); }
+    static __device__ __forceinline__ float identity() { return kNegativeInfinity; }
     static __device__ __forceinline__ float apply(float a, float b) { return fmaxf(a, b); }
 };
 

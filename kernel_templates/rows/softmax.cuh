@@ -8,8 +8,7 @@
 // and writes in a second. Template parameters as in rmsnorm.cuh.
 #pragma once
 
-#include <cuda/std/limits>
-
+#include "common/infinity.cuh"
 #include "common/types.cuh"
 #include "rows/reduce.cuh"
 #include "rows/row_layout.cuh"
@@ -22,7 +21,6 @@ template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, in
 __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
     softmax_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows, long long cols) {
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
-    const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
     constexpr float kLog2e = log2_e();
     using Reducer = RowReducer<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
     __shared__ typename Reducer::Shared reduce_shared;
@@ -38,7 +36,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         for_each_row_group<Layout, T, VEC, ITEMS, 1, PREFETCH>(
             rows, cols, x_bases, x_strides, [&](const Layout& at, const Vec<T, VEC> (&held)[1][ITEMS]) {
                 const bool active = at.row < rows;
-                float max = neg_inf;
+                float max = kNegativeInfinity;
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     if (!(active && at.column(i) < cols)) continue;  // padding is not part of the row
@@ -71,14 +69,14 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         const Layout at;
         const bool active = at.row < rows;
         const T* x_row = x + at.row * x_stride;
-        float max = neg_inf, sum = 0.0f;
+        float max = kNegativeInfinity, sum = 0.0f;
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC) {
                 float v[VEC];
                 load_vec<T, VEC>(x_row + col, v);
 #pragma unroll
                 for (int k = 0; k < VEC; ++k) {
-                    if (v[k] == neg_inf) continue;  // contributes nothing; would make inf - inf
+                    if (v[k] == kNegativeInfinity) continue;  // contributes nothing; would make inf - inf
                     if (v[k] > max) {
                         sum = sum * exp2f((max - v[k]) * kLog2e) + 1.0f;
                         max = v[k];
@@ -89,7 +87,7 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
             }
         }
         const float row_max = reducer.template reduce<MaxOp>(max);
-        const float rescaled = max == neg_inf ? 0.0f : sum * exp2f((max - row_max) * kLog2e);
+        const float rescaled = max == kNegativeInfinity ? 0.0f : sum * exp2f((max - row_max) * kLog2e);
         const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)

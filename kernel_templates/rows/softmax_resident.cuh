@@ -10,8 +10,7 @@
 // Template parameters as in rmsnorm_resident.cuh; the kernel parameters are softmax_kernel's.
 #pragma once
 
-#include <cuda/std/limits>
-
+#include "common/infinity.cuh"
 #include "common/types.cuh"
 #include "rows/reduce.cuh"
 #include "rows/resident_row.cuh"
@@ -30,12 +29,11 @@ __global__ void __launch_bounds__(THREADS, 1)
     extern __shared__ __align__(16) unsigned char resident_slots[];
     Reducer reducer(reduce_shared);
     Row row(resident_slots, x, x_stride, rows, cols);
-    const float neg_inf = -cuda::std::numeric_limits<float>::infinity();
 
     while (row.has_row()) {
         // One pass as the row lands: the thread's running max and its sum of exponentials
         // relative to that max (rescaled when the max grows).
-        float max = neg_inf, sum = 0.0f;
+        float max = kNegativeInfinity, sum = 0.0f;
         row.for_each_as_it_lands([&](const Vec<T, VEC>& raw, bool in_row) {
             if (!in_row) return;  // padding is not part of the row
             float v[VEC];
@@ -43,7 +41,7 @@ __global__ void __launch_bounds__(THREADS, 1)
             float vec_max = v[0];
 #pragma unroll
             for (int k = 1; k < VEC; ++k) vec_max = fmaxf(vec_max, v[k]);
-            if (vec_max == neg_inf) return;  // contributes nothing; would make inf - inf
+            if (vec_max == kNegativeInfinity) return;  // contributes nothing; would make inf - inf
             if (vec_max > max) {
                 sum *= exp2f((max - vec_max) * kLog2e);
                 max = vec_max;
@@ -54,7 +52,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         });
         const float row_max = reducer.template reduce<MaxOp>(max);
         const float max_scaled = row_max * kLog2e;
-        const float rescaled = max == neg_inf ? 0.0f : sum * exp2f(max * kLog2e - max_scaled);
+        const float rescaled = max == kNegativeInfinity ? 0.0f : sum * exp2f(max * kLog2e - max_scaled);
         const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         TOut* y_row = y + row.row() * y_stride;
         row.emit_and_advance([](long long) { return 0; },  // nothing besides the row

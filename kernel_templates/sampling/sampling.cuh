@@ -15,8 +15,7 @@
 // again: from L2 when the batch's logits fit in it.
 #pragma once
 
-#include <cuda/std/limits>
-
+#include "common/infinity.cuh"
 #include "common/types.cuh"
 #include "sampling/sampling_args.cuh"
 
@@ -25,7 +24,6 @@ namespace tileops {
 namespace sampling_detail {
 
 constexpr float kWeightScale = 1099511627776.0f;  // 2^40: the weight of the largest logit
-constexpr float kNegInf = -cuda::std::numeric_limits<float>::infinity();
 constexpr int kBins = 2048;                      // the widest radix digit (11 bits)
 // Tokens top-k may leave for the later steps to work on in shared memory instead of the row.
 constexpr int kCandidates = 2048;
@@ -67,7 +65,7 @@ __device__ __forceinline__ void load_elements(const T* row, long long i, long lo
         return;
     }
 #pragma unroll
-    for (int j = 0; j < VEC; ++j) x[j] = i + j < n ? to_float(row[i + j]) : kNegInf;
+    for (int j = 0; j < VEC; ++j) x[j] = i + j < n ? to_float(row[i + j]) : kNegativeInfinity;
 }
 
 // Vectors a thread loads before it uses any: a single block streams a row, so it needs many
@@ -219,10 +217,10 @@ __global__ void __launch_bounds__(THREADS, 1) sampling_kernel(const SamplingArgs
         if (use_top_k)
             for (int b = threadIdx.x; b < kBins; b += THREADS) count_hist[b] = 0;
         __syncthreads();
-        float best = kNegInf;
+        float best = kNegativeInfinity;
         long long best_at = -1;
         for_each_element<T, VEC, THREADS>(row, n, aligned, [&](long long i, float x, bool valid) {
-            const float v = x != x ? kNegInf : x;  // NaN never wins
+            const float v = x != x ? kNegativeInfinity : x;  // NaN never wins
             if (valid && (best_at < 0 || v > best)) best = v, best_at = i;
             if (use_top_k) add_count(count_hist, order_key(x) >> digit_shift(0), valid);
         });
@@ -242,7 +240,7 @@ __global__ void __launch_bounds__(THREADS, 1) sampling_kernel(const SamplingArgs
                 best = other, best_at = other_at;
         }
         const float max_logit = best;
-        if (greedy || !(max_logit > kNegInf)) {  // greedy, or nothing but -inf and NaN
+        if (greedy || !(max_logit > kNegativeInfinity)) {  // greedy, or nothing but -inf and NaN
             if (threadIdx.x == 0) args.tokens[r] = static_cast<int>(best_at < 0 ? 0 : best_at);
             __syncthreads();
             continue;
