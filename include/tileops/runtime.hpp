@@ -23,8 +23,10 @@ struct RuntimeOptions {
     // Size bound of the disk cache in MB; 0: TILEOPS_CACHE_MAX_MB (0 there: unbounded), else 2048.
     uint64_t cache_max_mb = 0;
     // When false a kernel missing from the caches is an error (tileops::CacheMiss) instead of
-    // being compiled; deployments that must never compile on the request path set this, or the
-    // environment variable TILEOPS_NO_COMPILE=1.
+    // being compiled; deployments that must never compile on the request path set this, or
+    // TILEOPS_JIT=off (TILEOPS_NO_COMPILE=1 too). TILEOPS_JIT=warn compiles but logs each missed
+    // kernel once and appends it to a manifest (TILEOPS_JIT_MANIFEST, by default
+    // missed-kernels.jsonl in the cache directory) for `tileops-tune warm --manifest`.
     bool allow_compile = true;
     // Tuning databases searched before the shipped one; empty: TILEOPS_TUNING_DB (':'-separated).
     std::vector<std::string> tuning_dbs;

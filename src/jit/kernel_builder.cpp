@@ -1,5 +1,7 @@
 #include "jit/kernel_builder.hpp"
 
+#include <utility>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -33,7 +35,22 @@ bool decode_payload(const std::string& payload, KernelBinary& binary, std::strin
 }  // namespace
 
 KernelBuilder::KernelBuilder(const std::filesystem::path& cache_dir, uint64_t max_bytes, bool allow_compile)
-    : cache_(cache_dir, max_bytes), allow_compile_(allow_compile) {}
+    : KernelBuilder(cache_dir, max_bytes, JitPolicy{allow_compile ? JitMode::on : JitMode::off, {}}) {}
+
+KernelBuilder::KernelBuilder(const std::filesystem::path& cache_dir, uint64_t max_bytes, JitPolicy policy)
+    : cache_(cache_dir, max_bytes), policy_(std::move(policy)) {}
+
+void KernelBuilder::record_miss(const MissedKernel& kernel) {
+    if (!misses_.first_time(kernel)) return;
+    util::logger().warn("tileops: kernel {} for {} was not in the kernel cache {}; compiling it on the request path "
+                        "(TILEOPS_JIT=warn) and recording it in {}",
+                        kernel.name_expression, kernel.arch, cache_.directory().string(), policy_.manifest.string());
+    try {
+        append_to_manifest(policy_.manifest, kernel);
+    } catch (const FileError& e) {
+        util::logger().warn("{}", e.what());
+    }
+}
 
 std::string kernel_cache_key(const KernelKeyInputs& inputs) {
     return util::Sha256()
@@ -64,11 +81,13 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
     const std::string key = cache_key(template_file, name_expression, arch);
     bool built = false;
     auto build = [&]() -> std::string {
-        if (!allow_compile_)
+        if (policy_.mode == JitMode::off)
             throw CacheMiss(fmt::format("tileops: kernel {} for {} is not in the cache {} and compiling is "
-                                        "disabled (TILEOPS_NO_COMPILE or RuntimeOptions::allow_compile); "
-                                        "fill the cache with `tileops-tune warm`",
+                                        "disabled (TILEOPS_JIT=off, TILEOPS_NO_COMPILE or "
+                                        "RuntimeOptions::allow_compile); fill the cache with `tileops-tune warm` "
+                                        "(TILEOPS_JIT=warn records what a workload misses, for warm --manifest)",
                                         name_expression, arch, cache_.directory().string()));
+        if (policy_.mode == JitMode::warn) record_miss({template_file, name_expression, arch});
         CompileResult result = compile(jit::compile_request(template_file, {name_expression}, arch));
         util::logger().debug("tileops: compiled {} for {} in {:.0f} ms", name_expression, arch, result.milliseconds);
         if (!result.log.empty()) util::logger().debug("tileops: NVRTC log for {}:\n{}", name_expression, result.log);
@@ -83,7 +102,7 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
     if (!ours || (headers != nullptr && built_with != *headers)) {
         // A payload that passed the cache's checksum but is not ours, or a kernel compiled against
         // other CUDA headers than the ones here: rebuild and overwrite it.
-        if (!allow_compile_ && ours)
+        if (!allow_compile() && ours)
             throw CacheMiss(fmt::format("tileops: the cached kernel {} for {} in {} was compiled against other CUDA "
                                         "headers than those in {}, and compiling is disabled; warm the cache with "
                                         "this toolkit",

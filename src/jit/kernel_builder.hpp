@@ -9,6 +9,7 @@
 #include <string>
 
 #include "jit/disk_cache.hpp"
+#include "jit/missed_kernels.hpp"
 
 namespace tileops::jit {
 
@@ -33,8 +34,10 @@ std::string kernel_cache_key(const KernelKeyInputs& inputs);
 
 class KernelBuilder {
 public:
-    // allow_compile == false turns a miss into tileops::CacheMiss.
+    // allow_compile == false turns a miss into tileops::CacheMiss (JitMode::off), true compiles it.
     KernelBuilder(const std::filesystem::path& cache_dir, uint64_t max_bytes, bool allow_compile);
+    // What a miss does: compile, compile and record it in the policy's manifest, or CacheMiss.
+    KernelBuilder(const std::filesystem::path& cache_dir, uint64_t max_bytes, JitPolicy policy);
 
     // The cache key of a kernel of the current templates and NVRTC.
     std::string cache_key(const std::string& template_file, const std::string& name_expression,
@@ -47,11 +50,16 @@ public:
     uint64_t compiled_count() const noexcept { return compiled_.load(); }
     uint64_t disk_hit_count() const noexcept { return disk_hits_.load(); }
     DiskCache& cache() noexcept { return cache_; }
-    bool allow_compile() const noexcept { return allow_compile_; }
+    bool allow_compile() const noexcept { return policy_.mode != JitMode::off; }
+    const JitPolicy& policy() const noexcept { return policy_; }
 
 private:
+    // Logs and records a kernel compiled on a miss (JitMode::warn), once per builder.
+    void record_miss(const MissedKernel& kernel);
+
     DiskCache cache_;
-    bool allow_compile_;
+    JitPolicy policy_;
+    MissRecorder misses_;
     std::atomic<uint64_t> compiled_{0};
     std::atomic<uint64_t> disk_hits_{0};
 };

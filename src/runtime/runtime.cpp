@@ -44,12 +44,6 @@ uint64_t cache_max_bytes(const RuntimeOptions& options) {
     return options.cache_max_mb != 0 ? options.cache_max_mb << 20 : jit::DiskCache::default_max_bytes();
 }
 
-bool compile_allowed(const RuntimeOptions& options) {
-    if (!options.allow_compile) return false;
-    auto value = util::env("TILEOPS_NO_COMPILE");
-    return !(value && *value != "0");
-}
-
 tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const DeviceInfo& device) {
     tuning::ResolverOptions resolver;
     resolver.arch = device.arch();
@@ -64,7 +58,8 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     : id_(next_runtime_id.fetch_add(1)),
       device_(cuda::query_device(options.device)),
       context_(options.device),
-      builder_(cache_directory(options), cache_max_bytes(options), compile_allowed(options)),
+      builder_(cache_directory(options), cache_max_bytes(options),
+               jit::jit_policy(cache_directory(options), options.allow_compile)),
       resolver_(resolver_options(options, device_)) {
     jit::check_arch_supported(device_.arch());
     // Like the CUDA runtime, a new runtime makes its device's primary context current on the

@@ -21,6 +21,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_floating_point.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "jit/template_registry.hpp"
@@ -310,6 +311,27 @@ TEST_CASE("tileops-tune: help shows each option's default once and usage names t
     const ToolResult tune = run_tool({"tune", "--help"});
     CHECK_THAT(tune.out, ContainsSubstring("--db"));
     CHECK_THAT(tune.out, !ContainsSubstring("-o,"));
+}
+
+TEST_CASE("tileops-tune: warm --manifest compiles exactly the kernels a warn-mode process missed", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string cache = (dir.path() / "kernels").string();
+    const fs::path manifest = dir.path() / "missed-kernels.jsonl";
+    auto line = [](const char* arch) {
+        return fmt::format(R"({{"template": "elementwise/elementwise.cuh", "kernel": "{}", "arch": "{}"}})",
+                           "tileops::elementwise_kernel<float, float, 2, 4, 1, 256>", arch);
+    };
+    std::ofstream(manifest) << line("sm_90a") << "\n" << line("sm_80") << "\n{broken\n";
+    const ToolResult warm = run_tool({"warm", "--arch", "sm_90a", "--manifest", manifest.string(), "--cache-dir", cache});
+    INFO(warm.err);
+    CHECK(warm.status == 1);  // the broken line is failed work, named
+    CHECK_THAT(warm.out, ContainsSubstring("1 kernels for sm_90a (0 database entries, 1 manifest kernels"));
+    CHECK_THAT(warm.err, ContainsSubstring("missed-kernels.jsonl: line 3: not a JSON object"));
+    CHECK_THAT(warm.err, ContainsSubstring("skipped 1 manifest kernels for sm_80 (this warm is for sm_90a)"));
+    CHECK(count_files(cache, ".cubin") == 1);
+    const ToolResult missing = run_tool({"warm", "--arch", "sm_90a", "--manifest", (dir.path() / "none.jsonl").string()});
+    CHECK(missing.status == 2);
 }
 
 TEST_CASE("tileops-tune: cache reports, lists, clears and collects the kernel cache", "[cli]") {

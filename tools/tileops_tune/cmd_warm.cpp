@@ -1,6 +1,7 @@
 // tileops-tune warm: compiles every kernel a tuning database or a workload needs into the kernel
 // cache, for an arch, with no GPU: a fleet image can ship with a full cache.
 #include <atomic>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include "jit/compiler.hpp"
 #include "jit/disk_cache.hpp"
 #include "jit/kernel_builder.hpp"
+#include "jit/missed_kernels.hpp"
 #include "ops/registry.hpp"
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
@@ -51,6 +53,8 @@ int cmd_warm(int argc, char** argv) {
             options.add_options()("arch", "target arch, e.g. sm_90a, sm_80 (default: this GPU's)",
                                   cxxopts::value<std::string>())(
                 "db", "tuning database(s) whose entries for the arch to compile", cxxopts::value<std::vector<std::string>>())(
+                "manifest", "a manifest of kernels a process compiled on the request path (TILEOPS_JIT=warn): "
+                "compile exactly those of the arch", cxxopts::value<std::vector<std::string>>())(
                 "cache-dir", "kernel cache directory (default: TILEOPS_CACHE_DIR or the user cache)",
                 cxxopts::value<std::string>())("j,jobs", "parallel compilations (default: all cores)",
                                                cxxopts::value<unsigned>())(
@@ -65,9 +69,12 @@ int cmd_warm(int argc, char** argv) {
             std::vector<std::string> dbs;
             if (args.count("db")) dbs = args["db"].as<std::vector<std::string>>();
             for (const std::string& path : dbs) require_input_file(path);
+            std::vector<std::string> manifests;
+            if (args.count("manifest")) manifests = args["manifest"].as<std::vector<std::string>>();
+            for (const std::string& path : manifests) require_input_file(path);
             std::vector<detail::ProblemSpec> problems = problems_from(args);
-            if (dbs.empty() && problems.empty())
-                throw InvalidArgument("give --db and/or --workload / --op to say what to compile");
+            if (dbs.empty() && problems.empty() && manifests.empty())
+                throw InvalidArgument("give --db, --manifest and/or --workload / --op to say what to compile");
 
             // Kernels of every database entry for this arch, with the entry's own config.
             std::set<Kernel> kernels;
@@ -96,6 +103,21 @@ int cmd_warm(int argc, char** argv) {
                     }
                 }
             }
+            // Kernels a serving process compiled on the request path, as its manifest names them.
+            std::map<std::string, size_t> manifest_other_archs;
+            size_t manifest_kernels = 0;
+            for (const std::string& path : manifests) {
+                std::vector<std::string> rejected;
+                for (jit::MissedKernel& k : jit::read_manifest(path, rejected)) {
+                    if (k.arch != arch) {
+                        ++manifest_other_archs[k.arch];
+                        continue;
+                    }
+                    kernels.insert({std::move(k.template_file), std::move(k.name_expression)});
+                    ++manifest_kernels;
+                }
+                for (const std::string& why : rejected) bad_entries.push_back(fmt::format("{}: {}", path, why));
+            }
             // Kernels of every workload problem, with the config the runtime would choose (and,
             // with --search-space, every config `tune` would time).
             tuning::ConfigResolver resolver = make_resolver(arch, dbs);
@@ -113,10 +135,15 @@ int cmd_warm(int argc, char** argv) {
             if (other_arch > 0 && !args.count("json"))
                 fmt::print(stderr, "skipped {} database entries tuned for {} (this warm is for {})\n", other_arch,
                            fmt::join(other_archs, ", "), arch);
+            if (!args.count("json"))
+                for (const auto& [other, count] : manifest_other_archs)
+                    fmt::print(stderr, "skipped {} manifest kernels for {} (this warm is for {})\n", count, other, arch);
             if (kernels.empty() && bad_entries.empty())
                 throw InvalidArgument(fmt::format("nothing to compile for {}: {}", arch,
                                                   other_arch > 0 ? "every database entry is of another arch"
-                                                                 : "the databases hold no entries"));
+                                                  : !manifest_other_archs.empty()
+                                                      ? "every manifest kernel is of another arch"
+                                                      : "the databases and manifests hold nothing"));
 
             std::filesystem::path cache_dir =
                 args.count("cache-dir") ? std::filesystem::path(args["cache-dir"].as<std::string>())
@@ -173,14 +200,18 @@ int cmd_warm(int argc, char** argv) {
                 nlohmann::json out = {{"arch", arch},           {"cache_dir", cache_dir.string()},
                                       {"kernels", list.size()}, {"compiled", compiled.load()},
                                       {"already_cached", cached},
-                                      {"db_entries", entries},  {"problems", problems.size()},
+                                      {"db_entries", entries},  {"manifest_kernels", manifest_kernels},
+                                      {"problems", problems.size()},
                                       {"evicted", evicted},     {"skipped_other_arch", other_arch},
                                       {"failed", failed_json}};
                 fmt::print("{}\n", out.dump(2));
             } else {
-                fmt::print("{} kernels for {} ({} database entries, {} workload problems): {} compiled, {} already "
+                const std::string from_manifests =
+                    manifests.empty() ? "" : fmt::format(", {} manifest kernels", manifest_kernels);
+                fmt::print("{} kernels for {} ({} database entries{}, {} workload problems): {} compiled, {} already "
                            "cached, {} failed; cache {}\n",
-                           list.size(), arch, entries, problems.size(), compiled.load(), cached, failed, cache_dir.string());
+                           list.size(), arch, entries, from_manifests, problems.size(), compiled.load(), cached, failed,
+                           cache_dir.string());
                 for (const auto& f : failed_json) fmt::print(stderr, "failed: {}\n", f["error"].get<std::string>());
             }
             if (evicted > 0) fmt::print(stderr, "error: {}\n", bound_note);
