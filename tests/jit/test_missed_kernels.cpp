@@ -1,6 +1,7 @@
 // The zero-JIT contract without a GPU: TILEOPS_JIT's modes, the manifest a warn-mode builder
 // writes of what it compiled on a miss, and the manifest reader facing hostile files.
 #include <fstream>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -134,4 +135,35 @@ TEST_CASE("a manifest's malformed lines are rejected by line, the rest read once
     std::filesystem::create_symlink(target, link);
     CHECK_THROWS_AS(tileops::jit::append_to_manifest(link, {kTemplate, kKernel, "sm_90a"}), tileops::FileError);
     CHECK_FALSE(std::filesystem::exists(target));
+}
+
+TEST_CASE("2000 randomly mutated manifests read without a crash, only sound kernels kept", "[jit_policy][fuzz]") {
+    TempDir dir;
+    const std::filesystem::path path = dir.path() / "fuzzed.jsonl";
+    const std::string valid = tileops::jit::manifest_line({kTemplate, kKernel, "sm_90a"}) +
+                              tileops::jit::manifest_line({"rows/rmsnorm.cuh", "tileops::k<1>", "sm_80"});
+    const std::string alphabet = "{}[],:\"\\ntk0123456789<>/ \n\xff";
+    std::mt19937 random(1127);
+    for (int round = 0; round < 2000; ++round) {
+        std::string text = valid;
+        const int edits = 1 + static_cast<int>(random() % 4);
+        for (int e = 0; e < edits; ++e) {
+            const size_t at = random() % text.size();
+            switch (random() % 3) {
+                case 0: text[at] = alphabet[random() % alphabet.size()]; break;
+                case 1: text.erase(at, 1 + random() % 8); break;
+                default: text.insert(at, 1, alphabet[random() % alphabet.size()]); break;
+            }
+            if (text.empty()) text = "{";
+        }
+        std::ofstream(path, std::ios::trunc) << text;
+        std::vector<std::string> rejected;
+        std::vector<MissedKernel> kernels;
+        REQUIRE_NOTHROW(kernels = tileops::jit::read_manifest(path, rejected));
+        CHECK(kernels.size() <= 2);
+        for (const MissedKernel& k : kernels) {
+            CHECK((k.template_file == kTemplate || k.template_file == "rows/rmsnorm.cuh"));
+            CHECK(k.name_expression.find_first_of("\"\\\n") == std::string::npos);
+        }
+    }
 }
