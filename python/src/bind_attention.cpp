@@ -3,6 +3,8 @@
 // problem, so a mismatch is reported by the op, naming the tensor and the expected dims.
 #include "bindings.hpp"
 
+#include <initializer_list>
+
 #include "tileops/decode_attention.hpp"
 #include "tileops/flash_attention.hpp"
 #include "tileops/mla_decode.hpp"
@@ -28,6 +30,44 @@ void require_rank(const PyTensor& t, int rank, const char* op, const char* dims)
     if (t.rank != rank)
         throw InvalidArgument(fmt::format("tileops_jit.{}: {} must be {} (rank {}), got rank {}", op, t.name, dims, rank,
                                           t.rank));
+}
+
+// What decode_attention and mla_decode share: the query tokens and output rows (views of rank 4),
+// the extent and strides of a contiguous or paged cache, max_kv_len defaulting to what it holds.
+template <class P>
+void set_decode_layout(P& p, const TensorView& q, const TensorView& out, const PyTensor& cache,
+                       const PyTensor* page_table, int64_t max_kv_len, const char* op) {
+    p.batch = q.shape[0];
+    p.q_len = q.shape[1];
+    p.num_heads = q.shape[2];
+    if (page_table != nullptr) {
+        if (page_table->rank != 2)
+            throw InvalidArgument(fmt::format("tileops_jit.{}: page_table must be [batch, max_pages_per_seq]", op));
+        p.page_size = cache.size(1);
+        p.num_pages = cache.size(0);
+        p.max_pages_per_seq = page_table->size(1);
+        p.max_kv_len = max_kv_len > 0 ? max_kv_len : p.max_pages_per_seq * p.page_size;
+    } else {
+        p.max_kv_len = max_kv_len > 0 ? max_kv_len : cache.size(1);
+    }
+    p.q_batch_stride = q.strides[0], p.q_token_stride = q.strides[1], p.q_head_stride = q.strides[2];
+    p.o_batch_stride = out.strides[0], p.o_token_stride = out.strides[1], p.o_head_stride = out.strides[2];
+    p.kv_outer_stride = cache.stride(0), p.kv_token_stride = cache.stride(1);
+}
+
+// Runs a decode op on {q, caches..., lengths[, page_table]} into {out[, lse]}.
+py::object finish_decode(Call& call, Op& op, const TensorView& q, std::initializer_list<TensorView> caches,
+                         const PyTensor& lengths, const PyTensor* page_table, const TensorView& out,
+                         const PyTensor* lse) {
+    TensorView views[5];
+    size_t count = 0;
+    views[count++] = q;
+    for (const TensorView& cache : caches) views[count++] = cache;
+    views[count++] = lengths.view();
+    if (page_table != nullptr) views[count++] = page_table->view();
+    const TensorArg inputs[5] = {views[0], views[1], views[2], views[3], views[4]};
+    const OutputArg outputs[2] = {out, lse != nullptr ? with_tokens(*lse, 3) : TensorView{}};
+    return call.finish(op, Inputs(inputs, count), Outputs(outputs, lse != nullptr ? 2 : 1));
 }
 
 py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg, py::handle out_arg, py::handle lse_arg,
@@ -115,11 +155,10 @@ py::object decode_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg
     const TensorView q_view = with_tokens(q, 4), out_view = with_tokens(out, 4);
     ProblemKey<DecodeAttentionProblem> key;
     DecodeAttentionProblem& p = key.problem();
-    p.batch = q_view.shape[0];
-    p.q_len = q_view.shape[1];
-    p.num_heads = q_view.shape[2];
+    set_decode_layout(p, q_view, out_view, k, page_table, max_kv_len, "decode_attention");
     p.head_dim = q_view.shape[3];
     p.num_kv_heads = k.size(2);
+    p.kv_head_stride = k.stride(2);
     p.dtype = q.dtype;
     if (k.dtype != q.dtype) p.kv_dtype = k.dtype;
     p.k_scale = k_scale;
@@ -128,26 +167,8 @@ py::object decode_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg
     p.softcap = softcap;
     p.window_left = window_left;
     p.return_lse = lse != nullptr;
-    if (page_table != nullptr) {
-        if (page_table->rank != 2)
-            throw InvalidArgument("tileops_jit.decode_attention: page_table must be [batch, max_pages_per_seq]");
-        p.page_size = k.size(1);
-        p.num_pages = k.size(0);
-        p.max_pages_per_seq = page_table->size(1);
-        p.max_kv_len = max_kv_len > 0 ? max_kv_len : p.max_pages_per_seq * p.page_size;
-    } else {
-        p.max_kv_len = max_kv_len > 0 ? max_kv_len : k.size(1);
-    }
-    p.q_batch_stride = q_view.strides[0], p.q_token_stride = q_view.strides[1], p.q_head_stride = q_view.strides[2];
-    p.o_batch_stride = out_view.strides[0], p.o_token_stride = out_view.strides[1], p.o_head_stride = out_view.strides[2];
-    p.kv_outer_stride = k.stride(0), p.kv_token_stride = k.stride(1), p.kv_head_stride = k.stride(2);
-    DecodeAttention& op = call.op<DecodeAttention>(key);
-    const TensorView lse_view = lse != nullptr ? with_tokens(*lse, 3) : TensorView{};
-    const OutputArg outputs[2] = {out_view, lse_view};
-    const Outputs outs(outputs, lse ? 2 : 1);
-    if (page_table != nullptr)
-        return call.finish(op, {q_view, k.view(), v.view(), lengths.view(), page_table->view()}, outs);
-    return call.finish(op, {q_view, k.view(), v.view(), lengths.view()}, outs);
+    return finish_decode(call, call.op<DecodeAttention>(key), q_view, {k.view(), v.view()}, lengths, page_table,
+                         out_view, lse);
 }
 
 py::object mla_decode(py::handle q_arg, py::handle kv_arg, py::handle lengths_arg, py::handle out_arg,
@@ -167,31 +188,11 @@ py::object mla_decode(py::handle q_arg, py::handle kv_arg, py::handle lengths_ar
     const TensorView q_view = with_tokens(q, 4), out_view = with_tokens(out, 4);
     ProblemKey<MlaDecodeProblem> key;
     MlaDecodeProblem& p = key.problem();
-    p.batch = q_view.shape[0];
-    p.q_len = q_view.shape[1];
-    p.num_heads = q_view.shape[2];
+    set_decode_layout(p, q_view, out_view, kv, page_table, max_kv_len, "mla_decode");
     p.dtype = q.dtype;
     p.scale = scale;
     p.return_lse = lse != nullptr;
-    if (page_table != nullptr) {
-        if (page_table->rank != 2)
-            throw InvalidArgument("tileops_jit.mla_decode: page_table must be [batch, max_pages_per_seq]");
-        p.page_size = kv.size(1);
-        p.num_pages = kv.size(0);
-        p.max_pages_per_seq = page_table->size(1);
-        p.max_kv_len = max_kv_len > 0 ? max_kv_len : p.max_pages_per_seq * p.page_size;
-    } else {
-        p.max_kv_len = max_kv_len > 0 ? max_kv_len : kv.size(1);
-    }
-    p.q_batch_stride = q_view.strides[0], p.q_token_stride = q_view.strides[1], p.q_head_stride = q_view.strides[2];
-    p.o_batch_stride = out_view.strides[0], p.o_token_stride = out_view.strides[1], p.o_head_stride = out_view.strides[2];
-    p.kv_outer_stride = kv.stride(0), p.kv_token_stride = kv.stride(1);
-    MlaDecode& op = call.op<MlaDecode>(key);
-    const TensorView lse_view = lse != nullptr ? with_tokens(*lse, 3) : TensorView{};
-    const OutputArg outputs[2] = {out_view, lse_view};
-    const Outputs outs(outputs, lse ? 2 : 1);
-    if (page_table != nullptr) return call.finish(op, {q_view, kv.view(), lengths.view(), page_table->view()}, outs);
-    return call.finish(op, {q_view, kv.view(), lengths.view()}, outs);
+    return finish_decode(call, call.op<MlaDecode>(key), q_view, {kv.view()}, lengths, page_table, out_view, lse);
 }
 
 }  // namespace

@@ -10,6 +10,18 @@
 namespace tileops::python {
 namespace {
 
+// What the row ops' problems share: x's rows and row length, dtype (and out's when it differs)
+// and the row strides of x and out.
+template <class P>
+void set_rows(P& p, const PyTensor& x, const PyTensor& out) {
+    p.rows = x.rows();
+    p.cols = x.size(-1);
+    p.dtype = x.dtype;
+    if (out.dtype != x.dtype) p.out_dtype = out.dtype;
+    p.x_stride = x.row_stride();
+    p.y_stride = out.row_stride();
+}
+
 py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg, py::handle residual_arg,
                     py::handle residual_out_arg, float eps, py::handle stream) {
     Call call(stream);
@@ -22,13 +34,8 @@ py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg,
         throw InvalidArgument("tileops_jit.rms_norm: residual and residual_out go together");
     ProblemKey<RmsNormProblem> key;
     RmsNormProblem& p = key.problem();
-    p.rows = x.rows();
-    p.cols = x.size(-1);
-    p.dtype = x.dtype;
-    if (out.dtype != x.dtype) p.out_dtype = out.dtype;
+    set_rows(p, x, out);
     p.eps = eps;
-    p.x_stride = x.row_stride();
-    p.y_stride = out.row_stride();
     if (residual != nullptr) {
         p.residual = true;
         p.residual_stride = residual->row_stride();
@@ -48,13 +55,8 @@ py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_a
     const PyTensor& out = call.tensor(out_arg, "out");
     ProblemKey<LayerNormProblem> key;
     LayerNormProblem& p = key.problem();
-    p.rows = x.rows();
-    p.cols = x.size(-1);
-    p.dtype = x.dtype;
-    if (out.dtype != x.dtype) p.out_dtype = out.dtype;
+    set_rows(p, x, out);
     p.eps = eps;
-    p.x_stride = x.row_stride();
-    p.y_stride = out.row_stride();
     return call.finish(call.op<LayerNorm>(key), {x.rows_view(), weight.view(), bias.view()}, {out.rows_view()});
 }
 
@@ -64,13 +66,8 @@ py::object softmax(py::handle x_arg, py::handle out_arg, bool log, py::handle st
     const PyTensor& out = call.tensor(out_arg, "out");
     ProblemKey<SoftmaxProblem> key;
     SoftmaxProblem& p = key.problem();
-    p.rows = x.rows();
-    p.cols = x.size(-1);
-    p.dtype = x.dtype;
-    if (out.dtype != x.dtype) p.out_dtype = out.dtype;
+    set_rows(p, x, out);
     p.log = log;
-    p.x_stride = x.row_stride();
-    p.y_stride = out.row_stride();
     return call.finish(call.op<Softmax>(key), {x.rows_view()}, {out.rows_view()});
 }
 
