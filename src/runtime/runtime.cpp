@@ -52,6 +52,13 @@ tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const De
     return resolver;
 }
 
+// The plan of a launch's follow-up kernel (its other fields are the launch's own).
+LaunchPlan follow_up_of(const LaunchPlan& plan) {
+    LaunchPlan follow_up = plan;
+    follow_up.name_expression = plan.follow_up_name_expression;
+    return follow_up;
+}
+
 }  // namespace
 
 RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
@@ -130,18 +137,20 @@ const tuning::ConfigChoice& RuntimeImpl::choice(const Op& op) {
     return choice_locked(op, state.entry_locked(id_, &RuntimeImpl::is_live));
 }
 
+LaunchPlan RuntimeImpl::plan(const OpModel& model, const Config& config, int vec) const {
+    // Every config names its widest vector width "vec"; pointers may ask for a wider one than the
+    // config allows, never the reverse.
+    if (auto it = config.find("vec"); it != config.end() && vec > it->second) vec = static_cast<int>(it->second);
+    return model.plan(config, vec, device_);
+}
+
 void RuntimeImpl::load_kernels(const OpModel& model, const Config& config, const std::vector<int>& widths) {
     std::vector<LaunchPlan> plans;
     for (int vec : widths) {
         try {
-            if (auto it = config.find("vec"); it != config.end() && vec > it->second) vec = static_cast<int>(it->second);
-            LaunchPlan plan = model.plan(config, vec, device_);
-            if (!plan.follow_up_name_expression.empty()) {
-                LaunchPlan follow_up = plan;
-                follow_up.name_expression = plan.follow_up_name_expression;
-                plans.push_back(std::move(follow_up));
-            }
-            plans.push_back(std::move(plan));
+            LaunchPlan launch_plan = plan(model, config, vec);
+            if (!launch_plan.follow_up_name_expression.empty()) plans.push_back(follow_up_of(launch_plan));
+            plans.push_back(std::move(launch_plan));
         } catch (const std::exception&) {
             // An unusable config: resolving that width reports it.
         }
@@ -161,10 +170,7 @@ void RuntimeImpl::load_kernels(const OpModel& model, const Config& config, const
 ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& config, int vec) {
     if (auto reason = model.invalid_reason(config, device_))
         throw InvalidArgument(fmt::format("tileops::{}: config invalid on {}: {}", model.op_name(), device_.arch(), *reason));
-    // Every config names its widest vector width "vec"; pointers may ask for a wider one than the
-    // config allows, never the reverse.
-    if (auto it = config.find("vec"); it != config.end() && vec > it->second) vec = static_cast<int>(it->second);
-    LaunchPlan plan = model.plan(config, vec, device_);
+    const LaunchPlan plan = this->plan(model, config, vec);
     const LoadedKernel& loaded = kernel(plan);
     ResolvedLaunch launch;
     launch.function = loaded.function;
@@ -183,9 +189,7 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     }
     launch.details = plan.details;
     if (!plan.follow_up_name_expression.empty()) {
-        LaunchPlan follow_up = plan;
-        follow_up.name_expression = plan.follow_up_name_expression;
-        launch.follow_up = kernel(follow_up).function;
+        launch.follow_up = kernel(follow_up_of(plan)).function;
         for (int i = 0; i < 3; ++i) {
             launch.follow_up_grid[i] = plan.follow_up_grid[i];
             launch.follow_up_block[i] = plan.follow_up_block[i];

@@ -60,6 +60,8 @@ public:
     unsigned resident_grid(const OpModel& model, const ResolvedLaunch& launch);
 
 private:
+    // The launch plan of `config` at vector width `vec` (at most the config's own "vec").
+    LaunchPlan plan(const OpModel& model, const Config& config, int vec) const;
     const ResolvedLaunch& resolve(const Op& op, int vec);
     const tuning::ConfigChoice& choice_locked(const Op& op, RuntimeEntry& entry);
 
