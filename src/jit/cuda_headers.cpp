@@ -1,16 +1,14 @@
 #include "jit/cuda_headers.hpp"
 
-#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
-#include <string_view>
 #include <utility>
 
 #include "jit/compiler.hpp"
-#include "tileops/error.hpp"
 #include "jit/template_registry.hpp"
+#include "tileops/error.hpp"
 #include "util/file_util.hpp"
 #include "util/log.hpp"
 #include "util/sha256.hpp"
@@ -18,29 +16,6 @@
 namespace tileops::jit {
 namespace fs = std::filesystem;
 namespace {
-
-// The names of a file's `#include "..."` and `#include <...>` lines, and whether each was quoted.
-// Conditional includes are all taken: hashing a header that a build does not use costs nothing
-// but a little time.
-std::vector<std::pair<std::string, bool>> include_names(std::string_view text) {
-    std::vector<std::pair<std::string, bool>> names;
-    size_t line = 0;
-    while (line < text.size()) {
-        const size_t end = std::min(text.find('\n', line), text.size());
-        std::string_view l = text.substr(line, end - line);
-        line = end + 1;
-        const size_t hash = l.find_first_not_of(" \t");
-        if (hash == std::string_view::npos || l[hash] != '#') continue;
-        const size_t word = l.find_first_not_of(" \t", hash + 1);
-        if (word == std::string_view::npos || l.compare(word, 7, "include") != 0) continue;
-        const size_t open = l.find_first_not_of(" \t", word + 7);
-        if (open == std::string_view::npos || (l[open] != '"' && l[open] != '<')) continue;
-        const size_t close = l.find(l[open] == '"' ? '"' : '>', open + 1);
-        if (close == std::string_view::npos) continue;
-        names.emplace_back(std::string(l.substr(open + 1, close - open - 1)), l[open] == '"');
-    }
-    return names;
-}
 
 // Where a compiler finds `name`, or an empty path.
 fs::path resolve(const std::string& name, bool quoted, const fs::path& from, const std::vector<std::string>& dirs) {
@@ -74,9 +49,9 @@ std::string headers_closure_hash(const std::vector<std::string>& roots, const st
         found.emplace(path, name);
         const auto text = util::read_file(path);
         if (!text) continue;
-        for (const auto& [include, quoted] : include_names(*text))
-            if (fs::path p = resolve(include, quoted, path, include_dirs); !p.empty() && !found.count(p))
-                pending.emplace_back(p, include);
+        for (const Include& include : includes(*text))
+            if (fs::path p = resolve(include.name, include.quoted, path, include_dirs); !p.empty() && !found.count(p))
+                pending.emplace_back(p, include.name);
     }
     util::Sha256 hash;
     hash.field("tileops-cuda-headers-v1");
@@ -97,8 +72,8 @@ const std::string* cuda_headers_hash_if_found() {
         }
         std::set<std::string> roots;
         for (const TemplateFile& file : TemplateRegistry::instance().files())
-            for (const auto& [name, quoted] : include_names(file.content))
-                if (!quoted) roots.insert(name);
+            for (const Include& include : includes(file.content))
+                if (!include.quoted) roots.insert(include.name);
         size_t files = 0;
         std::string digest = headers_closure_hash({roots.begin(), roots.end()}, cuda_include_dirs(), &files);
         util::logger().debug("tileops: CUDA headers hashed: {} files from {} includes", files, roots.size());

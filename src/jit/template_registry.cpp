@@ -51,23 +51,23 @@ const TemplateFile& TemplateRegistry::file(const std::string& path) const {
     throw Error(fmt::format("tileops: kernel template '{}' not found in {}", path, origin_));
 }
 
-// The quoted includes of `content` (not <...>: those are CUDA's headers), with where each
-// one's name (between the quotes) sits.
-std::vector<QuotedInclude> quoted_includes(const std::string& content) {
-    std::vector<QuotedInclude> includes;
+std::vector<Include> includes(const std::string& content) {
+    std::vector<Include> found;
     size_t pos = 0;
-    while ((pos = content.find("#include", pos)) != std::string::npos) {
-        pos += 8;
-        size_t open = content.find_first_not_of(" \t", pos);
-        if (open == std::string::npos || content[open] != '"') continue;
-        size_t close = content.find('"', open + 1);
+    while ((pos = content.find('#', pos)) != std::string::npos) {
+        const size_t word = content.find_first_not_of(" \t", ++pos);
+        if (word == std::string::npos || content.compare(word, 7, "include") != 0) continue;
+        const size_t open = content.find_first_not_of(" \t", word + 7);
+        if (open == std::string::npos) break;
+        if (content[open] != '"' && content[open] != '<') continue;
+        const bool quoted = content[open] == '"';
+        const size_t close = content.find(quoted ? '"' : '>', open + 1);
         if (close == std::string::npos) break;
-        includes.push_back({content.substr(open + 1, close - open - 1), open + 1, close});
+        found.push_back({content.substr(open + 1, close - open - 1), quoted, open + 1, close});
         pos = close;
     }
-    return includes;
+    return found;
 }
-
 
 std::string TemplateRegistry::template_hash(const std::string& path) const {
     std::map<std::string, std::string> memo;
@@ -88,8 +88,8 @@ std::string TemplateRegistry::content_hash(const std::string& path, std::map<std
     util::Sha256 hash;
     hash.field("tileops-template-v2");
     size_t done = 0;
-    for (const QuotedInclude& include : quoted_includes(content)) {
-        if (!contains(include.name)) continue;
+    for (const Include& include : includes(content)) {
+        if (!include.quoted || !contains(include.name)) continue;
         hash.field(std::string_view(content).substr(done, include.begin - done));
         hash.field(content_hash(include.name, memo, depth + 1));
         done = include.end;

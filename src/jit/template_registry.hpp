@@ -11,12 +11,15 @@
 
 namespace tileops::jit {
 
-// A quoted `#include "name"` in a template, and where its name sits in the text.
-struct QuotedInclude {
+// An `#include "name"` or `#include <name>` (spaces allowed after the '#'), and where its name
+// sits in the text. Found anywhere in the text, comments included: an include seen too many
+// costs a hash a little work, one missed would leave a dependency out of it.
+struct Include {
     std::string name;
+    bool quoted = false;        // "name", not <name>
     size_t begin = 0, end = 0;  // the name is content[begin, end)
 };
-std::vector<QuotedInclude> quoted_includes(const std::string& content);
+std::vector<Include> includes(const std::string& content);
 
 struct TemplateFile {
     std::string path;  // relative to kernel_templates/, e.g. "rmsnorm.cuh", "common/types.cuh"
