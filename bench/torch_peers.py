@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Times torch eager and torch.compile on the shapes bench_memory_ops uses, on the same GPU.
 
-    python3 bench/torch_peers.py --json torch.json [--quick]
+    python3 bench/torch_peers.py --json torch.json [--quick] [--ops a,b] [--shapes RxC,...] [--dtypes bf16,fp32]
 
 Same method as bench_memory_ops: CUDA events, warm-up, L2 flushed before each timed run, median
 of the repeats, bytes = each input read once and each output written once.
@@ -57,7 +57,11 @@ def main():
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--ops", default="", help="comma-separated subset of the ops (default: all)")
+    parser.add_argument("--shapes", default="", help="ROWSxCOLS,... instead of bench_memory_ops' shapes")
+    parser.add_argument("--dtypes", default="", help="comma-separated subset of bf16,fp32")
     args = parser.parse_args()
+    shapes = [tuple(int(d) for d in s.split("x")) for s in args.shapes.split(",")] if args.shapes else SHAPES
+    dtypes = {name: DTYPES[name] for name in args.dtypes.split(",")} if args.dtypes else DTYPES
     ops = ["rmsnorm", "softmax", "silu_mul"] if args.quick else list(OPS)
     if args.ops:
         ops = args.ops.split(",")
@@ -68,8 +72,8 @@ def main():
     for name in ops:
         fn, n_in, n_out, n_vec = OPS[name]
         compiled = None if args.no_compile else torch.compile(fn, dynamic=False)
-        for dname, dtype in DTYPES.items():
-            for rows, cols in SHAPES:
+        for dname, dtype in dtypes.items():
+            for rows, cols in shapes:
                 inputs = [torch.rand(rows, cols, device="cuda", dtype=dtype) * 4 - 2 for _ in range(n_in)]
                 inputs += [torch.rand(cols, device="cuda", dtype=dtype) + 0.5 for _ in range(n_vec)]
                 element = torch.finfo(dtype).bits // 8

@@ -5,7 +5,8 @@
 // In register mode the variance is a second pass over the held row (sum of squared deviations
 // from the mean), which is exact where E[x^2] - E[x]^2 would cancel. Streaming mode (ITEMS == 0)
 // sums deviations from a shift (the row's first element), one read for the statistics and one
-// for the output. Template parameters as in rmsnorm.cuh.
+// for the output. Template parameters as in rmsnorm.cuh; layernorm_ragged_kernel takes rows of any
+// length and alignment (common/row_frame.cuh).
 #pragma once
 
 #include "common/types.cuh"
@@ -16,27 +17,46 @@
 namespace tileops {
 
 template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, int VEC, int ITEMS, int CLUSTER,
-          bool PREFETCH>
-__global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
-    layernorm_kernel(const T* x, long long x_stride, const T* weight, const T* bias, TOut* y, long long y_stride,
-                     long long rows, long long cols, float eps) {
+          bool PREFETCH, bool RAGGED>
+__device__ __forceinline__ void layernorm_rows(const T* x, long long x_stride, const T* weight, const T* bias,
+                                               TOut* y, long long y_stride, long long rows, long long cols,
+                                               float eps) {
     using Layout = RowLayout<THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER>;
     using Reducer = RowReducer<THREADS_PER_ROW, ROWS_PER_BLOCK, CLUSTER>;
     __shared__ typename Reducer::Shared reduce_shared;
     Reducer reducer(reduce_shared);
     const float inv_cols = 1.0f / static_cast<float>(cols);
+    const RowFrame<T, VEC, RAGGED> frame(x, x_stride, cols);
+    const T* const x_bases[1] = {x};
+    const long long x_strides[1] = {x_stride};
 
-    auto store_y = [&](TOut* y_row, long long col, const Vec<T, VEC>& raw, float mean, float scale) {
-        store_layernorm<T, TOut, VEC>(y_row, weight, bias, col, raw, mean, scale);
+    // Outputs of a row's body (y_body at its head); a ragged row's weights and biases may be off a
+    // vector.
+    auto store_y = [&](TOut* y_body, int head, long long col, const Vec<T, VEC>& raw, float mean, float scale) {
+        if constexpr (RAGGED) {
+            const bool aligned = vector_aligned<T, VEC>(weight, head) && vector_aligned<T, VEC>(bias, head);
+            const LayerNormSide<T, VEC> side{load_side<T, VEC>(weight + head + col, aligned),
+                                             load_side<T, VEC>(bias + head + col, aligned)};
+            store_layernorm<T, TOut, VEC>(y_body, side, col, raw, mean, scale);
+        } else {
+            store_layernorm<T, TOut, VEC>(y_body, weight, bias, col, raw, mean, scale);
+        }
+    };
+    auto store_edges = [&](const auto& edges, TOut* y_row, float mean, float scale) {
+        edges.for_each(cols, [&](int s, long long col) {
+            store_layernorm<T, TOut, 1>(y_row, weight, bias, col, edges.at(0, s), mean, scale);
+        });
     };
 
     if constexpr (ITEMS > 0) {
-        const T* const x_bases[1] = {x};
-        const long long x_strides[1] = {x_stride};
         for_each_row_group<Layout, T, VEC, ITEMS, 1, PREFETCH>(
-            rows, cols, x_bases, x_strides, [&](const Layout& at, const Vec<T, VEC> (&held)[1][ITEMS]) {
+            rows, frame, x_bases, x_strides,
+            [&](const Layout& at, const Vec<T, VEC> (&held)[1][ITEMS], const auto& edges) {
                 const bool active = at.row < rows;
+                const int head = frame.head(at.row);
+                const long long body = frame.body(at.row);
                 float sum = 0.0f;  // held vectors past the row are zeros
+                edges.for_each(cols, [&](int s, long long) { sum += to_float(edges.value[0][s]); });
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     float v[VEC];
@@ -46,9 +66,13 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 }
                 const float mean = reducer.template reduce<SumOp>(sum) * inv_cols;
                 float squares = 0.0f;
+                edges.for_each(cols, [&](int s, long long) {
+                    const float d = to_float(edges.value[0][s]) - mean;
+                    squares += d * d;
+                });
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
-                    if (!(active && at.column(i) < cols)) continue;  // padding is not part of the row
+                    if (!(active && at.column(i) < body)) continue;  // padding is not part of the row
                     float v[VEC];
                     unpack(held[0][i], v);
 #pragma unroll
@@ -57,20 +81,31 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
                 const float var =
                     reducer.template reduce<SumOp>(squares) * inv_cols;
                 const float scale = rsqrtf(var + eps);
+                store_edges(edges, y + at.row * y_stride, mean, scale);
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     const long long col = at.column(i);
-                    if (active && col < cols) store_y(y + at.row * y_stride, col, held[0][i], mean, scale);
+                    if (active && col < body) store_y(y + at.row * y_stride + head, head, col, held[0][i], mean, scale);
                 }
             });
     } else {
         const Layout at;
         const bool active = at.row < rows;
+        const int head = frame.head(at.row);
+        const long long body = frame.body(at.row);
         const T* x_row = x + at.row * x_stride;
         const float shift = active ? to_float(x_row[0]) : 0.0f;
+        x_row += head;
+        RowEdges<T, VEC, THREADS_PER_ROW, 1, RAGGED> edges;
+        edges.load(frame, at.row, active, at.lane, true, x_bases, x_strides);
         float sum = 0.0f, squares = 0.0f;
+        edges.for_each(cols, [&](int s, long long) {
+            const float d = to_float(edges.value[0][s]) - shift;
+            sum += d;
+            squares += d * d;
+        });
         if (active) {
-            for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC) {
+            for (long long col = static_cast<long long>(at.lane) * VEC; col < body; col += THREADS_PER_ROW * VEC) {
                 float v[VEC];
                 load_vec<T, VEC>(x_row + col, v);
 #pragma unroll
@@ -86,12 +121,31 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
         const float var = fmaxf(mean_squares - mean_shifted * mean_shifted, 0.0f);
         const float scale = rsqrtf(var + eps);
         const float mean = shift + mean_shifted;
+        store_edges(edges, y + at.row * y_stride, mean, scale);
         if (active) {
-            for (long long col = static_cast<long long>(at.lane) * VEC; col < cols; col += THREADS_PER_ROW * VEC)
-                store_y(y + at.row * y_stride, col, load_raw<T, VEC>(x_row + col), mean, scale);
+            for (long long col = static_cast<long long>(at.lane) * VEC; col < body; col += THREADS_PER_ROW * VEC)
+                store_y(y + at.row * y_stride + head, head, col, load_raw<T, VEC>(x_row + col), mean, scale);
         }
     }
     reducer.finish();
+}
+
+template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, int VEC, int ITEMS, int CLUSTER,
+          bool PREFETCH>
+__global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
+    layernorm_kernel(const T* x, long long x_stride, const T* weight, const T* bias, TOut* y, long long y_stride,
+                     long long rows, long long cols, float eps) {
+    layernorm_rows<T, TOut, THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER, PREFETCH, false>(
+        x, x_stride, weight, bias, y, y_stride, rows, cols, eps);
+}
+
+template <typename T, typename TOut, int THREADS_PER_ROW, int ROWS_PER_BLOCK, int VEC, int ITEMS, int CLUSTER,
+          bool PREFETCH>
+__global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK)
+    layernorm_ragged_kernel(const T* x, long long x_stride, const T* weight, const T* bias, TOut* y,
+                            long long y_stride, long long rows, long long cols, float eps) {
+    layernorm_rows<T, TOut, THREADS_PER_ROW, ROWS_PER_BLOCK, VEC, ITEMS, CLUSTER, PREFETCH, true>(
+        x, x_stride, weight, bias, y, y_stride, rows, cols, eps);
 }
 
 }  // namespace tileops

@@ -17,21 +17,26 @@
 // Item i of thread t is the vector at column first + (i * THREADS + t) * VEC of the CTA's chunk
 // (RowLayout with ITEMS + SLOTS items): items 0..ITEMS-1 live in registers, the rest in slots.
 // A thread reads back only the slots it filled itself, so waiting for its own copies suffices.
+// With RAGGED the vectors are the row's body and the row's edges are held as scalars besides
+// (common/row_frame.cuh): edges() for the current row, loaded with its vectors.
 // The CTAs start at staggered moments (rows/stagger.cuh) so that their reductions, when they
 // have no loads in flight, do not all fall at the same moments.
 #pragma once
 
 #include "arch/async_copy.cuh"
 #include "common/types.cuh"
+#include "common/row_frame.cuh"
 #include "rows/row_layout.cuh"
 #include "rows/stagger.cuh"
 
 namespace tileops {
 
-template <typename T, int THREADS, int VEC, int ITEMS, int SLOTS, int CLUSTER>
+template <typename T, int THREADS, int VEC, int ITEMS, int SLOTS, int CLUSTER, bool RAGGED = false>
 class ResidentRow {
 public:
     using Layout = RowLayout<THREADS, 1, VEC, ITEMS + SLOTS, CLUSTER>;
+    using Frame = RowFrame<T, VEC, RAGGED>;
+    using Edges = RowEdges<T, VEC, THREADS, 1, RAGGED>;
     using Slot = Vec<T, VEC>;
     static constexpr int kSlotBytes = static_cast<int>(sizeof(Slot));
     static_assert(SLOTS > 0, "the resident kernels hold part of the row in shared memory");
@@ -41,15 +46,20 @@ public:
 
     // Starts the loads of the CTA's first row. `shared` is the CTA's dynamic shared memory.
     __device__ __forceinline__ ResidentRow(void* shared, const T* x, long long stride, long long rows, long long cols)
-        : slots_(static_cast<Slot*>(shared) + threadIdx.x), x_(x), stride_(stride), rows_(rows), cols_(cols) {
+        : slots_(static_cast<Slot*>(shared) + threadIdx.x), x_(x), stride_(stride), rows_(rows), frame_(x, stride, cols) {
         stagger_start<static_cast<long long>(ITEMS + SLOTS) * THREADS * kSlotBytes>(at_.group);
         auto no_side = [](long long) { return 0; };
         auto nothing_to_emit = [](long long, const Slot&, int) {};
+        load_edges(edges_, at_);
         refill<0>(at_, no_side, nothing_to_emit, 0);
     }
 
     __device__ __forceinline__ bool has_row() const { return at_.row < rows_; }
     __device__ __forceinline__ long long row() const { return at_.row; }
+    // Where the current row's body starts (its vectors' columns are relative to it).
+    __device__ __forceinline__ int head() const { return frame_.head(at_.row); }
+    __device__ __forceinline__ long long body() const { return frame_.body(at_.row); }
+    __device__ __forceinline__ const Edges& edges() const { return edges_; }
 
     // Calls f(vector, in_row) for every vector the thread holds of the current row, each as soon
     // as it has landed (the slots in kGroups commit groups, oldest first, then the registers), so
@@ -59,12 +69,13 @@ public:
     __device__ __forceinline__ void for_each_as_it_lands(F&& f) const {
         visit<0>(f);
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) f(held_[i], at_.column(i) < cols_);
+        for (int i = 0; i < ITEMS; ++i) f(held_[i], at_.column(i) < body());
     }
 
     // Calls f(column, vector, side_of(column)) for every vector of the row the thread holds (its
-    // outputs), and replaces each one, right after, with the same columns of the CTA's next row;
-    // then moves on to that row. side_of loads what an output needs besides the row (the weights
+    // outputs; columns relative to head()), and replaces each one, right after, with the same
+    // columns of the CTA's next row; then moves on to that row (its edges too: the current row's
+    // edges must have been used by then). side_of loads what an output needs besides the row (the weights
     // of its columns, say): it is called one vector ahead, so its loads are in flight while the
     // previous output is worked out instead of each output waiting a round trip for them.
     template <class S, class F>
@@ -73,11 +84,21 @@ public:
         next.advance();
         refill<0>(next, side_of, f, side_at(side_of, ITEMS));
         at_ = next;
+        // After the row's loads, so that the edges of only one row are held: the kernels use
+        // them once the row has landed.
+        load_edges(edges_, at_);
     }
 
 private:
     __device__ __forceinline__ Slot& slot(int s) const { return slots_[s * THREADS]; }
 
+    __device__ __forceinline__ void load_edges(Edges& edges, const Layout& of) const {
+        const T* const bases[1] = {x_};
+        const long long strides[1] = {stride_};
+        edges.load(frame_, of.row, of.row < rows_, of.lane, of.first == 0, bases, strides);
+    }
+
+    // `col` counts from the row's start (its head included).
     __device__ __forceinline__ Slot load_or_zero(bool read, long long row, long long col) const {
         if (read) return load_raw<T, VEC>(x_ + row * stride_ + col);
         Slot zero;
@@ -107,7 +128,7 @@ private:
 #pragma unroll
             for (int s = begin(G); s < begin(G + 1); ++s) {
                 const Slot held = slot(s);  // one 16-byte access (a reference would read element-wise)
-                f(held, at_.column(ITEMS + s) < cols_);
+                f(held, at_.column(ITEMS + s) < body());
             }
             visit<G + 1>(f);
         }
@@ -120,6 +141,8 @@ private:
     // output is worked out (a register vector's where it is used).
     template <int G, class S, class F, class Side>
     __device__ __forceinline__ void refill(const Layout& to, S& side_of, F& f, Side side) {
+        // The bodies' bounds are read where they are used, not hoisted here: hoisted, they
+        // changed the aligned kernels' code (and so their tuned timings).
         const bool exists = to.row < rows_;
         if constexpr (G < kGroups) {
 #pragma unroll
@@ -130,8 +153,8 @@ private:
                 const long long col = at_.column(ITEMS + s);
                 const Side next_side = s + 1 < SLOTS ? side_at(side_of, ITEMS + s + 1) : Side{};
                 const Slot held = slot(s);
-                copy_slot(s, exists && col < cols_, to.row, col);
-                if (col < cols_) f(col, held, side);
+                copy_slot(s, exists && col < frame_.body(to.row), to.row, frame_.head(to.row) + col);
+                if (col < body()) f(col, held, side);
                 side = next_side;
             }
             cp_async_commit();
@@ -140,8 +163,8 @@ private:
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
                 const long long col = at_.column(i);
-                if (col < cols_) f(col, held_[i], side_of(col));
-                held_[i] = load_or_zero(exists && col < cols_, to.row, col);
+                if (col < body()) f(col, held_[i], side_of(col));
+                held_[i] = load_or_zero(exists && col < frame_.body(to.row), to.row, frame_.head(to.row) + col);
             }
         }
     }
@@ -150,14 +173,16 @@ private:
     template <class S>
     __device__ __forceinline__ auto side_at(S& side_of, int i) const {
         const long long col = at_.column(i);
-        return col < cols_ ? side_of(col) : decltype(side_of(col)){};
+        return col < body() ? side_of(col) : decltype(side_of(col)){};
     }
 
     Layout at_;
     Slot held_[ITEMS > 0 ? ITEMS : 1];
     Slot* slots_;  // this thread's first slot
     const T* x_;
-    long long stride_, rows_, cols_;
+    long long stride_, rows_;
+    Frame frame_;
+    Edges edges_;  // the current row's edges
 };
 
 }  // namespace tileops

@@ -14,6 +14,7 @@
 
 #include "arch/async_copy.cuh"
 #include "common/types.cuh"
+#include "common/row_frame.cuh"
 
 namespace tileops {
 
@@ -28,6 +29,7 @@ struct RowLayout {
     static_assert(ITEMS >= 0, "ITEMS must be >= 0");
     static_assert(CLUSTER == 1 || (ROWS_PER_BLOCK == 1 && ITEMS > 0), "a cluster holds one row in registers");
     static constexpr int kThreads = THREADS_PER_ROW * ROWS_PER_BLOCK;
+    static constexpr int kThreadsPerRow = THREADS_PER_ROW;
     static constexpr long long kChunk = static_cast<long long>(THREADS_PER_ROW) * VEC * ITEMS;  // per CTA
 
     long long group;   // the row group this block works on
@@ -98,18 +100,20 @@ struct RowPrefetch {
     }
 
     // Starts the copies of this thread's vectors of its row in `at`'s group into `stage`: input
-    // j's row starts at bases[j] + row * strides[j]. Vectors past the row, and rows past the end
-    // (a group past the last one included), are zero-filled without a read.
-    template <class Layout>
-    __device__ __forceinline__ void copy(int stage, const Layout& at, long long rows, long long cols,
+    // j's row body starts at bases[j] + row * strides[j] + frame.head(row). Vectors past the body,
+    // and rows past the end (a group past the last one included), are zero-filled without a read.
+    template <class Layout, class Frame>
+    __device__ __forceinline__ void copy(int stage, const Layout& at, long long rows, const Frame& frame,
                                          const T* const* bases, const long long* strides) const {
+        const long long body = frame.body(at.row);
+        const int head = frame.head(at.row);
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const long long col = at.column(i);
-            const bool read = at.row < rows && col < cols;
+            const bool read = at.row < rows && col < body;
 #pragma unroll
             for (int j = 0; j < INPUTS; ++j) {
-                const T* from = read ? bases[j] + at.row * strides[j] + col : bases[j];
+                const T* from = read ? bases[j] + at.row * strides[j] + head + col : bases[j];
                 if constexpr (kBytes == 16)
                     cp_async_16(slot(stage, j, i), from, read);
                 else
@@ -122,54 +126,72 @@ struct RowPrefetch {
     __device__ __forceinline__ Slot held(int stage, int input, int item) const { return *slot(stage, input, item); }
 };
 
-// Runs body(at, held) for each row group of this block in register mode, `held` holding the
-// thread's ITEMS vectors of each input row (zeros past the row and for rows past the end); input j
-// is the matrix at bases[j] with row stride strides[j]. With
-// PREFETCH the grid is persistent and the next group's vectors are copied while body runs (dynamic
-// shared memory: RowPrefetch::kStageBytes x 2 for the block); otherwise they are loaded when the
-// group starts. Every thread of the block calls it (body may hold block and cluster barriers).
-template <class Layout, typename T, int VEC, int ITEMS, int INPUTS, bool PREFETCH, class Body>
-__device__ __forceinline__ void for_each_row_group(long long rows, long long cols, const T* const* bases,
+// Runs body(at, held, edges) for each row group of this block in register mode, `held` holding
+// the thread's ITEMS vectors of each input row's body (zeros past it and for rows past the end)
+// and `edges` its edges (RowEdges, ragged frames only); input j is the matrix at bases[j] with row
+// stride strides[j]. With PREFETCH the grid is persistent and the next group's vectors are copied
+// while body runs (dynamic shared memory: RowPrefetch::kStageBytes x 2 for the block), its edges
+// loaded into registers; otherwise they are loaded when the group starts. Every thread of the
+// block calls it (body may hold block and cluster barriers).
+template <class Layout, typename T, int VEC, int ITEMS, int INPUTS, bool PREFETCH, class Frame, class Body>
+__device__ __forceinline__ void for_each_row_group(long long rows, const Frame& frame, const T* const* bases,
                                                    const long long* strides, Body&& body) {
+    constexpr bool kRagged = Frame::kRagged;
+    using Edges = RowEdges<T, VEC, Layout::kThreadsPerRow, INPUTS, kRagged>;
     Layout at;
     const long long groups = Layout::groups(rows);
     Vec<T, VEC> held[INPUTS][ITEMS];
+    Edges edges;
+    auto load_edges = [&](Edges& e, const Layout& of) {
+        e.load(frame, of.row, of.row < rows, of.lane, of.first == 0, bases, strides);
+    };
     if constexpr (PREFETCH) {
         extern __shared__ __align__(16) unsigned char row_prefetch_slots[];
         const RowPrefetch<T, VEC, ITEMS, INPUTS, Layout::kThreads> prefetch(row_prefetch_slots);
         Layout ahead = at;  // the group whose copies the next refill starts
-        prefetch.copy(0, ahead, rows, cols, bases, strides);
+        prefetch.copy(0, ahead, rows, frame, bases, strides);
         ahead.advance();
-        prefetch.copy(1, ahead, rows, cols, bases, strides);  // past the last group: no reads
+        prefetch.copy(1, ahead, rows, frame, bases, strides);  // past the last group: no reads
         ahead.advance();
+        load_edges(edges, at);
         for (int stage = 0; at.group < groups; stage ^= 1) {
             cp_async_wait<1>();  // this group's copies landed; the next group's may be in flight
 #pragma unroll
             for (int j = 0; j < INPUTS; ++j)
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) held[j][i] = prefetch.held(stage, j, i);
-            prefetch.copy(stage, ahead, rows, cols, bases, strides);
+            prefetch.copy(stage, ahead, rows, frame, bases, strides);
             ahead.advance();
-            body(static_cast<const Layout&>(at), held);
+            Edges next_edges;  // in flight while this group is worked on
+            if constexpr (kRagged) {
+                Layout next = at;
+                next.advance();
+                load_edges(next_edges, next);
+            }
+            body(static_cast<const Layout&>(at), held, static_cast<const Edges&>(edges));
+            if constexpr (kRagged) edges = next_edges;
             at.advance();
         }
         cp_async_wait<0>();  // no copy may still be writing when the block exits
     } else {
         for (; at.group < groups; at.advance()) {
+            const long long body_cols = frame.body(at.row);
+            const int head = frame.head(at.row);
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) {
                 const long long col = at.column(i);
 #pragma unroll
                 for (int j = 0; j < INPUTS; ++j) {
-                    if (at.row < rows && col < cols) {
-                        held[j][i] = load_raw<T, VEC>(bases[j] + at.row * strides[j] + col);
+                    if (at.row < rows && col < body_cols) {
+                        held[j][i] = load_raw<T, VEC>(bases[j] + at.row * strides[j] + head + col);
                     } else {
 #pragma unroll
                         for (int k = 0; k < VEC; ++k) held[j][i].v[k] = from_float<T>(0.0f);
                     }
                 }
             }
-            body(static_cast<const Layout&>(at), held);
+            load_edges(edges, at);
+            body(static_cast<const Layout&>(at), held, static_cast<const Edges&>(edges));
         }
     }
 }

@@ -18,11 +18,10 @@
 
 namespace tileops {
 
-template <typename T, typename TOut, int THREADS, int VEC, int ITEMS, int SLOTS, int CLUSTER, bool LOG>
-__global__ void __launch_bounds__(THREADS, 1)
-    softmax_resident_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows,
-                            long long cols) {
-    using Row = ResidentRow<T, THREADS, VEC, ITEMS, SLOTS, CLUSTER>;
+template <typename T, typename TOut, int THREADS, int VEC, int ITEMS, int SLOTS, int CLUSTER, bool LOG, bool RAGGED>
+__device__ __forceinline__ void softmax_resident_rows(const T* x, long long x_stride, TOut* y, long long y_stride,
+                                                      long long rows, long long cols) {
+    using Row = ResidentRow<T, THREADS, VEC, ITEMS, SLOTS, CLUSTER, RAGGED>;
     constexpr float kLog2e = log2_e();
     using Reducer = RowReducer<THREADS, 1, CLUSTER>;
     __shared__ typename Reducer::Shared reduce_shared;
@@ -50,17 +49,49 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
             for (int k = 0; k < VEC; ++k) sum += exp2f(v[k] * kLog2e - max_scaled);
         });
+        const auto& edges = row.edges();  // loaded with the row, used once it has landed
+        edges.for_each(cols, [&](int s, long long) {
+            const float v = to_float(edges.value[0][s]);
+            if (v == kNegativeInfinity) return;
+            if (v > max) {
+                sum = sum * exp2f((max - v) * kLog2e) + 1.0f;
+                max = v;
+            } else {
+                sum += exp2f((v - max) * kLog2e);
+            }
+        });
         const float row_max = reducer.template reduce<MaxOp>(max);
         const float max_scaled = row_max * kLog2e;
         const float rescaled = max == kNegativeInfinity ? 0.0f : sum * exp2f(max * kLog2e - max_scaled);
         const float log2_sum = __log2f(reducer.template reduce<SumOp>(rescaled));
         TOut* y_row = y + row.row() * y_stride;
+        edges.for_each(cols, [&](int s, long long col) {
+            store_softmax<LOG, T, TOut, 1>(y_row, col, edges.at(0, s), max_scaled, log2_sum);
+        });
+        TOut* y_body = y_row + row.head();
         row.emit_and_advance([](long long) { return 0; },  // nothing besides the row
                              [&](long long col, const Vec<T, VEC>& raw, int) {
-                                 store_softmax<LOG, T, TOut, VEC>(y_row, col, raw, max_scaled, log2_sum);
+                                 store_softmax<LOG, T, TOut, VEC>(y_body, col, raw, max_scaled, log2_sum);
                              });
     }
     reducer.finish();
+}
+
+template <typename T, typename TOut, int THREADS, int VEC, int ITEMS, int SLOTS, int CLUSTER, bool LOG>
+__global__ void __launch_bounds__(THREADS, 1)
+    softmax_resident_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows,
+                            long long cols) {
+    softmax_resident_rows<T, TOut, THREADS, VEC, ITEMS, SLOTS, CLUSTER, LOG, false>(x, x_stride, y, y_stride, rows,
+                                                                                  cols);
+}
+
+// Rows of any length and alignment at full vector width (common/row_frame.cuh).
+template <typename T, typename TOut, int THREADS, int VEC, int ITEMS, int SLOTS, int CLUSTER, bool LOG>
+__global__ void __launch_bounds__(THREADS, 1)
+    softmax_resident_ragged_kernel(const T* x, long long x_stride, TOut* y, long long y_stride, long long rows,
+                                   long long cols) {
+    softmax_resident_rows<T, TOut, THREADS, VEC, ITEMS, SLOTS, CLUSTER, LOG, true>(x, x_stride, y, y_stride, rows,
+                                                                                 cols);
 }
 
 }  // namespace tileops

@@ -76,6 +76,40 @@ std::optional<std::string> read_tunables(const Config& config, const std::string
     return std::nullopt;
 }
 
+namespace {
+
+// Where a row operand's rows start past a vector of `vec` elements: (row 0's offset, the
+// stride's), in elements.
+std::pair<int64_t, int64_t> row_phase(const RowOperand& row, int vec) {
+    const auto element = static_cast<int64_t>(reinterpret_cast<uintptr_t>(row.data) / row.element_bytes);
+    return {element & (vec - 1), row.stride & (vec - 1)};
+}
+
+}  // namespace
+
+bool rows_share_frame(int vec, std::initializer_list<RowOperand> rows) {
+    for (const RowOperand& row : rows)
+        if (row_phase(row, vec) != row_phase(*rows.begin(), vec)) return false;
+    return true;
+}
+
+int ragged_launch_width(int aligned, size_t element_bytes, std::initializer_list<RowOperand> rows) {
+    const int widest = static_cast<int>(16 / element_bytes);
+    if (aligned >= widest) return aligned;
+    if (widest > 1 && rows_share_frame(widest, rows)) return ragged_width(widest);
+    return 1;
+}
+
+std::vector<int> ragged_launch_widths(int vec, int shape_vec, bool strides_share_frame) {
+    std::vector<int> widths;
+    if (shape_vec >= vec) widths.push_back(vec);
+    if (vec > 1) {
+        if (strides_share_frame) widths.push_back(ragged_width(vec));
+        widths.push_back(1);
+    }
+    return widths;
+}
+
 std::vector<int> halving_widths(int widest) {
     std::vector<int> widths;
     for (int vec = widest; vec >= 1; vec /= 2) widths.push_back(vec);

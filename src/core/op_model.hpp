@@ -95,8 +95,9 @@ public:
     virtual std::vector<Config> search_space(const DeviceInfo& device) const = 0;
     // Why `config` cannot run this problem on `device`, or nullopt when it can.
     virtual std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const = 0;
-    // Vector widths run() may launch with for `config`: the widest for aligned pointers, and
-    // narrower ones for misaligned pointers (so `warm` can compile all of them).
+    // Launch widths run() may launch with for `config` (so `warm` can compile all of them): the
+    // widest vector for aligned pointers, and narrower ones or a ragged kernel (ragged_width) for
+    // misaligned pointers and odd shapes.
     virtual std::vector<int> vector_widths(const Config& config) const = 0;
     virtual LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const = 0;
     // The operands of run() in order, for tools that allocate them (autotuner, benchmarks).
@@ -132,6 +133,37 @@ inline constexpr long long kMaxConfigValue = 1 << 20;
 // Why `threads` cannot be a block on `device` (not a multiple of 32 in [32, its maximum]), or
 // nullopt.
 std::optional<std::string> block_threads_reason(long long threads, const DeviceInfo& device);
+// A launch width (OpModel::vector_widths, vector_width, plan) is a vector width in elements, or
+// the ragged kernels of an op at vector width vec, which take rows of any length and alignment at
+// full width (the row ops: kernel_templates/common/row_frame.cuh), written as -vec.
+constexpr int ragged_width(int vec) noexcept { return -vec; }
+constexpr bool is_ragged_width(int width) noexcept { return width < 0; }
+constexpr int width_vector(int width) noexcept { return width < 0 ? -width : width; }
+
+// Where an operand's rows start relative to vectors: its pointer and row stride, in elements of
+// element_bytes.
+struct RowOperand {
+    const void* data;
+    int64_t stride;
+    size_t element_bytes;
+};
+
+// Whether every operand's rows start as far past a vector of `vec` elements as the first's do,
+// row for row: what a ragged kernel needs of the operands it reads and writes by whole vectors
+// (common/row_frame.cuh).
+bool rows_share_frame(int vec, std::initializer_list<RowOperand> rows);
+
+// The launch width of run() for an op with ragged kernels (OpModel::vector_width): `aligned`, the
+// widest vector the shape and every pointer allow, when no config is wider (16 bytes of the
+// widest element, element_bytes); else the ragged kernels at that width, where the row operands
+// share a frame; else one element an access.
+int ragged_launch_width(int aligned, size_t element_bytes, std::initializer_list<RowOperand> rows);
+
+// The launch widths such an op may take with a config of vector width `vec` (so that `warm`
+// compiles each): `vec` where the shape allows it (shape_vec), the ragged kernels where the row
+// strides share a frame, and one element an access for operands that do not.
+std::vector<int> ragged_launch_widths(int vec, int shape_vec, bool strides_share_frame);
+
 // Why `vec` cannot be a vector width of at most `max_vec` elements (a power of two), or nullopt.
 std::optional<std::string> vector_width_reason(long long vec, long long max_vec);
 

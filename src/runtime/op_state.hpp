@@ -18,15 +18,21 @@
 #include <optional>
 
 #include "core/launch.hpp"
+#include "core/op_model.hpp"
 #include "tileops/op.hpp"
 #include "tileops/runtime.hpp"
 #include "tuning/config_choice.hpp"
 
 namespace tileops::detail {
 
-// Vector widths 1, 2, 4, 8, 16 elements map to slots 0..4.
-inline constexpr int kVectorSlots = 5;
-inline int vector_slot(int vec) noexcept { return vec <= 1 ? 0 : vec == 2 ? 1 : vec == 4 ? 2 : vec == 8 ? 3 : 4; }
+// Launch widths (core/op_model.hpp): vector widths 1, 2, 4, 8, 16 elements map to slots 0..4, the
+// ragged kernels at 2, 4, 8, 16 elements to slots 5..8.
+inline constexpr int kVectorSlots = 9;
+inline int vector_slot(int width) noexcept {
+    const int vec = width_vector(width);
+    const int slot = vec <= 1 ? 0 : vec == 2 ? 1 : vec == 4 ? 2 : vec == 8 ? 3 : 4;
+    return is_ragged_width(width) ? 4 + (slot > 0 ? slot : 1) : slot;
+}
 
 struct KernelSlot {
     std::atomic<bool> ready{false};  // `launch` is resolved; published with release

@@ -139,8 +139,11 @@ const tuning::ConfigChoice& RuntimeImpl::choice(const Op& op) {
 
 LaunchPlan RuntimeImpl::plan(const OpModel& model, const Config& config, int vec) const {
     // Every config names its widest vector width "vec"; pointers may ask for a wider one than the
-    // config allows, never the reverse.
-    if (auto it = config.find("vec"); it != config.end() && vec > it->second) vec = static_cast<int>(it->second);
+    // config allows, never the reverse (a ragged launch likewise, at the config's width).
+    if (auto it = config.find("vec"); it != config.end() && width_vector(vec) > it->second) {
+        const int widest = static_cast<int>(it->second);
+        vec = is_ragged_width(vec) && widest > 1 ? ragged_width(widest) : widest;
+    }
     return model.plan(config, vec, device_);
 }
 

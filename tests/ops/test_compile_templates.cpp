@@ -51,7 +51,7 @@ TEST_CASE("row-op kernels that prefetch compile for sm_80 and sm_90a", "[compile
     test::compile_all(kernels, arch);
 }
 
-TEST_CASE("resident row-op kernels of the long rows' search spaces compile without spilling", "[compile]") {
+TEST_CASE("resident row-op kernels of the long rows' search spaces compile without spilling (ragged ones too)", "[compile]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     std::vector<std::unique_ptr<Op>> ops;
@@ -67,7 +67,11 @@ TEST_CASE("resident row-op kernels of the long rows' search spaces compile witho
     test::KernelsByFile kernels;
     for (const auto& op : ops)
         for (const Config& config : op->model().search_space(device))
-            if (config.count("slots")) test::add_kernels(kernels, op->model(), config, config.at("vec"), device);
+            if (config.count("slots")) {
+                const int vec = static_cast<int>(config.at("vec"));
+                test::add_kernels(kernels, op->model(), config, vec, device);
+                test::add_kernels(kernels, op->model(), config, detail::ragged_width(vec), device);
+            }
     REQUIRE(kernels.size() == 3);  // rmsnorm_resident, layernorm_resident and softmax_resident
     for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
         INFO(arch << " " << name);

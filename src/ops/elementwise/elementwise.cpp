@@ -51,8 +51,10 @@ public:
         const bool b_contiguous = !is_binary(p.op) || (!p.broadcast_b && p.b_stride == p.cols);
         flat_ = p.rows > 1 && p.a_stride == p.cols && p.y_stride == p.cols && b_contiguous;
         shape_ = flat_ ? ElementwiseShape{1, p.rows * p.cols} : ElementwiseShape{p.rows, p.cols};
-        const int64_t b_stride = is_binary(p.op) && !p.broadcast_b ? p.b_stride : shape_.cols;
+        const int64_t b_stride = is_binary(p.op) && !p.broadcast_b ? p.b_stride : p.a_stride;
         shape_vec_ = widest_dividing_vector(8, {shape_.cols, p.a_stride, b_stride, p.y_stride});
+        const int64_t frame = max_vec() - 1;
+        strides_share_frame_ = flat_ || ((p.a_stride & frame) == (p.y_stride & frame) && (p.a_stride & frame) == (b_stride & frame));
     }
 
     std::string op_name() const override { return elementwise_op_name(problem_.op); }
@@ -114,17 +116,16 @@ public:
     }
 
     std::vector<int> vector_widths(const Config& config) const override {
-        std::vector<int> widths;
-        for (int vec = std::min<int>(static_cast<int>(config.at("vec")), shape_vec_); vec >= 1; vec /= 2)
-            widths.push_back(vec);
-        return widths;
+        return ragged_launch_widths(static_cast<int>(config.at("vec")), shape_vec_, strides_share_frame_);
     }
 
-    LaunchPlan plan(const Config& config, int vec, const DeviceInfo&) const override {
+    LaunchPlan plan(const Config& config, int width, const DeviceInfo&) const override {
         const long long threads = config.at("threads"), unroll = config.at("unroll");
+        const int vec = width_vector(width);
         LaunchPlan plan;
         plan.template_file = "elementwise/elementwise.cuh";
-        plan.name_expression = fmt::format("tileops::elementwise_kernel<{}, {}, {}, {}, {}, {}>",
+        plan.name_expression = fmt::format("tileops::elementwise{}_kernel<{}, {}, {}, {}, {}, {}>",
+                                           is_ragged_width(width) && vec > 1 ? "_ragged" : "",
                                            device_type_name(problem_.dtype), device_type_name(*problem_.out_dtype),
                                            static_cast<int>(problem_.op), vec, unroll, threads);
         const int64_t per_block = threads * vec * unroll;
@@ -138,14 +139,14 @@ public:
     int shape_vec() const noexcept { return shape_vec_; }
 
 private:
-    long long max_vec() const {
-        return static_cast<long long>(16 / std::max(dtype_size(problem_.dtype), dtype_size(*problem_.out_dtype)));
-    }
+    size_t element_bytes() const { return std::max(dtype_size(problem_.dtype), dtype_size(*problem_.out_dtype)); }
+    long long max_vec() const { return static_cast<long long>(16 / element_bytes()); }
 
     ElementwiseProblem problem_;
     ElementwiseShape shape_{};
     bool flat_ = false;
     int shape_vec_ = 1;
+    bool strides_share_frame_ = true;  // the rows of a, y and an unbroadcast b start alike
 };
 
 namespace {
@@ -205,7 +206,12 @@ int bind(const ElementwiseProblem& p, int shape_vec, Inputs inputs, Outputs outp
 }  // namespace
 
 int ElementwiseModel::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(problem_, shape_vec(), inputs, outputs);
+    const ElementwiseProblem& p = problem_;
+    const int aligned = detail::bind(p, shape_vec(), inputs, outputs);
+    const size_t in = dtype_size(p.dtype), out = dtype_size(*p.out_dtype);
+    const RowOperand a{inputs.begin()[0].data(), p.a_stride, in}, y{outputs.begin()[0].data(), p.y_stride, out};
+    if (!is_binary(p.op) || p.broadcast_b) return ragged_launch_width(aligned, element_bytes(), {a, y});
+    return ragged_launch_width(aligned, element_bytes(), {a, y, {inputs.begin()[1].data(), p.b_stride, in}});
 }
 
 void ElementwiseModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

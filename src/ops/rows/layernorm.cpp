@@ -17,8 +17,7 @@ public:
     void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const override;
     const LayerNormProblem& problem() const noexcept { return problem_; }
     explicit LayerNormModel(const LayerNormProblem& p)
-        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype, widest_dividing_vector(8, {p.cols, p.x_stride, p.y_stride})),
-          problem_(p) {}
+        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype, {p.x_stride, p.y_stride}), problem_(p) {}
 
     std::string op_name() const override { return "layernorm"; }
     std::string template_file() const override { return "rows/layernorm.cuh"; }
@@ -33,11 +32,12 @@ public:
 private:
     std::string resident_template_file() const override { return "rows/layernorm_resident.cuh"; }
     std::string name_expression(const RowLaunch& l) const override {
+        const char* ragged = l.ragged ? "_ragged" : "";
         if (l.slots > 0)
-            return fmt::format("tileops::layernorm_resident_kernel<{}, {}, {}, {}, {}, {}>", type_arguments(),
+            return fmt::format("tileops::layernorm_resident{}_kernel<{}, {}, {}, {}, {}, {}>", ragged, type_arguments(),
                                l.threads_per_row, l.vec, l.items, l.slots, l.cluster);
-        return fmt::format("tileops::layernorm_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
-                           l.rows_per_block, l.vec, l.items, l.cluster, l.prefetch);
+        return fmt::format("tileops::layernorm{}_kernel<{}, {}, {}, {}, {}, {}, {}>", ragged, type_arguments(),
+                           l.threads_per_row, l.rows_per_block, l.vec, l.items, l.cluster, l.prefetch);
     }
     LayerNormProblem problem_;
 };
@@ -91,7 +91,10 @@ int bind(const LayerNormProblem& p, int shape_vec, Inputs inputs, Outputs output
 }  // namespace
 
 int LayerNormModel::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(problem_, shape_vec(), inputs, outputs);
+    const LayerNormProblem& p = problem_;
+    const int aligned = detail::bind(p, shape_vec(), inputs, outputs);
+    return launch_width(aligned, {{inputs.begin()[0].data(), p.x_stride, dtype_size(p.dtype)},
+                                  {outputs.begin()[0].data(), p.y_stride, dtype_size(*p.out_dtype)}});
 }
 
 void LayerNormModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

@@ -17,7 +17,9 @@ public:
     void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const override;
     const RmsNormProblem& problem() const noexcept { return problem_; }
     explicit RmsNormModel(const RmsNormProblem& p)
-        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype, widest_dividing_vector(8, {p.cols, p.x_stride, p.y_stride, p.residual_stride})),
+        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype,
+                     p.residual ? std::initializer_list<int64_t>{p.x_stride, p.y_stride, p.residual_stride}
+                                : std::initializer_list<int64_t>{p.x_stride, p.y_stride}),
           problem_(p), residual_(p.residual) {}
 
     std::string op_name() const override { return "rmsnorm"; }
@@ -36,11 +38,12 @@ private:
     RowInputs inputs() const override { return {dtype_size(problem_.dtype), residual_ ? 2 : 1}; }
     std::string resident_template_file() const override { return "rows/rmsnorm_resident.cuh"; }
     std::string name_expression(const RowLaunch& l) const override {
+        const char* ragged = l.ragged ? "_ragged" : "";
         if (l.slots > 0)
-            return fmt::format("tileops::rmsnorm_resident_kernel<{}, {}, {}, {}, {}, {}>", type_arguments(),
+            return fmt::format("tileops::rmsnorm_resident{}_kernel<{}, {}, {}, {}, {}, {}>", ragged, type_arguments(),
                                l.threads_per_row, l.vec, l.items, l.slots, l.cluster);
-        return fmt::format("tileops::rmsnorm_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
-                           l.rows_per_block, l.vec, l.items, l.cluster, residual_, l.prefetch);
+        return fmt::format("tileops::rmsnorm{}_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", ragged, type_arguments(),
+                           l.threads_per_row, l.rows_per_block, l.vec, l.items, l.cluster, residual_, l.prefetch);
     }
     RmsNormProblem problem_;
     bool residual_;
@@ -110,7 +113,13 @@ int bind(const RmsNormProblem& p, int shape_vec, Inputs inputs, Outputs outputs)
 }  // namespace
 
 int RmsNormModel::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(problem_, shape_vec(), inputs, outputs);
+    const RmsNormProblem& p = problem_;
+    const int aligned = detail::bind(p, shape_vec(), inputs, outputs);
+    const size_t in = dtype_size(p.dtype), out = dtype_size(*p.out_dtype);
+    const RowOperand x{inputs.begin()[0].data(), p.x_stride, in}, y{outputs.begin()[0].data(), p.y_stride, out};
+    if (!p.residual) return launch_width(aligned, {x, y});
+    return launch_width(aligned, {x, y, {inputs.begin()[1].data(), p.residual_stride, in},
+                                  {outputs.begin()[1].data(), p.residual_stride, in}});
 }
 
 void RmsNormModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/op_model.hpp"
+#include "core/validation.hpp"
 
 namespace tileops::detail {
 namespace {
@@ -261,8 +262,10 @@ unsigned row_grid(int64_t groups, int64_t blocks_per_group) {
     return static_cast<unsigned>(std::min(groups, kMaxRowGrid / blocks_per_group) * blocks_per_group);
 }
 
-RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, RowInputs inputs) {
+RowLaunch row_launch(const RowConfig& c, int width, int64_t rows, int64_t cols, RowInputs inputs) {
+    const int vec = width_vector(width);
     RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, c.prefetch == 1, 0, 0, 0};
+    launch.ragged = is_ragged_width(width) && vec > 1;
     if (c.slots > 0) {
         // A narrower vector (misaligned pointers) keeps the bytes held: more items and slots, as
         // long as cp.async can copy them and the loops stay short; otherwise stream.
@@ -311,13 +314,20 @@ RowLaunch row_launch(const RowConfig& c, int vec, int64_t rows, int64_t cols, Ro
     return launch;
 }
 
-std::vector<int> row_vector_widths(const RowConfig& config, int shape_vec) {
-    return halving_widths(std::min(config.vec, shape_vec));
-}
+
 
 }  // namespace tileops::detail
 
 namespace tileops::detail {
+
+RowOpModel::RowOpModel(int64_t rows, int64_t cols, DType dtype, DType out_dtype, std::initializer_list<int64_t> row_strides)
+    : rows_(rows), cols_(cols), dtype_(dtype), out_dtype_(out_dtype), shape_vec_(1), strides_share_frame_(true) {
+    shape_vec_ = widest_dividing_vector(8, {cols});
+    for (int64_t stride : row_strides) shape_vec_ = widest_dividing_vector(shape_vec_, {stride});
+    const int64_t widest = static_cast<int64_t>(16 / element_bytes());
+    for (int64_t stride : row_strides)
+        strides_share_frame_ = strides_share_frame_ && (stride & (widest - 1)) == (*row_strides.begin() & (widest - 1));
+}
 
 std::string RowOpModel::dtype_key() const {
     if (dtype_ == out_dtype_) return dtype_name(dtype_);
@@ -345,7 +355,7 @@ std::optional<std::string> RowOpModel::invalid_reason(const Config& config, cons
 }
 
 std::vector<int> RowOpModel::vector_widths(const Config& config) const {
-    return row_vector_widths(RowConfig::from(config, op_name()), shape_vec_);
+    return ragged_launch_widths(RowConfig::from(config, op_name()).vec, shape_vec_, strides_share_frame_);
 }
 
 LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) const {

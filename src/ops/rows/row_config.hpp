@@ -41,6 +41,7 @@ struct RowLaunch {
     unsigned grid, block;
     unsigned shared_bytes;  // the prefetch stages, or the resident slots
     int slots = 0;          // > 0: the resident kernel
+    bool ragged = false;    // the ragged kernel: rows of any length and alignment (common/row_frame.cuh)
 };
 
 // The input rows a row op reads (x, and the residual for RMSNorm with the residual add): what
@@ -69,9 +70,10 @@ std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_
                                      const DeviceInfo& device);
 std::optional<std::string> row_invalid_reason(const RowConfig& config, int64_t cols, size_t element_bytes,
                                               RowInputs inputs, const DeviceInfo& device);
-RowLaunch row_launch(const RowConfig& config, int vec, int64_t rows, int64_t cols, RowInputs inputs);
-// Vector widths a row op may launch with: the config's, narrowed by what divides cols and strides.
-std::vector<int> row_vector_widths(const RowConfig& config, int shape_vec);
+// The launch at launch width `width` (core/op_model.hpp: a vector width, or the ragged kernels).
+RowLaunch row_launch(const RowConfig& config, int width, int64_t rows, int64_t cols, RowInputs inputs);
+
+
 
 }  // namespace tileops::detail
 
@@ -80,8 +82,9 @@ namespace tileops::detail {
 // OpModel for a row-wise op: everything but the kernel's name expression is shared.
 class RowOpModel : public OpModel {
 public:
-    RowOpModel(int64_t rows, int64_t cols, DType dtype, DType out_dtype, int shape_vec)
-        : rows_(rows), cols_(cols), dtype_(dtype), out_dtype_(out_dtype), shape_vec_(shape_vec) {}
+    // shape_vec: the widest vector dividing cols and the row strides; row_strides: every row
+    // operand's stride, x's first.
+    RowOpModel(int64_t rows, int64_t cols, DType dtype, DType out_dtype, std::initializer_list<int64_t> row_strides);
 
     std::vector<long long> shape() const override { return {rows_, cols_}; }
     std::string dtype_key() const override;
@@ -109,9 +112,16 @@ protected:
     // The widest of the input and output elements (the configs' vector widths are sized by it).
     size_t element_bytes() const;
 
+    // The launch width for operands that passed the op's checks (`aligned`: the widest vector
+    // their shape and pointers allow): see ragged_launch_width.
+    int launch_width(int aligned, std::initializer_list<RowOperand> rows) const {
+        return ragged_launch_width(aligned, element_bytes(), rows);
+    }
+
     int64_t rows_, cols_;
     DType dtype_, out_dtype_;
     int shape_vec_;
+    bool strides_share_frame_;
 };
 
 }  // namespace tileops::detail

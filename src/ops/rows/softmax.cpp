@@ -17,8 +17,7 @@ public:
     void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const override;
     const SoftmaxProblem& problem() const noexcept { return problem_; }
     explicit SoftmaxModel(const SoftmaxProblem& p)
-        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype, widest_dividing_vector(8, {p.cols, p.x_stride, p.y_stride})),
-          problem_(p), log_(p.log) {}
+        : RowOpModel(p.rows, p.cols, p.dtype, *p.out_dtype, {p.x_stride, p.y_stride}), problem_(p), log_(p.log) {}
 
     std::string op_name() const override { return log_ ? "log_softmax" : "softmax"; }
     std::string template_file() const override { return "rows/softmax.cuh"; }
@@ -31,11 +30,13 @@ public:
 private:
     std::string resident_template_file() const override { return "rows/softmax_resident.cuh"; }
     std::string name_expression(const RowLaunch& l) const override {
+        const char* ragged = l.ragged ? "_ragged" : "";
         if (l.slots > 0)
-            return fmt::format("tileops::softmax_resident_kernel<{}, {}, {}, {}, {}, {}, {}>", type_arguments(),
+            return fmt::format("tileops::softmax_resident{}_kernel<{}, {}, {}, {}, {}, {}, {}>", ragged, type_arguments(),
                                l.threads_per_row, l.vec, l.items, l.slots, l.cluster, log_ ? "true" : "false");
-        return fmt::format("tileops::softmax_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row,
-                           l.rows_per_block, l.vec, l.items, l.cluster, log_ ? "true" : "false", l.prefetch);
+        return fmt::format("tileops::softmax{}_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", ragged, type_arguments(),
+                           l.threads_per_row, l.rows_per_block, l.vec, l.items, l.cluster, log_ ? "true" : "false",
+                           l.prefetch);
     }
     SoftmaxProblem problem_;
     bool log_;
@@ -80,7 +81,10 @@ int bind(const SoftmaxProblem& p, int shape_vec, Inputs inputs, Outputs outputs)
 }  // namespace
 
 int SoftmaxModel::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(problem_, shape_vec(), inputs, outputs);
+    const SoftmaxProblem& p = problem_;
+    const int aligned = detail::bind(p, shape_vec(), inputs, outputs);
+    return launch_width(aligned, {{inputs.begin()[0].data(), p.x_stride, dtype_size(p.dtype)},
+                                  {outputs.begin()[0].data(), p.y_stride, dtype_size(*p.out_dtype)}});
 }
 
 void SoftmaxModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
