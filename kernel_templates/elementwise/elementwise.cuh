@@ -20,6 +20,7 @@
 
 #include "common/math.cuh"
 #include "common/row_frame.cuh"
+#include "common/whole_store.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -39,41 +40,6 @@ __device__ __forceinline__ float erfc_for_16bit(float z) {
     p = fmaf(p, t, -1.26654176f);
     const float r = t * fast_exp(fmaf(-a, a, p));
     return z >= 0.0f ? r : 2.0f - r;
-}
-
-// The bits of one element, for assembling whole words.
-__device__ __forceinline__ unsigned element_bits(float v) { return __float_as_uint(v); }
-__device__ __forceinline__ unsigned element_bits(__half v) { return __half_as_ushort(v); }
-__device__ __forceinline__ unsigned element_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
-
-// Stores N outputs as one access of their size, from 4-byte words built in registers. Storing the
-// Vec itself (store_vec) compiles to a store per element or pair (st.global.u16 / .f32 in the PTX;
-// four 4-byte stores per 16 bytes in the bf16 SASS under ncu, where torch makes one 16-byte store).
-template <typename T, int N>
-__device__ __forceinline__ void store_whole(T* ptr, const float (&in)[N]) {
-    constexpr int kPerWord = 4 / sizeof(T), kWords = N / kPerWord;
-    static_assert(kWords == 0 || kWords == 1 || kWords == 2 || kWords == 4, "N x sizeof(T) is a power of two <= 16");
-    if constexpr (kWords == 0) {  // less than a word (a 2-byte element)
-        store_vec<T, N>(ptr, in);
-    } else {
-        unsigned words[kWords];
-#pragma unroll
-        for (int w = 0; w < kWords; ++w) {
-            words[w] = 0;
-#pragma unroll
-            for (int e = 0; e < kPerWord; ++e)
-                words[w] |= element_bits(from_float<T>(in[w * kPerWord + e])) << (8 * sizeof(T) * e);
-        }
-        // In PTX: through a uint4 / uint2 lvalue the compiler still split these stores.
-        if constexpr (kWords == 4)
-            asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(words[0]), "r"(words[1]),
-                         "r"(words[2]), "r"(words[3])
-                         : "memory");
-        else if constexpr (kWords == 2)
-            asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(ptr), "r"(words[0]), "r"(words[1]) : "memory");
-        else
-            *reinterpret_cast<unsigned*>(ptr) = words[0];
-    }
 }
 
 // OP applied to one element; PRECISE: the output is fp32 (gelu takes the degree-9 erfc).

@@ -37,7 +37,7 @@ __device__ __forceinline__ void layernorm_rows(const T* x, long long x_stride, c
             const bool aligned = vector_aligned<T, VEC>(weight, head) && vector_aligned<T, VEC>(bias, head);
             const LayerNormSide<T, VEC> side{load_side<T, VEC>(weight + head + col, aligned),
                                              load_side<T, VEC>(bias + head + col, aligned)};
-            store_layernorm<T, TOut, VEC>(y_body, side, col, raw, mean, scale);
+            store_layernorm<T, TOut, VEC, true>(y_body, side, col, raw, mean, scale);
         } else {
             store_layernorm<T, TOut, VEC>(y_body, weight, bias, col, raw, mean, scale);
         }

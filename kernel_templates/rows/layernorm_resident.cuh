@@ -79,17 +79,17 @@ __device__ __forceinline__ void layernorm_resident_rows(const T* x, long long x_
                                                  load_side<T, VEC>(b_body + col, aligned)};
                 },
                 [&](long long col, const Vec<T, VEC>& raw, const LayerNormSide<T, VEC>& side) {
-                    store_layernorm<T, TOut, VEC>(y_body, side, col, raw, mean, scale);
+                    store_layernorm<T, TOut, VEC, RAGGED>(y_body, side, col, raw, mean, scale);
                 });
         } else {
             row.emit_and_advance([](long long) { return 0; },
                                  [&](long long col, const Vec<T, VEC>& raw, int) {
-                                     if (aligned) {
+                                     if constexpr (!RAGGED) {
                                          store_layernorm<T, TOut, VEC>(y_body, w_body, b_body, col, raw, mean, scale);
                                      } else {
-                                         const LayerNormSide<T, VEC> side{load_side<T, VEC>(w_body + col, false),
-                                                                          load_side<T, VEC>(b_body + col, false)};
-                                         store_layernorm<T, TOut, VEC>(y_body, side, col, raw, mean, scale);
+                                         const LayerNormSide<T, VEC> side{load_side<T, VEC>(w_body + col, aligned),
+                                                                          load_side<T, VEC>(b_body + col, aligned)};
+                                         store_layernorm<T, TOut, VEC, true>(y_body, side, col, raw, mean, scale);
                                      }
                                  });
         }

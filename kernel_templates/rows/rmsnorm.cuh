@@ -60,10 +60,16 @@ __device__ __forceinline__ void rmsnorm_rows(const T* x, long long x_stride, con
     // Outputs of a row's body (y_body at its head); a ragged row's weights may be off a vector.
     auto store_y = [&](TOut* y_body, int head, long long col, const Vec<T, VEC>& h, float scale) {
         if constexpr (RAGGED)
-            store_rmsnorm<T, TOut, VEC>(y_body, load_side<T, VEC>(weight + head + col, vector_aligned<T, VEC>(weight, head)),
-                                        col, h, scale);
+            store_rmsnorm<T, TOut, VEC, true>(
+                y_body, load_side<T, VEC>(weight + head + col, vector_aligned<T, VEC>(weight, head)), col, h, scale);
         else
             store_rmsnorm<T, TOut, VEC>(y_body, weight, col, h, scale);
+    };
+    auto store_sum = [](T* at, const Vec<T, VEC>& h) {
+        if constexpr (RAGGED)
+            store_whole<T, VEC>(at, h);
+        else
+            store_raw<T, VEC>(at, h);
     };
     // A ragged row's edges: their squares added to sum_sq (and their h stored); their outputs.
     auto add_edges = [&](const auto& edges, long long row, float& sum_sq) {
@@ -99,7 +105,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* x, long long x_stride, con
                     add_squares(h[i], sum_sq);
                     if constexpr (RESIDUAL) {
                         const long long col = at.column(i);
-                        if (active && col < body) store_raw<T, VEC>(sum_out + at.row * sum_stride + head + col, h[i]);
+                        if (active && col < body) store_sum(sum_out + at.row * sum_stride + head + col, h[i]);
                     }
                 }
                 const float scale =
@@ -133,7 +139,7 @@ __device__ __forceinline__ void rmsnorm_rows(const T* x, long long x_stride, con
             for (long long col = static_cast<long long>(at.lane) * VEC; col < body; col += THREADS_PER_ROW * VEC) {
                 Vec<T, VEC> h = load_h(col);
                 add_squares(h, sum_sq);
-                if constexpr (RESIDUAL) store_raw<T, VEC>(s_row + col, h);
+                if constexpr (RESIDUAL) store_sum(s_row + col, h);
             }
         }
         const float scale = rsqrtf(reducer.template reduce<SumOp>(sum_sq) /

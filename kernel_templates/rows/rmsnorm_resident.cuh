@@ -55,8 +55,8 @@ __device__ __forceinline__ void rmsnorm_resident_rows(const T* x, long long x_st
             // Where they are used: loaded ahead, weights off the row's frame spill at 1024 threads.
             row.emit_and_advance([](long long) { return 0; },
                                  [&](long long col, const Vec<T, VEC>& raw, int) {
-                                     store_rmsnorm<T, TOut, VEC>(y_body, load_side<T, VEC>(w_body + col, w_aligned), col,
-                                                                 raw, scale);
+                                     store_rmsnorm<T, TOut, VEC, true>(y_body, load_side<T, VEC>(w_body + col, w_aligned),
+                                                                       col, raw, scale);
                                  });
         }
     }

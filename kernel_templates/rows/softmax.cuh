@@ -30,7 +30,7 @@ __device__ __forceinline__ void softmax_rows(const T* x, long long x_stride, TOu
     const Frame frame(x, x_stride, cols);
 
     auto store_y = [&](TOut* y_row, long long col, const Vec<T, VEC>& raw, float max_scaled, float log2_sum) {
-        store_softmax<LOG, T, TOut, VEC>(y_row, col, raw, max_scaled, log2_sum);
+        store_softmax<LOG, T, TOut, VEC, RAGGED>(y_row, col, raw, max_scaled, log2_sum);
     };
 
     if constexpr (ITEMS > 0) {

@@ -71,7 +71,7 @@ __device__ __forceinline__ void softmax_resident_rows(const T* x, long long x_st
         TOut* y_body = y_row + row.head();
         row.emit_and_advance([](long long) { return 0; },  // nothing besides the row
                              [&](long long col, const Vec<T, VEC>& raw, int) {
-                                 store_softmax<LOG, T, TOut, VEC>(y_body, col, raw, max_scaled, log2_sum);
+                                 store_softmax<LOG, T, TOut, VEC, RAGGED>(y_body, col, raw, max_scaled, log2_sum);
                              });
     }
     reducer.finish();

@@ -134,11 +134,12 @@ TEST_CASE("LayerNorm stays exact on rows far from zero (fp32, mean 1000, spread 
         dw.upload(w);
         db.upload(b);
         op.run(shared_runtime(), {dx.data(), dw.data(), db.data()}, {dy.data()});
-        // Deviations are 1e-3 of the values, so fp32 sums of the values (the thread means) keep
-        // about 1e-4 of a deviation: the bound; a cancelling variance would be off by 10-20%.
+        // One fp32 unit in the last place of a mean near 1000 (6e-5) is 1e-4 of the deviation
+        // (0.58): the bound allows the mean two of them, which the sums of a few thousand thread
+        // partials may take; a cancelling variance would be off by 10-20%.
         const double error = test::relative_error(dy.download(), test::layernorm_reference(x, w, b, s.rows, s.cols, 1e-5));
         INFO(label("layernorm far from zero", s, DType::fp32, 0) << ": relative error " << error);
-        CHECK(error <= 1e-4);
+        CHECK(error <= 2e-4);
     }
 }
 
