@@ -78,3 +78,17 @@ TEST_CASE("resident row-op kernels of the long rows' search spaces compile witho
         CHECK(report.spill_bytes == 0);
     }
 }
+
+TEST_CASE("split softmax kernels compile for sm_80 and sm_90a", "[compile]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    test::KernelsByFile kernels;
+    for (const SoftmaxProblem& problem : {SoftmaxProblem{1, 1048576, DType::bf16}, SoftmaxProblem{3, 1000003, DType::fp32, {}, true}}) {
+        const Softmax op(problem);
+        for (const Config& config : op.model().search_space(device))
+            if (config.count("split")) add_kernels(kernels, op.model(), config, device);
+        add_kernels(kernels, op.model(), op.model().heuristic(device), device);
+    }
+    REQUIRE(kernels.count("rows/softmax_split.cuh") == 1);
+    test::compile_all(kernels, arch);
+}

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "core/op_model.hpp"
 #include "core/validation.hpp"
+#include "tileops/error.hpp"
 
 namespace tileops::detail {
 namespace {
@@ -32,6 +34,7 @@ RowConfig RowConfig::from(const Config& config, const std::string& op) {
     row.cluster = static_cast<int>(config_value(config, "cluster", op));
     if (auto it = config.find("prefetch"); it != config.end()) row.prefetch = static_cast<int>(it->second);
     if (config.count("slots")) row.slots = static_cast<int>(config_value(config, "slots", op));
+    if (config.count("split")) row.split = static_cast<int>(config_value(config, "split", op));
     return row;
 }
 
@@ -39,6 +42,7 @@ Config RowConfig::to_config() const {
     Config config{{"threads_per_row", threads_per_row}, {"rows_per_block", rows_per_block}, {"vec", vec},
                   {"items", items}, {"cluster", cluster}, {"prefetch", prefetch}};
     if (slots > 0) config["slots"] = slots;  // absent in the register kernels' configs
+    if (split > 0) config["split"] = split;
     return config;
 }
 
@@ -156,6 +160,38 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, co
     return config;
 }
 
+// Split rows: when the rows are too few to give every SM a CTA even in clusters (rows x the
+// heuristic's CTAs a row under half the SMs) and a row is long enough (256 KB or more) for a
+// second launch and a second read from L2 to pay. CTAs of 256 threads, as many a row as give two
+// waves of CTAs (a power of two), each with at least a vector a thread.
+std::optional<RowConfig> split_heuristic(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device) {
+    const RowConfig base = row_heuristic(cols, element_bytes, RowInputs{element_bytes, 1}, device);
+    const int64_t ctas_a_row = std::max(1, base.cluster);
+    if (cols * static_cast<int64_t>(element_bytes) < 256 * 1024 || rows * ctas_a_row * 2 >= device.sm_count)
+        return std::nullopt;
+    RowConfig c{256, 1, static_cast<int>(16 / element_bytes), 0, 1, 0};
+    const int64_t wanted = next_pow2(ceil_div(2 * int64_t{device.sm_count}, rows));
+    int64_t fits = 1;
+    while (fits * 2 <= std::min<int64_t>(c.threads_per_row, cols / (int64_t{c.threads_per_row} * c.vec))) fits *= 2;
+    c.split = static_cast<int>(std::min(wanted, fits));
+    if (c.split < 2) return std::nullopt;
+    return c;
+}
+
+std::vector<RowConfig> split_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device) {
+    std::vector<RowConfig> space;
+    if (!split_heuristic(rows, cols, element_bytes, device)) return space;
+    const int vec = static_cast<int>(16 / element_bytes);
+    for (int threads : {256, 512, 1024})
+        for (int split = 8; split <= threads; split *= 2) {
+            if (cols < int64_t{split} * threads * vec || rows * split > 16 * int64_t{device.sm_count}) continue;
+            RowConfig c{threads, 1, vec, 0, 1, 0};
+            c.split = split;
+            space.push_back(c);
+        }
+    return space;
+}
+
 std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, size_t element_bytes,
                                               RowInputs inputs, const DeviceInfo& device) {
     if (!is_pow2(c.threads_per_row) || c.threads_per_row > 1024)
@@ -174,6 +210,17 @@ std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, 
         return fmt::format("cluster = {} is not a power of two up to {}", c.cluster, kMaxCluster);
     if (c.cluster > 1 && device.sm() < 90) return fmt::format("cluster = {} needs sm_90 or newer", c.cluster);
     if (c.slots < 0) return fmt::format("slots = {} is negative", c.slots);
+    if (c.split != 0) {
+        if (c.split < 2 || !is_pow2(c.split) || c.split > c.threads_per_row)
+            return fmt::format("split = {} is not a power of two in [2, threads_per_row = {}]", c.split,
+                               c.threads_per_row);
+        if (c.threads_per_row < 32 || c.rows_per_block != 1 || c.items != 0 || c.cluster != 1 || c.slots != 0 ||
+            c.prefetch != 0)
+            return "a split row streams, one row a CTA of at least 32 threads: rows_per_block = 1, items = 0, "
+                   "cluster = 1, slots = 0, prefetch = 0";
+        if (inputs.count != 1) return "the split kernels read one input row";
+        return std::nullopt;
+    }
     if (c.slots > 0) return resident_invalid_reason(c, cols, inputs, device);
     if (c.items < 0 || c.items > max_items(c.vec, element_bytes, c.threads_per_row * c.rows_per_block))
         return fmt::format("items x vec = {} x {} holds more than {} bytes per thread at {} threads (it would spill)",
@@ -266,6 +313,12 @@ RowLaunch row_launch(const RowConfig& c, int width, int64_t rows, int64_t cols, 
     const int vec = width_vector(width);
     RowLaunch launch{c.threads_per_row, c.rows_per_block, vec, c.items, c.cluster, c.prefetch == 1, 0, 0, 0};
     launch.ragged = is_ragged_width(width) && vec > 1;
+    if (c.split > 0) {
+        launch.split = c.split;
+        launch.grid = static_cast<unsigned>(rows * c.split);  // split_heuristic keeps it small
+        launch.block = static_cast<unsigned>(c.threads_per_row);
+        return launch;
+    }
     if (c.slots > 0) {
         // A narrower vector (misaligned pointers) keeps the bytes held: more items and slots, as
         // long as cp.async can copy them and the loops stay short; otherwise stream.
@@ -337,11 +390,22 @@ std::string RowOpModel::dtype_key() const {
 size_t RowOpModel::element_bytes() const { return std::max(dtype_size(dtype_), dtype_size(out_dtype_)); }
 
 Config RowOpModel::heuristic(const DeviceInfo& device) const {
+    if (has_split_kernels())
+        if (auto split = split_heuristic(rows_, cols_, element_bytes(), device)) return split->to_config();
     return row_heuristic(cols_, element_bytes(), inputs(), device).to_config();
 }
 
 std::vector<Config> RowOpModel::search_space(const DeviceInfo& device) const {
-    return row_search_space(rows_, cols_, element_bytes(), inputs(), device);
+    std::vector<Config> space = row_search_space(rows_, cols_, element_bytes(), inputs(), device);
+    if (has_split_kernels())
+        for (const RowConfig& c : split_search_space(rows_, cols_, element_bytes(), device))
+            if (!row_invalid_reason(c, cols_, element_bytes(), inputs(), device)) space.push_back(c.to_config());
+    return space;
+}
+
+size_t RowOpModel::workspace_bytes(const Config& config) const {
+    const RowConfig c = RowConfig::from(config, op_name());
+    return c.split > 0 ? split_workspace_bytes(rows_, c.split) : 0;
 }
 
 std::optional<std::string> RowOpModel::invalid_reason(const Config& config, const DeviceInfo& device) const {
@@ -350,6 +414,10 @@ std::optional<std::string> RowOpModel::invalid_reason(const Config& config, cons
         row = RowConfig::from(config, op_name());
     } catch (const std::exception& e) {
         return std::string(e.what());
+    }
+    if (row.split > 0) {
+        if (!has_split_kernels()) return fmt::format("split = {}: {} has no split kernels", row.split, op_name());
+        if (rows_ > (int64_t{1} << 31) / row.split) return fmt::format("split = {}: rows x split exceeds a grid", row.split);
     }
     return row_invalid_reason(row, cols_, element_bytes(), inputs(), device);
 }
@@ -361,6 +429,14 @@ std::vector<int> RowOpModel::vector_widths(const Config& config) const {
 LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) const {
     RowLaunch launch = row_launch(RowConfig::from(config, op_name()), vec, rows_, cols_, inputs());
     LaunchPlan plan;
+    if (launch.split > 0) {
+        if (!has_split_kernels()) throw InvalidArgument(fmt::format("tileops::{}: config has split, which only softmax and log_softmax take", op_name()));
+        plan.template_file = "rows/softmax_split.cuh";
+        std::tie(plan.name_expression, plan.follow_up_name_expression) = split_name_expressions(launch);
+        plan.grid[0] = plan.follow_up_grid[0] = launch.grid;
+        plan.block[0] = plan.follow_up_block[0] = launch.block;
+        return plan;
+    }
     plan.template_file = launch.slots > 0 ? resident_template_file() : template_file();
     plan.name_expression = name_expression(launch);
     plan.grid[0] = launch.grid;

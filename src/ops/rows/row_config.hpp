@@ -28,6 +28,10 @@ struct RowConfig {
     // kernels (*_resident.cuh), persistent, whose CTAs hold up to ~256 KB of a row so that clusters
     // of two reach rows of 512 KB. 0: the register kernels. Optional in a config (default 0).
     int slots = 0;
+    // CTAs each row is split over anywhere in the grid (softmax of few long rows: two kernels,
+    // rows/softmax_split.cuh; a power of two up to threads_per_row); 0: not split. A split config
+    // streams (items 0) one row a CTA. Optional in a config (default 0).
+    int split = 0;
 
     static RowConfig from(const Config& config, const std::string& op);
     Config to_config() const;
@@ -41,6 +45,7 @@ struct RowLaunch {
     unsigned grid, block;
     unsigned shared_bytes;  // the prefetch stages, or the resident slots
     int slots = 0;          // > 0: the resident kernel
+    int split = 0;          // > 0: the split kernels (their grid covers rows x split CTAs)
     bool ragged = false;    // the ragged kernel: rows of any length and alignment (common/row_frame.cuh)
 };
 
@@ -66,6 +71,13 @@ inline bool has_resident_configs(int64_t cols, RowInputs inputs) {
 inline constexpr int kMaxCluster = 16;
 
 RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, const DeviceInfo& device);
+// For ops with split kernels: the split config for `rows` rows too few and too long for the
+// others to fill the GPU, or nullopt.
+std::optional<RowConfig> split_heuristic(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device);
+// Split configs worth timing for such a problem (none for others).
+std::vector<RowConfig> split_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device);
+// Workspace of a split launch: one (max, sum) pair a CTA.
+inline size_t split_workspace_bytes(int64_t rows, int split) { return static_cast<size_t>(rows) * split * 8; }
 std::vector<Config> row_search_space(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
                                      const DeviceInfo& device);
 std::optional<std::string> row_invalid_reason(const RowConfig& config, int64_t cols, size_t element_bytes,
@@ -109,6 +121,14 @@ protected:
     std::string type_arguments() const;
     // The input rows the kernel reads (what its prefetch stages hold).
     virtual RowInputs inputs() const { return {dtype_size(dtype_), 1}; }
+    // Ops with split kernels (rows/softmax_split.cuh): the stats and the apply kernels' names.
+    virtual bool has_split_kernels() const { return false; }
+    virtual std::pair<std::string, std::string> split_name_expressions(const RowLaunch&) const { return {}; }
+
+public:
+    size_t workspace_bytes(const Config& config) const override;
+
+protected:
     // The widest of the input and output elements (the configs' vector widths are sized by it).
     size_t element_bytes() const;
 

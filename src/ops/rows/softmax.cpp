@@ -29,6 +29,12 @@ public:
 
 private:
     std::string resident_template_file() const override { return "rows/softmax_resident.cuh"; }
+    bool has_split_kernels() const override { return true; }
+    std::pair<std::string, std::string> split_name_expressions(const RowLaunch& l) const override {
+        const std::string arguments = fmt::format("<{}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row, l.vec,
+                                                  l.split, log_ ? "true" : "false", l.ragged ? "true" : "false");
+        return {"tileops::softmax_split_stats_kernel" + arguments, "tileops::softmax_split_apply_kernel" + arguments};
+    }
     std::string name_expression(const RowLaunch& l) const override {
         const char* ragged = l.ragged ? "_ragged" : "";
         if (l.slots > 0)
@@ -92,7 +98,8 @@ void SoftmaxModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs o
     const void* x = inputs.begin()[0].data();
     void* y = outputs.begin()[0].data();
     long long x_stride = p.x_stride, y_stride = p.y_stride, rows = p.rows, cols = p.cols;
-    void* args[] = {&x, &x_stride, &y, &y_stride, &rows, &cols};
+    void* partials = launch.workspace_data();  // the split kernels' (max, sum) pairs; others take six parameters
+    void* args[] = {&x, &x_stride, &y, &y_stride, &rows, &cols, &partials};
     detail::launch(launch, args, stream, *this);
 }
 

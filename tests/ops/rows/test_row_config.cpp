@@ -181,3 +181,24 @@ TEST_CASE("row counts past what a grid holds cap the grid instead of wrapping it
     }
     CHECK(row_launch(RowConfig{256, 1, 8, 0, 1, 0}, 8, 7, 2048, RowInputs{2, 1}).grid == 7);
 }
+
+TEST_CASE("few long rows are split over the grid; many rows or short ones are not", "[row_config]") {
+    using tileops::detail::split_heuristic;
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    const auto one_long_row = split_heuristic(1, 1048576, 2, hopper);
+    REQUIRE(one_long_row.has_value());
+    CHECK(one_long_row->split >= hopper.sm_count);  // every SM streams part of the row
+    CHECK(one_long_row->split <= one_long_row->threads_per_row);
+    CHECK_FALSE(row_invalid_reason(*one_long_row, 1048576, 2, RowInputs{2, 1}, hopper).has_value());
+    CHECK(split_heuristic(8, 262144, 2, hopper).has_value());
+    CHECK_FALSE(split_heuristic(256, 262144, 2, hopper).has_value());  // the rows fill the GPU
+    CHECK_FALSE(split_heuristic(1, 50257, 2, hopper).has_value());     // too short to pay a second launch
+    RowConfig bad = *one_long_row;
+    bad.split = 3;
+    CHECK(row_invalid_reason(bad, 1048576, 2, RowInputs{2, 1}, hopper).has_value());
+    bad.split = 2048;
+    CHECK(row_invalid_reason(bad, 1048576, 2, RowInputs{2, 1}, hopper).has_value());
+    bad = *one_long_row;
+    bad.items = 4;
+    CHECK(row_invalid_reason(bad, 1048576, 2, RowInputs{2, 1}, hopper).has_value());
+}
