@@ -34,7 +34,7 @@ struct SplitCase {
 
 }  // namespace
 
-TEST_CASE("Softmax of few long rows split over the grid, every split config", "[gpu][softmax]") {
+TEST_CASE("Softmax of few long rows split over the grid (every split config)", "[gpu][softmax]") {
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
     detail::RuntimeImpl& impl = runtime.impl();
@@ -42,7 +42,7 @@ TEST_CASE("Softmax of few long rows split over the grid, every split config", "[
     const SplitCase cases[] = {
         {1, 1048576, 0, 0, DType::bf16, false}, {1, 1000003, 0, 1, DType::fp32, true},
         {3, 262147, 5, 3, DType::bf16, false},  {2, 300001, 0, 0, DType::fp32, false},
-        {5, 524288, 0, 0, DType::bf16, true},
+        {2, 524288, 0, 0, DType::bf16, true},
     };
     for (const SplitCase& c : cases) {
         const int64_t stride = c.cols + c.pad;
