@@ -142,7 +142,8 @@ TEST_CASE("Every prefetching or resident row-op config is correct on many rows",
     TILEOPS_REQUIRE_GPU();
     shared_runtime();  // makes the device's context current for the allocations below
     // Rows well beyond the resident blocks, so each persistent block walks several groups; 4100
-    // fp16 columns and 7 fp32 columns give 8- and 4-byte copies; 65536 and 262144 split over clusters;
+    // fp16 columns and 7 fp32 columns give 8- and 4-byte copies (odd lengths: the ragged kernels);
+    // 65536 and 262144 split over clusters;
     // rows of 128 KB and more have resident configs (100003 fp32 columns: 4-byte copies, a chunk
     // that ends mid-CTA); the residual add on long rows, its sum also written over the residual.
     const RowCase cases[] = {
@@ -151,6 +152,8 @@ TEST_CASE("Every prefetching or resident row-op config is correct on many rows",
         {RowOpKind::log_softmax, DType::fp32, 20001, 7},        {RowOpKind::layernorm, DType::bf16, 150, 65536},
         {RowOpKind::log_softmax, DType::bf16, 67, 262144},      {RowOpKind::layernorm, DType::fp32, 301, 100003},
         {RowOpKind::rmsnorm_residual, DType::bf16, 150, 131072}, {RowOpKind::rmsnorm_residual, DType::fp32, 67, 100003},
+        // Ragged 16-bit rows in every resident config (odd length, so every row's head differs).
+        {RowOpKind::layernorm, DType::bf16, 31, 100003},        {RowOpKind::softmax, DType::bf16, 33, 50257},
     };
     for (const RowCase& c : cases) check_every_config(c);
 }
