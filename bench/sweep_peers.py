@@ -2,15 +2,18 @@
 """A seeded sweep of real-model shapes for a family, ours (bench_problems) against its torch peer
 in the same run, worst ratio first.
 
-    python3 bench/sweep_peers.py --family rope|sampling|embedding [--seed 1] [--bench build-gpu/bench/bench_problems]
-                                 [--json sweep.json]
+    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows [--seed 1]
+                                 [--bench build-gpu/bench/bench_problems] [--json sweep.json] [--list]
 
 rope: Llama 3 8B / 70B, Qwen 2.5 7B / 0.5B, Phi-3 mini, Gemma 2 9B, GPT-NeoX 20B (24 of 96 dims
 rotate), GPT-J (interleaved, 64 of 256), at token counts drawn from decode steps to long prefills,
 with and without the paged append (and an fp8 cache). sampling: the vocabularies of Llama 2 / 3,
 Phi-3, GPT-2, Qwen 2.5 and Gemma at batches of 1 to 256, fp32 and bf16 logits, greedy too.
 embedding: the tables (vocabulary x hidden) of the same models and GPT-2's learned positions, at
-token counts from a decode step to a long prefill, bf16, fp16 and fp32.
+token counts from a decode step to a long prefill, bf16, fp16 and fp32. rows: row ops (norms over
+the hidden size, softmax over the vocabulary) and elementwise ops (over the intermediate size) of
+25 model families, 250 problems, against the faster of torch eager and torch.compile
+(torch_rows_peers.py). --list prints a family's problems without running them.
 """
 import argparse
 import json
@@ -68,10 +71,46 @@ def embedding_problems(rng):
     return problems
 
 
-PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems}
+# (hidden, intermediate, vocabulary) of 25 public model families.
+ROW_MODELS = {
+    "llama-3-8b": (4096, 14336, 128256), "llama-3-70b": (8192, 28672, 128256), "llama-2-7b": (4096, 11008, 32000),
+    "mistral-7b": (4096, 14336, 32000), "qwen2.5-7b": (3584, 18944, 152064), "qwen2.5-0.5b": (896, 4864, 151936),
+    "qwen2.5-72b": (8192, 29568, 152064), "phi-3-mini": (3072, 8192, 32064), "phi-2": (2560, 10240, 51200),
+    "gemma-2-9b": (3584, 14336, 256000), "gemma-2b": (2048, 16384, 256000), "gpt-2": (768, 3072, 50257),
+    "gpt-2-xl": (1600, 6400, 50257), "gpt-neox-20b": (6144, 24576, 50432), "falcon-7b": (4544, 18176, 65024),
+    "bloom-7b": (4096, 16384, 250880), "opt-6.7b": (4096, 16384, 50272), "flan-t5-xl": (2048, 5120, 32128),
+    "whisper-large": (1280, 5120, 51865), "deepseek-v2-lite": (2048, 10944, 102400),
+    "starcoder2-15b": (6144, 24576, 49152), "yi-34b": (7168, 20480, 64000), "mpt-7b": (4096, 16384, 50432),
+    "bert-large": (1024, 4096, 30522), "internlm2-7b": (4096, 14336, 92544),
+}
+ROW_TOKENS = [1, 3, 17, 64, 255, 1000, 2048, 4097, 8192, 16384]  # decode steps to long prefills
+LOGIT_ROWS = [1, 2, 5, 16, 48, 100, 256, 1024]  # sampled sequences: the vocabulary's softmax rows
+
+
+def rows_problems(rng):
+    """Ten problems a model: norms over the hidden size, the gated activation over the
+    intermediate size, softmax over the vocabulary, each at a drawn token count and dtype."""
+    problems = []
+    for hidden, intermediate, vocab in ROW_MODELS.values():
+        for _ in range(10):
+            op = rng.choice(["rmsnorm", "rmsnorm", "layernorm", "rmsnorm_residual", "silu_mul", "gelu", "add",
+                             "softmax", "softmax", "log_softmax"])
+            dtype = rng.choice(["bf16", "bf16", "fp32"])
+            if op in ("softmax", "log_softmax"):
+                shape = f"{rng.choice(LOGIT_ROWS)}x{vocab}"
+            else:
+                cols = intermediate if op in ("silu_mul", "gelu") else hidden
+                shape = f"{rng.choice(ROW_TOKENS)}x{cols}"
+            flags = " residual" if op == "rmsnorm_residual" else ""
+            problems.append(f"{op.replace('_residual', '')} {shape} {dtype}{flags}")
+    return problems
+
+
+PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems,
+            "rows": rows_problems}
 # The peer's figure each family compares with.
 PEER = {"rope": ("compile_us", "torch.compile"), "sampling": ("torch_us", "torch"),
-        "embedding": ("compile_us", "torch.compile")}
+        "embedding": ("compile_us", "torch.compile"), "rows": ("best_us", "the faster of torch eager and torch.compile")}
 
 
 def main():
@@ -80,9 +119,13 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--bench", default="build-gpu/bench/bench_problems")
     parser.add_argument("--json", default="")
+    parser.add_argument("--list", action="store_true", help="print the problems and stop")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     problems = PROBLEMS[args.family](rng)
+    if args.list:
+        print("\n".join(problems))
+        return
     flags = [a for p in problems for a in ("--problem", p)]
     ours_json, peer_json = args.json + ".ours.tmp", args.json + ".peer.tmp"
     subprocess.run([args.bench, *flags, "--json", ours_json], check=True, stdout=subprocess.DEVNULL)
