@@ -85,8 +85,6 @@ std::optional<std::string> row_invalid_reason(const RowConfig& config, int64_t c
 // The launch at launch width `width` (core/op_model.hpp: a vector width, or the ragged kernels).
 RowLaunch row_launch(const RowConfig& config, int width, int64_t rows, int64_t cols, RowInputs inputs);
 
-
-
 }  // namespace tileops::detail
 
 namespace tileops::detail {
@@ -94,8 +92,7 @@ namespace tileops::detail {
 // OpModel for a row-wise op: everything but the kernel's name expression is shared.
 class RowOpModel : public OpModel {
 public:
-    // shape_vec: the widest vector dividing cols and the row strides; row_strides: every row
-    // operand's stride, x's first.
+    // row_strides: every row operand's stride, x's first.
     RowOpModel(int64_t rows, int64_t cols, DType dtype, DType out_dtype, std::initializer_list<int64_t> row_strides);
 
     std::vector<long long> shape() const override { return {rows_, cols_}; }
@@ -105,6 +102,7 @@ public:
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override;
     std::vector<int> vector_widths(const Config& config) const override;
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const override;
+    size_t workspace_bytes(const Config& config) const override;  // the split kernels' partials
 
     // The widest vector width the shape and strides allow (pointers may narrow it further).
     int shape_vec() const noexcept { return shape_vec_; }
@@ -124,11 +122,6 @@ protected:
     // Ops with split kernels (rows/softmax_split.cuh): the stats and the apply kernels' names.
     virtual bool has_split_kernels() const { return false; }
     virtual std::pair<std::string, std::string> split_name_expressions(const RowLaunch&) const { return {}; }
-
-public:
-    size_t workspace_bytes(const Config& config) const override;
-
-protected:
     // The widest of the input and output elements (the configs' vector widths are sized by it).
     size_t element_bytes() const;
 
