@@ -30,41 +30,36 @@ __device__ __forceinline__ void store_words(void* ptr, const unsigned (&words)[k
         *reinterpret_cast<unsigned*>(ptr) = words[0];
 }
 
-// N elements (a vector, or floats rounded to T), from 4-byte words built in registers; a vector
-// of less than a word as it is.
+// N elements of T, element(i) the i-th, packed into 4-byte words in registers and stored as one
+// access (N x sizeof(T) of at least 4 bytes).
+template <typename T, int N, class Element>
+__device__ __forceinline__ void store_packed(T* ptr, Element&& element) {
+    constexpr int kPerWord = 4 / sizeof(T), kWords = N / kPerWord;
+    unsigned words[kWords];
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+        words[w] = 0;
+#pragma unroll
+        for (int e = 0; e < kPerWord; ++e) words[w] |= element_bits(element(w * kPerWord + e)) << (8 * sizeof(T) * e);
+    }
+    store_words<kWords>(ptr, words);
+}
+
+// N elements (a vector, or floats rounded to T) as one access; less than a word as it is.
 template <typename T, int N>
 __device__ __forceinline__ void store_whole(T* ptr, const Vec<T, N>& vec) {
-    constexpr int kPerWord = 4 / sizeof(T), kWords = N / kPerWord;
-    if constexpr (kWords == 0) {
+    if constexpr (N * sizeof(T) < 4)
         store_raw<T, N>(ptr, vec);
-    } else {
-        unsigned words[kWords];
-#pragma unroll
-        for (int w = 0; w < kWords; ++w) {
-            words[w] = 0;
-#pragma unroll
-            for (int e = 0; e < kPerWord; ++e) words[w] |= element_bits(vec.v[w * kPerWord + e]) << (8 * sizeof(T) * e);
-        }
-        store_words<kWords>(ptr, words);
-    }
+    else
+        store_packed<T, N>(ptr, [&](int i) { return vec.v[i]; });
 }
 
 template <typename T, int N>
 __device__ __forceinline__ void store_whole(T* ptr, const float (&in)[N]) {
-    constexpr int kPerWord = 4 / sizeof(T), kWords = N / kPerWord;
-    if constexpr (kWords == 0) {
+    if constexpr (N * sizeof(T) < 4)
         store_vec<T, N>(ptr, in);
-    } else {
-        unsigned words[kWords];
-#pragma unroll
-        for (int w = 0; w < kWords; ++w) {
-            words[w] = 0;
-#pragma unroll
-            for (int e = 0; e < kPerWord; ++e)
-                words[w] |= element_bits(from_float<T>(in[w * kPerWord + e])) << (8 * sizeof(T) * e);
-        }
-        store_words<kWords>(ptr, words);
-    }
+    else
+        store_packed<T, N>(ptr, [&](int i) { return from_float<T>(in[i]); });
 }
 
 }  // namespace tileops

@@ -40,7 +40,8 @@ struct SplitChunk {
     }
 };
 
-// The online (max, sum) of values, sum relative to max.
+// The online (max, sum) of values, sum relative to max: softmax.cuh's streaming update, which
+// stays spelled out there because folding it in changed those kernels' machine code.
 struct OnlineSoftmax {
     float max = kNegativeInfinity, sum = 0.0f;
     __device__ __forceinline__ void add(float v) {

@@ -93,6 +93,12 @@ bool rows_share_frame(int vec, std::initializer_list<RowOperand> rows) {
     return true;
 }
 
+bool strides_share_frame(int vec, std::initializer_list<int64_t> strides) {
+    for (int64_t stride : strides)
+        if ((stride & (vec - 1)) != (*strides.begin() & (vec - 1))) return false;
+    return true;
+}
+
 int ragged_launch_width(int aligned, size_t element_bytes, std::initializer_list<RowOperand> rows) {
     const int widest = static_cast<int>(16 / element_bytes);
     if (aligned >= widest) return aligned;

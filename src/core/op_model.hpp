@@ -153,6 +153,10 @@ struct RowOperand {
 // (common/row_frame.cuh).
 bool rows_share_frame(int vec, std::initializer_list<RowOperand> rows);
 
+// Whether row strides agree modulo a vector of `vec` elements: rows that start equally far past a
+// vector then do so row after row (the shape's half of rows_share_frame).
+bool strides_share_frame(int vec, std::initializer_list<int64_t> strides);
+
 // The launch width of run() for an op with ragged kernels (OpModel::vector_width): `aligned`, the
 // widest vector the shape and every pointer allow, when no config is wider (16 bytes of the
 // widest element, element_bytes); else the ragged kernels at that width, where the row operands

@@ -53,8 +53,7 @@ public:
         shape_ = flat_ ? ElementwiseShape{1, p.rows * p.cols} : ElementwiseShape{p.rows, p.cols};
         const int64_t b_stride = is_binary(p.op) && !p.broadcast_b ? p.b_stride : p.a_stride;
         shape_vec_ = widest_dividing_vector(8, {shape_.cols, p.a_stride, b_stride, p.y_stride});
-        const int64_t frame = max_vec() - 1;
-        strides_share_frame_ = flat_ || ((p.a_stride & frame) == (p.y_stride & frame) && (p.a_stride & frame) == (b_stride & frame));
+        strides_share_frame_ = flat_ || strides_share_frame(static_cast<int>(max_vec()), {p.a_stride, p.y_stride, b_stride});
     }
 
     std::string op_name() const override { return elementwise_op_name(problem_.op); }

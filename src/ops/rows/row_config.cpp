@@ -382,9 +382,7 @@ RowOpModel::RowOpModel(int64_t rows, int64_t cols, DType dtype, DType out_dtype,
     : rows_(rows), cols_(cols), dtype_(dtype), out_dtype_(out_dtype), shape_vec_(1), strides_share_frame_(true) {
     shape_vec_ = widest_dividing_vector(8, {cols});
     for (int64_t stride : row_strides) shape_vec_ = widest_dividing_vector(shape_vec_, {stride});
-    const int64_t widest = static_cast<int64_t>(16 / element_bytes());
-    for (int64_t stride : row_strides)
-        strides_share_frame_ = strides_share_frame_ && (stride & (widest - 1)) == (*row_strides.begin() & (widest - 1));
+    strides_share_frame_ = strides_share_frame(static_cast<int>(16 / element_bytes()), row_strides);
 }
 
 std::string RowOpModel::dtype_key() const {
