@@ -17,7 +17,7 @@ namespace tileops::detail {
 struct RowConfig {
     int threads_per_row = 256;  // power of two, 1..1024
     int rows_per_block = 1;     // threads_per_row * rows_per_block <= 1024
-    int vec = 8;                // widest vector width (elements); narrowed at run time for odd shapes
+    int vec = 8;                // vector width (elements); odd shapes run the ragged kernels at it
     int items = 4;              // vectors each thread holds; 0: streaming (re-reads the row, any length)
     int cluster = 1;            // CTAs per row (sm_90+, rows_per_block == 1, up to kMaxCluster)
     // 1: a persistent grid whose blocks copy their next two row groups into shared memory
