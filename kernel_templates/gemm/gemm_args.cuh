@@ -4,6 +4,16 @@
 
 namespace tileops {
 
+// One operand copied into the workspace before the GEMM (gemm/gemm_pack.cuh): `rows` x `cols` 16-bit
+// elements of each batch entry, from rows `ld_from` apart to rows `ld_to` apart (a multiple of 8).
+struct GemmPackedCopy {
+    const void* from;  // null: this operand is not copied
+    void* to;
+    long long rows, cols;
+    long long ld_from, ld_to;
+    long long batch_stride_from, batch_stride_to;
+};
+
 // Pointers are to the first batch entry; strides in elements.
 struct GemmArgs {
     const void* a;
@@ -25,8 +35,11 @@ struct GemmArgs {
     // out-of-bounds rows slows TMA down: M = 1 x 6144 x 4096 took 37 us with a 64-row box, 64 rows
     // 17 us). Rows of the tile past the box are not loaded; they only feed rows of D past M.
     int a_box_rows;
+    // The copies of A and B the launch makes first where their rows are not 16-byte aligned; a,
+    // b, lda, ldb and the batch strides above then describe the copies.
+    GemmPackedCopy packs[2];
 };
 
-static_assert(sizeof(GemmArgs) == 176, "GemmArgs: the kernels' parameter block changed size");
+static_assert(sizeof(GemmArgs) == 304, "GemmArgs: the kernels' parameter block changed size");
 
 }  // namespace tileops

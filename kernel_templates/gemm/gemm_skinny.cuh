@@ -25,6 +25,7 @@
 #include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_pack.cuh"
 
 namespace tileops {
 
@@ -142,6 +143,13 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
         gemm_store_pair<T, TOut, HAS_C, BIAS, ACT>(p, D + row * p.ldd, HAS_C ? C + row * p.ldc : nullptr, col,
                                                    sums[r * BN + c], sums[r * BN + c + 1]);
     }
+}
+
+// The copies of misaligned operands before a launch of gemm_skinny_kernel, with its arguments.
+template <typename T>
+__global__ void __launch_bounds__(256) gemm_skinny_pack_kernel(const GemmArgs p) {
+    static_assert(sizeof(T) == 2, "A and B are 16-bit");
+    gemm_pack_operand(p);
 }
 
 }  // namespace tileops

@@ -20,6 +20,7 @@
 #include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_pack.cuh"
 
 namespace tileops {
 
@@ -171,6 +172,13 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_sm80_kernel(const 
             }
         }
     }
+}
+
+// The copies of misaligned operands before a launch of gemm_sm80_kernel, with its arguments.
+template <typename T>
+__global__ void __launch_bounds__(256) gemm_sm80_pack_kernel(const GemmArgs p) {
+    static_assert(sizeof(T) == 2, "A and B are 16-bit");
+    gemm_pack_operand(p);
 }
 
 }  // namespace tileops

@@ -31,21 +31,27 @@
 // Template parameters: T (__half, __nv_bfloat16), TOut, B_NT, BM x BN x BK (BN a wgmma width: 32,
 // 64, 128, 256 from hopper.cuh, 96-224 from wgmma_gemm_widths.cuh; BK = 64: one 128-byte swizzled
 // row), STAGES, CONSUMERS (1 or 2), PINGPONG (needs 2 consumers, no split K), CLUSTER_M (1 or 2),
-// GROUP_M, HAS_C, BIAS, ACT.
+// GROUP_M, HAS_C, BIAS, ACT, TMA_STORE (D's rows are 16-byte aligned: a 16-bit D may be stored
+// with TMA; else every D is stored from registers, element pairs or single elements).
+//
+// A and B must have 16-byte aligned rows for TMA; where they do not, the host runs
+// gemm_sm90_pack_kernel first (gemm_pack.cuh), which copies them into the workspace.
 #pragma once
 
 #include "arch/hopper.cuh"
 #include "arch/wgmma_gemm_widths.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_pack.cuh"
 
 namespace tileops {
 
 // Output tiles of 16-bit types go through shared memory and TMA stores (see above), in boxes of
-// 64 columns; tiles of other widths (32, 96, 160, 224) store from registers. Host: gemm_sm90_stores_with_tma.
-template <typename TOut, int BN>
+// 64 columns, where D's rows are 16-byte aligned (TMA_STORE); tiles of other widths (32, 96, 160,
+// 224) and unaligned rows store from registers. Host: gemm_sm90_stores_with_tma.
+template <typename TOut, int BN, bool TMA_STORE>
 __host__ __device__ constexpr bool gemm_sm90_tma_store() {
-    return sizeof(TOut) == 2 && BN % 64 == 0;
+    return TMA_STORE && sizeof(TOut) == 2 && BN % 64 == 0;
 }
 
 // Where D[r, c] of a 64 x 64 output box lies in its shared-memory buffer: 128-byte rows, swizzled
@@ -112,7 +118,7 @@ __device__ __forceinline__ bool gemm_reduce_splits(const GemmArgs& p, float* acc
 
 // The consumer warpgroups' part: waits for stages, multiplies, frees stages, stores tiles.
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, bool PINGPONG,
-          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT>
+          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE>
 __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const TensorMap* map_d, const T* ring_a,
                                                   const T* ring_b, TOut* out_tiles, unsigned long long* full,
                                                   unsigned long long* empty, volatile int* split_flag, int consumer, unsigned rank,
@@ -204,7 +210,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
         TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
         const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
         const long long n0 = static_cast<long long>(tile_n) * BN;
-        if constexpr (gemm_sm90_tma_store<TOut, BN>()) {
+        if constexpr (gemm_sm90_tma_store<TOut, BN, TMA_STORE>()) {
             // This consumer's rows in boxes of 64 x 64, through two buffers taken in turn: wait
             // until the store that used this one (two boxes ago) has read it, fill it, make the
             // writes visible to TMA, store (what lies past M or N is clipped).
@@ -278,7 +284,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
 }
 
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, bool PINGPONG,
-          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT>
+          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
                      const __grid_constant__ TensorMap map_d, const GemmArgs p) {
@@ -302,7 +308,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     T* ring_b = ring_a + STAGES * kTileA;
     // Two 64 x 64 output buffers per consumer (16-bit D only; host: GemmConfig::shared_bytes), then the barriers.
     TOut* out_tiles = reinterpret_cast<TOut*>(ring_b + STAGES * kTileB);
-    constexpr int kOutBuffers = gemm_sm90_tma_store<TOut, BN>() ? CONSUMERS * 2 * 64 * 64 : 0;
+    constexpr int kOutBuffers = gemm_sm90_tma_store<TOut, BN, TMA_STORE>() ? CONSUMERS * 2 * 64 * 64 : 0;
     unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutBuffers);
     unsigned long long* empty = full + STAGES;
     volatile int* split_flag = reinterpret_cast<volatile int*>(empty + STAGES);  // gemm_reduce_splits' broadcast
@@ -338,7 +344,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         if (threadIdx.x == 0) {
             tma_prefetch_descriptor(&map_a);
             tma_prefetch_descriptor(&map_b);
-            if constexpr (gemm_sm90_tma_store<TOut, BN>()) tma_prefetch_descriptor(&map_d);
+            if constexpr (gemm_sm90_tma_store<TOut, BN, TMA_STORE>()) tma_prefetch_descriptor(&map_d);
             int stage = 0;
             unsigned phase = 0;
             for (long long unit = first_unit; unit < tiles * p.split_k; unit += unit_stride) {
@@ -381,17 +387,26 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         }
     } else {
         if constexpr (kReallocate) warpgroup_registers_claim<232>();
-        gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, PINGPONG, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT>(
+        gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, PINGPONG, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT,
+                          TMA_STORE>(
             p, &map_d, ring_a, ring_b, out_tiles, full, empty, split_flag, warpgroup - 1, rank, first_unit, unit_stride, tiles,
             tiles_per_batch, units_m, tiles_n, k_tiles);
         // Shared memory must outlive the reads of the last TMA store.
-        if (gemm_sm90_tma_store<TOut, BN>() && threadIdx.x % 128 == 0) tma_store_wait_all();
+        if (gemm_sm90_tma_store<TOut, BN, TMA_STORE>() && threadIdx.x % 128 == 0) tma_store_wait_all();
     }
     // Neither block of a pair may leave while the other can still write into its shared memory.
     if constexpr (CLUSTER_M == 2) {
         __syncwarp();
         cluster_sync();
     }
+}
+
+// The copies of misaligned operands before a launch of gemm_sm90_kernel, with its arguments.
+template <typename T>
+__global__ void __launch_bounds__(256) gemm_sm90_pack_kernel(const __grid_constant__ TensorMap, const __grid_constant__ TensorMap,
+                                                             const __grid_constant__ TensorMap, const GemmArgs p) {
+    static_assert(sizeof(T) == 2, "A and B are 16-bit");
+    gemm_pack_operand(p);
 }
 
 }  // namespace tileops

@@ -23,20 +23,29 @@ ClusterLaunchConfig::ClusterLaunchConfig(const ResolvedLaunch& launch, CUstream 
     config.numAttrs = 1;
 }
 
+namespace {
+
+CUresult launch_side(const ResolvedLaunch::Side& side, void** args, CUstream stream) {
+    if (side.function == nullptr) return CUDA_SUCCESS;
+    return cuda::driver().cuLaunchKernel(side.function, side.grid[0], side.grid[1], side.grid[2], side.block[0],
+                                         side.block[1], side.block[2], 0, stream, args, nullptr);
+}
+
+}  // namespace
+
 void launch(const ResolvedLaunch& launch, void** args, CUstream stream, const OpModel& op) {
     const cuda::DriverApi& cu = cuda::driver();
-    CUresult status;
-    if (launch.cluster <= 1) {
-        status = cu.cuLaunchKernel(launch.function, launch.grid[0], launch.grid[1], launch.grid[2], launch.block[0],
-                                   launch.block[1], launch.block[2], launch.shared_bytes, stream, args, nullptr);
-    } else {
-        ClusterLaunchConfig cluster(launch, stream);
-        status = cu.cuLaunchKernelEx(&cluster.config, launch.function, args, nullptr);
+    CUresult status = launch_side(launch.before, args, stream);
+    if (status == CUDA_SUCCESS) {
+        if (launch.cluster <= 1) {
+            status = cu.cuLaunchKernel(launch.function, launch.grid[0], launch.grid[1], launch.grid[2], launch.block[0],
+                                       launch.block[1], launch.block[2], launch.shared_bytes, stream, args, nullptr);
+        } else {
+            ClusterLaunchConfig cluster(launch, stream);
+            status = cu.cuLaunchKernelEx(&cluster.config, launch.function, args, nullptr);
+        }
     }
-    if (status == CUDA_SUCCESS && launch.follow_up != nullptr)
-        status = cu.cuLaunchKernel(launch.follow_up, launch.follow_up_grid[0], launch.follow_up_grid[1],
-                                   launch.follow_up_grid[2], launch.follow_up_block[0], launch.follow_up_block[1],
-                                   launch.follow_up_block[2], 0, stream, args, nullptr);
+    if (status == CUDA_SUCCESS) status = launch_side(launch.after, args, stream);
     if (status != CUDA_SUCCESS)
         cuda::throw_driver_error(status, fmt::format("launching {}", op.describe()).c_str(), __FILE__, __LINE__);
 }

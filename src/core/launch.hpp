@@ -32,10 +32,13 @@ struct ResolvedLaunch {
     std::shared_ptr<Workspace> workspace;
     void* workspace_data() const noexcept { return workspace ? workspace->buffer.data() : nullptr; }
     std::any details;  // LaunchPlan::details
-    // LaunchPlan's follow-up kernel, or null.
-    CUfunction follow_up = nullptr;
-    unsigned follow_up_grid[3] = {1, 1, 1};
-    unsigned follow_up_block[3] = {1, 1, 1};
+    // LaunchPlan's side kernels, loaded; a null function: none.
+    struct Side {
+        CUfunction function = nullptr;
+        unsigned grid[3] = {1, 1, 1};
+        unsigned block[3] = {1, 1, 1};
+    };
+    Side before, after;
 };
 
 // The driver's description of a launch in clusters of launch.cluster CTAs along x (for
@@ -48,8 +51,9 @@ struct ClusterLaunchConfig {
     CUlaunchConfig config{};
 };
 
-// Launches on `stream`: cuLaunchKernel, or cuLaunchKernelEx when the kernel runs in clusters; then
-// the follow-up kernel, if any, with the same arguments.
+// Launches on `stream`: the `before` kernel, if any; the kernel itself (cuLaunchKernel, or
+// cuLaunchKernelEx when it runs in clusters); then the `after` kernel, if any; all with the same
+// arguments.
 // Throws DriverError (naming the op) when the launch is refused.
 void launch(const ResolvedLaunch& launch, void** args, CUstream stream, const OpModel& op);
 

@@ -20,6 +20,14 @@ namespace tileops::detail {
 
 struct ResolvedLaunch;
 
+// A kernel a launch runs beside its main one (LaunchPlan::before, after).
+struct SideKernel {
+    std::string name_expression;  // empty: none
+    unsigned grid[3] = {1, 1, 1};
+    unsigned block[3] = {1, 1, 1};
+    explicit operator bool() const noexcept { return !name_expression.empty(); }
+};
+
 // A kernel instantiation and its launch geometry for one problem.
 struct LaunchPlan {
     std::string template_file;    // under kernel_templates/, e.g. "rows/rmsnorm.cuh"
@@ -33,19 +41,19 @@ struct LaunchPlan {
     // a block that waits for another to leave would run its share of the work after everyone else.
     bool persistent = false;
     // What the op's launch needs beside the function and geometry, as a type of its family (the
-    // GEMM's GemmTmaLaunch: its TMA boxes and split-K workspace); empty when nothing.
+    // GEMM's GemmLaunch: its TMA boxes and workspace layout); empty when nothing.
     std::any details;
-    // A second kernel of the same template file, launched right after the first on the same stream
-    // with the same arguments and no dynamic shared memory (e.g. the merge of split partial
-    // results, spread over many blocks); empty: none.
-    std::string follow_up_name_expression;
-    unsigned follow_up_grid[3] = {1, 1, 1};
-    unsigned follow_up_block[3] = {1, 1, 1};
-
-    // Every kernel this plan launches (one or two name expressions).
+    // Kernels of the same template file launched on the same stream with the same arguments and
+    // no dynamic shared memory: `before` right before this one (e.g. copying a misaligned operand
+    // into the workspace), `after` right after it (e.g. the merge of split partial results, spread
+    // over many blocks). An empty name: none.
+    SideKernel before, after;
+    // Every kernel this plan launches, in launch order.
     std::vector<std::string> name_expressions() const {
-        std::vector<std::string> names{name_expression};
-        if (!follow_up_name_expression.empty()) names.push_back(follow_up_name_expression);
+        std::vector<std::string> names;
+        if (before) names.push_back(before.name_expression);
+        names.push_back(name_expression);
+        if (after) names.push_back(after.name_expression);
         return names;
     }
 };
@@ -110,10 +118,10 @@ public:
     // the kernel's parameters and calls detail::launch.
     virtual void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const = 0;
 
-    // Device scratch memory a launch with `config` needs (e.g. split-KV partial results). The
-    // runtime allocates it, zeroed, when it resolves the launch; the kernel must leave it as it
-    // needs to find it next time (counters back at zero).
-    virtual size_t workspace_bytes(const Config& /*config*/) const { return 0; }
+    // Device scratch memory a launch with `config` at launch width `width` needs (e.g. split-KV
+    // partial results). The runtime allocates it, zeroed, when it first resolves that launch; the
+    // kernel must leave it as it needs to find it next time (counters back at zero).
+    virtual size_t workspace_bytes(const Config& /*config*/, int /*width*/) const { return 0; }
 
     // "rmsnorm 8192x4096 bf16 [residual]".
     std::string describe() const;

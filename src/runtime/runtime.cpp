@@ -52,11 +52,12 @@ tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const De
     return resolver;
 }
 
-// The plan of a launch's follow-up kernel (its other fields are the launch's own).
-LaunchPlan follow_up_of(const LaunchPlan& plan) {
-    LaunchPlan follow_up = plan;
-    follow_up.name_expression = plan.follow_up_name_expression;
-    return follow_up;
+// The plan of one of a launch's side kernels (its template file and options are the launch's own).
+LaunchPlan side_plan(const LaunchPlan& plan, const SideKernel& side) {
+    LaunchPlan side_kernel = plan;
+    side_kernel.name_expression = side.name_expression;
+    side_kernel.before = side_kernel.after = SideKernel{};
+    return side_kernel;
 }
 
 }  // namespace
@@ -152,7 +153,8 @@ void RuntimeImpl::load_kernels(const OpModel& model, const Config& config, const
     for (int vec : widths) {
         try {
             LaunchPlan launch_plan = plan(model, config, vec);
-            if (!launch_plan.follow_up_name_expression.empty()) plans.push_back(follow_up_of(launch_plan));
+            for (const SideKernel* side : {&launch_plan.before, &launch_plan.after})
+                if (*side) plans.push_back(side_plan(launch_plan, *side));
             plans.push_back(std::move(launch_plan));
         } catch (const std::exception&) {
             // An unusable config: resolving that width reports it.
@@ -183,7 +185,7 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
     }
     launch.cluster = plan.cluster;
     launch.shared_bytes = plan.shared_bytes;
-    if (const size_t bytes = model.workspace_bytes(config); bytes > 0) {
+    if (const size_t bytes = model.workspace_bytes(config, vec); bytes > 0) {
         make_current();
         launch.workspace = std::make_shared<Workspace>(device_.ordinal, bytes);
         launch.workspace->buffer.fill_bytes(0);
@@ -191,11 +193,12 @@ ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& c
         TILEOPS_CU_CHECK(cuda::driver().cuCtxSynchronize());
     }
     launch.details = plan.details;
-    if (!plan.follow_up_name_expression.empty()) {
-        launch.follow_up = kernel(follow_up_of(plan)).function;
+    for (auto [side, resolved] : {std::pair{&plan.before, &launch.before}, {&plan.after, &launch.after}}) {
+        if (!*side) continue;
+        resolved->function = kernel(side_plan(plan, *side)).function;
         for (int i = 0; i < 3; ++i) {
-            launch.follow_up_grid[i] = plan.follow_up_grid[i];
-            launch.follow_up_block[i] = plan.follow_up_block[i];
+            resolved->grid[i] = side->grid[i];
+            resolved->block[i] = side->block[i];
         }
     }
     if (plan.cluster > 8)  // clusters of more than 8 CTAs are "non-portable" and need an opt-in

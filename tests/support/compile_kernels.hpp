@@ -13,7 +13,7 @@ namespace tileops::test {
 using KernelsByFile = std::map<std::string, std::set<std::string>>;
 
 // Adds the kernels a launch of `model` with `config` at vector width `vec` uses (its main kernel
-// and any follow-up), under the template file its plan names.
+// and its side kernels), under the template file its plan names.
 void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Config& config, int vec,
                  const DeviceInfo& device);
 

@@ -78,7 +78,7 @@ public:
         return plan;
     }
 
-    size_t workspace_bytes(const Config& config) const override {
+    size_t workspace_bytes(const Config& config, int) const override {
         return decode_workspace_bytes(shape_, decode_launch(shape_, config));
     }
 

@@ -141,7 +141,7 @@ public:
     }
     std::vector<int> vector_widths(const Config&) const override { return {1}; }
     // The sm_90 kernel hands work tiles out from two counters (flash_attention_sm90.cuh).
-    size_t workspace_bytes(const Config& config) const override {
+    size_t workspace_bytes(const Config& config, int) const override {
         return FlashConfig::from(config).kernel == kFlashSm90 ? 2 * sizeof(int) : 0;
     }
 

@@ -112,6 +112,22 @@ GemmProblem normalized(GemmProblem p) {
 
 const char* activation_index(GemmEpilogue e) { return e == GemmEpilogue::gelu ? "1" : e == GemmEpilogue::silu ? "2" : "0"; }
 
+// Launch widths of a GEMM (OpModel::vector_widths, vector_width, plan). Every kernel loads A and B
+// as 16-byte vectors, so what varies is how operands that are not 16-byte aligned get there:
+//   8: A, B and D aligned (the sm_90 kernel stores a 16-bit D with TMA);
+//   ragged_width(8): A and B aligned, D not (stored from registers);
+//   1: A or B not aligned: copied first into the workspace with aligned rows (gemm_pack.cuh);
+//   ragged_width(1): both.
+constexpr int kAlignedWidth = 8;
+constexpr bool packs_operands(int width) { return width_vector(width) == 1; }
+constexpr bool stores_d_aligned(int width) { return !is_ragged_width(width); }
+constexpr int gemm_width(bool pack, bool d_aligned) {
+    const int vec = pack ? 1 : kAlignedWidth;
+    return d_aligned ? vec : ragged_width(vec);
+}
+
+int64_t round_up_to_vector(int64_t cols) { return (cols + 7) / 8 * 8; }
+
 }  // namespace
 
 class GemmModel final : public OpModel {
@@ -122,12 +138,12 @@ public:
     explicit GemmModel(const GemmProblem& p)
         : p_(p),
           shape_{p.batch, p.m, p.n, p.k, dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
-          // 16-byte copies need every row of A and B (and of D, where the TMA kernel stores it with
-          // TMA) to start 16 bytes apart from the last.
-          shape_vec_(widest_dividing_vector(8, {p.lda, p.ldb, p.batch > 1 ? p.batch_stride_a : 0,
-                                                p.batch > 1 ? p.batch_stride_b : 0,
-                                                shape_.out_bytes == 2 ? p.ldd : 0,
-                                                shape_.out_bytes == 2 && p.batch > 1 ? p.batch_stride_d : 0})) {}
+          // 16-byte loads need every row of A and B to start 16 bytes apart from the last, and so
+          // does a TMA store of a 16-bit D.
+          ab_rows_aligned_(widest_dividing_vector(8, {p.lda, p.ldb, p.batch > 1 ? p.batch_stride_a : 0,
+                                                      p.batch > 1 ? p.batch_stride_b : 0}) == 8),
+          d_rows_aligned_(shape_.out_bytes != 2 ||
+                          widest_dividing_vector(8, {p.ldd, p.batch > 1 ? p.batch_stride_d : 0}) == 8) {}
 
     std::string op_name() const override { return "gemm"; }
     std::vector<long long> shape() const override {
@@ -149,16 +165,13 @@ public:
         return text;
     }
 
-    Config heuristic(const DeviceInfo& device) const override {
-        return restrict_aligned(gemm_heuristic(shape_, device), device).to_config();
-    }
+    Config heuristic(const DeviceInfo& device) const override { return gemm_heuristic(shape_, device).to_config(); }
     std::vector<Config> search_space(const DeviceInfo& device) const override {
-        // On sm_90, where the TMA kernel can take the problem, the sm_80 kernel is only slower (a
-        // third of its speed on H100) and slow to compile: not searched.
-        const bool tma = device.sm() == 90 && !aligned_rows_refusal(GemmConfig{kGemmSm90});
+        // On sm_90 the sm_80 kernel is only slower (a third of the TMA kernel's speed on H100) and
+        // slow to compile: not searched.
         std::vector<Config> space;
         for (const GemmConfig& c : gemm_search_space(shape_, device))
-            if (!aligned_rows_refusal(c) && !(tma && c.kernel == kGemmSm80)) space.push_back(c.to_config());
+            if (!(device.sm() == 90 && c.kernel == kGemmSm80)) space.push_back(c.to_config());
         return space;
     }
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
@@ -168,22 +181,25 @@ public:
         } catch (const std::exception& e) {
             return std::string(e.what());
         }
-        if (auto reason = aligned_rows_refusal(c)) return reason;
         return gemm_invalid_reason(c, shape_, device);
     }
-    // Split K: the tiles' counters and partial sums (gemm_reduce_splits in gemm_sm90.cuh).
-    size_t workspace_bytes(const Config& config) const override {
-        return GemmSplitWorkspace::of(GemmConfig::from(config), shape_).bytes();
+    // Split K's counters and partial sums (gemm_reduce_splits in gemm_sm90.cuh), and the copies
+    // of A and B of a launch that packs them.
+    size_t workspace_bytes(const Config& config, int width) const override {
+        return launch_details(GemmConfig::from(config), width).workspace_bytes;
     }
-    std::vector<int> vector_widths(const Config& config) const override {
-        return halving_widths(std::min(static_cast<int>(config.at("vec")), shape_vec_));
+    // Every width run() may pick for pointers of any alignment, given what the shape allows.
+    std::vector<int> vector_widths(const Config&) const override {
+        std::vector<int> widths;
+        for (bool pack : {false, true})
+            for (bool d_aligned : {true, false})
+                if ((pack || ab_rows_aligned_) && (!d_aligned || d_rows_aligned_))
+                    widths.push_back(gemm_width(pack, d_aligned));
+        return widths;
     }
 
-    LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const override {
-        GemmConfig c = GemmConfig::from(config);
-        // TMA and the skinny kernel need 16-byte aligned rows and pointers: anything else runs on
-        // the sm_80 kernel.
-        if (c.kernel != kGemmSm80 && vec < 8) c = gemm_sm80_heuristic(shape_, device);
+    LaunchPlan plan(const Config& config, int width, const DeviceInfo& device) const override {
+        const GemmConfig c = GemmConfig::from(config);
         LaunchPlan plan;
         plan.shared_bytes = c.shared_bytes(shape_);
         plan.block[0] = static_cast<unsigned>(c.threads());
@@ -191,18 +207,30 @@ public:
                                               nt(p_) ? "true" : "false");
         const std::string epilogue = fmt::format("{}, {}, {}", p_.has_c ? "true" : "false", p_.bias ? "true" : "false",
                                                  activation_index(p_.epilogue));
+        const char* kernel_prefix = c.kernel == kGemmSm90 ? "gemm_sm90" : c.kernel == kGemmSkinny ? "gemm_skinny" : "gemm_sm80";
+        if (packs_operands(width)) {
+            // One thread a 16-byte chunk of a copy (blockIdx.y: A or B), the blocks striding over
+            // the larger of the two, at most a full GPU's worth.
+            const int64_t chunks = p_.batch * std::max(p_.m * round_up_to_vector(p_.k), b_rows(p_) * round_up_to_vector(b_cols(p_))) / 8;
+            plan.before.name_expression = fmt::format("tileops::{}_pack_kernel<{}>", kernel_prefix, device_type_name(p_.dtype));
+            plan.before.grid[0] = static_cast<unsigned>(std::min<int64_t>((chunks + 255) / 256, int64_t{device.sm_count} * 8));
+            plan.before.grid[1] = 2;
+            plan.before.block[0] = 256;
+        }
+        plan.details = launch_details(c, width);
         if (c.kernel == kGemmSm90) {
+            const bool tma_store = stores_d_aligned(width) && gemm_sm90_stores_with_tma(shape_, c);
             plan.template_file = "gemm/gemm_sm90.cuh";
-            plan.name_expression =
-                fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", types, c.block_m, c.block_n,
-                            c.block_k, c.stages, c.consumers, c.pingpong ? "true" : "false", c.cluster, c.group_m, epilogue);
+            plan.name_expression = fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", types,
+                                               c.block_m, c.block_n, c.block_k, c.stages, c.consumers,
+                                               c.pingpong ? "true" : "false", c.cluster, c.group_m, epilogue,
+                                               tma_store ? "true" : "false");
             // Persistent: one block per SM at most, each (pair) walking units of `cluster` tiles.
             const int64_t units = (p_.m + c.block_m * c.cluster - 1) / (c.block_m * c.cluster) *
                                   ((p_.n + c.block_n - 1) / c.block_n) * p_.batch * c.split_k;
             plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(units, device.sm_count / c.cluster) * c.cluster);
             plan.cluster = static_cast<unsigned>(c.cluster);
             plan.persistent = true;
-            plan.details = GemmTmaLaunch{c.block_m, c.block_n, c.split_k, c.cluster == 2, GemmSplitWorkspace::of(c, shape_)};
         } else if (c.kernel == kGemmSkinny) {
             plan.template_file = "gemm/gemm_skinny.cuh";
             plan.name_expression = fmt::format("tileops::gemm_skinny_kernel<{}, {}, {}, {}, {}, {}, {}>",
@@ -215,7 +243,7 @@ public:
             plan.template_file = "gemm/gemm_sm80.cuh";
             plan.name_expression =
                 fmt::format("tileops::gemm_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", types, c.block_m, c.block_n,
-                            c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m, vec, epilogue);
+                            c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m, c.vec, epilogue);
             plan.grid[0] = static_cast<unsigned>(gemm_tiles(c, shape_) / p_.batch);
             plan.grid[2] = static_cast<unsigned>(p_.batch);
         }
@@ -237,22 +265,42 @@ public:
         return list;
     }
 
-    int shape_vec() const noexcept { return shape_vec_; }
+    // Whether A's and B's rows (at these pointers) are 16-byte aligned; else the launch packs them.
+    bool a_aligned(const void* a) const { return ab_rows_aligned_ && widest_aligned_vector(8, a, dtype_size(p_.dtype)) == 8; }
+    bool b_aligned(const void* b) const { return ab_rows_aligned_ && widest_aligned_vector(8, b, dtype_size(p_.dtype)) == 8; }
+    // Whether D's rows can be stored with TMA.
+    bool d_aligned(const void* d) const {
+        return d_rows_aligned_ && (shape_.out_bytes != 2 || widest_aligned_vector(8, d, shape_.out_bytes) == 8);
+    }
 
 private:
-    // Why the TMA or the skinny kernel cannot take this problem at all (it is checked per config).
-    std::optional<std::string> aligned_rows_refusal(const GemmConfig& c) const {
-        if (c.kernel == kGemmSm80 || shape_vec_ >= 8) return std::nullopt;
-        return fmt::format("kernel {} ({}) needs leading dimensions and batch strides that are multiples of 16 bytes", c.kernel,
-                           c.kernel == kGemmSm90 ? "TMA" : "skinny");
-    }
-    GemmConfig restrict_aligned(const GemmConfig& c, const DeviceInfo& device) const {
-        return aligned_rows_refusal(c) ? gemm_sm80_heuristic(shape_, device) : c;
+    // The launch's workspace: split K's counters and partial sums, then, for a launch that copies
+    // A and B (packs_operands), room for both copies, rows padded to 8 elements, each starting on
+    // a 256-byte boundary.
+    GemmLaunch launch_details(const GemmConfig& c, int width) const {
+        GemmLaunch details;
+        details.tma = c.kernel == kGemmSm90;
+        details.block_m = c.block_m, details.block_n = c.block_n, details.split_k = c.split_k;
+        details.paired = c.cluster == 2;
+        details.split = GemmSplitWorkspace::of(c, shape_);
+        details.workspace_bytes = details.split.bytes();
+        details.packs = packs_operands(width);
+        if (details.packs) {
+            auto reserve = [&](int64_t rows, int64_t cols) {
+                const size_t offset = (details.workspace_bytes + 255) / 256 * 256;
+                details.workspace_bytes = offset + static_cast<size_t>(p_.batch * rows * round_up_to_vector(cols)) * shape_.in_bytes;
+                return offset;
+            };
+            details.pack_a_offset = reserve(p_.m, p_.k);
+            details.pack_b_offset = reserve(b_rows(p_), b_cols(p_));
+        }
+        return details;
     }
 
     GemmProblem p_;
     GemmShape shape_;
-    int shape_vec_;
+    bool ab_rows_aligned_;  // lda, ldb and their batch strides are multiples of 16 bytes
+    bool d_rows_aligned_;   // so are ldd and D's batch stride, or D is not 16-bit
 };
 
 namespace {
@@ -279,8 +327,8 @@ RowsSpan check_gemm_operand(const GemmProblem& p, const char* name, const Arg& a
     return span;
 }
 
-// Checks run()'s operands; returns the widest vector width the shape and the A, B pointers allow.
-int bind(const GemmProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
+// Checks run()'s operands (throws InvalidArgument naming the one that is wrong).
+void bind(const GemmProblem& p, Inputs inputs, Outputs outputs) {
     const size_t expected = 2 + (p.has_c ? 1 : 0) + (p.bias ? 1 : 0);
     const char* names = p.has_c && p.bias ? "A, B, C, bias" : p.has_c ? "A, B, C" : p.bias ? "A, B, bias" : "A, B";
     check_count("Gemm", "inputs", inputs.size(), expected, names);
@@ -304,17 +352,11 @@ int bind(const GemmProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
         throw InvalidArgument("tileops::Gemm: D overlaps A (the output cannot be written over an operand)");
     if (outputs_conflict(d_span, b_span, false))
         throw InvalidArgument("tileops::Gemm: D overlaps B (the output cannot be written over an operand)");
-    const size_t in_bytes = dtype_size(p.dtype);
     if (p.bias) {
         const TensorArg& bias = inputs[p.has_c ? 3 : 2];
         if (outputs_conflict(d_span, check_operand("Gemm", "bias", bias.data(), bias.view(), p.dtype, 0, p.n, 1), false))
             throw InvalidArgument("tileops::Gemm: D overlaps the bias (the output cannot be written over an operand)");
     }
-    int vec = widest_aligned_vector(shape_vec, a.data(), in_bytes);
-    vec = widest_aligned_vector(vec, b.data(), in_bytes);
-    // A 16-bit D may be stored with TMA by the sm_90 kernel (gemm_sm90_stores_with_tma).
-    if (dtype_size(out) == 2) vec = widest_aligned_vector(vec, d.data(), 2);
-    return vec;
 }
 
 // A 3-D (cols, rows, batch) tensor map of 16-bit elements, in boxes of 64 columns (128 bytes,
@@ -346,7 +388,8 @@ Gemm::Gemm(const GemmProblem& problem) {
 namespace detail {
 
 int GemmModel::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(p_, shape_vec(), inputs, outputs);
+    detail::bind(p_, inputs, outputs);
+    return gemm_width(!a_aligned(inputs[0].data()) || !b_aligned(inputs[1].data()), d_aligned(outputs[0].data()));
 }
 
 void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
@@ -358,31 +401,46 @@ void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outp
                   outputs[0].data(),
                   p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd,
                   p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d,
-                  p.batch, p.alpha, p.beta, 1, nullptr, nullptr, 0};
-    const auto* tma = std::any_cast<detail::GemmTmaLaunch>(&launch.details);
-    if (tma == nullptr) {  // the sm_80 and skinny kernels
+                  p.batch, p.alpha, p.beta, 1, nullptr, nullptr, 0, {}};
+    const auto& details = std::any_cast<const GemmLaunch&>(launch.details);
+    if (details.packs) {
+        // A and B, where not aligned, are read from their copies (made by the `before` kernel).
+        char* workspace = static_cast<char*>(launch.workspace_data());
+        auto pack = [&](GemmPackedCopy& copy, const void*& data, long long& ld, long long& stride, int64_t rows,
+                        int64_t cols, size_t offset) {
+            const int64_t ld_to = round_up_to_vector(cols);
+            copy = GemmPackedCopy{data, workspace + offset, rows, cols, ld, ld_to, stride, rows * ld_to};
+            data = copy.to, ld = ld_to, stride = rows * ld_to;
+        };
+        if (!a_aligned(args.a)) pack(args.packs[0], args.a, args.lda, args.batch_stride_a, p.m, p.k, details.pack_a_offset);
+        if (!b_aligned(args.b))
+            pack(args.packs[1], args.b, args.ldb, args.batch_stride_b, b_rows(p), b_cols(p), details.pack_b_offset);
+    }
+    if (!details.tma) {  // the sm_80 and skinny kernels
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);
         return;
     }
     // The TMA kernel: A is loaded block_m rows at a time, B block_n rows (N x K) or 64 rows of K (K x N).
-    const unsigned block_n = static_cast<unsigned>(tma->block_n);
-    args.split_k = tma->split_k;
-    if (tma->workspace.bytes() > 0) {
-        args.split_counters = tma->workspace.counters(launch.workspace_data());
-        args.partials = tma->workspace.partials(launch.workspace_data());
+    const unsigned block_n = static_cast<unsigned>(details.block_n);
+    args.split_k = details.split_k;
+    if (details.split.bytes() > 0) {
+        args.split_counters = details.split.counters(launch.workspace_data());
+        args.partials = details.split.partials(launch.workspace_data());
     }
-    const unsigned b_rows = tma->paired ? block_n / 2 : block_n;  // pairs load half each
-    args.a_box_rows = detail::gemm_a_box_rows(p.m, tma->block_m);
-    alignas(64) CUtensorMap map_a =
-        detail::tensor_map(args.a, p.dtype, p.m, p.k, p.lda, p.batch, p.batch_stride_a, static_cast<unsigned>(args.a_box_rows));
+    const unsigned b_rows = details.paired ? block_n / 2 : block_n;  // pairs load half each
+    args.a_box_rows = detail::gemm_a_box_rows(p.m, details.block_m);
+    alignas(64) CUtensorMap map_a = detail::tensor_map(args.a, p.dtype, p.m, p.k, args.lda, p.batch, args.batch_stride_a,
+                                                       static_cast<unsigned>(args.a_box_rows));
     alignas(64) CUtensorMap map_b =
-        detail::nt(p) ? detail::tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.batch, p.batch_stride_b, b_rows)
-                      : detail::tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.batch, p.batch_stride_b, 64);
-    // A 16-bit D is stored from shared memory in boxes of 64 x 64; the kernel ignores map_d otherwise.
-    alignas(64) CUtensorMap map_d = dtype_size(*p.out_dtype) == 2
-                                        ? detail::tensor_map(args.d, *p.out_dtype, p.m, p.n, p.ldd, p.batch, p.batch_stride_d, 64)
-                                        : map_a;
+        detail::nt(p) ? detail::tensor_map(args.b, p.dtype, p.n, p.k, args.ldb, p.batch, args.batch_stride_b, b_rows)
+                      : detail::tensor_map(args.b, p.dtype, p.k, p.n, args.ldb, p.batch, args.batch_stride_b, 64);
+    // A 16-bit D with aligned rows is stored from shared memory in boxes of 64 x 64; the kernel
+    // ignores map_d otherwise (and TMA could not describe unaligned rows).
+    alignas(64) CUtensorMap map_d =
+        dtype_size(*p.out_dtype) == 2 && d_aligned(args.d)
+            ? detail::tensor_map(args.d, *p.out_dtype, p.m, p.n, p.ldd, p.batch, p.batch_stride_d, 64)
+            : map_a;
     void* params[] = {&map_a, &map_b, &map_d, &args};
     detail::launch(launch, params, stream, *this);
 }

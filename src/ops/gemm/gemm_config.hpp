@@ -86,13 +86,19 @@ struct GemmSplitWorkspace {
     }
 };
 
-// What a launch of kernel 1 (TMA + wgmma) needs beside its function and geometry
-// (LaunchPlan::details): the tile its tensor maps' boxes are cut to, and its split-K workspace.
-struct GemmTmaLaunch {
+// What a GEMM launch needs beside its function and geometry (LaunchPlan::details): for kernel 1
+// (TMA + wgmma), the tile its tensor maps' boxes are cut to; its workspace's layout.
+struct GemmLaunch {
+    bool tma = false;  // kernel 1
     int block_m = 0, block_n = 0;
     int split_k = 1;
     bool paired = false;  // blocks run in pairs, each loading half of a B tile (multicast)
-    GemmSplitWorkspace workspace;
+    GemmSplitWorkspace split;  // at the workspace's start
+    // A launch that copies A and B into the workspace first (gemm_pack.cuh): where the copies
+    // start (256-byte aligned) and the workspace's whole size.
+    bool packs = false;
+    size_t pack_a_offset = 0, pack_b_offset = 0;
+    size_t workspace_bytes = 0;
 };
 
 // Blocks of a launch: tiles x batch for kernels 0 and 2; kernel 1 is persistent (at most one block per SM).

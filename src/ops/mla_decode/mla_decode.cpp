@@ -62,16 +62,15 @@ public:
         plan.block[0] = static_cast<unsigned>(l.threads);
         plan.shared_bytes = static_cast<unsigned>(l.shared_bytes);
         if (l.splits > 1) {  // the merge: a block of 128 threads per (row, sequence)
-            plan.follow_up_name_expression =
-                fmt::format("tileops::mla_merge_kernel<{}, {}>", type, l.block_m);
-            plan.follow_up_grid[0] = static_cast<unsigned>(p_.q_len * p_.num_heads);
-            plan.follow_up_grid[1] = static_cast<unsigned>(p_.batch);
-            plan.follow_up_block[0] = 128;
+            plan.after.name_expression = fmt::format("tileops::mla_merge_kernel<{}, {}>", type, l.block_m);
+            plan.after.grid[0] = static_cast<unsigned>(p_.q_len * p_.num_heads);
+            plan.after.grid[1] = static_cast<unsigned>(p_.batch);
+            plan.after.block[0] = 128;
         }
         return plan;
     }
 
-    size_t workspace_bytes(const Config& config) const override {
+    size_t workspace_bytes(const Config& config, int) const override {
         return mla_workspace_bytes(shape_, mla_launch(shape_, config));
     }
 

@@ -406,7 +406,7 @@ std::vector<Config> RowOpModel::search_space(const DeviceInfo& device) const {
     return space;
 }
 
-size_t RowOpModel::workspace_bytes(const Config& config) const {
+size_t RowOpModel::workspace_bytes(const Config& config, int) const {
     const RowConfig c = RowConfig::from(config, op_name());
     return c.split > 0 ? split_workspace_bytes(rows_, c.split) : 0;
 }
@@ -435,9 +435,9 @@ LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) co
     if (launch.split > 0) {
         if (!has_split_kernels()) throw InvalidArgument(fmt::format("tileops::{}: config has split, which only softmax and log_softmax take", op_name()));
         plan.template_file = "rows/softmax_split.cuh";
-        std::tie(plan.name_expression, plan.follow_up_name_expression) = split_name_expressions(launch);
-        plan.grid[0] = plan.follow_up_grid[0] = launch.grid;
-        plan.block[0] = plan.follow_up_block[0] = launch.block;
+        std::tie(plan.name_expression, plan.after.name_expression) = split_name_expressions(launch);
+        plan.grid[0] = plan.after.grid[0] = launch.grid;
+        plan.block[0] = plan.after.block[0] = launch.block;
         return plan;
     }
     plan.template_file = launch.slots > 0 ? resident_template_file() : template_file();

@@ -102,7 +102,7 @@ public:
     std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override;
     std::vector<int> vector_widths(const Config& config) const override;
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo& device) const override;
-    size_t workspace_bytes(const Config& config) const override;  // the split kernels' partials
+    size_t workspace_bytes(const Config& config, int width) const override;  // the split kernels' partials
 
     // The widest vector width the shape and strides allow (pointers may narrow it further).
     int shape_vec() const noexcept { return shape_vec_; }

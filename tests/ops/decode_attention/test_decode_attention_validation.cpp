@@ -208,7 +208,7 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only with splits"
         CHECK_FALSE(model.invalid_reason(heuristic, h100).has_value());
         CHECK_FALSE(model.search_space(h100).empty());
         for (const Config& config : model.search_space(h100)) {
-            const size_t bytes = model.workspace_bytes(config);
+            const size_t bytes = model.workspace_bytes(config, 1);
             CHECK((config.at("splits") > 1) == (bytes > 0));
         }
     }

@@ -152,9 +152,9 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK(plan80.block[0] == 256);
     CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, 2, 2, true, true, true>");
     // The sm_90 kernel takes its work tiles from two counters, causal or not; the sm_80 one has none.
-    CHECK(model.workspace_bytes(tma) == 2 * sizeof(int));
-    CHECK(d64.model().workspace_bytes(d64.model().heuristic(h100)) == 2 * sizeof(int));  // non-causal
-    CHECK(model.workspace_bytes(sm80) == 0);
+    CHECK(model.workspace_bytes(tma, 1) == 2 * sizeof(int));
+    CHECK(d64.model().workspace_bytes(d64.model().heuristic(h100), 1) == 2 * sizeof(int));  // non-causal
+    CHECK(model.workspace_bytes(sm80, 1) == 0);
 }
 
 TEST_CASE("flash_attention through the problem factory", "[validation][flash]") {

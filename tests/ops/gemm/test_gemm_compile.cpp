@@ -1,8 +1,8 @@
-// Every config in the GEMM search space compiles with NVRTC, for both layouts, at the widest vector
+// Every config in the GEMM search space compiles with NVRTC, for both layouts, at the aligned
 // width: the sm_80 kernel's configs for sm_80, the TMA kernel's for sm_90a, the skinny kernel's for
-// both (the sm_80 kernel's
-// sm_90a builds and the narrower fallbacks of the heuristic configs are compiled by
-// test_compile_templates.cpp: each GEMM kernel takes 1-3 s, and CI has two cores). Needs no GPU.
+// both; and the heuristic's config at every width run() may take (the copy kernel that packs
+// unaligned A and B, the TMA kernel storing D from registers). Each GEMM kernel takes 1-3 s to
+// compile, and CI has two cores: the other configs' other widths are the same code paths. Needs no GPU.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
@@ -37,6 +37,8 @@ TEST_CASE("every GEMM config of the search space compiles for sm_80 and sm_90a",
             test::add_kernels(kernels, model, config, model.vector_widths(config).front(), device);
         }
         CHECK((skinny > 0) == (m <= 64));
+        const Config heuristic = model.heuristic(device);
+        for (int width : model.vector_widths(heuristic)) test::add_kernels(kernels, model, heuristic, width, device);
     }
     test::compile_all(kernels, arch);
 }

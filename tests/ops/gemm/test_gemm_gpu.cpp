@@ -105,7 +105,9 @@ void run_case(Case c) {
     if (c.config) {
         // Twice: what a launch leaves behind (split-K counters) must not change the next one's result.
         INFO("config " << tuning::config_text(*c.config));
-        const detail::ResolvedLaunch launch = shared_runtime().impl().resolve_config(op.model(), *c.config, 8);
+        // At the width run() would take for these operands (packed A and B, D from registers).
+        const int width = op.model().vector_width(Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
+        const detail::ResolvedLaunch launch = shared_runtime().impl().resolve_config(op.model(), *c.config, width);
         for (int repeat = 0; repeat < 2; ++repeat) {
             dd.poison();
             op.launch_with(launch, Inputs(inputs.data(), inputs.size()), Outputs(&output, 1), nullptr);
@@ -209,6 +211,49 @@ TEST_CASE("Gemm on padded, misaligned and batched operands", "[gpu][gemm]") {
     GemmProblem tiny_batch = make(1, 7, 9, layout, DType::fp16);
     tiny_batch.batch = 33;
     run_case({tiny_batch});
+}
+
+TEST_CASE("Gemm keeps the sm_90 kernel for rows off 16 bytes: odd K, odd N, shifted pointers", "[gpu][gemm]") {
+    // A and B that TMA cannot load are copied into the workspace first (gemm_pack.cuh); a 16-bit D
+    // that TMA cannot store is stored from registers. Each problem runs under the heuristic's
+    // config and under a split-K config (whose partial sums share the workspace with the copies).
+    TILEOPS_REQUIRE_GPU();
+    Runtime& runtime = shared_runtime();
+    if (runtime.device().sm() != 90) SKIP("the TMA kernel needs sm_90");
+    const GemmLayout layout = GENERATE(GemmLayout::nn, GemmLayout::nt);
+    struct Shape {
+        int64_t batch, m, n, k;
+        DType out;
+        int64_t pad;
+        size_t misalign;
+    };
+    const Shape shapes[] = {{1, 257, 515, 4095, DType::bf16, 0, 0},  // odd K: A and B packed (NT), A (NN)
+                            {1, 300, 1001, 640, DType::bf16, 0, 0},  // odd N: D ragged (and B packed in NN)
+                            {1, 1, 1999, 777, DType::fp16, 0, 0},    // decode-like, everything odd
+                            {1, 64, 520, 1000, DType::bf16, 0, 2},   // A and B shifted by 2 bytes
+                            {1, 130, 264, 136, DType::bf16, 3, 0},   // rows padded off 16 bytes
+                            {3, 70, 333, 99, DType::bf16, 0, 0},     // batched, every stride odd
+                            {1, 129, 127, 127, DType::fp32, 1, 0}};  // fp32 out
+    for (const Shape& s : shapes) {
+        GemmProblem p = make(s.m, s.n, s.k, layout, s.out == DType::fp16 ? DType::fp16 : DType::bf16, s.out);
+        p.batch = s.batch;
+        p.has_c = s.m % 2 == 1, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.n % 3 == 0;
+        p.epilogue = s.k % 2 == 1 ? GemmEpilogue::gelu : GemmEpilogue::none;
+        auto run_with = [&](std::optional<Config> config) {
+            Case c{p, s.pad, s.misalign};
+            c.samples = s.m * s.n * s.k > 100'000'000 ? 3000 : 0;  // the CPU reference of every output is slow
+            c.config = std::move(config);
+            run_case(c);
+        };
+        const Config heuristic = Gemm(p).model().heuristic(runtime.device());
+        CHECK(heuristic.at("kernel") != 0);
+        run_with(heuristic);
+        const Config split{{"kernel", 1},    {"block_m", 64},  {"block_n", 64}, {"block_k", 64},
+                           {"stages", 8},    {"consumers", 1}, {"pingpong", 0}, {"cluster", 1},
+                           {"split_k", 3},   {"group_m", 8},   {"vec", 8}};
+        if (!Gemm(p).model().invalid_reason(split, runtime.device())) run_with(split);
+        run_with(std::nullopt);  // and through run(), with its own choice
+    }
 }
 
 TEST_CASE("Gemm on large problems, sampled", "[gpu][gemm]") {

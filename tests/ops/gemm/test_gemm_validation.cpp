@@ -114,24 +114,60 @@ TEST_CASE("Gemm checks run()'s operands by name", "[validation][gemm]") {
     CHECK_THROWS_WITH(plain.check({kA, kB}, {d16}), ContainsSubstring("argument 'D' has dtype fp16, expected bf16"));
 }
 
-TEST_CASE("Gemm narrows its copies for unaligned rows and pointers", "[validation][gemm]") {
+TEST_CASE("Gemm packs unaligned A and B and stores unaligned D from registers", "[validation][gemm]") {
+    // Launch widths: 8 all aligned; 1 A or B copied into the workspace first; ragged_width: D's
+    // rows not 16-byte aligned (no TMA store).
+    const int packed = 1, ragged_d = detail::ragged_width(8), packed_ragged_d = detail::ragged_width(1);
     Gemm aligned(problem(64, 128, 256));
     CHECK(aligned.vector_width({kA, kB}, {kD}) == 8);
-    CHECK(aligned.vector_width({static_cast<char*>(kA) + 4, kB}, {kD}) == 2);
-    CHECK(aligned.vector_width({kA, static_cast<char*>(kB) + 2}, {kD}) == 1);
+    CHECK(aligned.vector_width({static_cast<char*>(kA) + 4, kB}, {kD}) == packed);
+    CHECK(aligned.vector_width({kA, static_cast<char*>(kB) + 2}, {kD}) == packed);
     GemmProblem odd = problem(64, 128, 127);  // A's rows are 127 elements apart
-    CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == 1);
+    CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == packed);
     odd.lda = 132;
-    CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == 4);
-    // A 16-bit D is stored with TMA by the sm_90 kernel: its alignment counts too. An fp32 D is
-    // stored from registers (element pairs where it can), and its alignment does not narrow anything.
-    CHECK(aligned.vector_width({kA, kB}, {static_cast<char*>(kD) + 2}) == 1);
+    CHECK(Gemm(odd).vector_width({kA, kB}, {kD}) == packed);
+    // A 16-bit D is stored with TMA by the sm_90 kernel where its rows are aligned. An fp32 D is
+    // always stored from registers (element pairs where it can).
+    CHECK(aligned.vector_width({kA, kB}, {static_cast<char*>(kD) + 2}) == ragged_d);
+    CHECK(aligned.vector_width({static_cast<char*>(kA) + 2, kB}, {static_cast<char*>(kD) + 2}) == packed_ragged_d);
     GemmProblem unaligned_ldd = problem(64, 128, 256);
     unaligned_ldd.ldd = 130;
-    CHECK(Gemm(unaligned_ldd).vector_width({kA, kB}, {kD}) == 2);
+    CHECK(Gemm(unaligned_ldd).vector_width({kA, kB}, {kD}) == ragged_d);
     GemmProblem fp32_out = problem(64, 128, 256);
     fp32_out.out_dtype = DType::fp32;
     CHECK(Gemm(fp32_out).vector_width({kA, kB}, {static_cast<char*>(kD) + 4}) == 8);
+
+    // warm compiles every width run() may pick, and no more: widths the shape rules out are left out.
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    const Config config = aligned.model().heuristic(h100);
+    CHECK(aligned.model().vector_widths(config) == std::vector<int>{8, ragged_d, packed, packed_ragged_d});
+    CHECK(Gemm(unaligned_ldd).model().vector_widths(config) == std::vector<int>{ragged_d, packed_ragged_d});
+    CHECK(Gemm(problem(64, 128, 127)).model().vector_widths(config) == std::vector<int>{packed, packed_ragged_d});
+
+    // Every width stays on the TMA kernel: packing runs a copy kernel first, with the workspace
+    // to hold both copies (rows padded to 8 elements, 256-byte aligned).
+    GemmProblem lm_head = problem(8192, 50257, 768);  // GPT-2's LM head: D's rows are 50257 apart
+    lm_head.layout = GemmLayout::nt;
+    const Gemm gpt2(lm_head);
+    const Config tma = gpt2.model().heuristic(h100);
+    CHECK(tma.at("kernel") == 1);
+    for (int width : gpt2.model().vector_widths(tma)) {
+        const detail::LaunchPlan plan = gpt2.model().plan(tma, width, h100);
+        INFO("width " << width);
+        CHECK(plan.template_file == "gemm/gemm_sm90.cuh");
+        CHECK_THAT(plan.name_expression, ContainsSubstring(", false>"));  // no TMA store
+        CHECK(static_cast<bool>(plan.before) == (width == packed_ragged_d));
+    }
+    const Gemm odd_k(problem(4096, 4096, 4095));
+    const Config odd_config = odd_k.model().heuristic(h100);
+    CHECK(odd_config.at("kernel") == 1);
+    const detail::LaunchPlan plan = odd_k.model().plan(odd_config, packed, h100);
+    CHECK_THAT(plan.before.name_expression, ContainsSubstring("gemm_sm90_pack_kernel<__nv_bfloat16>"));
+    CHECK_THAT(plan.name_expression, ContainsSubstring(", true>"));  // D is stored with TMA
+    const size_t copies = (4096 * 4096 + 4095 * 4096) * 2;  // A: 4096 rows of 4096; B (K x N): 4095 rows
+    CHECK(odd_k.model().workspace_bytes(odd_config, packed) >= copies);
+    CHECK(odd_k.model().workspace_bytes(odd_config, packed) < copies + 2 * 256 + (size_t{64} << 20));
+    CHECK(aligned.model().workspace_bytes(config, 8) == 0);
 }
 
 TEST_CASE("Gemm tuning keys carry layout, epilogue and batch; the factory builds them back", "[validation][gemm]") {
