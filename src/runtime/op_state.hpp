@@ -26,12 +26,13 @@
 namespace tileops::detail {
 
 // Launch widths (core/op_model.hpp): vector widths 1, 2, 4, 8, 16 elements map to slots 0..4, the
-// ragged kernels at 2, 4, 8, 16 elements to slots 5..8.
-inline constexpr int kVectorSlots = 9;
+// ragged ones at 1, 2, 4, 8, 16 elements (the GEMM's ragged_width(1): packed A and B, D stored
+// from registers) to slots 5..9.
+inline constexpr int kVectorSlots = 10;
 inline int vector_slot(int width) noexcept {
     const int vec = width_vector(width);
     const int slot = vec <= 1 ? 0 : vec == 2 ? 1 : vec == 4 ? 2 : vec == 8 ? 3 : 4;
-    return is_ragged_width(width) ? 4 + (slot > 0 ? slot : 1) : slot;
+    return is_ragged_width(width) ? 5 + slot : slot;
 }
 
 struct KernelSlot {

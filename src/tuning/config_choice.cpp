@@ -113,9 +113,9 @@ void ConfigResolver::report(const std::string& origin, const TuningEntry& entry,
 std::optional<std::string> ConfigResolver::invalid_reason(const TuningEntry& entry, const EntryValidator& valid) {
     if (!valid) return std::nullopt;
     try {
-        if (auto reason = valid(entry)) return "invalid here: " + *reason;
+        if (auto reason = valid(entry)) return kInvalidHere + *reason;
     } catch (const std::exception& e) {
-        return fmt::format("invalid here: validator failed: {}", e.what());
+        return fmt::format("{}validator failed: {}", kInvalidHere, e.what());
     }
     return std::nullopt;
 }
@@ -131,13 +131,13 @@ std::optional<std::string> ConfigResolver::unusable_reason(const TuningEntry& en
     try {
         if (entry.key.template_hash != kernel_hash(entry.config)) return fmt::format("stale: {}", kStaleTemplateReason);
     } catch (const std::exception& e) {
-        return fmt::format("invalid here: {}", e.what());
+        return fmt::format("{}{}", kInvalidHere, e.what());
     }
     return std::nullopt;
 }
 
 bool ConfigResolver::usable(const LoadedDb& db, const TuningEntry& entry, const TuningKey& key,
-                            const EntryValidator& valid, const KernelHash& kernel_hash) {
+                            const EntryValidator& valid, const KernelHash& kernel_hash, bool exact_shape) {
     // Stale: tuned with another NVRTC (the entry's own version, else its file's), in a file made
     // for another arch, or on another version of the kernel template its config selects. Never
     // used.
@@ -150,6 +150,12 @@ bool ConfigResolver::usable(const LoadedDb& db, const TuningEntry& entry, const 
     else
         why = unusable_reason(entry, key, valid, kernel_hash);
     if (!why) return true;
+    // A config tuned for a near shape may simply not fit this one (a row too long for its slots):
+    // nothing wrong with the entry, so no warning. Stale entries are reported wherever met.
+    if (!exact_shape && why->rfind(kInvalidHere, 0) == 0 && why->find("validator failed") == std::string::npos) {
+        util::logger().debug("tileops: {}: {} does not fit: {}", key.to_string(), entry.key.to_string(), *why);
+        return false;
+    }
     report(db.path, entry, *why);
     return false;
 }
@@ -160,7 +166,7 @@ const TuningEntry* ConfigResolver::exact(const LoadedDb& db, const TuningKey& ke
         if (e.key.op != key.op || e.key.shape != key.shape || e.key.dtype != key.dtype || e.key.flags != key.flags ||
             e.key.arch != key.arch)
             continue;
-        if (usable(db, e, key, valid, kernel_hash)) return &e;
+        if (usable(db, e, key, valid, kernel_hash, true)) return &e;
     }
     return nullptr;
 }
@@ -212,7 +218,7 @@ std::optional<ConfigChoice> ConfigResolver::lookup(const TuningKey& key, const E
     for (const auto* list : {&user_, &shipped_})
         for (const LoadedDb& db : *list) {
             auto near = db.db.nearest(key, options_.max_distance,
-                                      [&](const TuningEntry& e) { return usable(db, e, key, valid, kernel_hash); });
+                                      [&](const TuningEntry& e) { return usable(db, e, key, valid, kernel_hash, false); });
             if (!near) continue;
             if (best == nullptr || near->second < best_distance) {
                 best = near->first;

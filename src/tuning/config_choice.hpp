@@ -10,7 +10,8 @@
 // another NVRTC (the entry's nvrtc_version,
 // else its file's metadata) or found in a user database whose metadata names another arch are
 // stale: never used, reported once (spdlog warn, once per file and entry) and listed by
-// stale_entries(). Entries the op rejects (invalid config for this device) are skipped the same way.
+// stale_entries(). Entries the op rejects (invalid config for this device) are skipped the same way,
+// but silently where the entry is only a nearest-shape candidate (its config need not fit).
 #pragma once
 
 #include <functional>
@@ -27,6 +28,8 @@ namespace tileops::tuning {
 
 // Why an entry tuned with another version of its op's kernel template is never used.
 inline constexpr const char* kStaleTemplateReason = "tuned with another version of the kernel template";
+// How the reason for an entry whose config the op rejects starts.
+inline constexpr const char* kInvalidHere = "invalid here: ";
 
 enum class ConfigSource { memory, user_db, shipped_db, nearest, heuristic };
 std::string to_string(ConfigSource source);
@@ -91,8 +94,10 @@ private:
     // The usable exact match in `db`, reporting stale or rejected look-alikes once.
     const TuningEntry* exact(const LoadedDb& db, const TuningKey& key, const EntryValidator& valid,
                              const KernelHash& kernel_hash);
+    // Whether `entry` may serve `key`; reports why not (once), except a config that does not fit a
+    // shape it was not tuned for (exact_shape false: a nearest-shape candidate).
     bool usable(const LoadedDb& db, const TuningEntry& entry, const TuningKey& key, const EntryValidator& valid,
-                const KernelHash& kernel_hash);
+                const KernelHash& kernel_hash, bool exact_shape);
 
     ResolverOptions options_;
     mutable std::mutex mutex_;

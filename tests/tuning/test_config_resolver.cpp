@@ -399,11 +399,13 @@ TEST_CASE("config resolver: entries the validator rejects are skipped for the ne
     }
     const std::vector<std::string> skipped = resolver.stale_entries();
     CAPTURE(skipped);
-    REQUIRE(skipped.size() == 3);
+    REQUIRE(skipped.size() == 2);
     CHECK(lines_with(skipped, "memory: rmsnorm 1024x4096 bf16 sm_90a: invalid here: vec = 32 is wider than 16 bytes") == 1);
     CHECK(lines_with(skipped, user + ": rmsnorm 1024x4096 bf16 sm_90a: invalid here: vec = 16") == 1);
-    CHECK(lines_with(skipped, user + ": softmax 1024x1024 bf16 sm_90a: invalid here") == 1);
-    CHECK(log.count("ignoring tuning entry") == 3);
+    // softmax 1024x1024 was only a nearest-shape candidate: its config not fitting another shape
+    // says nothing against it, so it is skipped without a warning.
+    CHECK(lines_with(skipped, "softmax 1024x1024") == 0);
+    CHECK(log.count("ignoring tuning entry") == 2);
 
     // Without a validator the same entries are used.
     ConfigResolver trusting(options_with({user}, {shipped.string()}));

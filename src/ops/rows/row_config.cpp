@@ -161,14 +161,15 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, co
 }
 
 // Split rows: when the rows are too few to give every SM a CTA even in clusters (rows x the
-// heuristic's CTAs a row under half the SMs) and a row is long enough (256 KB or more) for a
-// second launch and a second read from L2 to pay. As many CTAs a row as give two waves (a power
+// heuristic's CTAs a row under half the SMs) and a row is long enough (128 KB or more) for a
+// second launch and a second read from L2 to pay (16 rows of 128256 bf16, 250 KB each, took 26 us
+// on 16 CTAs where torch.compile took 18). As many CTAs a row as give two waves (a power
 // of two), each with at least a vector a thread: CTAs of 256 threads, or of 1024 where 256 would
 // stream more than 8 vectors a thread (1 x 10M fp32 ran at 38% of copy on 256 CTAs of 256).
 std::optional<RowConfig> split_heuristic(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device) {
     const RowConfig base = row_heuristic(cols, element_bytes, RowInputs{element_bytes, 1}, device);
     const int64_t ctas_a_row = std::max(1, base.cluster);
-    if (cols * static_cast<int64_t>(element_bytes) < 256 * 1024 || rows * ctas_a_row * 2 >= device.sm_count)
+    if (cols * static_cast<int64_t>(element_bytes) < 128 * 1024 || rows * ctas_a_row * 2 >= device.sm_count)
         return std::nullopt;
     const int64_t wanted = next_pow2(ceil_div(2 * int64_t{device.sm_count}, rows));
     RowConfig c{256, 1, static_cast<int>(16 / element_bytes), 0, 1, 0};
@@ -395,7 +396,17 @@ size_t RowOpModel::element_bytes() const { return std::max(dtype_size(dtype_), d
 Config RowOpModel::heuristic(const DeviceInfo& device) const {
     if (has_split_kernels())
         if (auto split = split_heuristic(rows_, cols_, element_bytes(), device)) return split->to_config();
-    return row_heuristic(cols_, element_bytes(), inputs(), device).to_config();
+    RowConfig c = row_heuristic(cols_, element_bytes(), inputs(), device);
+    // Few short rows: a problem of a few KB is one memory round trip, and the SMs that take part
+    // set its time, so fewer rows a block while that leaves SMs idle (64 x 896 bf16: 8 blocks of
+    // 8 rows took 6.2 us where torch.compile's one row a block took 4.1).
+    while (c.rows_per_block > 1 && ceil_div(rows_, int64_t{c.rows_per_block}) < device.sm_count) {
+        RowConfig fewer = c;
+        fewer.rows_per_block /= 2;
+        if (row_invalid_reason(fewer, cols_, element_bytes(), inputs(), device)) break;
+        c = fewer;
+    }
+    return c.to_config();
 }
 
 std::vector<Config> RowOpModel::search_space(const DeviceInfo& device) const {
