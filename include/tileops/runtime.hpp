@@ -30,11 +30,15 @@ struct RuntimeOptions {
     bool allow_compile = true;
     // Tuning databases searched before the shipped one; empty: TILEOPS_TUNING_DB (':'-separated).
     std::vector<std::string> tuning_dbs;
+    // A fleet bundle (`tileops-tune pack`) served read-only: its kernels before the disk cache,
+    // its databases after tuning_dbs and before the shipped ones; empty: TILEOPS_BUNDLE, if set.
+    std::string bundle;
 };
 
 struct RuntimeStats {
     uint64_t kernels_compiled = 0;   // NVRTC compilations done by this runtime
     uint64_t disk_cache_hits = 0;    // kernels loaded from the disk cache
+    uint64_t bundle_hits = 0;        // kernels loaded from the fleet bundle
     uint64_t memory_cache_hits = 0;  // kernels found already loaded when an op first ran here
 };
 

@@ -79,6 +79,20 @@ std::string KernelBuilder::cache_key(const std::string& template_file, const std
 KernelBinary KernelBuilder::get(const std::string& template_file, const std::string& name_expression,
                                 const std::string& arch) {
     const std::string key = cache_key(template_file, name_expression, arch);
+    if (bundle_ != nullptr) {
+        if (std::optional<std::string> payload = bundle_->kernel(key)) {
+            KernelBinary binary;
+            std::string built_with;
+            const std::string* headers = cuda_headers_hash_if_found();
+            if (decode_payload(*payload, binary, built_with) && (headers == nullptr || built_with == *headers)) {
+                bundle_hits_.fetch_add(1);
+                util::logger().debug("tileops: loaded {} for {} from the bundle", name_expression, arch);
+                return binary;
+            }
+            util::logger().debug("tileops: the bundle's {} for {} was compiled against other CUDA headers", name_expression,
+                                 arch);
+        }
+    }
     bool built = false;
     auto build = [&]() -> std::string {
         if (policy_.mode == JitMode::off)

@@ -8,6 +8,9 @@
 #include <filesystem>
 #include <string>
 
+#include <memory>
+
+#include "jit/bundle.hpp"
 #include "jit/disk_cache.hpp"
 #include "jit/missed_kernels.hpp"
 
@@ -43,12 +46,17 @@ public:
     std::string cache_key(const std::string& template_file, const std::string& name_expression,
                           const std::string& arch) const;
 
+    // Serves kernels from a fleet bundle first (read-only; its kernels compiled against other
+    // CUDA headers than those found here are passed over). Set before the first get().
+    void serve_from(std::shared_ptr<const Bundle> bundle) { bundle_ = std::move(bundle); }
+
     // Thread-safe; concurrent requests for one key compile once (in this process and across
     // processes sharing the cache directory).
     KernelBinary get(const std::string& template_file, const std::string& name_expression, const std::string& arch);
 
     uint64_t compiled_count() const noexcept { return compiled_.load(); }
     uint64_t disk_hit_count() const noexcept { return disk_hits_.load(); }
+    uint64_t bundle_hit_count() const noexcept { return bundle_hits_.load(); }
     DiskCache& cache() noexcept { return cache_; }
     bool allow_compile() const noexcept { return policy_.mode != JitMode::off; }
     const JitPolicy& policy() const noexcept { return policy_; }
@@ -62,6 +70,8 @@ private:
     MissRecorder misses_;
     std::atomic<uint64_t> compiled_{0};
     std::atomic<uint64_t> disk_hits_{0};
+    std::atomic<uint64_t> bundle_hits_{0};
+    std::shared_ptr<const Bundle> bundle_;
 };
 
 }  // namespace tileops::jit

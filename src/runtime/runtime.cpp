@@ -1,5 +1,6 @@
 #include "tileops/runtime.hpp"
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 #include <mutex>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cuda/driver.hpp"
 #include "jit/compiler.hpp"
@@ -44,11 +46,28 @@ uint64_t cache_max_bytes(const RuntimeOptions& options) {
     return options.cache_max_mb != 0 ? options.cache_max_mb << 20 : jit::DiskCache::default_max_bytes();
 }
 
-tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const DeviceInfo& device) {
+// RuntimeOptions::bundle, else TILEOPS_BUNDLE: opened (FileError when it is not a sound bundle:
+// it was asked for by name), or null.
+std::shared_ptr<const jit::Bundle> open_bundle(const RuntimeOptions& options, const DeviceInfo& device) {
+    const std::optional<std::string> path = options.bundle.empty() ? util::env("TILEOPS_BUNDLE") : options.bundle;
+    if (!path) return nullptr;
+    auto bundle = std::make_shared<const jit::Bundle>(*path);
+    const std::vector<std::string>& archs = bundle->archs();
+    if (std::find(archs.begin(), archs.end(), device.arch()) == archs.end())
+        util::logger().warn("tileops: bundle {} holds kernels for {}, not for this GPU's {}", *path,
+                            fmt::format("{}", fmt::join(archs, ", ")), device.arch());
+    return bundle;
+}
+
+tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const DeviceInfo& device,
+                                         const jit::Bundle* bundle) {
     tuning::ResolverOptions resolver;
     resolver.arch = device.arch();
     resolver.nvrtc_version = jit::nvrtc_version();
     resolver.user_dbs = options.tuning_dbs;
+    if (bundle != nullptr)
+        for (auto& [name, text] : bundle->databases())
+            resolver.bundled_dbs.emplace_back(fmt::format("{}:{}", bundle->path().string(), name), std::move(text));
     return resolver;
 }
 
@@ -66,9 +85,11 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     : id_(next_runtime_id.fetch_add(1)),
       device_(cuda::query_device(options.device)),
       context_(options.device),
+      bundle_(open_bundle(options, device_)),
       builder_(cache_directory(options), cache_max_bytes(options),
                jit::jit_policy(cache_directory(options), options.allow_compile)),
-      resolver_(resolver_options(options, device_)) {
+      resolver_(resolver_options(options, device_, bundle_.get())) {
+    if (bundle_ != nullptr) builder_.serve_from(bundle_);
     jit::check_arch_supported(device_.arch());
     // Like the CUDA runtime, a new runtime makes its device's primary context current on the
     // constructing thread; run() makes it current on any other thread that uses it.
@@ -85,6 +106,7 @@ RuntimeStats RuntimeImpl::stats() const {
     RuntimeStats stats;
     stats.kernels_compiled = builder_.compiled_count();
     stats.disk_cache_hits = builder_.disk_hit_count();
+    stats.bundle_hits = builder_.bundle_hit_count();
     stats.memory_cache_hits = memory_hits_.load();
     return stats;
 }

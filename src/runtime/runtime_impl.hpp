@@ -68,6 +68,7 @@ private:
     uint64_t id_;
     DeviceInfo device_;
     cuda::PrimaryContext context_;
+    std::shared_ptr<const jit::Bundle> bundle_;  // RuntimeOptions::bundle, or null
     jit::KernelBuilder builder_;
     tuning::ConfigResolver resolver_;
 

@@ -74,6 +74,10 @@ void ConfigResolver::load_once() {
     // choose(); nothing is kept, so the next call tries again).
     std::vector<LoadedDb> user;
     for (const std::string& path : options_.user_dbs) user.push_back({path, TuningDb::load(path)});
+    for (const auto& [origin, text] : options_.bundled_dbs) {
+        TuningDb db = TuningDb::parse(text, origin);
+        if (db.meta().arch.empty() || db.meta().arch == options_.arch) user.push_back({origin, std::move(db)});
+    }
     std::vector<LoadedDb> shipped;
     // Shipped databases: every file of this arch; a broken one is skipped with a warning.
     std::set<fs::path> seen;

@@ -49,6 +49,9 @@ struct ResolverOptions {
     std::string arch;
     std::string nvrtc_version;
     std::vector<std::string> user_dbs;  // empty: TILEOPS_TUNING_DB
+    // Databases given as text (a fleet bundle's): searched after user_dbs, as they are; each is
+    // (where it came from, JSON text).
+    std::vector<std::pair<std::string, std::string>> bundled_dbs;
     std::vector<std::string> shipped_dirs;  // empty: default_shipped_dirs() (tuning/shipped_db_dirs.hpp)
     double max_distance = -1;           // < 0: TILEOPS_TUNING_MAX_DISTANCE, else 1.0 (log2 units)
 };

@@ -425,6 +425,67 @@ TEST_CASE("tileops-tune: warm --search-space compiles every config tune would ti
     CHECK(plain.at("already_cached") == plain.at("kernels"));
 }
 
+TEST_CASE("tileops-tune: pack writes a fleet bundle that unpack checks and copies into a cache", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // One entry per arch, each a cheap row kernel (a few widths each).
+    const fs::path db = dir.path() / "fleet.json";
+    TuningDb fleet;
+    for (const char* arch : {"sm_90a", "sm_80"}) {
+        TuningEntry entry;
+        entry.key = TuningKey{"rmsnorm", {512, 4096}, "bf16", "", arch, "unused"};
+        entry.config = {{"cluster", 1}, {"items", 2}, {"rows_per_block", 1}, {"threads_per_row", 256}, {"vec", 8}};
+        entry.median_us = 10.0;
+        fleet.upsert(entry);
+    }
+    fleet.save(db);
+    const fs::path bundle = dir.path() / "fleet.bundle";
+    const ToolResult packed = run_tool({"pack", "--db", db.string(), "-o", bundle.string(), "--cache-dir",
+                                        (dir.path() / "build-cache").string(), "--json"});
+    INFO(packed.err);
+    REQUIRE(packed.status == 0);
+    const json pack = parse_json(packed.out);
+    CHECK(pack.at("archs") == json::array({"sm_80", "sm_90a"}));
+    CHECK(pack.at("databases") == 1);
+    const size_t kernels = pack.at("kernels").get<size_t>();
+    CHECK(kernels >= 2);
+
+    // --list checks every checksum and writes nothing; unpack fills a cache with exactly the
+    // kernels a warm of the same database wants (it then compiles none), and writes the database.
+    const ToolResult listed = run_tool({"unpack", bundle.string(), "--list", "--json"});
+    REQUIRE(listed.status == 0);
+    CHECK(parse_json(listed.out).at("blobs").size() == kernels + 1);
+    const fs::path cache = dir.path() / "fleet-cache";
+    const ToolResult unpacked =
+        run_tool({"unpack", bundle.string(), "--cache-dir", cache.string(), "--db-dir", (dir.path() / "dbs").string()});
+    INFO(unpacked.err);
+    REQUIRE(unpacked.status == 0);
+    CHECK(count_files(cache, ".cubin") == kernels);
+    CHECK(slurp(dir.path() / "dbs" / "fleet.json") == slurp(db));
+    for (const char* arch : {"sm_90a", "sm_80"}) {
+        const ToolResult warm = run_tool({"warm", "--db", db.string(), "--arch", arch, "--cache-dir", cache.string(), "--json"});
+        REQUIRE(warm.status == 0);
+        CHECK(parse_json(warm.out).at("compiled") == 0);
+    }
+
+    // A damaged bundle: unpack names the blob and fails; a database this library cannot build
+    // an entry of: pack writes nothing.
+    std::string bytes = slurp(bundle);
+    bytes[bytes.size() - 100] ^= 0x55;
+    const fs::path damaged = dir.path() / "damaged.bundle";
+    std::ofstream(damaged, std::ios::binary) << bytes;
+    const ToolResult refused = run_tool({"unpack", damaged.string(), "--list"});
+    CHECK(refused.status == 1);
+    CHECK_THAT(refused.err, ContainsSubstring("fails its checksum"));
+    const fs::path bad_bundle = dir.path() / "bad.bundle";
+    const ToolResult bad = run_tool({"pack", "--db", fixture("cli_fleet_a.json").string(), "-o", bad_bundle.string(),
+                                     "--cache-dir", (dir.path() / "build-cache").string()});
+    CHECK(bad.status == 1);
+    CHECK_THAT(bad.err, ContainsSubstring("no bundle written"));
+    CHECK_FALSE(fs::exists(bad_bundle));
+    CHECK(run_tool({"pack", "-o", bad_bundle.string()}).status == 2);
+}
+
 TEST_CASE("tileops-tune: a warm that its cache bound evicts from fails and says how to fix it", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;

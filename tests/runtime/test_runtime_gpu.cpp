@@ -8,6 +8,8 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include "cuda/driver.hpp"
+#include "jit/bundle.hpp"
+#include "jit/disk_cache.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/device_tensor.hpp"
 #include "support/test_support.hpp"
@@ -76,6 +78,40 @@ TEST_CASE("no-compile mode turns a cache miss into CacheMiss", "[gpu][runtime]")
     Softmax op({4, 96, DType::fp16});
     test::DeviceMatrix x(DType::fp16, 4, 96), y(DType::fp16, 4, 96);
     CHECK_THROWS_AS(op.run(runtime, {x.data()}, {y.data()}), CacheMiss);
+}
+
+TEST_CASE("a runtime serves a fleet bundle's kernels with compiling off and an empty cache", "[gpu][runtime]") {
+    TILEOPS_REQUIRE_GPU();
+    test::TempDir dir;
+    // The kernels one process compiled, shipped as a bundle (what `tileops-tune pack` writes).
+    const RuntimeStats built = run_rmsnorm_once((dir.path() / "build").string());
+    REQUIRE(built.kernels_compiled >= 1);
+    jit::DiskCache build_cache(dir.path() / "build");
+    jit::BundleContents contents;
+    contents.nvrtc_version = "any";
+    contents.archs = {test::shared_runtime().device().arch()};
+    for (const jit::DiskCacheEntry& entry : build_cache.entries())
+        contents.kernels.push_back({entry.key, contents.archs[0], build_cache.load(entry.key).value()});
+    const std::filesystem::path bundle = dir.path() / "fleet.bundle";
+    jit::write_bundle(bundle, contents);
+
+    RuntimeOptions options;
+    options.cache_dir = (dir.path() / "serving").string();
+    options.allow_compile = false;
+    options.bundle = bundle.string();
+    Runtime runtime(options);
+    const int64_t rows = 64, cols = 1000;
+    RmsNorm op({rows, cols, DType::bf16});
+    test::DeviceMatrix x(DType::bf16, rows, cols), w(DType::bf16, 1, cols), y(DType::bf16, rows, cols);
+    x.upload(test::random_values(rows * cols, 1));
+    w.upload(test::random_values(cols, 2));
+    op.run(runtime, {x.data(), w.data()}, {y.data()});
+    bool all_written = true;
+    for (double v : y.download()) all_written &= std::isfinite(v);
+    CHECK(all_written);
+    CHECK(runtime.stats().bundle_hits >= 1);
+    CHECK(runtime.stats().kernels_compiled == 0);
+    CHECK(jit::DiskCache(dir.path() / "serving").entries().empty());
 }
 
 TEST_CASE("a cache hit allocates nothing on the heap and works under graph capture", "[gpu][runtime]") {

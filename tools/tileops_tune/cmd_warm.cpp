@@ -1,6 +1,5 @@
 // tileops-tune warm: compiles every kernel a tuning database or a workload needs into the kernel
 // cache, for an arch, with no GPU: a fleet image can ship with a full cache.
-#include <atomic>
 #include <map>
 #include <set>
 
@@ -18,31 +17,12 @@
 #include "tileops/tuning_db.hpp"
 #include "tileops_tune/command_runner.hpp"
 #include "tileops_tune/commands.hpp"
-#include "tileops_tune/output.hpp"
+#include "tileops_tune/kernel_set.hpp"
 #include "tileops_tune/problems.hpp"
 #include "tileops_tune/resolver_setup.hpp"
 #include "tuning/op_config.hpp"
-#include "util/parallel_for.hpp"
 
 namespace tileops::cli {
-namespace {
-
-struct Kernel {
-    std::string template_file, name_expression;
-    bool operator<(const Kernel& o) const {
-        return std::tie(template_file, name_expression) < std::tie(o.template_file, o.name_expression);
-    }
-};
-
-// Every kernel `op` may launch with `config`: one per vector width run() may pick.
-void add_kernels(const detail::OpModel& model, const Config& config, const DeviceInfo& device, std::set<Kernel>& out) {
-    for (int vec : model.vector_widths(config)) {
-        detail::LaunchPlan plan = model.plan(config, vec, device);
-        for (const std::string& name : plan.name_expressions()) out.insert({plan.template_file, name});
-    }
-}
-
-}  // namespace
 
 int cmd_warm(int argc, char** argv) {
     return run_command(
@@ -77,32 +57,11 @@ int cmd_warm(int argc, char** argv) {
                 throw InvalidArgument("give --db, --manifest and/or --workload / --op to say what to compile");
 
             // Kernels of every database entry for this arch, with the entry's own config.
-            std::set<Kernel> kernels;
-            size_t entries = 0;
-            // Entries this library cannot build (an unknown op, a shape of the wrong rank, a config
-            // it refuses): named and counted as failed, while the others are still compiled.
-            std::vector<std::string> bad_entries;
-            size_t other_arch = 0;
-            std::set<std::string> other_archs;
-            for (const std::string& path : dbs) {
-                TuningDb db = TuningDb::load(path);
-                for (const TuningEntry& entry : db.entries()) {
-                    if (entry.key.arch != arch) {
-                        ++other_arch;
-                        other_archs.insert(entry.key.arch);
-                        continue;
-                    }
-                    try {
-                        auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
-                        if (auto reason = op->model().invalid_reason(entry.config, device))
-                            throw InvalidArgument(*reason);
-                        add_kernels(op->model(), entry.config, device, kernels);
-                        ++entries;
-                    } catch (const std::exception& e) {
-                        bad_entries.push_back(fmt::format("{}: {}: {}", path, entry.key.to_string(), e.what()));
-                    }
-                }
-            }
+            DatabaseKernels from_dbs = database_kernels(dbs, device);
+            std::set<KernelName>& kernels = from_dbs.kernels;
+            const size_t entries = from_dbs.entries, other_arch = from_dbs.other_arch;
+            const std::set<std::string>& other_archs = from_dbs.other_archs;
+            std::vector<std::string>& bad_entries = from_dbs.bad_entries;
             // Kernels a serving process compiled on the request path, as its manifest names them.
             std::map<std::string, size_t> manifest_other_archs;
             size_t manifest_kernels = 0;
@@ -149,25 +108,11 @@ int cmd_warm(int argc, char** argv) {
                 args.count("cache-dir") ? std::filesystem::path(args["cache-dir"].as<std::string>())
                                         : jit::DiskCache::default_directory();
             jit::KernelBuilder builder(cache_dir, jit::DiskCache::default_max_bytes(), true);
-            std::vector<Kernel> list(kernels.begin(), kernels.end());
-            std::atomic<size_t> done{0}, compiled{0};
-            std::vector<std::string> failures(list.size());
-            Progress progress(Progress::for_stderr(args.count("json") > 0));
-            std::mutex progress_mutex;
+            std::vector<KernelName> list(kernels.begin(), kernels.end());
             const unsigned jobs = args.count("jobs") ? args["jobs"].as<unsigned>() : 0;  // 0: every core
-            util::parallel_for_each(list.size(), jobs, [&](size_t i) {
-                try {
-                    if (builder.get(list[i].template_file, list[i].name_expression, arch).compiled) ++compiled;
-                } catch (const std::exception& e) {
-                    failures[i] = e.what();
-                }
-                std::lock_guard lock(progress_mutex);
-                const size_t finished = ++done;
-                progress.update(fmt::format("{}/{} kernels for {}; last {}", finished, list.size(), arch,
-                                            list[i].name_expression),
-                                double(finished) / list.size());
-            });
-            progress.done();
+            const CompileOutcome outcome = build_kernels(builder, list, arch, jobs, args.count("json") > 0);
+            const std::vector<std::string>& failures = outcome.failures;
+            const size_t compiled = outcome.compiled;
             // The maintenance a store triggers, also when everything was cached: temporary files of
             // killed builds and orphan lock files go, the size bound holds.
             builder.cache().evict();
@@ -198,7 +143,7 @@ int cmd_warm(int argc, char** argv) {
                                            evicted, list.size(), builder.cache().max_bytes() >> 20);
             if (args.count("json")) {
                 nlohmann::json out = {{"arch", arch},           {"cache_dir", cache_dir.string()},
-                                      {"kernels", list.size()}, {"compiled", compiled.load()},
+                                      {"kernels", list.size()}, {"compiled", compiled},
                                       {"already_cached", cached},
                                       {"db_entries", entries},  {"manifest_kernels", manifest_kernels},
                                       {"problems", problems.size()},
@@ -210,7 +155,7 @@ int cmd_warm(int argc, char** argv) {
                     manifests.empty() ? "" : fmt::format(", {} manifest kernels", manifest_kernels);
                 fmt::print("{} kernels for {} ({} database entries{}, {} workload problems): {} compiled, {} already "
                            "cached, {} failed; cache {}\n",
-                           list.size(), arch, entries, from_manifests, problems.size(), compiled.load(), cached, failed,
+                           list.size(), arch, entries, from_manifests, problems.size(), compiled, cached, failed,
                            cache_dir.string());
                 for (const auto& f : failed_json) fmt::print(stderr, "failed: {}\n", f["error"].get<std::string>());
             }

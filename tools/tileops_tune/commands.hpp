@@ -16,5 +16,7 @@ int cmd_verify(int argc, char** argv);
 int cmd_explain(int argc, char** argv);
 int cmd_rekey(int argc, char** argv);
 int cmd_cache(int argc, char** argv);
+int cmd_pack(int argc, char** argv);
+int cmd_unpack(int argc, char** argv);
 
 }  // namespace tileops::cli

@@ -30,6 +30,8 @@ const Command kCommands[] = {
     {"explain", tileops::cli::cmd_explain, "which config a problem would get, and why"},
     {"rekey", tileops::cli::cmd_rekey, "re-key entries to this build's kernel templates (after proving the kernels unchanged)"},
     {"cache", tileops::cli::cmd_cache, "the kernel cache: size, list, clear, gc"},
+    {"pack", tileops::cli::cmd_pack, "write a fleet bundle: databases and their kernels for each arch, in one file"},
+    {"unpack", tileops::cli::cmd_unpack, "check a fleet bundle and copy it into a kernel cache (--list: list it)"},
 };
 
 // Edits (insertions, deletions, substitutions) between two words: a typo is one or two away.

@@ -1,0 +1,73 @@
+#include "tileops_tune/kernel_set.hpp"
+
+#include <atomic>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "ops/registry.hpp"
+#include "tileops/error.hpp"
+#include "tileops/tuning_db.hpp"
+#include "tileops_tune/output.hpp"
+#include "util/parallel_for.hpp"
+
+namespace tileops::cli {
+
+void add_kernels(const detail::OpModel& model, const Config& config, const DeviceInfo& device, std::set<KernelName>& out) {
+    for (int width : model.vector_widths(config)) {
+        detail::LaunchPlan plan = model.plan(config, width, device);
+        for (const std::string& name : plan.name_expressions()) out.insert({plan.template_file, name});
+    }
+}
+
+DatabaseKernels database_kernels(const std::vector<std::string>& dbs, const DeviceInfo& device) {
+    DatabaseKernels out;
+    const std::string arch = device.arch();
+    for (const std::string& path : dbs) {
+        TuningDb db = TuningDb::load(path);
+        for (const TuningEntry& entry : db.entries()) {
+            if (entry.key.arch != arch) {
+                ++out.other_arch;
+                out.other_archs.insert(entry.key.arch);
+                continue;
+            }
+            // An entry this library cannot build (an unknown op, a shape of the wrong rank, a
+            // config it refuses) is named, while the others still count.
+            try {
+                auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
+                if (auto reason = op->model().invalid_reason(entry.config, device)) throw InvalidArgument(*reason);
+                add_kernels(op->model(), entry.config, device, out.kernels);
+                ++out.entries;
+            } catch (const std::exception& e) {
+                out.bad_entries.push_back(fmt::format("{}: {}: {}", path, entry.key.to_string(), e.what()));
+            }
+        }
+    }
+    return out;
+}
+
+CompileOutcome build_kernels(jit::KernelBuilder& builder, const std::vector<KernelName>& kernels, const std::string& arch,
+                             unsigned jobs, bool quiet) {
+    CompileOutcome outcome;
+    outcome.failures.resize(kernels.size());
+    std::atomic<size_t> done{0}, compiled{0};
+    Progress progress(Progress::for_stderr(quiet));
+    std::mutex progress_mutex;
+    util::parallel_for_each(kernels.size(), jobs, [&](size_t i) {
+        try {
+            if (builder.get(kernels[i].template_file, kernels[i].name_expression, arch).compiled) ++compiled;
+        } catch (const std::exception& e) {
+            outcome.failures[i] = e.what();
+        }
+        std::lock_guard lock(progress_mutex);
+        const size_t finished = ++done;
+        progress.update(fmt::format("{}/{} kernels for {}; last {}", finished, kernels.size(), arch,
+                                    kernels[i].name_expression),
+                        double(finished) / kernels.size());
+    });
+    progress.done();
+    outcome.compiled = compiled.load();
+    return outcome;
+}
+
+}  // namespace tileops::cli
