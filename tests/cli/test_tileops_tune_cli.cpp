@@ -468,6 +468,24 @@ TEST_CASE("tileops-tune: pack writes a fleet bundle that unpack checks and copie
         CHECK(parse_json(warm.out).at("compiled") == 0);
     }
 
+    // With a workload, its problems' kernels join (the configs a fleet process would choose).
+    const fs::path with_workload = dir.path() / "workload.bundle";
+    const std::vector<std::string> problem = {"--op", "softmax", "--shape", "16x128256", "--dtype", "bf16"};
+    std::vector<std::string> pack_args = {"pack", "--db", db.string(), "--arch", "sm_90a", "-o", with_workload.string(),
+                                          "--cache-dir", (dir.path() / "build-cache").string(), "--json"};
+    pack_args.insert(pack_args.end(), problem.begin(), problem.end());
+    const ToolResult workload = run_tool(pack_args);
+    INFO(workload.err);
+    REQUIRE(workload.status == 0);
+    const fs::path workload_cache = dir.path() / "workload-cache";
+    REQUIRE(run_tool({"unpack", with_workload.string(), "--cache-dir", workload_cache.string()}).status == 0);
+    std::vector<std::string> warm_args = {"warm", "--arch", "sm_90a", "--db", db.string(), "--cache-dir",
+                                          workload_cache.string(), "--json"};
+    warm_args.insert(warm_args.end(), problem.begin(), problem.end());
+    const ToolResult warm_workload = run_tool(warm_args);
+    REQUIRE(warm_workload.status == 0);
+    CHECK(parse_json(warm_workload.out).at("compiled") == 0);
+
     // A damaged bundle: unpack names the blob and fails; a database this library cannot build
     // an entry of: pack writes nothing.
     std::string bytes = slurp(bundle);

@@ -18,6 +18,7 @@
 #include "tileops_tune/command_runner.hpp"
 #include "tileops_tune/commands.hpp"
 #include "tileops_tune/kernel_set.hpp"
+#include "tileops_tune/problems.hpp"
 #include "tileops_tune/resolver_setup.hpp"
 #include "util/file_util.hpp"
 
@@ -52,10 +53,11 @@ std::vector<std::string> pack_archs(const cxxopts::ParseResult& args, const std:
 int cmd_pack(int argc, char** argv) {
     return run_command(
         "pack",
-        "Write a fleet bundle: the databases and every kernel their entries need, for each arch (compiling what "
-        "the kernel cache lacks; no GPU needed).",
+        "Write a fleet bundle: the databases and every kernel their entries (and a workload's problems) need, for "
+        "each arch (compiling what the kernel cache lacks; no GPU needed).",
         argc, argv,
         [](cxxopts::Options& options) {
+            add_problem_options(options);
             options.add_options()("db", "a tuning database to ship (repeatable)", cxxopts::value<std::vector<std::string>>())(
                 "arch", "an arch to compile for (repeatable; default: the databases' archs)",
                 cxxopts::value<std::vector<std::string>>())("o,output", "the bundle to write", cxxopts::value<std::string>())(
@@ -68,6 +70,9 @@ int cmd_pack(int argc, char** argv) {
             if (!args.count("output")) throw InvalidArgument("give -o: the bundle to write");
             const std::vector<std::string> dbs = args["db"].as<std::vector<std::string>>();
             for (const std::string& path : dbs) require_input_file(path);
+            // A workload's problems too, with the configs the fleet will choose from these
+            // databases (a tuned entry, a near one or the heuristic): then nothing compiles there.
+            const std::vector<detail::ProblemSpec> workload = problems_from(args);
             jit::BundleContents contents;
             contents.nvrtc_version = jit::nvrtc_version();
             contents.archs = pack_archs(args, dbs);
@@ -85,21 +90,23 @@ int cmd_pack(int argc, char** argv) {
 
             jit::KernelBuilder builder(cache_dir_of(args), jit::DiskCache::default_max_bytes(), true);
             const unsigned jobs = args.count("jobs") ? args["jobs"].as<unsigned>() : 0;
-            std::vector<std::string> problems;
+            std::vector<std::string> failed;
             for (const std::string& arch : contents.archs) {
-                const DatabaseKernels wanted = database_kernels(dbs, DeviceInfo::for_arch(arch));
-                for (const std::string& bad : wanted.bad_entries) problems.push_back(bad);
+                const DeviceInfo device = DeviceInfo::for_arch(arch);
+                DatabaseKernels wanted = database_kernels(dbs, device);
+                add_problem_kernels(workload, dbs, device, false, wanted.kernels);
+                for (const std::string& bad : wanted.bad_entries) failed.push_back(bad);
                 const std::vector<KernelName> list(wanted.kernels.begin(), wanted.kernels.end());
                 const CompileOutcome outcome = build_kernels(builder, list, arch, jobs, args.count("json") > 0);
                 for (size_t i = 0; i < list.size(); ++i) {
                     if (!outcome.failures[i].empty()) {
-                        problems.push_back(fmt::format("{} for {}: {}", list[i].name_expression, arch, outcome.failures[i]));
+                        failed.push_back(fmt::format("{} for {}: {}", list[i].name_expression, arch, outcome.failures[i]));
                         continue;
                     }
                     const std::string key = builder.cache_key(list[i].template_file, list[i].name_expression, arch);
                     std::optional<std::string> payload = builder.cache().load(key);
                     if (!payload) {
-                        problems.push_back(fmt::format("{} for {}: not in the cache after building it (TILEOPS_CACHE_MAX_MB "
+                        failed.push_back(fmt::format("{} for {}: not in the cache after building it (TILEOPS_CACHE_MAX_MB "
                                                        "too small?)", list[i].name_expression, arch));
                         continue;
                     }
@@ -107,9 +114,9 @@ int cmd_pack(int argc, char** argv) {
                 }
             }
             // A bundle with holes would compile (or fail, under TILEOPS_JIT=off) on the fleet: none is written.
-            if (!problems.empty()) {
-                for (const std::string& problem : problems) fmt::print(stderr, "failed: {}\n", problem);
-                fmt::print(stderr, "error: {} kernels or entries failed; no bundle written\n", problems.size());
+            if (!failed.empty()) {
+                for (const std::string& what : failed) fmt::print(stderr, "failed: {}\n", what);
+                fmt::print(stderr, "error: {} kernels or entries failed; no bundle written\n", failed.size());
                 return 1;
             }
             const fs::path output = args["output"].as<std::string>();

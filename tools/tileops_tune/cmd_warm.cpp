@@ -79,16 +79,7 @@ int cmd_warm(int argc, char** argv) {
             }
             // Kernels of every workload problem, with the config the runtime would choose (and,
             // with --search-space, every config `tune` would time).
-            tuning::ConfigResolver resolver = make_resolver(arch, dbs);
-            const bool search_space = args.count("search-space") > 0;
-            for (const auto& spec : problems) {
-                auto op = detail::make_op(spec);
-                const detail::OpModel& model = op->model();
-                tuning::ConfigChoice choice = tuning::choose_config(resolver, model, device);
-                add_kernels(model, choice.config, device, kernels);
-                if (search_space)
-                    for (const Config& config : model.search_space(device)) add_kernels(model, config, device, kernels);
-            }
+            add_problem_kernels(problems, dbs, device, args.count("search-space") > 0, kernels);
 
             // Entries of other archs are not this warm's: said, so that a wrong --arch is not a silent no-op.
             if (other_arch > 0 && !args.count("json"))

@@ -9,6 +9,8 @@
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
 #include "tileops_tune/output.hpp"
+#include "tileops_tune/resolver_setup.hpp"
+#include "tuning/op_config.hpp"
 #include "util/parallel_for.hpp"
 
 namespace tileops::cli {
@@ -44,6 +46,19 @@ DatabaseKernels database_kernels(const std::vector<std::string>& dbs, const Devi
         }
     }
     return out;
+}
+
+void add_problem_kernels(const std::vector<detail::ProblemSpec>& problems, const std::vector<std::string>& dbs,
+                         const DeviceInfo& device, bool search_space, std::set<KernelName>& out) {
+    if (problems.empty()) return;
+    tuning::ConfigResolver resolver = make_resolver(device.arch(), dbs);
+    for (const auto& spec : problems) {
+        auto op = detail::make_op(spec);
+        const detail::OpModel& model = op->model();
+        add_kernels(model, tuning::choose_config(resolver, model, device).config, device, out);
+        if (search_space)
+            for (const Config& config : model.search_space(device)) add_kernels(model, config, device, out);
+    }
 }
 
 CompileOutcome build_kernels(jit::KernelBuilder& builder, const std::vector<KernelName>& kernels, const std::string& arch,

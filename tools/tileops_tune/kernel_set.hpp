@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/op_model.hpp"
+#include "ops/registry.hpp"
 #include "jit/kernel_builder.hpp"
 #include "tileops/device_info.hpp"
 
@@ -33,6 +34,11 @@ struct DatabaseKernels {
 
 // The kernels of every entry of these databases for `device`'s arch, each with its own config.
 DatabaseKernels database_kernels(const std::vector<std::string>& dbs, const DeviceInfo& device);
+
+// Adds the kernels of each problem with the config a runtime would choose given these databases
+// (and, with search_space, of every config `tune` would time).
+void add_problem_kernels(const std::vector<detail::ProblemSpec>& problems, const std::vector<std::string>& dbs,
+                         const DeviceInfo& device, bool search_space, std::set<KernelName>& out);
 
 struct CompileOutcome {
     size_t compiled = 0;                // NVRTC ran (the rest were in the cache)
