@@ -290,6 +290,7 @@ int run(const Arguments& args, Clock::time_point start) {
     const tileops::RuntimeStats stats = runtime.stats();
     report["kernels_compiled"] = stats.kernels_compiled;
     report["kernels_from_disk_cache"] = stats.disk_cache_hits;
+    report["kernels_from_bundle"] = stats.bundle_hits;
     std::vector<float> prefill_logits;
     if (!args.dump.empty()) prefill_logits = decoder.last_logits();
 

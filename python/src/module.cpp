@@ -117,6 +117,7 @@ void bind_runtime(py::module_& m) {
         py::dict d;
         d["kernels_compiled"] = stats.kernels_compiled;
         d["disk_cache_hits"] = stats.disk_cache_hits;
+        d["bundle_hits"] = stats.bundle_hits;
         d["memory_cache_hits"] = stats.memory_cache_hits;
         return d;
     }, py::arg("device") = 0);
