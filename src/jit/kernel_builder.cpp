@@ -108,7 +108,10 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
         const std::string* headers = cuda_headers_hash_if_found();  // found: compile() found them too
         return encode_payload(headers ? *headers : "unknown", result.lowered_names.at(name_expression), result.cubin);
     };
-    std::string payload = cache_.get_or_build(key, build, &built);
+    // With compiling off a miss touches nothing: no lock file, no directory (the cache may sit on a
+    // read-only image).
+    std::optional<std::string> hit = policy_.mode == JitMode::off ? cache_.load(key) : std::nullopt;
+    std::string payload = hit ? std::move(*hit) : policy_.mode == JitMode::off ? build() : cache_.get_or_build(key, build, &built);
     KernelBinary binary;
     std::string built_with;
     const std::string* headers = built ? nullptr : cuda_headers_hash_if_found();

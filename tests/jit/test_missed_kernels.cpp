@@ -95,6 +95,8 @@ TEST_CASE("a warn-mode builder records each kernel it compiles on a miss, once",
     KernelBuilder serving(dir.path() / "empty", 0, JitPolicy{JitMode::off, {}});
     CHECK_THROWS_WITH(serving.get(kTemplate, kKernel, "sm_80"), ContainsSubstring("TILEOPS_JIT=off") &&
                                                                      ContainsSubstring("warm --manifest"));
+    // And touches nothing: no directory, no lock file (a serving cache may be read-only).
+    CHECK_FALSE(std::filesystem::exists(dir.path() / "empty"));
 }
 
 TEST_CASE("a manifest's malformed lines are rejected by line, the rest read once each", "[jit_policy]") {
