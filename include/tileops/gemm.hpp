@@ -45,9 +45,11 @@ struct GemmProblem {
 };
 
 // Operands of run(): inputs: {A, B}, then C when has_c, then bias when bias; outputs: {D}.
-// Pointers must be aligned to their element size. Leading dimensions, batch strides and pointers
-// that are multiples of 16 bytes take the fast paths (cp.async 16-byte copies; TMA on sm_90);
-// anything else runs on narrower copies, slower but correct.
+// Pointers must be aligned to their element size. A and B rows that are not 16 bytes apart or
+// aligned (an odd K, a padded leading dimension, a shifted pointer) are first copied into the op's
+// workspace with aligned rows, so every problem runs on the fast kernels (TMA on sm_90); that copy
+// costs one extra pass over A and B, which matters where reading B is the whole cost (small M).
+// A 16-bit D with unaligned rows is stored from registers instead of with TMA.
 class TILEOPS_EXPORT Gemm : public Op {
 public:
     explicit Gemm(const GemmProblem& problem);

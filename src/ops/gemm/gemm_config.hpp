@@ -59,8 +59,7 @@ struct GemmConfig {
     unsigned shared_bytes(const GemmShape& shape) const;
 };
 
-// The sm_80 kernel's default for a problem (also the fallback of the sm_90 kernel when TMA cannot
-// be used: pointers or strides not 16-byte aligned).
+// The sm_80 kernel's default for a problem (the heuristic on GPUs other than sm_90).
 GemmConfig gemm_sm80_heuristic(const GemmShape& shape, const DeviceInfo& device);
 GemmConfig gemm_heuristic(const GemmShape& shape, const DeviceInfo& device);
 std::vector<GemmConfig> gemm_search_space(const GemmShape& shape, const DeviceInfo& device);
