@@ -24,6 +24,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "jit/bundle.hpp"
 #include "jit/template_registry.hpp"
 #include "jit/compiler.hpp"
 #include "support/test_support.hpp"
@@ -502,6 +503,17 @@ TEST_CASE("tileops-tune: pack writes a fleet bundle that unpack checks and copie
     CHECK_THAT(bad.err, ContainsSubstring("no bundle written"));
     CHECK_FALSE(fs::exists(bad_bundle));
     CHECK(run_tool({"pack", "-o", bad_bundle.string()}).status == 2);
+
+    // A cache bound smaller than the bundle: unpack says so and fails, as warm does.
+    tileops::jit::BundleContents big;
+    big.archs = {"sm_90a"};
+    for (char c : {'a', 'b', 'c'}) big.kernels.push_back({std::string(64, c), "sm_90a", std::string(600 << 10, c)});
+    const fs::path big_bundle = dir.path() / "big.bundle";
+    tileops::jit::write_bundle(big_bundle, big);
+    const ToolResult bounded =
+        run_tool({"unpack", big_bundle.string(), "--cache-dir", (dir.path() / "small-cache").string()}, {"TILEOPS_CACHE_MAX_MB=1"});
+    CHECK(bounded.status == 1);
+    CHECK_THAT(bounded.err, ContainsSubstring("not in the cache after unpacking") && ContainsSubstring("TILEOPS_CACHE_MAX_MB"));
 }
 
 TEST_CASE("tileops-tune: a warm that its cache bound evicts from fails and says how to fix it", "[cli]") {

@@ -174,12 +174,23 @@ int cmd_unpack(int argc, char** argv) {
                         util::write_file_atomic(fs::path(args["db-dir"].as<std::string>()) / blob.name, bytes);
                 }
             }
+            // A cache bound smaller than the bundle evicts what was just copied: said, as warm does.
+            size_t evicted = 0;
+            if (cache)
+                for (const jit::BundleBlob& blob : bundle.blobs()) {
+                    std::error_code ec;
+                    evicted += blob.kind == "kernel" && !fs::is_regular_file(cache->entry_path(blob.name), ec);
+                }
+            if (evicted > 0)
+                fmt::print(stderr, "error: {} of the {} kernels are not in the cache after unpacking: its bound of {} MB "
+                           "(TILEOPS_CACHE_MAX_MB) is smaller than they need; raise it\n",
+                           evicted, kernels, cache->max_bytes() >> 20);
             if (args.count("json")) {
                 nlohmann::json out = {{"bundle", path},        {"nvrtc_version", bundle.nvrtc_version()},
                                       {"archs", bundle.archs()}, {"kernels", kernels},
                                       {"databases", databases}};
                 if (list_only) out["blobs"] = listed;
-                if (cache) out["cache_dir"] = cache->directory().string();
+                if (cache) out["cache_dir"] = cache->directory().string(), out["evicted"] = evicted;
                 fmt::print("{}\n", out.dump(2));
             } else {
                 if (list_only)
@@ -190,7 +201,7 @@ int cmd_unpack(int argc, char** argv) {
                            fmt::join(bundle.archs(), ", "), databases, bundle.nvrtc_version(),
                            cache ? fmt::format("; kernels copied into {}", cache->directory().string()) : "");
             }
-            return 0;
+            return evicted == 0 ? 0 : 1;
         });
 }
 
