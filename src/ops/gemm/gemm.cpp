@@ -265,9 +265,10 @@ public:
         return list;
     }
 
-    // Whether A's and B's rows (at these pointers) are 16-byte aligned; else the launch packs them.
-    bool a_aligned(const void* a) const { return ab_rows_aligned_ && widest_aligned_vector(8, a, dtype_size(p_.dtype)) == 8; }
-    bool b_aligned(const void* b) const { return ab_rows_aligned_ && widest_aligned_vector(8, b, dtype_size(p_.dtype)) == 8; }
+    // Whether the rows of A (or B) at this pointer are 16-byte aligned; else the launch packs them.
+    bool input_aligned(const void* data) const {
+        return ab_rows_aligned_ && widest_aligned_vector(8, data, dtype_size(p_.dtype)) == 8;
+    }
     // Whether D's rows can be stored with TMA.
     bool d_aligned(const void* d) const {
         return d_rows_aligned_ && (shape_.out_bytes != 2 || widest_aligned_vector(8, d, shape_.out_bytes) == 8);
@@ -389,7 +390,7 @@ namespace detail {
 
 int GemmModel::vector_width(Inputs inputs, Outputs outputs) const {
     detail::bind(p_, inputs, outputs);
-    return gemm_width(!a_aligned(inputs[0].data()) || !b_aligned(inputs[1].data()), d_aligned(outputs[0].data()));
+    return gemm_width(!input_aligned(inputs[0].data()) || !input_aligned(inputs[1].data()), d_aligned(outputs[0].data()));
 }
 
 void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
@@ -412,8 +413,8 @@ void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outp
             copy = GemmPackedCopy{data, workspace + offset, rows, cols, ld, ld_to, stride, rows * ld_to};
             data = copy.to, ld = ld_to, stride = rows * ld_to;
         };
-        if (!a_aligned(args.a)) pack(args.packs[0], args.a, args.lda, args.batch_stride_a, p.m, p.k, details.pack_a_offset);
-        if (!b_aligned(args.b))
+        if (!input_aligned(args.a)) pack(args.packs[0], args.a, args.lda, args.batch_stride_a, p.m, p.k, details.pack_a_offset);
+        if (!input_aligned(args.b))
             pack(args.packs[1], args.b, args.ldb, args.batch_stride_b, b_rows(p), b_cols(p), details.pack_b_offset);
     }
     if (!details.tma) {  // the sm_80 and skinny kernels
