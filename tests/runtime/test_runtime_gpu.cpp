@@ -20,20 +20,25 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// Runs one RmsNorm in this process and returns the runtime's statistics.
-RuntimeStats run_rmsnorm_once(const std::string& cache_dir) {
-    RuntimeOptions options;
-    options.cache_dir = cache_dir;
-    Runtime runtime(options);
+// Runs one RmsNorm on `runtime`; whether it wrote every output element.
+bool rmsnorm_writes_all(Runtime& runtime) {
     const int64_t rows = 64, cols = 1000;
     RmsNorm op({rows, cols, DType::bf16});
     test::DeviceMatrix x(DType::bf16, rows, cols), w(DType::bf16, 1, cols), y(DType::bf16, rows, cols);
     x.upload(test::random_values(rows * cols, 1));
     w.upload(test::random_values(cols, 2));
     op.run(runtime, {x.data(), w.data()}, {y.data()});
-    auto out = y.download();
-    for (double v : out)
-        if (!std::isfinite(v)) throw std::runtime_error("rmsnorm left an element unwritten");
+    bool all_written = true;
+    for (double v : y.download()) all_written &= std::isfinite(v);
+    return all_written;
+}
+
+// Runs one RmsNorm in this process and returns the runtime's statistics.
+RuntimeStats run_rmsnorm_once(const std::string& cache_dir) {
+    RuntimeOptions options;
+    options.cache_dir = cache_dir;
+    Runtime runtime(options);
+    if (!rmsnorm_writes_all(runtime)) throw std::runtime_error("rmsnorm left an element unwritten");
     return runtime.stats();
 }
 
@@ -100,15 +105,7 @@ TEST_CASE("a runtime serves a fleet bundle's kernels with compiling off and an e
     options.allow_compile = false;
     options.bundle = bundle.string();
     Runtime runtime(options);
-    const int64_t rows = 64, cols = 1000;
-    RmsNorm op({rows, cols, DType::bf16});
-    test::DeviceMatrix x(DType::bf16, rows, cols), w(DType::bf16, 1, cols), y(DType::bf16, rows, cols);
-    x.upload(test::random_values(rows * cols, 1));
-    w.upload(test::random_values(cols, 2));
-    op.run(runtime, {x.data(), w.data()}, {y.data()});
-    bool all_written = true;
-    for (double v : y.download()) all_written &= std::isfinite(v);
-    CHECK(all_written);
+    CHECK(rmsnorm_writes_all(runtime));
     CHECK(runtime.stats().bundle_hits >= 1);
     CHECK(runtime.stats().kernels_compiled == 0);
     CHECK(jit::DiskCache(dir.path() / "serving").entries().empty());
