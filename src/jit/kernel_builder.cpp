@@ -108,10 +108,15 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
         const std::string* headers = cuda_headers_hash_if_found();  // found: compile() found them too
         return encode_payload(headers ? *headers : "unknown", result.lowered_names.at(name_expression), result.cubin);
     };
-    // With compiling off a miss touches nothing: no lock file, no directory (the cache may sit on a
-    // read-only image).
-    std::optional<std::string> hit = policy_.mode == JitMode::off ? cache_.load(key) : std::nullopt;
-    std::string payload = hit ? std::move(*hit) : policy_.mode == JitMode::off ? build() : cache_.get_or_build(key, build, &built);
+    std::string payload;
+    if (policy_.mode == JitMode::off) {
+        // A plain look-up: a miss touches nothing, no lock file, no directory (the cache may sit
+        // on a read-only image); build() raises the CacheMiss.
+        std::optional<std::string> hit = cache_.load(key);
+        payload = hit ? std::move(*hit) : build();
+    } else {
+        payload = cache_.get_or_build(key, build, &built);
+    }
     KernelBinary binary;
     std::string built_with;
     const std::string* headers = built ? nullptr : cuda_headers_hash_if_found();
