@@ -3,9 +3,9 @@
 // the best few interleaved, and keeps a tuned config only when it beats the heuristic by more than
 // the measured noise.
 //
-// Each candidate runs in this process. Candidates are built and timed through plain functions of
-// (op, config), so isolating a candidate that could corrupt the context in a child process only
-// needs a driver that forks per candidate; nothing here assumes they share a context.
+// Compiling happens here; running the candidates is a CandidateRunner's job: CandidateBench runs
+// them in this process, tileops-tune's WorkerRunner in a worker process with a watchdog (so a
+// candidate that traps, hangs or corrupts its context fails alone).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "core/op_model.hpp"
+#include "jit/kernel_builder.hpp"
 #include "tileops/op.hpp"
 #include "tileops/runtime.hpp"
 #include "tileops/tuning_db.hpp"
@@ -33,6 +35,29 @@ struct TuneOptions {
     std::function<void(const std::string&, double)> progress;
 };
 
+// One candidate checked and timed.
+struct Measurement {
+    bool ok = false;
+    std::string failure;  // why not: launch failure, wrong output, killed by the watchdog, ...
+    double median_us = 0;
+    double spread_us = 0;
+};
+
+// Runs the candidates of one problem on a GPU, on operands of its own (random inputs, seeded).
+class CandidateRunner {
+public:
+    virtual ~CandidateRunner() = default;
+    // The launch width the op takes on the runner's operands: the kernels to compile.
+    virtual int vector_width() = 0;
+    // Bytes the op moves (each input read once, each output written once), for throughput.
+    virtual double bytes_moved() = 0;
+    // Runs `config` on poisoned outputs, checks them and times it. Candidate 0 is the heuristic:
+    // its outputs are the reference every later candidate is checked against.
+    virtual Measurement measure(size_t index, const Config& config, int warmup, int repeats) = 0;
+    // `rounds` runs of each config, interleaved round by round: samples[config][round], in us.
+    virtual std::vector<std::vector<double>> retime(const std::vector<Config>& configs, int rounds) = 0;
+};
+
 struct CandidateOutcome {
     Config config;
     bool ok = false;
@@ -49,7 +74,13 @@ struct TuneResult {
     double heuristic_median_us = 0;
 };
 
-// Tunes `op` on `runtime`'s device. Throws when even the heuristic config cannot run.
+// Tunes `model` for `device`: compiles through `builder`, runs on `runner`. Throws when even the
+// heuristic config cannot run.
+TuneResult autotune(const detail::OpModel& model, const DeviceInfo& device, jit::KernelBuilder& builder,
+                    CandidateRunner& runner, const TuneOptions& options);
+
+// Tunes `op` in this process, on `runtime`'s device (a CandidateBench). A candidate that leaves
+// the context unusable ends the tune with its DriverError.
 TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options);
 
 }  // namespace tileops::tuning

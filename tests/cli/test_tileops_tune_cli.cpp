@@ -1008,3 +1008,78 @@ TEST_CASE("tileops-tune: tune checks its database before it tunes anything", "[c
     CHECK(unwritable.status == 1);
     CHECK_THAT(unwritable.err, ContainsSubstring((blocker / "tuned.json").string()));
 }
+
+TEST_CASE("tileops-tune: tune refuses bad --devices and --candidate-timeout before it tunes", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::vector<std::string> problem = {"tune", "--op", "rmsnorm", "--shape", "64x4096", "--dtype", "bf16",
+                                              "--db", (dir.path() / "tuned.json").string()};
+    auto tune_with = [&](const std::vector<std::string>& extra) {
+        std::vector<std::string> args = problem;
+        args.insert(args.end(), extra.begin(), extra.end());
+        return run_tool(args);
+    };
+    const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+        {{"--devices", "0,0"}, "named twice"},
+        {{"--devices", "1,x"}, "'x' is not a GPU ordinal"},
+        {{"--devices", ","}, "give GPU ordinals"},
+        {{"--device", "0", "--devices", "1"}, "not both"},
+        {{"--in-process", "--devices", "0,1"}, "one GPU"},
+        {{"--candidate-timeout", "0"}, "--candidate-timeout"},
+        {{"--candidate-timeout", "-1"}, "--candidate-timeout"},
+    };
+    for (const auto& [extra, why] : refused) {
+        INFO(fmt::format("{}", fmt::join(extra, " ")));
+        const ToolResult result = tune_with(extra);
+        CHECK(result.status == 2);
+        CHECK_THAT(result.err, ContainsSubstring(why));
+    }
+    CHECK_FALSE(fs::exists(dir.path() / "tuned.json"));
+}
+
+TEST_CASE("tileops-tune: the tuning worker refuses to start without its device and says so", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    const ToolResult result = run_tool({"tune-worker", "--device", "x"});
+    CHECK(result.status == 1);
+    const json first = parse_json(result.out.substr(0, result.out.find('\n')));
+    CHECK_THAT(first.at("error").get<std::string>(), ContainsSubstring("--device N"));
+}
+
+TEST_CASE("tileops-tune: a candidate that writes out of bounds, traps or hangs fails alone; the tune completes",
+          "[cli][gpu]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TILEOPS_REQUIRE_GPU();
+    TempDir dir;
+    const fs::path db = dir.path() / "tuned.json";
+    // Candidates 2, 4 and 6 are replaced by faulty kernels in the worker (tune_worker.hpp).
+    const ToolResult tuned = run_tool({"tune", "--op", "rmsnorm", "--shape", "256x4096", "--dtype", "bf16", "--db",
+                                       db.string(), "--max-candidates", "8", "--candidate-timeout", "5", "--json"},
+                                      {"TILEOPS_TUNE_TEST_FAULTS=2:oob,4:trap,6:hang"});
+    INFO(tuned.err);
+    REQUIRE(tuned.status == 0);
+    const json out = parse_json(tuned.out);
+    const json& result = out.at("results").at(0);
+    REQUIRE(result.contains("entry"));
+    CHECK(result.at("worker_restarts") == 3);
+    const json& failed = result.at("failed");
+    REQUIRE(failed.size() == 3);
+    std::vector<std::string> whys;
+    for (const json& f : failed) whys.push_back(f.at("why").get<std::string>());
+    CHECK_THAT(whys[0], ContainsSubstring("ILLEGAL_ADDRESS") && ContainsSubstring("worker was restarted"));
+    CHECK_THAT(whys[1], ContainsSubstring("LAUNCH_FAILED") && ContainsSubstring("worker was restarted"));
+    CHECK_THAT(whys[2], ContainsSubstring("watchdog") && ContainsSubstring("5 s"));
+    CHECK(result.at("timed").size() == 5);  // candidates 0, 1, 3, 5 and 7 ran after the restarts
+    for (const json& f : failed) CHECK(f.at("config") != result.at("entry").at("config"));
+
+    // What it measured is saved, and the database loads.
+    const TuningDb saved = TuningDb::load(db.string());
+    CHECK(saved.entries().size() == 1);
+    CHECK(saved.rejected().empty());
+
+    // In this process, without a worker, the same problem tunes when no candidate faults.
+    const ToolResult in_process = run_tool({"tune", "--op", "rmsnorm", "--shape", "256x4096", "--dtype", "bf16",
+                                            "--db", db.string(), "--max-candidates", "4", "--in-process", "--json"});
+    INFO(in_process.err);
+    CHECK(in_process.status == 0);
+    CHECK(parse_json(in_process.out).at("results").at(0).contains("entry"));
+}

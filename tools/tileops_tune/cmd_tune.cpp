@@ -1,14 +1,23 @@
-// tileops-tune tune: autotunes problems on this GPU and merges the winners into a database.
+// tileops-tune tune: autotunes problems on one GPU or several side by side, each GPU's candidates
+// in a worker process with a watchdog (tune_worker.hpp), and merges the winners into a database.
 
+#include <algorithm>
+#include <atomic>
 #include <filesystem>
+#include <functional>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "autotune/autotuner.hpp"
+#include "cuda/device.hpp"
 #include "jit/compiler.hpp"
+#include "jit/kernel_builder.hpp"
 #include "tileops/tileops.hpp"
 #include "tileops/tuning_db.hpp"
 #include "tileops_tune/command_runner.hpp"
@@ -16,6 +25,7 @@
 #include "tileops_tune/output.hpp"
 #include "tileops_tune/problems.hpp"
 #include "tileops_tune/resolver_setup.hpp"
+#include "tileops_tune/worker_runner.hpp"
 #include "util/clock.hpp"
 #include "util/file_util.hpp"
 
@@ -58,11 +68,87 @@ void save_results(const TuningDb& db, const std::string& db_path) {
     }
 }
 
+// The GPUs to tune on: --devices (ordinals, or "all"), else --device.
+std::vector<int> tuning_devices(const cxxopts::ParseResult& args) {
+    if (!args.count("devices")) return {args["device"].as<int>()};
+    if (args.count("device")) throw InvalidArgument("give --device or --devices, not both");
+    const std::string text = args["devices"].as<std::string>();
+    std::vector<int> devices;
+    if (text == "all") {
+        const int count = cuda::device_count();
+        if (count == 0) throw Unsupported("tileops-tune: --devices all: no GPU is visible (is the driver installed?)");
+        for (int d = 0; d < count; ++d) devices.push_back(d);
+        return devices;
+    }
+    for (const std::string& item : detail::split_flags(text)) {
+        if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos)
+            throw InvalidArgument(fmt::format("--devices: '{}' is not a GPU ordinal (give e.g. 0,1 or all)", item));
+        const int d = std::stoi(item);
+        if (std::find(devices.begin(), devices.end(), d) != devices.end())
+            throw InvalidArgument(fmt::format("--devices: GPU {} is named twice", d));
+        devices.push_back(d);
+    }
+    if (devices.empty()) throw InvalidArgument("--devices: give GPU ordinals (e.g. 0,1) or all");
+    return devices;
+}
+
+// The tuned GPUs, which must be of one model: a database holds one model's configs.
+std::vector<DeviceInfo> same_model_devices(const std::vector<int>& devices) {
+    std::vector<DeviceInfo> infos;
+    for (int d : devices) {
+        infos.push_back(cuda::query_device(d));
+        if (infos.back().name != infos.front().name || infos.back().arch() != infos.front().arch())
+            throw InvalidArgument(fmt::format("GPU {} ({}, {}) and GPU {} ({}, {}) differ: a database holds one GPU "
+                                              "model's configs, so tune each model into its own",
+                                              devices.front(), infos.front().name, infos.front().arch(), d,
+                                              infos.back().name, infos.back().arch()));
+    }
+    return infos;
+}
+
+// What tuning one problem gave: its line of the --json output, its table row, its entry.
+struct ProblemOutcome {
+    nlohmann::json result;
+    std::vector<std::string> row;
+    std::optional<TuningEntry> entry;
+};
+
+ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::TuneResult()>& tune) {
+    ProblemOutcome outcome;
+    try {
+        tuning::TuneResult result = tune();
+        nlohmann::json failed = nlohmann::json::array(), timed = nlohmann::json::array();
+        for (const auto& c : result.candidates) {
+            if (!c.ok) failed.push_back({{"config", config_json(c.config)}, {"why", c.failure}});
+            else timed.push_back({{"config", config_json(c.config)}, {"median_us", c.median_us}});
+        }
+        outcome.result = {{"problem", name},
+                          {"entry", entry_json(result.entry)},
+                          {"heuristic_median_us", result.heuristic_median_us},
+                          {"heuristic_kept", result.heuristic_kept},
+                          {"failed", failed},
+                          {"timed", timed}};
+        const TuningEntry& e = result.entry;
+        outcome.row = {name,
+                       config_text(e.config),
+                       fmt::format("{:.2f}", e.median_us),
+                       fmt::format("{:.2f}", result.heuristic_median_us),
+                       fmt::format("{:.0f} {}", e.throughput, e.throughput_unit),
+                       fmt::format("{}/{}", e.candidates_failed, e.candidates_tried),
+                       result.heuristic_kept ? "heuristic kept" : ""};
+        outcome.entry = e;
+    } catch (const std::exception& e) {
+        outcome.result = {{"problem", name}, {"error", e.what()}};
+        outcome.row = {name, std::string("FAILED: ") + e.what(), "", "", "", "", ""};
+    }
+    return outcome;
+}
+
 }  // namespace
 
 int cmd_tune(int argc, char** argv) {
     return run_command(
-        "tune", "Autotune problems on this GPU and write the results into a tuning database.", argc, argv,
+        "tune", "Autotune problems on one GPU or several and write the results into a tuning database.", argc, argv,
         [](cxxopts::Options& options) {
             add_problem_options(options);
             options.add_options()("db", "the database the results are merged into (created if missing)",
@@ -72,7 +158,12 @@ int cmd_tune(int argc, char** argv) {
                 cxxopts::value<int>()->default_value("0"))("random", "sample the search space randomly instead of exhaustively")(
                 "seed", "random seed", cxxopts::value<uint64_t>()->default_value("1"))(
                 "repeats", "timed runs per candidate", cxxopts::value<int>()->default_value("20"))(
-                "device", "GPU ordinal", cxxopts::value<int>()->default_value("0"));
+                "device", "GPU ordinal", cxxopts::value<int>()->default_value("0"))(
+                "devices", "tune on these GPUs side by side, one worker each (e.g. 0,1, or all)",
+                cxxopts::value<std::string>())(
+                "candidate-timeout", "seconds a candidate may run before its worker is killed",
+                cxxopts::value<double>()->default_value("60"))(
+                "in-process", "run the candidates in this process: no worker, no watchdog (for debuggers)");
         },
         [](const cxxopts::ParseResult& args) {
             std::vector<detail::ProblemSpec> problems = problems_from(args);
@@ -80,10 +171,15 @@ int cmd_tune(int argc, char** argv) {
             if (!args.count("db")) throw InvalidArgument("give the database to write with --db");
             const std::string db_path = args["db"].as<std::string>();
             const std::optional<TuningDb> existing = open_target_db(db_path);
-            RuntimeOptions runtime_options;
-            runtime_options.device = args["device"].as<int>();
-            Runtime runtime(runtime_options);
-            const DeviceInfo& device = runtime.device();
+            const std::vector<int> devices = tuning_devices(args);
+            const bool in_process = args.count("in-process") > 0;
+            if (in_process && devices.size() > 1)
+                throw InvalidArgument("--in-process tunes on one GPU: give one device");
+            const double candidate_timeout = args["candidate-timeout"].as<double>();
+            if (!(candidate_timeout > 0 && candidate_timeout <= 86400))
+                throw InvalidArgument("--candidate-timeout: give seconds, more than 0 and at most 86400");
+            const std::vector<DeviceInfo> infos = same_model_devices(devices);
+            const DeviceInfo& device = infos.front();
 
             tuning::TuneOptions tune;
             tune.budget_seconds = args["budget"].as<double>();
@@ -91,6 +187,8 @@ int cmd_tune(int argc, char** argv) {
             tune.exhaustive = !args.count("random");
             tune.seed = args["seed"].as<uint64_t>();
             tune.repeats = args["repeats"].as<int>();
+            // The GPUs tune side by side, so each compiles on its share of the cores.
+            tune.compile_threads = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(devices.size()));
             Progress progress(Progress::for_stderr(args.count("json") > 0));
 
             TuningDb db;
@@ -104,40 +202,64 @@ int cmd_tune(int argc, char** argv) {
             meta.sources = {fmt::format("tileops-tune on {}", device.name)};
             if (existing) (void)TuningDb::merge(*existing, db);  // refuses a file of another arch now
 
+            std::vector<ProblemOutcome> outcomes(problems.size());
+            std::vector<double> done(problems.size(), 0.0);
+            std::mutex progress_mutex;
+            auto progress_for = [&](size_t p, int gpu) {
+                return [&, p, gpu](const std::string& what, double fraction) {
+                    std::lock_guard lock(progress_mutex);
+                    done[p] = fraction;
+                    double total = 0;
+                    for (double f : done) total += f;
+                    const std::string where = devices.size() > 1 ? fmt::format("GPU {} ", gpu) : "";
+                    progress.update(fmt::format("{}[{}/{}] {}: {}", where, p + 1, problems.size(), describe(problems[p]), what),
+                                    total / problems.size());
+                };
+            };
+            if (in_process) {
+                RuntimeOptions runtime_options;
+                runtime_options.device = devices.front();
+                Runtime runtime(runtime_options);
+                for (size_t p = 0; p < problems.size(); ++p) {
+                    tuning::TuneOptions options = tune;
+                    options.progress = progress_for(p, devices.front());
+                    outcomes[p] = outcome_of(describe(problems[p]), [&] {
+                        auto op = detail::make_op(problems[p]);
+                        return tuning::autotune(runtime, *op, options);
+                    });
+                }
+            } else {
+                // One worker process per GPU; each GPU takes the next problem when it is free.
+                jit::KernelBuilder builder(jit::DiskCache::default_directory(), jit::DiskCache::default_max_bytes(), true);
+                std::atomic<size_t> next{0};
+                auto tune_on = [&](size_t k) {
+                    WorkerRunner worker(devices[k], candidate_timeout);
+                    for (size_t p = next++; p < problems.size(); p = next++) {
+                        tuning::TuneOptions options = tune;
+                        options.progress = progress_for(p, devices[k]);
+                        const int restarts_before = worker.restarts();
+                        outcomes[p] = outcome_of(describe(problems[p]), [&] {
+                            auto op = detail::make_op(problems[p]);
+                            worker.set_problem(problems[p], tune.seed);
+                            return tuning::autotune(op->model(), infos[k], builder, worker, options);
+                        });
+                        outcomes[p].result["device"] = devices[k];
+                        outcomes[p].result["worker_restarts"] = worker.restarts() - restarts_before;
+                    }
+                };
+                std::vector<std::thread> threads;
+                for (size_t k = 0; k < devices.size(); ++k) threads.emplace_back(tune_on, k);
+                for (std::thread& t : threads) t.join();
+            }
+
             nlohmann::json results = nlohmann::json::array();
             std::vector<std::vector<std::string>> rows;
             int failures = 0;
-            for (size_t p = 0; p < problems.size(); ++p) {
-                const std::string name = describe(problems[p]);
-                tune.progress = [&](const std::string& what, double fraction) {
-                    progress.update(fmt::format("[{}/{}] {}: {}", p + 1, problems.size(), name, what),
-                                    (p + fraction) / problems.size());
-                };
-                try {
-                    auto op = detail::make_op(problems[p]);
-                    tuning::TuneResult result = tuning::autotune(runtime, *op, tune);
-                    db.upsert(result.entry);
-                    nlohmann::json failed = nlohmann::json::array(), timed = nlohmann::json::array();
-                    for (const auto& c : result.candidates) {
-                        if (!c.ok) failed.push_back({{"config", config_json(c.config)}, {"why", c.failure}});
-                        else timed.push_back({{"config", config_json(c.config)}, {"median_us", c.median_us}});
-                    }
-                    results.push_back({{"problem", name},
-                                       {"entry", entry_json(result.entry)},
-                                       {"heuristic_median_us", result.heuristic_median_us},
-                                       {"heuristic_kept", result.heuristic_kept},
-                                       {"failed", failed},
-                                       {"timed", timed}});
-                    rows.push_back({name, config_text(result.entry.config), fmt::format("{:.2f}", result.entry.median_us),
-                                    fmt::format("{:.2f}", result.heuristic_median_us),
-                                    fmt::format("{:.0f} {}", result.entry.throughput, result.entry.throughput_unit),
-                                    fmt::format("{}/{}", result.entry.candidates_failed, result.entry.candidates_tried),
-                                    result.heuristic_kept ? "heuristic kept" : ""});
-                } catch (const std::exception& e) {
-                    ++failures;
-                    results.push_back({{"problem", name}, {"error", e.what()}});
-                    rows.push_back({name, std::string("FAILED: ") + e.what(), "", "", "", "", ""});
-                }
+            for (ProblemOutcome& outcome : outcomes) {
+                if (outcome.entry) db.upsert(*outcome.entry);
+                else ++failures;
+                results.push_back(std::move(outcome.result));
+                rows.push_back(std::move(outcome.row));
             }
             progress.done();
             save_results(db, db_path);

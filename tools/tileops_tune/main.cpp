@@ -10,6 +10,7 @@
 #include "jit/compiler.hpp"
 #include "tileops/version.hpp"
 #include "tileops_tune/commands.hpp"
+#include "tileops_tune/tune_worker.hpp"
 #include "util/log.hpp"
 
 namespace {
@@ -77,6 +78,8 @@ int main(int argc, char** argv) {
     }
     for (const Command& c : kCommands)
         if (name == c.name) return c.run(argc - 1, argv + 1);
+    // Not listed: `tune` starts it (tune_worker.hpp).
+    if (name == "tune-worker") return tileops::cli::cmd_tune_worker(argc - 1, argv + 1);
     const Command* closest = nullptr;
     for (const Command& c : kCommands)
         if (edit_distance(name, c.name) <= 2 && (closest == nullptr || edit_distance(name, c.name) < edit_distance(name, closest->name)))

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Runs the [gpu] tests under compute-sanitizer, one test case and tool a job, the jobs spread
+over every visible GPU (one at a time per GPU), and writes what each found.
+
+    tools/gpu_sanitizers.py --tests build/tests/tileops_tests --tools memcheck,racecheck \
+        --families gemm,decode --out results/ [--deadline-s 540] [--done earlier/summary.json]
+
+Each job's log goes to OUT/logs/; OUT/summary.json (and the table printed at the end) says per
+job: clean, the errors the tool reported, the tests that failed, or that it ran out of time (a job
+still running at the deadline is killed and reported as such; one not started is "not run").
+--done skips the jobs an earlier summary finished, so a long pass can be split over several runs.
+The [cli] family is left out: its [gpu] test runs deliberately faulty kernels in the tuning worker.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+FAMILIES = {
+    "gemm": "[gpu][gemm]",
+    "rows": "[gpu][rmsnorm],[gpu][layernorm],[gpu][softmax]",
+    "elementwise": "[gpu][elementwise]",
+    "decode": "[gpu][decode]",
+    "mla": "[gpu][mla]",
+    "flash": "[gpu][flash]",
+    "embedding": "[gpu][embedding]",
+    "rope": "[gpu][rope]",
+    "sampling": "[gpu][sampling]",
+    "runtime": "[gpu][runtime]",
+    "tuning": "[gpu][tuning]",
+}
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+
+
+def test_names(tests, spec):
+    listing = subprocess.run([tests, spec, "--list-tests", "--reporter", "xml"], capture_output=True, text=True,
+                             check=True).stdout
+    return [m.strip() for m in re.findall(r"<Name>(.*?)</Name>", listing, re.S)]
+
+
+def exact_spec(name):
+    """A Catch2 test spec that selects the test named `name` alone."""
+    name = name.replace("&amp;", "&").replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", '"')
+    return '"' + re.sub(r'([\\,\[\]*"])', r"\\\1", name) + '"'
+
+
+def gpu_count():
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=True).stdout
+    return max(1, len([line for line in out.splitlines() if line.startswith("GPU ")]))
+
+
+def summarize(log, returncode, timed_out):
+    errors = re.findall(r"ERROR SUMMARY: (\d+) error", log)
+    hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", log)
+    tests = re.findall(r"test cases: .*", log)
+    reported = sum(int(n) for n in errors) + sum(int(n) for n in hazards)
+    if timed_out:
+        state = "deadline"
+    elif reported:
+        state = "errors"
+    elif returncode != 0:
+        state = "tests failed"
+    else:
+        state = "clean"
+    return {"state": state, "reported": reported, "tests": tests[-1] if tests else ""}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests", required=True, help="the tileops_tests executable")
+    parser.add_argument("--tools", default="memcheck,racecheck,synccheck")
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--deadline-s", type=float, default=540, help="kill what still runs after this long")
+    parser.add_argument("--done", action="append", default=[], help="an earlier summary.json: skip what it finished")
+    args = parser.parse_args()
+    os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
+    finished = set()
+    for path in args.done:
+        with open(path) as f:
+            finished |= {(r["tool"], r["test"]) for r in json.load(f) if r["state"] not in ("deadline", "not run")}
+    names = {}
+    for family in args.families.split(","):
+        if family not in FAMILIES:
+            sys.exit(f"unknown family {family}; known: {', '.join(FAMILIES)}")
+        names[family] = test_names(args.tests, FAMILIES[family])
+    jobs = []
+    for tool in args.tools.split(","):
+        if tool not in TOOLS:
+            sys.exit(f"unknown tool {tool}; known: {', '.join(TOOLS)}")
+        for family in names:
+            jobs += [(tool, family, name) for name in names[family] if (tool, name) not in finished]
+
+    start = time.monotonic()
+    gpus = gpu_count()
+    running = {}  # gpu -> (job, process, log file, started)
+    results = []
+
+    def finish(gpu, timed_out):
+        (tool, family, name), process, log_file, started = running.pop(gpu)
+        if timed_out:
+            process.kill()
+        process.wait()
+        log_file.close()
+        with open(log_file.name, errors="replace") as f:
+            log = f.read()
+        result = {"tool": tool, "family": family, "test": name, "gpu": gpu, "seconds": round(time.monotonic() - started, 1)}
+        result.update(summarize(log, process.returncode, timed_out))
+        results.append(result)
+        print(json.dumps(result), flush=True)
+
+    while jobs or running:
+        for gpu in range(gpus):
+            if gpu not in running and jobs and time.monotonic() - start < args.deadline_s:
+                tool, family, name = jobs.pop(0)
+                log_name = f"{tool}-{family}-{len(results) + len(running)}.log"
+                log_file = open(os.path.join(args.out, "logs", log_name), "w")
+                command = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "99"]
+                if tool == "racecheck":
+                    command += ["--racecheck-report", "hazard"]
+                command += [args.tests, exact_spec(name)]
+                env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+                process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+                running[gpu] = ((tool, family, name), process, log_file, time.monotonic())
+        for gpu in list(running):
+            if running[gpu][1].poll() is not None:
+                finish(gpu, False)
+            elif time.monotonic() - start > args.deadline_s:
+                finish(gpu, True)
+        if not running and time.monotonic() - start >= args.deadline_s:
+            break
+        time.sleep(1)
+    for tool, family, name in jobs:
+        results.append({"tool": tool, "family": family, "test": name, "state": "not run"})
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    table = {}
+    for r in results:
+        row = table.setdefault((r["tool"], r["family"]), {})
+        row[r["state"]] = row.get(r["state"], 0) + 1
+    for (tool, family), states in sorted(table.items()):
+        print(f"{tool:<10} {family:<12} " + ", ".join(f"{n} {state}" for state, n in sorted(states.items())))
+
+
+if __name__ == "__main__":
+    main()
