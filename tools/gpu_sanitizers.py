@@ -55,7 +55,7 @@ def gpu_count():
 def summarize(log, returncode, timed_out):
     errors = re.findall(r"ERROR SUMMARY: (\d+) error", log)
     hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", log)
-    tests = re.findall(r"test cases: .*", log)
+    tests = re.findall(r"test cases: .*|All tests passed.*", log)
     reported = sum(int(n) for n in errors) + sum(int(n) for n in hazards)
     if timed_out:
         state = "deadline"
@@ -75,6 +75,7 @@ def main():
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--out", required=True)
     parser.add_argument("--deadline-s", type=float, default=540, help="kill what still runs after this long")
+    parser.add_argument("--gpus", help="the GPU ordinals to use (default: every visible one)")
     parser.add_argument("--done", action="append", default=[], help="an earlier summary.json: skip what it finished")
     args = parser.parse_args()
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
@@ -95,7 +96,7 @@ def main():
             jobs += [(tool, family, name) for name in names[family] if (tool, name) not in finished]
 
     start = time.monotonic()
-    gpus = gpu_count()
+    gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else list(range(gpu_count()))
     running = {}  # gpu -> (job, process, log file, started)
     results = []
 
@@ -113,7 +114,7 @@ def main():
         print(json.dumps(result), flush=True)
 
     while jobs or running:
-        for gpu in range(gpus):
+        for gpu in gpus:
             if gpu not in running and jobs and time.monotonic() - start < args.deadline_s:
                 tool, family, name = jobs.pop(0)
                 log_name = f"{tool}-{family}-{len(results) + len(running)}.log"

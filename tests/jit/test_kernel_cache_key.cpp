@@ -2,13 +2,16 @@
 // entry compiled against other CUDA headers is never served where the headers can be checked.
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
 #include <catch2/catch_test_macros.hpp>
 
+#include "jit/compiler.hpp"
 #include "jit/cuda_headers.hpp"
 #include "jit/kernel_builder.hpp"
+#include "support/test_support.hpp"
 #include "tileops/error.hpp"
 
 using tileops::jit::kernel_cache_key;
@@ -45,6 +48,25 @@ TEST_CASE("KernelBuilder cache keys hold no path and follow the template content
     CHECK(a.cache_key("rows/softmax.cuh", expr, "sm_90a") == b.cache_key("rows/softmax.cuh", expr, "sm_90a"));
     CHECK(a.cache_key("rows/softmax.cuh", expr, "sm_90a") != a.cache_key("rows/softmax.cuh", expr, "sm_80"));
     CHECK(a.cache_key("rows/softmax.cuh", expr, "sm_90a") != a.cache_key("rows/rmsnorm.cuh", expr, "sm_90a"));
+}
+
+TEST_CASE("TILEOPS_KERNEL_LINEINFO=1 compiles with -lineinfo, under a key of its own", "[cache_key]") {
+    tileops::jit::KernelBuilder builder("/tmp/tileops-key-a", 0, true);
+    const std::string expr = "tileops::softmax_kernel<float, float, 32, 8, 4, 1, 1, false>";
+    const std::string plain = builder.cache_key("rows/softmax.cuh", expr, "sm_90a");
+    auto has_lineinfo = [] {
+        const auto options = tileops::jit::base_compile_options("sm_90a");
+        return std::find(options.begin(), options.end(), "-lineinfo") != options.end();
+    };
+    CHECK_FALSE(has_lineinfo());
+    {
+        tileops::test::ScopedEnv lineinfo("TILEOPS_KERNEL_LINEINFO", "1");
+        CHECK(has_lineinfo());
+        CHECK(builder.cache_key("rows/softmax.cuh", expr, "sm_90a") != plain);
+    }
+    tileops::test::ScopedEnv off("TILEOPS_KERNEL_LINEINFO", "0");
+    CHECK_FALSE(has_lineinfo());
+    CHECK(builder.cache_key("rows/softmax.cuh", expr, "sm_90a") == plain);
 }
 
 TEST_CASE("CUDA headers: the closure hash follows every included header's content, and only those", "[cache_key]") {

@@ -106,6 +106,24 @@ std::vector<DeviceInfo> same_model_devices(const std::vector<int>& devices) {
     return infos;
 }
 
+// The order the GPUs take the problems in: the most bytes first, so that no GPU is left with a
+// large problem while the others have finished (a problem's time grows with what it moves).
+// Problems whose op cannot be made keep their place at the end; tuning them reports why.
+std::vector<size_t> largest_first(const std::vector<detail::ProblemSpec>& problems) {
+    std::vector<double> bytes(problems.size(), 0.0);
+    for (size_t p = 0; p < problems.size(); ++p) {
+        try {
+            for (const detail::OperandSpec& operand : detail::make_op(problems[p])->model().operands())
+                bytes[p] += operand.bytes();
+        } catch (const std::exception&) {
+        }
+    }
+    std::vector<size_t> order(problems.size());
+    for (size_t p = 0; p < order.size(); ++p) order[p] = p;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes[a] > bytes[b]; });
+    return order;
+}
+
 // What tuning one problem gave: its line of the --json output, its table row, its entry.
 struct ProblemOutcome {
     nlohmann::json result;
@@ -231,10 +249,12 @@ int cmd_tune(int argc, char** argv) {
             } else {
                 // One worker process per GPU; each GPU takes the next problem when it is free.
                 jit::KernelBuilder builder(jit::DiskCache::default_directory(), jit::DiskCache::default_max_bytes(), true);
+                const std::vector<size_t> order = largest_first(problems);
                 std::atomic<size_t> next{0};
                 auto tune_on = [&](size_t k) {
                     WorkerRunner worker(devices[k], candidate_timeout);
-                    for (size_t p = next++; p < problems.size(); p = next++) {
+                    for (size_t n = next++; n < order.size(); n = next++) {
+                        const size_t p = order[n];
                         tuning::TuneOptions options = tune;
                         options.progress = progress_for(p, devices[k]);
                         const int restarts_before = worker.restarts();
