@@ -33,6 +33,13 @@ struct RuntimeOptions {
     // A fleet bundle (`tileops-tune pack`) served read-only: its kernels before the disk cache,
     // its databases after tuning_dbs and before the shipped ones; empty: TILEOPS_BUNDLE, if set.
     std::string bundle;
+    // Opt-in: a run whose chosen kernel would have to be compiled first runs, until that compile
+    // (started on a background thread) has finished, with a stand-in config of the same op kind
+    // whose kernels are already at hand (the heuristic's, or a config another op of that kind ran
+    // with here); later runs take the chosen kernel. When no stand-in is at hand the run compiles
+    // as usual. A stream that is capturing a graph never records a stand-in: the run waits for
+    // the chosen kernel. prepare() always waits. false: TILEOPS_BACKGROUND_COMPILE=1 turns it on.
+    bool background_compile = false;
 };
 
 struct RuntimeStats {
@@ -40,6 +47,8 @@ struct RuntimeStats {
     uint64_t disk_cache_hits = 0;    // kernels loaded from the disk cache
     uint64_t bundle_hits = 0;        // kernels loaded from the fleet bundle
     uint64_t memory_cache_hits = 0;  // kernels found already loaded when an op first ran here
+    uint64_t background_compiles = 0;  // chosen kernels compiled in the background (background_compile)
+    uint64_t standin_runs = 0;         // runs served by a stand-in config meanwhile
 };
 
 class TILEOPS_EXPORT Runtime {

@@ -119,6 +119,8 @@ void bind_runtime(py::module_& m) {
         d["disk_cache_hits"] = stats.disk_cache_hits;
         d["bundle_hits"] = stats.bundle_hits;
         d["memory_cache_hits"] = stats.memory_cache_hits;
+        d["background_compiles"] = stats.background_compiles;
+        d["standin_runs"] = stats.standin_runs;
         return d;
     }, py::arg("device") = 0);
 }

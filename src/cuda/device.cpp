@@ -14,6 +14,11 @@ int device_count() noexcept {
     return count;
 }
 
+bool stream_is_capturing(CUstream stream) noexcept {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return driver().cuStreamIsCapturing(stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 DeviceProperties query_device(int ordinal) {
     const DriverApi& cu = driver();
     int count = 0;

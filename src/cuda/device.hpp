@@ -15,6 +15,11 @@ using DeviceProperties = DeviceInfo;
 // Number of visible devices; 0 when no driver or device is present (never throws).
 int device_count() noexcept;
 
+// Whether work enqueued on `stream` would be recorded into a graph (a stream under capture, or
+// the legacy stream while another stream captures in global mode); true when the driver cannot
+// tell.
+bool stream_is_capturing(CUstream stream) noexcept;
+
 DeviceProperties query_device(int ordinal);
 
 // Retains a device's primary context for its lifetime (shared with the CUDA runtime API, so

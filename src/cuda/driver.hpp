@@ -53,6 +53,7 @@ namespace tileops::cuda {
     X(cuStreamCreate, CUDA_VERSION)               \
     X(cuStreamDestroy, CUDA_VERSION)              \
     X(cuStreamSynchronize, CUDA_VERSION)          \
+    X(cuStreamIsCapturing, CUDA_VERSION)          \
     X(cuEventCreate, CUDA_VERSION)                \
     X(cuEventDestroy, CUDA_VERSION)               \
     X(cuEventRecord, CUDA_VERSION)                \

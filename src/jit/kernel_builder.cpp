@@ -76,23 +76,43 @@ std::string KernelBuilder::cache_key(const std::string& template_file, const std
     return kernel_cache_key(inputs);
 }
 
+std::optional<KernelBinary> KernelBuilder::from_bundle(const std::string& key, const std::string& name_expression,
+                                                      const std::string& arch) {
+    if (bundle_ == nullptr) return std::nullopt;
+    std::optional<std::string> payload = bundle_->kernel(key);
+    if (!payload) return std::nullopt;
+    KernelBinary binary;
+    std::string built_with;
+    const std::string* headers = cuda_headers_hash_if_found();
+    if (decode_payload(*payload, binary, built_with) && (headers == nullptr || built_with == *headers)) {
+        bundle_hits_.fetch_add(1);
+        util::logger().debug("tileops: loaded {} for {} from the bundle", name_expression, arch);
+        return binary;
+    }
+    util::logger().debug("tileops: the bundle's {} for {} was compiled against other CUDA headers", name_expression, arch);
+    return std::nullopt;
+}
+
+std::optional<KernelBinary> KernelBuilder::find(const std::string& template_file, const std::string& name_expression,
+                                                const std::string& arch) {
+    const std::string key = cache_key(template_file, name_expression, arch);
+    if (std::optional<KernelBinary> bundled = from_bundle(key, name_expression, arch)) return bundled;
+    std::optional<std::string> payload = cache_.load(key);
+    if (!payload) return std::nullopt;
+    KernelBinary binary;
+    std::string built_with;
+    const std::string* headers = cuda_headers_hash_if_found();
+    if (!decode_payload(*payload, binary, built_with) || (headers != nullptr && built_with != *headers))
+        return std::nullopt;  // get() rebuilds it
+    disk_hits_.fetch_add(1);
+    util::logger().debug("tileops: loaded {} for {} from the disk cache", name_expression, arch);
+    return binary;
+}
+
 KernelBinary KernelBuilder::get(const std::string& template_file, const std::string& name_expression,
                                 const std::string& arch) {
     const std::string key = cache_key(template_file, name_expression, arch);
-    if (bundle_ != nullptr) {
-        if (std::optional<std::string> payload = bundle_->kernel(key)) {
-            KernelBinary binary;
-            std::string built_with;
-            const std::string* headers = cuda_headers_hash_if_found();
-            if (decode_payload(*payload, binary, built_with) && (headers == nullptr || built_with == *headers)) {
-                bundle_hits_.fetch_add(1);
-                util::logger().debug("tileops: loaded {} for {} from the bundle", name_expression, arch);
-                return binary;
-            }
-            util::logger().debug("tileops: the bundle's {} for {} was compiled against other CUDA headers", name_expression,
-                                 arch);
-        }
-    }
+    if (std::optional<KernelBinary> bundled = from_bundle(key, name_expression, arch)) return *bundled;
     bool built = false;
     auto build = [&]() -> std::string {
         if (policy_.mode == JitMode::off)

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <memory>
+#include <optional>
 
 #include "jit/bundle.hpp"
 #include "jit/disk_cache.hpp"
@@ -54,6 +55,11 @@ public:
     // processes sharing the cache directory).
     KernelBinary get(const std::string& template_file, const std::string& name_expression, const std::string& arch);
 
+    // The kernel from the bundle or the disk cache, without compiling (nullopt: get() would
+    // compile it). Thread-safe.
+    std::optional<KernelBinary> find(const std::string& template_file, const std::string& name_expression,
+                                     const std::string& arch);
+
     uint64_t compiled_count() const noexcept { return compiled_.load(); }
     uint64_t disk_hit_count() const noexcept { return disk_hits_.load(); }
     uint64_t bundle_hit_count() const noexcept { return bundle_hits_.load(); }
@@ -62,6 +68,8 @@ public:
     const JitPolicy& policy() const noexcept { return policy_; }
 
 private:
+    std::optional<KernelBinary> from_bundle(const std::string& key, const std::string& name_expression,
+                                            const std::string& arch);
     // Logs and records a kernel compiled on a miss (JitMode::warn), once per builder.
     void record_miss(const MissedKernel& kernel);
 

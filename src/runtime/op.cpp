@@ -28,7 +28,7 @@ void Op::run(Runtime& runtime, Inputs inputs, Outputs outputs, CUstream stream) 
     const int vec = vector_width(inputs, outputs);
     detail::RuntimeImpl& impl = runtime.impl();
     impl.make_current();
-    launch_with(impl.resolved_launch(*this, vec), inputs, outputs, stream);
+    launch_with(impl.resolved_launch(*this, vec, stream), inputs, outputs, stream);
 }
 
 namespace detail {
@@ -52,6 +52,8 @@ RuntimeEntry& OpState::entry_locked(uint64_t id, bool (*is_live)(uint64_t)) {
     for (KernelSlot& kernel : reusable->slots) {
         kernel.ready.store(false, std::memory_order_relaxed);
         kernel.launch = ResolvedLaunch{};
+        kernel.pending = {};
+        kernel.standin = ResolvedLaunch{};
     }
     reusable->choice.reset();
     reusable->runtime_id.store(id, std::memory_order_release);

@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -38,6 +39,10 @@ inline int vector_slot(int width) noexcept {
 struct KernelSlot {
     std::atomic<bool> ready{false};  // `launch` is resolved; published with release
     ResolvedLaunch launch;
+    // RuntimeOptions::background_compile, under OpState::mutex: the chosen kernel's compile in
+    // flight, and the stand-in that runs meanwhile (kept after, for launches still using it).
+    std::shared_future<void> pending;
+    ResolvedLaunch standin;
 };
 
 // How many runtimes one op object serves at a time (one per GPU of an 8-GPU node). The entry of a

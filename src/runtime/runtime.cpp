@@ -71,15 +71,24 @@ tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const De
     return resolver;
 }
 
-// The plan of one of a launch's side kernels (its template file and options are the launch's own).
+// RuntimeOptions::background_compile, else TILEOPS_BACKGROUND_COMPILE (0 or 1).
+bool background_compile(const RuntimeOptions& options) {
+    if (options.background_compile) return true;
+    const std::optional<std::string> value = util::env("TILEOPS_BACKGROUND_COMPILE");
+    if (!value || *value == "0") return false;
+    if (*value == "1") return true;
+    throw InvalidArgument(fmt::format("tileops: TILEOPS_BACKGROUND_COMPILE must be 0 or 1, got '{}'", *value));
+}
+
+
+}  // namespace
+
 LaunchPlan side_plan(const LaunchPlan& plan, const SideKernel& side) {
     LaunchPlan side_kernel = plan;
     side_kernel.name_expression = side.name_expression;
     side_kernel.before = side_kernel.after = SideKernel{};
     return side_kernel;
 }
-
-}  // namespace
 
 RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
     : id_(next_runtime_id.fetch_add(1)),
@@ -88,7 +97,8 @@ RuntimeImpl::RuntimeImpl(const RuntimeOptions& options)
       bundle_(open_bundle(options, device_)),
       builder_(cache_directory(options), cache_max_bytes(options),
                jit::jit_policy(cache_directory(options), options.allow_compile)),
-      resolver_(resolver_options(options, device_, bundle_.get())) {
+      resolver_(resolver_options(options, device_, bundle_.get())),
+      background_compile_(background_compile(options)) {
     if (bundle_ != nullptr) builder_.serve_from(bundle_);
     jit::check_arch_supported(device_.arch());
     // Like the CUDA runtime, a new runtime makes its device's primary context current on the
@@ -108,6 +118,8 @@ RuntimeStats RuntimeImpl::stats() const {
     stats.disk_cache_hits = builder_.disk_hit_count();
     stats.bundle_hits = builder_.bundle_hit_count();
     stats.memory_cache_hits = memory_hits_.load();
+    stats.background_compiles = background_compiles_.load();
+    stats.standin_runs = standin_runs_.load();
     return stats;
 }
 
@@ -140,8 +152,13 @@ const LoadedKernel& RuntimeImpl::kernel(const LaunchPlan& plan) {
 }
 
 RuntimeImpl::~RuntimeImpl() {
-    std::lock_guard lock(live_runtimes_mutex);
-    live_runtimes().erase(id_);
+    {
+        std::lock_guard lock(live_runtimes_mutex);
+        live_runtimes().erase(id_);
+    }
+    // Background compiles use the builder: they end before it goes.
+    std::lock_guard lock(background_mutex_);
+    for (const std::shared_future<void>& job : background_jobs_) job.wait();
 }
 
 bool RuntimeImpl::is_live(uint64_t id) {
@@ -265,14 +282,21 @@ unsigned RuntimeImpl::resident_grid(const OpModel& model, const ResolvedLaunch& 
     return std::min(launch.grid[0], resident);
 }
 
-const ResolvedLaunch& RuntimeImpl::resolve(const Op& op, int vec) {
+const ResolvedLaunch& RuntimeImpl::resolve(const Op& op, int vec, CUstream stream) {
     OpState& state = op.state();
     std::lock_guard lock(state.mutex);
     RuntimeEntry& entry = state.entry_locked(id_, &RuntimeImpl::is_live);
     KernelSlot& slot = entry.slots[static_cast<size_t>(vector_slot(vec))];
     if (slot.ready.load(std::memory_order_acquire)) return slot.launch;
     const tuning::ConfigChoice& chosen = choice_locked(op, entry);
+    if (background_compile_ && !cuda::stream_is_capturing(stream))
+        if (const ResolvedLaunch* standin = standin_launch(op.model(), chosen.config, vec, slot)) {
+            standin_runs_.fetch_add(1);
+            return *standin;
+        }
+    // Compiles what is missing (a background compile of the same kernel in flight is joined).
     slot.launch = resolve_config(op.model(), chosen.config, vec);
+    if (background_compile_) remember_ran(op.model(), chosen.config);
     slot.ready.store(true, std::memory_order_release);
     return slot.launch;
 }
@@ -295,10 +319,10 @@ RuntimeStats Runtime::stats() const { return impl_->stats(); }
 std::string Runtime::explain(const Op& op) {
     const tuning::ConfigChoice& choice = impl_->choice(op);
     const std::string config = tuning::config_text(choice.config);
-    return fmt::format("{} on {} ({}): config {{{}}} from {}{}{}", op.describe(), impl_->device().name,
+    return fmt::format("{} on {} ({}): config {{{}}} from {}{}{}{}", op.describe(), impl_->device().name,
                        impl_->device().arch(), config, tuning::to_string(choice.source),
                        choice.origin.empty() ? "" : " " + choice.origin,
-                       choice.explanation.empty() ? "" : "; " + choice.explanation);
+                       choice.explanation.empty() ? "" : "; " + choice.explanation, impl_->background_note(op));
 }
 
 void Runtime::prepare(const Op& op) {

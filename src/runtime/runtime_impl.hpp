@@ -2,10 +2,15 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
+#include <future>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/op_model.hpp"
 #include "cuda/device.hpp"
@@ -17,6 +22,9 @@
 #include "tuning/config_choice.hpp"
 
 namespace tileops::detail {
+
+// The plan of one of a launch's side kernels (its template file and options are the launch's own).
+LaunchPlan side_plan(const LaunchPlan& plan, const SideKernel& side);
 
 // A kernel loaded into this runtime's context.
 struct LoadedKernel {
@@ -42,10 +50,11 @@ public:
 
     void make_current() const { context_.make_current(); }
 
-    // The hot path: the launch resolved for (op, vec) on this runtime, or the slow path.
-    const ResolvedLaunch& resolved_launch(const Op& op, int vec) {
+    // The hot path: the launch resolved for (op, vec) on this runtime, or the slow path. `stream`
+    // is the one the launch goes to (a capturing stream never gets a stand-in).
+    const ResolvedLaunch& resolved_launch(const Op& op, int vec, CUstream stream = nullptr) {
         if (const ResolvedLaunch* launch = op.state().find_launch(id_, vector_slot(vec))) return *launch;
-        return resolve(op, vec);
+        return resolve(op, vec, stream);
     }
 
     // The config `op` runs with here (chosen once per op and runtime).
@@ -58,12 +67,27 @@ public:
     // Resolves a config's launch for `model` without an Op (autotuner).
     ResolvedLaunch resolve_config(const OpModel& model, const Config& config, int vec);
     unsigned resident_grid(const OpModel& model, const ResolvedLaunch& launch);
+    // What explain() adds for an op whose chosen kernel still compiles in the background.
+    std::string background_note(const Op& op);
 
 private:
     // The launch plan of `config` at vector width `vec` (at most the config's own "vec").
     LaunchPlan plan(const OpModel& model, const Config& config, int vec) const;
-    const ResolvedLaunch& resolve(const Op& op, int vec);
+    const ResolvedLaunch& resolve(const Op& op, int vec, CUstream stream);
     const tuning::ConfigChoice& choice_locked(const Op& op, RuntimeEntry& entry);
+
+    // Background compiling (RuntimeOptions::background_compile), in runtime_background.cpp.
+    // The launch to run while `config`'s kernels compile, or null when the chosen launch should be
+    // resolved now: its kernels are at hand (or its compile ended), or no stand-in is.
+    const ResolvedLaunch* standin_launch(const OpModel& model, const Config& config, int vec, KernelSlot& slot);
+    // A config other than `config` whose kernels at width `vec` are at hand, valid for `model`.
+    std::optional<Config> standin_config(const OpModel& model, const Config& config, int vec);
+    // Whether every kernel of `plan` is loaded or, with `look_on_disk`, loads without compiling
+    // (from the disk cache or the bundle: it is loaded then).
+    bool plan_at_hand(const LaunchPlan& plan, bool look_on_disk = true);
+    std::shared_future<void> compile_in_background(const LaunchPlan& plan);
+    // Records that `config` ran for an op of `model`'s kind: a stand-in candidate for the next.
+    void remember_ran(const OpModel& model, const Config& config);
 
     uint64_t id_;
     DeviceInfo device_;
@@ -76,6 +100,13 @@ private:
     std::unordered_map<std::string, std::unique_ptr<LoadedKernel>> kernels_;
     jit::InFlight<std::string, const LoadedKernel*> loading_;
     std::atomic<uint64_t> memory_hits_{0};
+
+    bool background_compile_;
+    std::mutex background_mutex_;  // guards the two members below
+    std::vector<std::shared_future<void>> background_jobs_;  // waited for before the builder goes
+    std::map<std::string, std::deque<Config>> ran_configs_;  // op kind -> configs that ran, newest first
+    std::atomic<uint64_t> background_compiles_{0};
+    std::atomic<uint64_t> standin_runs_{0};
 };
 
 }  // namespace tileops::detail

@@ -115,6 +115,38 @@ TEST_CASE("a kernel builder serves a bundle's kernels without compiling or writi
     CHECK(std::distance(fs::directory_iterator(image), fs::directory_iterator()) == 1);
 }
 
+TEST_CASE("KernelBuilder::find looks in the bundle and the disk cache and never compiles", "[bundle]") {
+    TempDir dir;
+    KernelBuilder builder(dir.path() / "cache", 0, JitPolicy{JitMode::on, {}});
+    CHECK_FALSE(builder.find(kTemplate, kKernel, "sm_90a").has_value());
+    CHECK(builder.compiled_count() == 0);
+    const auto compiled = builder.get(kTemplate, kKernel, "sm_90a");
+    REQUIRE(compiled.compiled);
+    const auto found = builder.find(kTemplate, kKernel, "sm_90a");
+    REQUIRE(found.has_value());
+    CHECK(found->cubin == compiled.cubin);
+    CHECK(found->lowered_name == compiled.lowered_name);
+    CHECK_FALSE(found->compiled);
+    CHECK(builder.compiled_count() == 1);
+
+    // From a bundle, with an empty cache.
+    BundleContents contents;
+    contents.nvrtc_version = "any";
+    contents.archs = {"sm_90a"};
+    const std::string key = builder.cache_key(kTemplate, kKernel, "sm_90a");
+    contents.kernels = {{key, "sm_90a", builder.cache().load(key).value()}};
+    const fs::path path = dir.path() / "fleet.bundle";
+    tileops::jit::write_bundle(path, contents);
+    KernelBuilder serving(dir.path() / "empty", 0, JitPolicy{JitMode::on, {}});
+    CHECK_FALSE(serving.find(kTemplate, kKernel, "sm_90a").has_value());
+    serving.serve_from(std::make_shared<const Bundle>(path));
+    const auto served = serving.find(kTemplate, kKernel, "sm_90a");
+    REQUIRE(served.has_value());
+    CHECK(served->cubin == compiled.cubin);
+    CHECK(serving.bundle_hit_count() == 1);
+    CHECK(serving.compiled_count() == 0);
+}
+
 TEST_CASE("a damaged or hostile bundle is refused by name, a damaged kernel passed over", "[bundle]") {
     TempDir dir;
     const fs::path good = dir.path() / "good.bundle";

@@ -1,8 +1,12 @@
 // The runtime on a GPU: a fresh process starts warm from the disk cache, the hot path allocates
-// nothing and is safe in CUDA graph capture, no-compile mode, explain().
+// nothing and is safe in CUDA graph capture, no-compile mode, explain(), background compiling.
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <thread>
+#include <vector>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
@@ -10,8 +14,10 @@
 #include "cuda/driver.hpp"
 #include "jit/bundle.hpp"
 #include "jit/disk_cache.hpp"
+#include "runtime/runtime_impl.hpp"
 #include "support/allocation_counter.hpp"
 #include "support/device_tensor.hpp"
+#include "support/row_reference.hpp"
 #include "support/test_support.hpp"
 #include "tileops/tileops.hpp"
 
@@ -154,4 +160,113 @@ TEST_CASE("explain names the config and where it came from", "[gpu][runtime]") {
     CHECK_THAT(text, ContainsSubstring("rmsnorm 8192x4096 bf16"));
     CHECK_THAT(text, ContainsSubstring("threads_per_row="));
     CHECK_THAT(text, ContainsSubstring(runtime.device().arch()));
+}
+
+namespace {
+
+// An RmsNorm of `rows` x 4096 bf16 with its operands; check() compares y with the reference.
+struct RowsOf4096 {
+    static constexpr int64_t kCols = 4096;
+    int64_t rows;
+    RmsNorm op;
+    test::DeviceMatrix x, w, y;
+    std::vector<double> reference;
+
+    explicit RowsOf4096(int64_t rows_)
+        : rows(rows_),
+          op({rows_, kCols, DType::bf16}),
+          x(DType::bf16, rows_, kCols),
+          w(DType::bf16, 1, kCols),
+          y(DType::bf16, rows_, kCols) {
+        const std::vector<double> xs = test::round_to(DType::bf16, test::random_values(rows * kCols, 5));
+        const std::vector<double> ws = test::round_to(DType::bf16, test::random_values(kCols, 6));
+        x.upload(xs);
+        w.upload(ws);
+        reference = test::rmsnorm_reference(xs, {}, ws, rows, kCols, 1e-6);
+    }
+    void run(Runtime& runtime, CUstream stream = nullptr) { op.run(runtime, {x.data(), w.data()}, {y.data()}, stream); }
+    bool correct() { return test::relative_error(y.download(), reference) < test::tolerance(DType::bf16); }
+};
+
+}  // namespace
+
+TEST_CASE("background compiling: a new shape runs a stand-in at once, then its chosen kernel; graphs never record one",
+          "[gpu][runtime]") {
+    TILEOPS_REQUIRE_GPU();
+    test::TempDir dir;
+    test::ScopedEnv exact_only("TILEOPS_TUNING_MAX_DISTANCE", "0");  // configs from the heuristic alone
+    RuntimeOptions options;
+    options.cache_dir = (dir.path() / "cache").string();
+    options.background_compile = true;
+    Runtime runtime(options);
+    const auto& cu = cuda::driver();
+
+    // The first op of its kind has no stand-in: it compiles in the foreground, as without the option.
+    RowsOf4096 first(64);
+    first.run(runtime);
+    CHECK(first.correct());
+    CHECK(runtime.stats().background_compiles == 0);
+    CHECK(runtime.stats().standin_runs == 0);
+    const Config first_config = runtime.impl().choice(first.op).config;
+
+    // Shapes whose chosen config differs from the first's, which is valid for them: their first
+    // run has a stand-in at hand.
+    std::vector<std::unique_ptr<RowsOf4096>> others;
+    for (int64_t rows : {8192, 16384, 1, 2, 4096, 128, 32768}) {
+        auto problem = std::make_unique<RowsOf4096>(rows);
+        if (runtime.impl().choice(problem->op).config != first_config &&
+            !problem->op.model().invalid_reason(first_config, runtime.device()))
+            others.push_back(std::move(problem));
+    }
+    REQUIRE(others.size() >= 2);
+    RowsOf4096& second = *others[0];
+    RowsOf4096& captured = *others[1];
+
+    second.run(runtime);
+    TILEOPS_CU_CHECK(cu.cuCtxSynchronize());
+    CHECK(second.correct());  // the stand-in computes the same result
+    CHECK(runtime.stats().background_compiles == 1);
+    CHECK(runtime.stats().standin_runs == 1);
+    const std::string note = runtime.explain(second.op);
+    CHECK_THAT(note, ContainsSubstring("compiles in the background"));
+
+    // A stream under capture waits for the chosen kernel rather than record a stand-in.
+    const uint64_t standins = runtime.stats().standin_runs;
+    CUstream stream = nullptr;
+    TILEOPS_CU_CHECK(cu.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    TILEOPS_CU_CHECK(cu.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    captured.run(runtime, stream);
+    TILEOPS_CU_CHECK(cu.cuStreamEndCapture(stream, &graph));
+    CHECK(runtime.stats().standin_runs == standins);
+    CHECK(runtime.explain(captured.op).find("background") == std::string::npos);
+    TILEOPS_CU_CHECK(cu.cuGraphInstantiateWithFlags(&exec, graph, 0));
+    TILEOPS_CU_CHECK(cu.cuGraphLaunch(exec, stream));
+    TILEOPS_CU_CHECK(cu.cuStreamSynchronize(stream));
+    CHECK(captured.correct());
+    cu.cuGraphExecDestroy(exec);
+    cu.cuGraphDestroy(graph);
+    cu.cuStreamDestroy(stream);
+
+    // Once the background compile is done, the next run takes the chosen kernel for good.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (runtime.explain(second.op).find("background") != std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+        second.run(runtime);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(runtime.explain(second.op).find("background") == std::string::npos);
+    const uint64_t settled = runtime.stats().standin_runs;
+    second.y = test::DeviceMatrix(DType::bf16, second.rows, RowsOf4096::kCols);  // poisoned again
+    for (int i = 0; i < 3; ++i) second.run(runtime);
+    TILEOPS_CU_CHECK(cu.cuCtxSynchronize());
+    CHECK(runtime.stats().standin_runs == settled);
+    CHECK(second.correct());
+}
+
+TEST_CASE("TILEOPS_BACKGROUND_COMPILE must be 0 or 1", "[gpu][runtime]") {
+    TILEOPS_REQUIRE_GPU();
+    test::ScopedEnv bad("TILEOPS_BACKGROUND_COMPILE", "yes");
+    CHECK_THROWS_AS(Runtime(), InvalidArgument);
 }
