@@ -3,7 +3,7 @@
 // correct form. If racecheck reports hazards on these, it cannot see the ordering that makes them
 // correct, and its reports on the kernels are of the same kind (docs/testing.md).
 //
-//   nvcc -arch=sm_90a -o litmus tools/sanitizer_litmus.cu && compute-sanitizer --tool racecheck ./litmus
+//   nvcc -arch=sm_90a -I kernel_templates -o litmus tools/sanitizer_litmus.cu && compute-sanitizer --tool racecheck ./litmus
 //
 // 1. slot_handoff: a producer thread writes an int slot, consumers read it after waiting on a
 //    "full" mbarrier, and their warps' lane 0 arrive (after __syncwarp) on an "empty" mbarrier the
@@ -13,29 +13,14 @@
 //    (MLA decode's loads).
 #include <cstdio>
 
+#include "arch/hopper.cuh"  // the mbarrier helpers the kernels use
+
 namespace {
 
-__device__ __forceinline__ unsigned smem(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void bar_init(unsigned long long* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(unsigned long long* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem(bar)) : "memory");
-}
-
-__device__ __forceinline__ void bar_wait(unsigned long long* bar, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "wait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n"
-        "}\n" ::"r"(smem(bar)),
-        "r"(parity)
-        : "memory");
-}
+using tileops::mbarrier_arrive;
+using tileops::mbarrier_init;
+using tileops::mbarrier_wait;
+using tileops::shared_address;
 
 constexpr int kConsumerWarps = 4;
 constexpr int kRounds = 8;
@@ -45,9 +30,9 @@ __global__ void slot_handoff(int* out) {
     __shared__ unsigned long long full, empty;
     __shared__ volatile int slot;
     if (threadIdx.x == 0) {
-        bar_init(&full, 1);
-        bar_init(&empty, kConsumerWarps);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbarrier_init(&full, 1);
+        mbarrier_init(&empty, kConsumerWarps);
+        tileops::fence_barrier_init();
     }
     __syncthreads();
     const int warp = threadIdx.x / 32;
@@ -55,18 +40,18 @@ __global__ void slot_handoff(int* out) {
     if (warp == 0) {
         if (threadIdx.x != 0) return;
         for (int r = 0; r < kRounds; ++r, phase ^= 1) {
-            bar_wait(&empty, phase ^ 1);  // every consumer warp read the previous value
+            mbarrier_wait(&empty, phase ^ 1);  // every consumer warp read the previous value
             slot = r * 7 + 1;
-            bar_arrive(&full);
+            mbarrier_arrive(&full);
         }
         return;
     }
     int sum = 0;
     for (int r = 0; r < kRounds; ++r, phase ^= 1) {
-        bar_wait(&full, phase);
+        mbarrier_wait(&full, phase);
         sum += slot;
         __syncwarp();
-        if (threadIdx.x % 32 == 0) bar_arrive(&empty);
+        if (threadIdx.x % 32 == 0) mbarrier_arrive(&empty);
     }
     out[threadIdx.x] = sum;
 }
@@ -76,16 +61,16 @@ __global__ void cp_async_handoff(const int4* in, int* out) {
     __shared__ alignas(16) int4 tile[32];
     __shared__ unsigned long long landed;
     if (threadIdx.x == 0) {
-        bar_init(&landed, 32);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbarrier_init(&landed, 32);
+        tileops::fence_barrier_init();
     }
     __syncthreads();
     if (threadIdx.x < 32) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem(&tile[threadIdx.x])), "l"(in + threadIdx.x)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(&tile[threadIdx.x])), "l"(in + threadIdx.x)
                      : "memory");
-        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem(&landed)) : "memory");
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(shared_address(&landed)) : "memory");
     } else {
-        bar_wait(&landed, 0);
+        mbarrier_wait(&landed, 0);
         const int4 v = tile[threadIdx.x - 32];
         out[threadIdx.x - 32] = v.x + v.y + v.z + v.w;
     }
