@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -131,7 +132,11 @@ struct ProblemOutcome {
     std::optional<TuningEntry> entry;
 };
 
-ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::TuneResult()>& tune) {
+// `start`: when the tune began; the outcome says when this problem started and how long it took.
+ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::TuneResult()>& tune,
+                          std::chrono::steady_clock::time_point start) {
+    using Seconds = std::chrono::duration<double>;
+    const auto began = std::chrono::steady_clock::now();
     ProblemOutcome outcome;
     try {
         tuning::TuneResult result = tune();
@@ -159,6 +164,8 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
         outcome.result = {{"problem", name}, {"error", e.what()}};
         outcome.row = {name, std::string("FAILED: ") + e.what(), "", "", "", "", ""};
     }
+    outcome.result["started_s"] = Seconds(began - start).count();
+    outcome.result["seconds"] = Seconds(std::chrono::steady_clock::now() - began).count();
     return outcome;
 }
 
@@ -220,6 +227,11 @@ int cmd_tune(int argc, char** argv) {
             meta.sources = {fmt::format("tileops-tune on {}", device.name)};
             if (existing) (void)TuningDb::merge(*existing, db);  // refuses a file of another arch now
 
+            const auto start = std::chrono::steady_clock::now();
+            auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+                return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+            };
+            nlohmann::json workers;  // per GPU: when its worker was ready and when it ran out of problems
             std::vector<ProblemOutcome> outcomes(problems.size());
             std::vector<double> done(problems.size(), 0.0);
             std::mutex progress_mutex;
@@ -244,7 +256,7 @@ int cmd_tune(int argc, char** argv) {
                     outcomes[p] = outcome_of(describe(problems[p]), [&] {
                         auto op = detail::make_op(problems[p]);
                         return tuning::autotune(runtime, *op, options);
-                    });
+                    }, start);
                 }
             } else {
                 // One worker process per GPU; each GPU takes the next problem when it is free.
@@ -253,6 +265,7 @@ int cmd_tune(int argc, char** argv) {
                 std::atomic<size_t> next{0};
                 auto tune_on = [&](size_t k) {
                     WorkerRunner worker(devices[k], candidate_timeout);
+                    workers[k] = {{"device", devices[k]}, {"ready_s", seconds_since(start)}};
                     for (size_t n = next++; n < order.size(); n = next++) {
                         const size_t p = order[n];
                         tuning::TuneOptions options = tune;
@@ -262,11 +275,14 @@ int cmd_tune(int argc, char** argv) {
                             auto op = detail::make_op(problems[p]);
                             worker.set_problem(problems[p], tune.seed);
                             return tuning::autotune(op->model(), infos[k], builder, worker, options);
-                        });
+                        }, start);
                         outcomes[p].result["device"] = devices[k];
                         outcomes[p].result["worker_restarts"] = worker.restarts() - restarts_before;
                     }
+                    workers[k]["finished_s"] = seconds_since(start);
                 };
+                workers = nlohmann::json::array();
+                for (size_t k = 0; k < devices.size(); ++k) workers.push_back(nlohmann::json::object());
                 std::vector<std::thread> threads;
                 for (size_t k = 0; k < devices.size(); ++k) threads.emplace_back(tune_on, k);
                 for (std::thread& t : threads) t.join();
@@ -284,7 +300,9 @@ int cmd_tune(int argc, char** argv) {
             progress.done();
             save_results(db, db_path);
             if (args.count("json")) {
-                fmt::print("{}\n", nlohmann::json({{"db", db_path}, {"results", results}}).dump(2));
+                nlohmann::json report = {{"db", db_path}, {"results", results}, {"seconds", seconds_since(start)}};
+                if (!workers.is_null()) report["workers"] = workers;
+                fmt::print("{}\n", report.dump(2));
             } else {
                 print_table({"problem", "config", "us", "heuristic us", "throughput", "failed/tried", "note"}, rows);
                 fmt::print("{} problem(s) tuned into {}; {} failed\n", problems.size() - failures, db_path, failures);
