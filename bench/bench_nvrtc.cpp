@@ -4,9 +4,13 @@
 // the options, median of --repeats wall-clock compiles, and NVRTC's own phase times (--time).
 // Needs no GPU.
 //
-//   bench_nvrtc [--arch sm_90a] [--repeats 3] [--json out.json] [--variants "-minimal;--split-compile=0"]
+// With --dump DIR, also writes each cubin there (FAMILY.cubin, FAMILY.VARIANT.cubin), to compare
+// the code a variant gives (cuobjdump -sass).
+//
+//   bench_nvrtc [--arch sm_90a] [--repeats 3] [--json out.json] [--variants "-minimal;--split-compile=0"] [--dump DIR]
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -31,10 +35,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double compile_ms(const jit::CompileRequest& request) {
+// Wall-clock milliseconds of one compile; with a `dump` path, writes the cubin there.
+double compile_ms(const jit::CompileRequest& request, const fs::path& dump = {}) {
     const auto start = std::chrono::steady_clock::now();
-    jit::compile(request);
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const jit::CompileResult result = jit::compile(request);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (!dump.empty()) std::ofstream(dump, std::ios::binary) << result.cubin;
+    return ms;
+}
+
+// A variant's options as a file name part: "--Ofast-compile=mid" -> "Ofast-compile_mid".
+std::string file_part(const std::string& variant) {
+    std::string out;
+    for (char c : variant)
+        if (std::isalnum(static_cast<unsigned char>(c)) || c == '-') out += out.empty() && c == '-' ? "" : std::string(1, c);
+        else if (!out.empty() && out.back() != '_') out += '_';
+    return out;
 }
 
 std::vector<std::string> split(const std::string& text, char separator) {
@@ -70,7 +86,7 @@ std::map<std::string, double> phase_ms(jit::CompileRequest request) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string arch = "sm_90a", json_path;
+    std::string arch = "sm_90a", json_path, dump;
     std::string variants = "-minimal;--split-compile=0;-minimal --split-compile=0";
     int repeats = 3;
     for (int i = 1; i < argc; ++i) {
@@ -79,11 +95,13 @@ int main(int argc, char** argv) {
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::stoi(argv[++i]);
         else if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--variants" && i + 1 < argc) variants = argv[++i];
+        else if (arg == "--dump" && i + 1 < argc) dump = argv[++i];
         else {
-            fmt::print(stderr, "usage: bench_nvrtc [--arch sm_90a] [--repeats N] [--json out.json] [--variants \"A;B\"]\n");
+            fmt::print(stderr, "usage: bench_nvrtc [--arch sm_90a] [--repeats N] [--json out.json] [--variants \"A;B\"] [--dump DIR]\n");
             return 2;
         }
     }
+    if (!dump.empty()) fs::create_directories(dump);
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     nlohmann::json out = {{"arch", arch}, {"nvrtc", jit::nvrtc_version()}};
     std::map<std::string, bool> seen_family;
@@ -97,7 +115,8 @@ int main(int argc, char** argv) {
         const detail::LaunchPlan plan = model.plan(config, widths.empty() ? 1 : widths.front(), device);
         const jit::CompileRequest base = jit::compile_request(plan.template_file, {plan.name_expression}, arch);
         std::vector<double> times;
-        for (int r = 0; r < repeats; ++r) times.push_back(compile_ms(base));
+        const auto dump_path = [&](const std::string& name) { return dump.empty() ? fs::path() : fs::path(dump) / name; };
+        for (int r = 0; r < repeats; ++r) times.push_back(compile_ms(base, r == 0 ? dump_path(family + ".cubin") : fs::path()));
         const double base_ms = bench::median(times);
         nlohmann::json row = {{"problem", op->describe()}, {"kernel", plan.name_expression}, {"ms", base_ms},
                               {"phases_ms", phase_ms(base)}};
@@ -107,7 +126,8 @@ int main(int argc, char** argv) {
             for (const std::string& option : split(variant, ' ')) request.extra_options.push_back(option);
             times.clear();
             try {
-                for (int r = 0; r < repeats; ++r) times.push_back(compile_ms(request));
+                const fs::path variant_dump = dump_path(fmt::format("{}.{}.cubin", family, file_part(variant)));
+                for (int r = 0; r < repeats; ++r) times.push_back(compile_ms(request, r == 0 ? variant_dump : fs::path()));
                 row["variants"][variant] = bench::median(times);
                 fmt::print("   {}: {:.0f}", variant, bench::median(times));
             } catch (const std::exception& e) {
