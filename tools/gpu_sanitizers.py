@@ -5,9 +5,10 @@ over every visible GPU (one at a time per GPU), and writes what each found.
     tools/gpu_sanitizers.py --tests build/tests/tileops_tests --tools memcheck,racecheck \
         --families gemm,decode --out results/ [--deadline-s 540] [--done earlier/summary.json]
 
-Each job's log goes to OUT/logs/; OUT/summary.json (and the table printed at the end) says per
-job: clean, the errors the tool reported, the tests that failed, or that it ran out of time (a job
-still running at the deadline is killed and reported as such; one not started is "not run").
+Each job's log goes to OUT/logs/; OUT/summary.json (rewritten as each job ends, so a run cut
+short keeps what it finished) and the table printed at the end say per job: clean, the errors the
+tool reported, the tests that failed, or that it ran out of time (a job still running at the
+deadline is killed and reported as such; one not started is "not run").
 --done skips the jobs an earlier summary finished, so a long pass can be split over several runs.
 The [cli] family is left out: its [gpu] test runs deliberately faulty kernels in the tuning worker.
 """
@@ -100,6 +101,13 @@ def main():
     running = {}  # gpu -> (job, process, log file, started)
     results = []
 
+    def write_summary():
+        # Rewritten after every job, so a run cut short still leaves what it finished.
+        path = os.path.join(args.out, "summary.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(results, f, indent=1)
+        os.replace(path + ".tmp", path)
+
     def finish(gpu, timed_out):
         (tool, family, name), process, log_file, started = running.pop(gpu)
         if timed_out:
@@ -112,6 +120,7 @@ def main():
         result.update(summarize(log, process.returncode, timed_out))
         results.append(result)
         print(json.dumps(result), flush=True)
+        write_summary()
 
     while jobs or running:
         for gpu in gpus:
@@ -136,8 +145,7 @@ def main():
         time.sleep(1)
     for tool, family, name in jobs:
         results.append({"tool": tool, "family": family, "test": name, "state": "not run"})
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(results, f, indent=1)
+    write_summary()
     table = {}
     for r in results:
         row = table.setdefault((r["tool"], r["family"]), {})
