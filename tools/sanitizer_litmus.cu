@@ -17,8 +17,10 @@
 //    writing and then announcing them with bar.arrive on a named barrier the other waits on with
 //    bar.sync (MLA decode's seesaw kernel trades its softmax scales so).
 // 4. cluster_sum<N, T>: the row kernels' RowReducer summing over a cluster of N CTAs of T threads
-//    (st.async pushes into every peer's shared memory, counted on the peer's mbarrier), N = 4 to 16.
+//    (st.async pushes into every peer's shared memory, counted on the peer's mbarrier), N = 4 to 16,
+//    in one wave of clusters and in many.
 #include <cstdio>
+#include <vector>
 
 #include "arch/hopper.cuh"  // the mbarrier helpers the kernels use
 #include "rows/reduce.cuh"  // the row kernels' cluster reduction
@@ -114,6 +116,7 @@ bool check(cudaError_t status, const char* what) {
 }
 
 constexpr int kClusterReductions = 5;  // both buffers, each reused
+constexpr int kManyClusters = 70;     // a row each: rmsnorm 70 x 262144's grid without prefetch
 
 // Every CTA of the cluster sums the values of all its threads, kClusterReductions times (small
 // integers, so every order of summation gives the same float).
@@ -129,8 +132,10 @@ __global__ void cluster_sum(float* out) {
     if (threadIdx.x == 0) out[blockIdx.x] = total;
 }
 
+// `clusters` clusters of CLUSTER CTAs: a few (one wave) or many more than the GPU holds at once
+// (waves of clusters, as a row kernel without a persistent grid launches one per row).
 template <int CLUSTER, int THREADS>
-bool run_cluster_sum(float* out) {
+bool run_cluster_sum(float* out, int clusters) {
     const auto kernel = cluster_sum<CLUSTER, THREADS>;
     if (CLUSTER > 8 && !check(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
                               "non-portable cluster size"))
@@ -141,22 +146,22 @@ bool run_cluster_sum(float* out) {
     attribute.val.clusterDim.y = 1;
     attribute.val.clusterDim.z = 1;
     cudaLaunchConfig_t config{};
-    config.gridDim = dim3(4 * CLUSTER);
+    config.gridDim = dim3(clusters * CLUSTER);
     config.blockDim = dim3(THREADS);
     config.attrs = &attribute;
     config.numAttrs = 1;
     if (!check(cudaLaunchKernelEx(&config, kernel, out), "cluster launch") || !check(cudaDeviceSynchronize(), "cluster_sum"))
         return false;
-    float host[4 * CLUSTER];
-    cudaMemcpy(host, out, sizeof host, cudaMemcpyDeviceToHost);
+    std::vector<float> host(static_cast<size_t>(clusters) * CLUSTER);
+    cudaMemcpy(host.data(), out, host.size() * sizeof(float), cudaMemcpyDeviceToHost);
     bool ok = true;
-    for (int c = 0; c < 4; ++c) {
+    for (int c = 0; c < clusters; ++c) {
         long expected = 0;
         for (int k = 0; k < kClusterReductions; ++k)
             for (int t = 0; t < CLUSTER * THREADS; ++t) expected += (k + 1) * ((c * CLUSTER * THREADS + t) % 7);
         for (int b = 0; b < CLUSTER; ++b) ok &= host[c * CLUSTER + b] == static_cast<float>(expected);
     }
-    std::printf("cluster_sum<%d, %d> %s\n", CLUSTER, THREADS, ok ? "correct" : "WRONG");
+    std::printf("cluster_sum<%d, %d> x %d clusters %s\n", CLUSTER, THREADS, clusters, ok ? "correct" : "WRONG");
     return ok;
 }
 
@@ -194,11 +199,14 @@ int main() {
     }
     std::printf("hand-offs %s\n", ok ? "correct" : "WRONG");
     float* sums = nullptr;
-    if (!check(cudaMalloc(&sums, 64 * sizeof(float)), "cudaMalloc")) return 1;
-    ok &= run_cluster_sum<4, 128>(sums);
-    ok &= run_cluster_sum<8, 128>(sums);
-    ok &= run_cluster_sum<16, 32>(sums);
-    ok &= run_cluster_sum<16, 128>(sums);
-    ok &= run_cluster_sum<16, 1024>(sums);
+    if (!check(cudaMalloc(&sums, kManyClusters * 16 * sizeof(float)), "cudaMalloc")) return 1;
+    for (int clusters : {4, kManyClusters}) {
+        ok &= run_cluster_sum<4, 128>(sums, clusters);
+        ok &= run_cluster_sum<8, 128>(sums, clusters);
+        ok &= run_cluster_sum<16, 32>(sums, clusters);
+        ok &= run_cluster_sum<16, 128>(sums, clusters);
+        ok &= run_cluster_sum<16, 512>(sums, clusters);
+        ok &= run_cluster_sum<16, 1024>(sums, clusters);
+    }
     return ok ? 0 : 1;
 }
