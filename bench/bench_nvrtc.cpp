@@ -47,9 +47,11 @@ double compile_ms(const jit::CompileRequest& request, const fs::path& dump = {})
 // A variant's options as a file name part: "--Ofast-compile=mid" -> "Ofast-compile_mid".
 std::string file_part(const std::string& variant) {
     std::string out;
-    for (char c : variant)
-        if (std::isalnum(static_cast<unsigned char>(c)) || c == '-') out += out.empty() && c == '-' ? "" : std::string(1, c);
-        else if (!out.empty() && out.back() != '_') out += '_';
+    for (char c : variant) {
+        const bool kept = std::isalnum(static_cast<unsigned char>(c)) || c == '-';
+        if (kept && !(c == '-' && out.empty())) out += c;  // leading dashes dropped
+        else if (!kept && !out.empty() && out.back() != '_') out += '_';
+    }
     return out;
 }
 

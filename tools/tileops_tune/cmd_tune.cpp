@@ -132,11 +132,15 @@ struct ProblemOutcome {
     std::optional<TuningEntry> entry;
 };
 
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
 // `start`: when the tune began; the outcome says when this problem started and how long it took.
 ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::TuneResult()>& tune,
-                          std::chrono::steady_clock::time_point start) {
-    using Seconds = std::chrono::duration<double>;
-    const auto began = std::chrono::steady_clock::now();
+                          Clock::time_point start) {
+    const double started = seconds_since(start);
+    const auto began = Clock::now();
     ProblemOutcome outcome;
     try {
         tuning::TuneResult result = tune();
@@ -164,8 +168,8 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
         outcome.result = {{"problem", name}, {"error", e.what()}};
         outcome.row = {name, std::string("FAILED: ") + e.what(), "", "", "", "", ""};
     }
-    outcome.result["started_s"] = Seconds(began - start).count();
-    outcome.result["seconds"] = Seconds(std::chrono::steady_clock::now() - began).count();
+    outcome.result["started_s"] = started;
+    outcome.result["seconds"] = seconds_since(began);
     return outcome;
 }
 
@@ -227,11 +231,7 @@ int cmd_tune(int argc, char** argv) {
             meta.sources = {fmt::format("tileops-tune on {}", device.name)};
             if (existing) (void)TuningDb::merge(*existing, db);  // refuses a file of another arch now
 
-            const auto start = std::chrono::steady_clock::now();
-            auto seconds_since = [](std::chrono::steady_clock::time_point t) {
-                return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-            };
-            nlohmann::json workers;  // per GPU: when its worker was ready and when it ran out of problems
+            const auto start = Clock::now();
             std::vector<ProblemOutcome> outcomes(problems.size());
             std::vector<double> done(problems.size(), 0.0);
             std::mutex progress_mutex;
@@ -265,7 +265,6 @@ int cmd_tune(int argc, char** argv) {
                 std::atomic<size_t> next{0};
                 auto tune_on = [&](size_t k) {
                     WorkerRunner worker(devices[k], candidate_timeout);
-                    workers[k] = {{"device", devices[k]}, {"ready_s", seconds_since(start)}};
                     for (size_t n = next++; n < order.size(); n = next++) {
                         const size_t p = order[n];
                         tuning::TuneOptions options = tune;
@@ -279,10 +278,7 @@ int cmd_tune(int argc, char** argv) {
                         outcomes[p].result["device"] = devices[k];
                         outcomes[p].result["worker_restarts"] = worker.restarts() - restarts_before;
                     }
-                    workers[k]["finished_s"] = seconds_since(start);
                 };
-                workers = nlohmann::json::array();
-                for (size_t k = 0; k < devices.size(); ++k) workers.push_back(nlohmann::json::object());
                 std::vector<std::thread> threads;
                 for (size_t k = 0; k < devices.size(); ++k) threads.emplace_back(tune_on, k);
                 for (std::thread& t : threads) t.join();
@@ -300,9 +296,8 @@ int cmd_tune(int argc, char** argv) {
             progress.done();
             save_results(db, db_path);
             if (args.count("json")) {
-                nlohmann::json report = {{"db", db_path}, {"results", results}, {"seconds", seconds_since(start)}};
-                if (!workers.is_null()) report["workers"] = workers;
-                fmt::print("{}\n", report.dump(2));
+                fmt::print("{}\n",
+                           nlohmann::json({{"db", db_path}, {"results", results}, {"seconds", seconds_since(start)}}).dump(2));
             } else {
                 print_table({"problem", "config", "us", "heuristic us", "throughput", "failed/tried", "note"}, rows);
                 fmt::print("{} problem(s) tuned into {}; {} failed\n", problems.size() - failures, db_path, failures);
