@@ -58,15 +58,20 @@ def summarize(log, returncode, timed_out):
     hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", log)
     tests = re.findall(r"test cases: .*|All tests passed.*", log)
     reported = sum(int(n) for n in errors) + sum(int(n) for n in hazards)
+    # The tool's own warnings, once each: "overflow of tracked cuda::barrier structures" means
+    # it lost track of mbarriers and what it reports (or a fault it causes) cannot be trusted.
+    warnings = sorted(set(re.findall(r"=+ Warning: (.*)", log)))
     if timed_out:
         state = "deadline"
+    elif any("overflow of tracked cuda::barrier" in w for w in warnings):
+        state = "barrier overflow"
     elif reported:
         state = "errors"
     elif returncode != 0:
         state = "tests failed"
     else:
         state = "clean"
-    return {"state": state, "reported": reported, "tests": tests[-1] if tests else ""}
+    return {"state": state, "reported": reported, "tests": tests[-1] if tests else "", "warnings": warnings}
 
 
 def main():
@@ -77,6 +82,9 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--deadline-s", type=float, default=540, help="kill what still runs after this long")
     parser.add_argument("--gpus", help="the GPU ordinals to use (default: every visible one)")
+    parser.add_argument("--num-cuda-barriers", type=int, default=0,
+                        help="mbarriers per block racecheck and synccheck should track (0: the tool counts them; "
+                             "it does not count the kernels' raw shared-memory mbarriers)")
     parser.add_argument("--done", action="append", default=[], help="an earlier summary.json: skip what it finished")
     args = parser.parse_args()
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
@@ -131,6 +139,8 @@ def main():
                 command = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "99"]
                 if tool == "racecheck":
                     command += ["--racecheck-report", "hazard"]
+                if tool in ("racecheck", "synccheck") and args.num_cuda_barriers > 0:
+                    command += ["--num-cuda-barriers", str(args.num_cuda_barriers)]
                 command += [args.tests, exact_spec(name)]
                 env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
                 process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
