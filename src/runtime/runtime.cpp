@@ -63,6 +63,7 @@ tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const De
                                          const jit::Bundle* bundle) {
     tuning::ResolverOptions resolver;
     resolver.arch = device.arch();
+    resolver.gpu_name = device.name;
     resolver.nvrtc_version = jit::nvrtc_version();
     resolver.user_dbs = options.tuning_dbs;
     if (bundle != nullptr)

@@ -1,5 +1,6 @@
 #include "tuning/config_choice.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <sstream>
@@ -20,6 +21,7 @@ std::string to_string(ConfigSource source) {
         case ConfigSource::memory: return "memory";
         case ConfigSource::user_db: return "user database";
         case ConfigSource::shipped_db: return "shipped database";
+        case ConfigSource::other_fleet_db: return "another GPU's shipped database";
         case ConfigSource::nearest: return "nearest tuned shape";
         case ConfigSource::heuristic: return "heuristic";
     }
@@ -55,6 +57,22 @@ ConfigResolver::ConfigResolver(ResolverOptions options) : options_(std::move(opt
             options_.max_distance = parsed;
         }
     }
+}
+
+// The words of a GPU model's name that tell fleets apart: "NVIDIA H100 80GB HBM3" -> H100, 80GB, HBM3.
+static std::set<std::string> model_words(const std::string& name) {
+    std::set<std::string> words;
+    std::stringstream in(name);
+    for (std::string word; in >> word;)
+        if (word != "NVIDIA") words.insert(word);
+    return words;
+}
+
+// How near another fleet's GPU model is to `gpu`: the words their names share (an H100 PCIe shares
+// "H100" with the H100 SXM, an H200 shares nothing with either).
+static size_t fleet_nearness(const std::string& gpu, const std::string& other) {
+    const std::set<std::string> a = model_words(gpu), b = model_words(other);
+    return static_cast<size_t>(std::count_if(a.begin(), a.end(), [&](const std::string& w) { return b.count(w) > 0; }));
 }
 
 // Entries in memory are found by problem, whatever kernel their config selects.
@@ -101,8 +119,25 @@ void ConfigResolver::load_once() {
         util::logger().warn("tileops: no shipped tuning databases found (looked in {}): configs come from the "
                             "heuristic unless TILEOPS_TUNING_DB names a database",
                             fmt::format("{}", fmt::join(options_.shipped_dirs, ", ")));
+    // Deterministic whatever order the directories list their files in.
+    std::stable_sort(shipped.begin(), shipped.end(), [](const LoadedDb& a, const LoadedDb& b) {
+        return fs::path(a.path).filename() < fs::path(b.path).filename();
+    });
+    // This GPU's fleet (and databases that name no GPU) first; the other fleets of the arch
+    // after it, nearest first, for what this fleet's databases lack.
+    std::vector<LoadedDb> own, others;
+    for (LoadedDb& db : shipped) {
+        const std::string& fleet = db.db.meta().gpu_name;
+        const bool mine = options_.gpu_name.empty() || fleet.empty() || fleet == options_.gpu_name;
+        (mine ? own : others).push_back(std::move(db));
+    }
+    std::stable_sort(others.begin(), others.end(), [&](const LoadedDb& a, const LoadedDb& b) {
+        return fleet_nearness(options_.gpu_name, a.db.meta().gpu_name) >
+               fleet_nearness(options_.gpu_name, b.db.meta().gpu_name);
+    });
     user_ = std::move(user);
-    shipped_ = std::move(shipped);
+    shipped_ = std::move(own);
+    other_fleets_ = std::move(others);
     loaded_ = true;
 }
 
@@ -214,26 +249,42 @@ std::optional<ConfigChoice> ConfigResolver::lookup(const TuningKey& key, const E
     for (const LoadedDb& db : shipped_)
         if (const TuningEntry* e = exact(db, key, valid, kernel_hash))
             return done(ConfigSource::shipped_db, e->config, db.path, fmt::format("tuned on {} at {}", e->device, e->tuned_at));
-    // The nearest usable tuned shape over user then shipped databases (each database's nearest
-    // entry that is neither stale nor invalid); ties keep the earlier database.
+    for (const LoadedDb& db : other_fleets_)
+        if (const TuningEntry* e = exact(db, key, valid, kernel_hash))
+            return done(ConfigSource::other_fleet_db, e->config, db.path,
+                        fmt::format("tuned on {} at {} (no shipped database of the {} holds it)", e->device,
+                                    e->tuned_at, options_.gpu_name));
+    // The nearest usable tuned shape over user and this fleet's databases, else over the other
+    // fleets' (each database's nearest entry that is neither stale nor invalid); ties keep the
+    // earlier database.
     const TuningEntry* best = nullptr;
     const LoadedDb* best_db = nullptr;
     double best_distance = 0;
-    for (const auto* list : {&user_, &shipped_})
-        for (const LoadedDb& db : *list) {
-            auto near = db.db.nearest(key, options_.max_distance,
-                                      [&](const TuningEntry& e) { return usable(db, e, key, valid, kernel_hash, false); });
-            if (!near) continue;
-            if (best == nullptr || near->second < best_distance) {
-                best = near->first;
-                best_db = &db;
-                best_distance = near->second;
+    bool other_fleet = false;
+    for (const auto& lists : {std::vector<const std::vector<LoadedDb>*>{&user_, &shipped_}, {&other_fleets_}}) {
+        for (const auto* list : lists)
+            for (const LoadedDb& db : *list) {
+                auto near = db.db.nearest(key, options_.max_distance, [&](const TuningEntry& e) {
+                    return usable(db, e, key, valid, kernel_hash, false);
+                });
+                if (!near) continue;
+                if (best == nullptr || near->second < best_distance) {
+                    best = near->first;
+                    best_db = &db;
+                    best_distance = near->second;
+                }
             }
-        }
+        if (best != nullptr) break;
+        other_fleet = true;
+    }
     if (best != nullptr) {
         ConfigChoice choice = done(ConfigSource::nearest, best->config, best_db->path,
-                                   fmt::format("from {} at log2 distance {:.2f} (max {:.2f})", best->key.to_string(),
-                                               best_distance, options_.max_distance));
+                                   fmt::format("from {} at log2 distance {:.2f} (max {:.2f}){}", best->key.to_string(),
+                                               best_distance, options_.max_distance,
+                                               other_fleet ? fmt::format(", tuned on {} (no shipped database of "
+                                                                         "the {} holds a shape near it)",
+                                                                         best->device, options_.gpu_name)
+                                                           : ""));
         choice.distance = best_distance;
         return choice;
     }

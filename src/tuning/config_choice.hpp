@@ -2,7 +2,9 @@
 //
 //   1. in-process memory (configs the autotuner or the program registered),
 //   2. user databases (RuntimeOptions::tuning_dbs or TILEOPS_TUNING_DB; earlier files win),
-//   3. the shipped database for this arch (tuning_db/*.json whose metadata arch matches),
+//   3. the shipped database for this arch (tuning_db/*.json whose metadata arch matches), of
+//      this GPU model's fleet (metadata gpu_name) first, then of the nearest other fleet of the
+//      arch (an H200 without its own entry gets the H100's),
 //   4. the nearest tuned shape of the same op/dtype/flags/arch (log2-space distance, at most
 //      TILEOPS_TUNING_MAX_DISTANCE, default 1.0: e.g. one dimension off by a factor of two),
 //   5. the op's heuristic.
@@ -31,7 +33,7 @@ inline constexpr const char* kStaleTemplateReason = "tuned with another version 
 // How the reason for an entry whose config the op rejects starts.
 inline constexpr const char* kInvalidHere = "invalid here: ";
 
-enum class ConfigSource { memory, user_db, shipped_db, nearest, heuristic };
+enum class ConfigSource { memory, user_db, shipped_db, other_fleet_db, nearest, heuristic };
 std::string to_string(ConfigSource source);
 
 // The content hash of the kernel template a config selects (see TuningKey::template_hash).
@@ -47,6 +49,9 @@ struct ConfigChoice {
 
 struct ResolverOptions {
     std::string arch;
+    // The GPU model (DeviceInfo::name): its fleet's shipped databases come before other fleets'
+    // of the arch. Empty: no fleet is preferred (shipped databases in file-name order).
+    std::string gpu_name;
     std::string nvrtc_version;
     std::vector<std::string> user_dbs;  // empty: TILEOPS_TUNING_DB
     // Databases given as text (a fleet bundle's): searched after user_dbs, as they are; each is
@@ -66,7 +71,8 @@ public:
     void remember(const TuningEntry& entry);
 
     // The first of: memory (exact key), user databases (exact, earlier file first), shipped
-    // databases (exact), the nearest usable tuned shape (user then shipped; see
+    // databases of this GPU's fleet (exact), those of other fleets (exact, nearest fleet first),
+    // the nearest usable tuned shape (user and this fleet's, then other fleets'; see
     // TuningDb::nearest), the heuristic. Thread-safe; the heuristic is called without the lock.
     // `valid` returns why an entry's config cannot run this problem here; it is called with the
     // resolver's lock held, so it must not call back into the resolver. `kernel_hash` gives the
@@ -107,7 +113,8 @@ private:
     bool loaded_ = false;
     std::map<TuningKey, TuningEntry> memory_;
     std::vector<LoadedDb> user_;
-    std::vector<LoadedDb> shipped_;
+    std::vector<LoadedDb> shipped_;       // this GPU's fleet (or every fleet, without a gpu_name)
+    std::vector<LoadedDb> other_fleets_;  // the arch's other fleets, nearest first
     std::set<std::string> reported_;
     std::vector<std::string> stale_;
 };

@@ -819,6 +819,34 @@ TEST_CASE("tileops-tune: merge --drop-stale leaves out entries of other template
     CHECK(parse_json(kept_all.out).at("dropped").empty());
 }
 
+TEST_CASE("tileops-tune: explain --gpu takes that GPU's fleet database first, else says whose it used", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // The shipped database (tuning_db/h100-sxm.json) holds this problem, tuned on an H100.
+    auto explain = [](const std::vector<std::string>& gpu) {
+        std::vector<std::string> args = {"explain", "--arch", "sm_90a", "--op", "add", "--shape", "1x16777216",
+                                         "--dtype", "bf16", "--json"};
+        args.insert(args.end(), gpu.begin(), gpu.end());
+        const ToolResult r = run_tool(args);
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const json out = parse_json(r.out);
+        REQUIRE(out.size() == 1);
+        return out[0];
+    };
+    const json h200 = explain({"--gpu", "NVIDIA H200"});
+    CHECK(h200.at("gpu") == "NVIDIA H200");
+    CHECK(h200.at("source") == "another GPU's shipped database");
+    CHECK_THAT(h200.at("origin").get<std::string>(), ContainsSubstring("h100-sxm.json"));
+    CHECK_THAT(h200.at("explanation").get<std::string>(),
+               ContainsSubstring("tuned on NVIDIA H100") && ContainsSubstring("no shipped database of the NVIDIA H200"));
+    const json h100 = explain({"--gpu", "NVIDIA H100 80GB HBM3"});
+    CHECK(h100.at("source") == "shipped database");
+    CHECK(h100.at("config") == h200.at("config"));
+    const json any = explain({});  // --arch without --gpu: no fleet preferred
+    CHECK(any.at("gpu") == "");
+    CHECK(any.at("source") == "shipped database");
+}
+
 TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shape or the heuristic", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;

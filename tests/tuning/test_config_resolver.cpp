@@ -364,6 +364,102 @@ TEST_CASE("config resolver: stale entries are never used, fall through, and are 
     CHECK(lines_with(lenient.stale_entries(), "NVRTC") == 0);
 }
 
+TEST_CASE("config resolver: this GPU's fleet database first, then the nearest other fleet's, said so", "[resolver]") {
+    TempDir dir;
+    ScopedEnv no_env_dbs("TILEOPS_TUNING_DB", "");
+    constexpr const char* kH100 = "NVIDIA H100 80GB HBM3";
+    constexpr const char* kH200 = "NVIDIA H200";
+    const TuningKey both = key_of("softmax", {256, 1024});
+    const TuningKey h100_only = key_of("gelu", {8, 4096});
+    const TuningKey h200_near = key_of("rmsnorm", {1024, 4096});    // the H200 database: 1024x4096
+    const TuningKey h100_exact = key_of("rmsnorm", {2048, 4096});   // the H100 database: exactly this
+    const TuningKey h100_near_only = key_of("layernorm", {4096, 4096});  // only the H100's 2048x4096 near
+    auto fleet_entry = [](const TuningKey& key, long long tag, const char* gpu) {
+        TuningEntry e = tagged(key, tag);
+        e.device = gpu;
+        return e;
+    };
+    // File names in the other order than the fleets', so that the order is not the files'.
+    const fs::path shipped = dir.path() / "shipped";
+    auto write_fleet = [&](const std::string& name, const char* gpu, const std::vector<TuningEntry>& entries) {
+        TuningDb db;
+        db.meta().arch = kArch;
+        db.meta().nvrtc_version = kNvrtc;
+        db.meta().gpu_name = gpu;
+        for (const TuningEntry& e : entries) db.upsert(e);
+        fs::create_directories(shipped);
+        std::ofstream(shipped / name) << db.to_json();
+        return (shipped / name).string();
+    };
+    const std::string h200_file = write_fleet("a-h200.json", kH200, {fleet_entry(both, 2, kH200), fleet_entry(h200_near, 6, kH200)});
+    const std::string h100_file =
+        write_fleet("z-h100-sxm.json", kH100,
+                    {fleet_entry(both, 1, kH100), fleet_entry(h100_only, 4, kH100), fleet_entry(h100_exact, 8, kH100),
+                     fleet_entry(key_of("layernorm", {2048, 4096}), 7, kH100)});
+    auto resolver_for = [&](const std::string& gpu) {
+        ResolverOptions options = options_with({}, {shipped.string()});
+        options.gpu_name = gpu;
+        return std::make_unique<ConfigResolver>(options);
+    };
+    Heuristic heuristic;
+
+    SECTION("an H200 takes its own entries, and the H100's where it has none") {
+        auto resolver = resolver_for(kH200);
+        const ConfigChoice own = resolver->choose(both, heuristic.fn(), vec_at_most_8);
+        CHECK(own.source == ConfigSource::shipped_db);
+        CHECK(tag_of(own) == 2);
+        CHECK(own.origin == h200_file);
+        const ConfigChoice fallback = resolver->choose(h100_only, heuristic.fn(), vec_at_most_8);
+        CHECK(fallback.source == ConfigSource::other_fleet_db);
+        CHECK(tag_of(fallback) == 4);
+        CHECK(fallback.origin == h100_file);
+        CHECK_THAT(fallback.explanation, ContainsSubstring(std::string("tuned on ") + kH100) &&
+                                             ContainsSubstring(std::string("no shipped database of the ") + kH200));
+        CHECK(tileops::tuning::to_string(fallback.source) == "another GPU's shipped database");
+        // A shape tuned exactly on the H100 beats a shape only near it on the H200.
+        const ConfigChoice exact_elsewhere = resolver->choose(h100_exact, heuristic.fn(), vec_at_most_8);
+        CHECK(exact_elsewhere.source == ConfigSource::other_fleet_db);
+        CHECK(tag_of(exact_elsewhere) == 8);
+        // Nearest: the H200's own first; the H100's only where the H200 has nothing near.
+        const ConfigChoice near_own = resolver->choose(key_of("rmsnorm", {1024, 6144}), heuristic.fn(), vec_at_most_8);
+        CHECK(near_own.source == ConfigSource::nearest);
+        CHECK(tag_of(near_own) == 6);
+        CHECK_THAT(near_own.explanation, !ContainsSubstring("no shipped database"));
+        const ConfigChoice near_other = resolver->choose(h100_near_only, heuristic.fn(), vec_at_most_8);
+        CHECK(near_other.source == ConfigSource::nearest);
+        CHECK(tag_of(near_other) == 7);
+        CHECK(near_other.origin == h100_file);
+        CHECK_THAT(near_other.explanation, ContainsSubstring(std::string("tuned on ") + kH100) &&
+                                               ContainsSubstring(std::string("no shipped database of the ") + kH200));
+        CHECK(heuristic.calls == 0);
+    }
+    SECTION("an H100 takes its own database first, though another file sorts before it") {
+        auto resolver = resolver_for(kH100);
+        const ConfigChoice own = resolver->choose(both, heuristic.fn(), vec_at_most_8);
+        CHECK(own.source == ConfigSource::shipped_db);
+        CHECK(tag_of(own) == 1);
+        // Its own fleet's nearest shape comes first, though the H200's is nearer: for 1100x4096 its
+        // own 2048x4096 is at log2 distance 0.90, the H200's 1024x4096 at 0.10.
+        const ConfigChoice near = resolver->choose(key_of("rmsnorm", {1100, 4096}), heuristic.fn(), vec_at_most_8);
+        CHECK(near.source == ConfigSource::nearest);
+        CHECK(tag_of(near) == 8);
+    }
+    SECTION("a GPU with no database of its own takes the nearest fleet's: an H100 PCIe the H100 SXM's") {
+        auto resolver = resolver_for("NVIDIA H100 PCIe");
+        const ConfigChoice c = resolver->choose(both, heuristic.fn(), vec_at_most_8);
+        CHECK(c.source == ConfigSource::other_fleet_db);
+        CHECK(tag_of(c) == 1);
+        CHECK(c.origin == h100_file);
+    }
+    SECTION("without a GPU name every fleet is the same: the files in name order") {
+        auto resolver = resolver_for("");
+        const ConfigChoice c = resolver->choose(both, heuristic.fn(), vec_at_most_8);
+        CHECK(c.source == ConfigSource::shipped_db);
+        CHECK(tag_of(c) == 2);
+        CHECK(resolver->choose(h100_only, heuristic.fn(), vec_at_most_8).source == ConfigSource::shipped_db);
+    }
+}
+
 TEST_CASE("config resolver: entries the validator rejects are skipped for the next source", "[resolver]") {
     TempDir dir;
     const TuningKey k = key_of("rmsnorm", {1024, 4096});

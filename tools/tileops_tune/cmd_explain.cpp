@@ -1,5 +1,6 @@
 // tileops-tune explain: which config a problem would get on an arch, and why (the runtime's own
-// lookup: memory, user databases, shipped database, nearest tuned shape, heuristic).
+// lookup: memory, user databases, shipped databases (this GPU's fleet, then other fleets'),
+// nearest tuned shape, heuristic).
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -19,6 +20,9 @@ int cmd_explain(int argc, char** argv) {
         [](cxxopts::Options& options) {
             add_problem_options(options);
             options.add_options()("arch", "arch to explain for (default: this GPU's)", cxxopts::value<std::string>())(
+                "gpu", "GPU model whose fleet's shipped database comes first, as the driver names it, e.g. "
+                       "\"NVIDIA H200\" (default: this GPU's without --arch)",
+                cxxopts::value<std::string>())(
                 "db", "user tuning database(s) searched first", cxxopts::value<std::vector<std::string>>());
         },
         [](const cxxopts::ParseResult& args) {
@@ -29,7 +33,8 @@ int cmd_explain(int argc, char** argv) {
             std::vector<std::string> dbs;
             if (args.count("db")) dbs = args["db"].as<std::vector<std::string>>();
             for (const std::string& path : dbs) require_input_file(path);
-            tuning::ConfigResolver resolver = make_resolver(arch, dbs);
+            const std::string gpu = target_gpu(args);
+            tuning::ConfigResolver resolver = make_resolver(arch, dbs, gpu);
             nlohmann::json out = nlohmann::json::array();
             for (const auto& spec : problems) {
                 auto op = detail::make_op(spec);
@@ -41,6 +46,7 @@ int cmd_explain(int argc, char** argv) {
                     hash = tuning::kernel_template_hash(op->model(), choice.config, device);
                 out.push_back({{"problem", describe(spec)},
                                {"arch", arch},
+                               {"gpu", gpu},
                                {"template_hash", hash},
                                {"config", config_json(choice.config)},
                                {"source", tuning::to_string(choice.source)},
@@ -48,7 +54,8 @@ int cmd_explain(int argc, char** argv) {
                                {"distance", choice.distance},
                                {"explanation", choice.explanation}});
                 if (!args.count("json"))
-                    fmt::print("{} on {}: {{{}}} from {}{}: {} (template hash {})\n", describe(spec), arch,
+                    fmt::print("{} on {}{}: {{{}}} from {}{}: {} (template hash {})\n", describe(spec), arch,
+                               gpu.empty() ? "" : " (" + gpu + ")",
                                config_text(choice.config), tuning::to_string(choice.source),
                                choice.origin.empty() ? "" : " " + choice.origin, choice.explanation, hash.substr(0, 12));
             }

@@ -30,9 +30,17 @@ std::string target_arch(const cxxopts::ParseResult& args) {
     return arch;
 }
 
-tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<std::string>& user_dbs) {
+std::string target_gpu(const cxxopts::ParseResult& args) {
+    if (args.count("gpu")) return args["gpu"].as<std::string>();
+    if (!args.count("arch") && cuda::device_count() > 0) return cuda::query_device(0).name;
+    return "";
+}
+
+tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<std::string>& user_dbs,
+                                     const std::string& gpu_name) {
     tuning::ResolverOptions options;
     options.arch = arch;
+    options.gpu_name = gpu_name;
     options.nvrtc_version = jit::nvrtc_version();
     options.user_dbs = user_dbs;
     return tuning::ConfigResolver(options);

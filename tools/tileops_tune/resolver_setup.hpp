@@ -18,8 +18,13 @@ namespace tileops::cli {
 // --arch the runtime never names a GPU by (below sm_80, sm_90 for sm_90a, sm_100a for sm_100).
 std::string target_arch(const cxxopts::ParseResult& args);
 
-// A resolver for `arch` that searches `user_dbs` first (then the shipped databases).
-tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<std::string>& user_dbs);
+// --gpu, else GPU 0's model name where no --arch is given and a GPU is present, else "" (no fleet).
+std::string target_gpu(const cxxopts::ParseResult& args);
+
+// A resolver for `arch` that searches `user_dbs` first, then the shipped databases (those of
+// `gpu_name`'s fleet first; ResolverOptions::gpu_name).
+tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<std::string>& user_dbs,
+                                     const std::string& gpu_name = "");
 
 // Adds --op, --arch and --dtype filters (for list, show, verify).
 void add_filter_options(cxxopts::Options& options);
