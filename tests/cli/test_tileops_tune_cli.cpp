@@ -953,6 +953,28 @@ TEST_CASE("tileops-tune: every workload file the project ships names problems th
     }
 }
 
+TEST_CASE("tileops-tune: --workload is repeatable; a problem in several workloads counts once", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const fs::path a = dir.path() / "a.json", b = dir.path() / "b.json";
+    std::ofstream(a) << R"({"problems": [{"op": "rmsnorm", "shape": [64, 4096], "dtype": "bf16"},
+                                         {"op": "softmax", "shape": [8, 50257], "dtype": "fp32"}]})";
+    std::ofstream(b) << R"({"problems": [{"op": "softmax", "shape": [8, 50257], "dtype": "fp32"},
+                                         {"op": "silu", "shape": [1, 4096], "dtype": "bf16"}]})";
+    const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--workload", a.string(), "--workload", b.string(), "--json"});
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const json out = parse_json(r.out);
+    REQUIRE(out.size() == 3);
+    CHECK(out[0].at("problem") == "rmsnorm 64x4096 bf16");
+    CHECK(out[1].at("problem") == "softmax 8x50257 fp32");
+    CHECK(out[2].at("problem") == "silu 1x4096 bf16");
+    const ToolResult missing =
+        run_tool({"explain", "--arch", "sm_90a", "--workload", a.string(), "--workload", (dir.path() / "none.json").string()});
+    CHECK(missing.status == 2);
+    CHECK_THAT(missing.err, ContainsSubstring("none.json"));
+}
+
 TEST_CASE("tileops-tune: a workload's shapes must be exact integers >= 1", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;

@@ -1,6 +1,7 @@
 #include "tileops_tune/problems.hpp"
 
 #include <climits>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -33,7 +34,8 @@ void add_problem_options(cxxopts::Options& options) {
         ("shape", "problem shape, e.g. 8192x4096; per op: " + op_help(false), cxxopts::value<std::string>())
         ("dtype", "fp32, fp16, bf16, or in->out such as bf16->fp32", cxxopts::value<std::string>()->default_value("bf16"))
         ("flags", "op options, comma-separated: " + op_help(true), cxxopts::value<std::string>()->default_value(""))
-        ("workload", "JSON workload file with a list of problems", cxxopts::value<std::string>());
+        ("workload", "JSON workload file with a list of problems (repeatable: their problems in order, each once)",
+         cxxopts::value<std::vector<std::string>>());
 }
 
 std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
@@ -87,7 +89,14 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
 
 std::vector<detail::ProblemSpec> problems_from(const cxxopts::ParseResult& args) {
     std::vector<detail::ProblemSpec> problems;
-    if (args.count("workload")) problems = load_workload(input_file(args, "workload", "the workload file"));
+    if (args.count("workload")) {
+        std::set<std::string> seen;  // workloads may overlap (one a subset of another)
+        for (const std::string& path : args["workload"].as<std::vector<std::string>>()) {
+            require_input_file(path);
+            for (detail::ProblemSpec& spec : load_workload(path))
+                if (seen.insert(describe(spec)).second) problems.push_back(std::move(spec));
+        }
+    }
     if (args.count("op")) {
         if (!args.count("shape")) throw InvalidArgument("tileops-tune: --op needs --shape (e.g. --shape 8192x4096)");
         problems.push_back({args["op"].as<std::string>(), detail::parse_shape(args["shape"].as<std::string>()),
