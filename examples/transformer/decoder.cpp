@@ -111,8 +111,11 @@ struct Decoder::Impl {
         build_decode_ops();
         if (weights == nullptr) return;
         allocate();
-        for (auto& entry : prefill_ops) entry.second->each([&](const Op& op) { runtime->prepare(op); });
-        decode_ops.each([&](const Op& op) { runtime->prepare(op); });
+        // Every op of the model at once: their kernels compile together on all cores.
+        std::vector<const Op*> all_ops;
+        for (auto& entry : prefill_ops) entry.second->each([&](const Op& op) { all_ops.push_back(&op); });
+        decode_ops.each([&](const Op& op) { all_ops.push_back(&op); });
+        runtime->prepare(all_ops);
         capture_decode_step();
     }
 

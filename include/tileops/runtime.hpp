@@ -69,6 +69,10 @@ public:
     // Blocks until every kernel `op` may launch is compiled and loaded (so the first run() does
     // no compile work).
     void prepare(const Op& op);
+    // The same for several ops at once: the kernels of all of them compile together on all cores,
+    // so a model's layer is ready about when its slowest few kernels are, not after the sum of
+    // its ops' compiles. Throws the first failure once every kernel was tried.
+    void prepare(const std::vector<const Op*>& ops);
 
     detail::RuntimeImpl& impl() noexcept { return *impl_; }
 

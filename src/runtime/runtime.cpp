@@ -188,7 +188,8 @@ LaunchPlan RuntimeImpl::plan(const OpModel& model, const Config& config, int vec
     return model.plan(config, vec, device_);
 }
 
-void RuntimeImpl::load_kernels(const OpModel& model, const Config& config, const std::vector<int>& widths) {
+std::vector<LaunchPlan> RuntimeImpl::plans(const OpModel& model, const Config& config,
+                                           const std::vector<int>& widths) const {
     std::vector<LaunchPlan> plans;
     for (int vec : widths) {
         try {
@@ -200,10 +201,19 @@ void RuntimeImpl::load_kernels(const OpModel& model, const Config& config, const
             // An unusable config: resolving that width reports it.
         }
     }
+    return plans;
+}
+
+void RuntimeImpl::load_kernels(const std::vector<LaunchPlan>& all_plans) {
+    // Each kernel once: ops that share one would otherwise hold a thread waiting on its compile.
+    std::vector<const LaunchPlan*> plans;
+    std::unordered_set<std::string> seen;
+    for (const LaunchPlan& plan : all_plans)
+        if (seen.insert(plan.template_file + '|' + plan.name_expression).second) plans.push_back(&plan);
     std::vector<std::exception_ptr> failures(plans.size());
     util::parallel_for_each(plans.size(), 0, [&](size_t i) {
         try {
-            kernel(plans[i]);
+            kernel(*plans[i]);
         } catch (...) {
             failures[i] = std::current_exception();
         }
@@ -326,11 +336,24 @@ std::string Runtime::explain(const Op& op) {
                        choice.explanation.empty() ? "" : "; " + choice.explanation, impl_->background_note(op));
 }
 
-void Runtime::prepare(const Op& op) {
-    const tuning::ConfigChoice& choice = impl_->choice(op);
-    const std::vector<int> widths = op.model().vector_widths(choice.config);
-    impl_->load_kernels(op.model(), choice.config, widths);
-    for (int vec : widths) impl_->resolved_launch(op, vec);
+void Runtime::prepare(const Op& op) { prepare(std::vector<const Op*>{&op}); }
+
+void Runtime::prepare(const std::vector<const Op*>& ops) {
+    for (const Op* op : ops)
+        if (op == nullptr) throw InvalidArgument("tileops: Runtime::prepare: a null op");
+    // Every op's kernels first, compiled together (an op whose config cannot be chosen throws
+    // here, before any compile work); kernel() compiles each distinct kernel once, so ops that
+    // share kernels cost nothing extra.
+    std::vector<detail::LaunchPlan> plans;
+    std::vector<std::vector<int>> widths;
+    for (const Op* op : ops) {
+        const tuning::ConfigChoice& choice = impl_->choice(*op);
+        widths.push_back(op->model().vector_widths(choice.config));
+        for (detail::LaunchPlan& plan : impl_->plans(op->model(), choice.config, widths.back())) plans.push_back(std::move(plan));
+    }
+    impl_->load_kernels(plans);
+    for (size_t i = 0; i < ops.size(); ++i)
+        for (int vec : widths[i]) impl_->resolved_launch(*ops[i], vec);
 }
 
 }  // namespace tileops

@@ -61,9 +61,12 @@ public:
     const tuning::ConfigChoice& choice(const Op& op);
     // Loads (compiling if needed) the kernel of `plan` into this context; shared by all ops.
     const LoadedKernel& kernel(const LaunchPlan& plan);
-    // Loads the kernels of `config` at every width in `widths` at once, compiling on all cores
-    // (NVRTC compiles in parallel), so that resolving each width afterwards finds them loaded.
-    void load_kernels(const OpModel& model, const Config& config, const std::vector<int>& widths);
+    // The launch plans of `config` at every width in `widths`, side kernels included (widths the
+    // config cannot serve are left out: resolving them reports why).
+    std::vector<LaunchPlan> plans(const OpModel& model, const Config& config, const std::vector<int>& widths) const;
+    // Loads the kernels of `plans` at once, compiling on all cores (NVRTC compiles in parallel),
+    // so that resolving their launches afterwards finds them loaded.
+    void load_kernels(const std::vector<LaunchPlan>& plans);
     // Resolves a config's launch for `model` without an Op (autotuner).
     ResolvedLaunch resolve_config(const OpModel& model, const Config& config, int vec);
     unsigned resident_grid(const OpModel& model, const ResolvedLaunch& launch);

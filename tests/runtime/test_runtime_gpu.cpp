@@ -1,5 +1,6 @@
-// The runtime on a GPU: a fresh process starts warm from the disk cache, the hot path allocates
-// nothing and is safe in CUDA graph capture, no-compile mode, explain(), background compiling.
+// The runtime on a GPU: a fresh process starts warm from the disk cache, prepare() of many ops,
+// the hot path allocates nothing and is safe in CUDA graph capture, no-compile mode, explain(),
+// background compiling.
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -115,6 +116,44 @@ TEST_CASE("a runtime serves a fleet bundle's kernels with compiling off and an e
     CHECK(runtime.stats().bundle_hits >= 1);
     CHECK(runtime.stats().kernels_compiled == 0);
     CHECK(jit::DiskCache(dir.path() / "serving").entries().empty());
+}
+
+TEST_CASE("prepare of several ops compiles all their kernels at once; their runs compile nothing", "[gpu][runtime]") {
+    TILEOPS_REQUIRE_GPU();
+    test::TempDir dir;
+    const int64_t rows = 64, cols = 1000, vocab = 50257;
+    RmsNorm norm({rows, cols, DType::bf16}), same_norm({rows, cols, DType::bf16});
+    Softmax softmax({8, vocab, DType::fp32});
+    auto runtime_on = [&](const char* cache) {
+        RuntimeOptions options;
+        options.cache_dir = (dir.path() / cache).string();
+        return std::make_unique<Runtime>(options);
+    };
+    // One op at a time, on a cache of its own: the kernels the three ops need.
+    auto one_by_one = runtime_on("one-by-one");
+    for (const Op* op : {static_cast<const Op*>(&norm), static_cast<const Op*>(&softmax)}) one_by_one->prepare(*op);
+    const uint64_t needed = one_by_one->stats().kernels_compiled;
+    REQUIRE(needed >= 2);
+
+    auto runtime = runtime_on("together");
+    runtime->prepare({&norm, &softmax, &same_norm});  // same_norm shares norm's kernels
+    CHECK(runtime->stats().kernels_compiled == needed);
+    test::DeviceMatrix x(DType::bf16, rows, cols), w(DType::bf16, 1, cols), y(DType::bf16, rows, cols);
+    x.upload(test::random_values(rows * cols, 1));
+    w.upload(test::random_values(cols, 2));
+    test::DeviceMatrix logits(DType::fp32, 8, vocab), probs(DType::fp32, 8, vocab);
+    logits.upload(test::random_values(8 * vocab, 3));
+    norm.run(*runtime, {x.data(), w.data()}, {y.data()});
+    same_norm.run(*runtime, {x.data(), w.data()}, {y.data()});
+    softmax.run(*runtime, {logits.data()}, {probs.data()});
+    CHECK(runtime->stats().kernels_compiled == needed);
+    bool all_written = true;
+    for (double v : y.download()) all_written &= std::isfinite(v);
+    for (double v : probs.download()) all_written &= std::isfinite(v);
+    CHECK(all_written);
+
+    runtime->prepare(std::vector<const Op*>{});  // nothing to do
+    CHECK_THROWS_AS(runtime->prepare({&norm, nullptr}), InvalidArgument);
 }
 
 TEST_CASE("a cache hit allocates nothing on the heap and works under graph capture", "[gpu][runtime]") {
