@@ -8,9 +8,11 @@
 // the code a variant gives (cuobjdump -sass).
 //
 //   bench_nvrtc [--arch sm_90a] [--repeats 3] [--json out.json] [--variants "-minimal;--split-compile=0"] [--dump DIR]
+//               [--only gemm,flash_attention]
 #include <unistd.h>
 
 #include <cctype>
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -88,7 +90,7 @@ std::map<std::string, double> phase_ms(jit::CompileRequest request) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::string arch = "sm_90a", json_path, dump;
+    std::string arch = "sm_90a", json_path, dump, only;
     std::string variants = "-minimal;--split-compile=0;-minimal --split-compile=0";
     int repeats = 3;
     for (int i = 1; i < argc; ++i) {
@@ -98,8 +100,10 @@ int main(int argc, char** argv) {
         else if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--variants" && i + 1 < argc) variants = argv[++i];
         else if (arg == "--dump" && i + 1 < argc) dump = argv[++i];
+        else if (arg == "--only" && i + 1 < argc) only = argv[++i];
         else {
-            fmt::print(stderr, "usage: bench_nvrtc [--arch sm_90a] [--repeats N] [--json out.json] [--variants \"A;B\"] [--dump DIR]\n");
+            fmt::print(stderr, "usage: bench_nvrtc [--arch sm_90a] [--repeats N] [--json out.json] [--variants \"A;B\"] "
+                               "[--dump DIR] [--only FAMILY,...]\n");
             return 2;
         }
     }
@@ -112,6 +116,8 @@ int main(int argc, char** argv) {
         const std::string family = model.op_name();
         if (seen_family[family]) continue;
         seen_family[family] = true;
+        const std::vector<std::string> wanted = split(only, ',');
+        if (!wanted.empty() && std::find(wanted.begin(), wanted.end(), family) == wanted.end()) continue;
         const Config config = model.heuristic(device);
         const std::vector<int> widths = model.vector_widths(config);
         const detail::LaunchPlan plan = model.plan(config, widths.empty() ? 1 : widths.front(), device);

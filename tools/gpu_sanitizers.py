@@ -10,6 +10,7 @@ short keeps what it finished) and the table printed at the end say per job: clea
 tool reported, the tests that failed, or that it ran out of time (a job still running at the
 deadline is killed and reported as such; one not started is "not run").
 --done skips the jobs an earlier summary finished, so a long pass can be split over several runs.
+--shards N runs each [search_space] test as N jobs, each on its share of the configs.
 The [cli] family is left out: its [gpu] test runs deliberately faulty kernels in the tuning worker.
 """
 import argparse
@@ -85,24 +86,31 @@ def main():
     parser.add_argument("--num-cuda-barriers", type=int, default=0,
                         help="mbarriers per block racecheck and synccheck should track (0: the tool counts them; "
                              "it does not count the kernels' raw shared-memory mbarriers)")
+    parser.add_argument("--shards", type=int, default=1,
+                        help="split each [search_space] test into this many jobs (TILEOPS_TEST_SHARD=i/n), "
+                             "so a slow tool covers its configs on several GPUs at once")
     parser.add_argument("--done", action="append", default=[], help="an earlier summary.json: skip what it finished")
     args = parser.parse_args()
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     finished = set()
     for path in args.done:
         with open(path) as f:
-            finished |= {(r["tool"], r["test"]) for r in json.load(f) if r["state"] not in ("deadline", "not run")}
+            finished |= {(r["tool"], r["test"], r.get("shard")) for r in json.load(f)
+                         if r["state"] not in ("deadline", "not run")}
     names = {}
     for family in args.families.split(","):
         if family not in FAMILIES:
             sys.exit(f"unknown family {family}; known: {', '.join(FAMILIES)}")
         names[family] = test_names(args.tests, FAMILIES[family])
-    jobs = []
+    sharded = set(test_names(args.tests, "[search_space]")) if args.shards > 1 else set()
+    shards = [f"{i}/{args.shards}" for i in range(args.shards)]
+    jobs = []  # (tool, family, test name, shard or None)
     for tool in args.tools.split(","):
         if tool not in TOOLS:
             sys.exit(f"unknown tool {tool}; known: {', '.join(TOOLS)}")
         for family in names:
-            jobs += [(tool, family, name) for name in names[family] if (tool, name) not in finished]
+            jobs += [(tool, family, name, shard) for name in names[family]
+                     for shard in (shards if name in sharded else [None]) if (tool, name, shard) not in finished]
 
     start = time.monotonic()
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else list(range(gpu_count()))
@@ -117,14 +125,15 @@ def main():
         os.replace(path + ".tmp", path)
 
     def finish(gpu, timed_out):
-        (tool, family, name), process, log_file, started = running.pop(gpu)
+        (tool, family, name, shard), process, log_file, started = running.pop(gpu)
         if timed_out:
             process.kill()
         process.wait()
         log_file.close()
         with open(log_file.name, errors="replace") as f:
             log = f.read()
-        result = {"tool": tool, "family": family, "test": name, "gpu": gpu, "seconds": round(time.monotonic() - started, 1)}
+        result = {"tool": tool, "family": family, "test": name, "shard": shard, "gpu": gpu,
+                  "seconds": round(time.monotonic() - started, 1)}
         result.update(summarize(log, process.returncode, timed_out))
         results.append(result)
         print(json.dumps(result), flush=True)
@@ -133,7 +142,7 @@ def main():
     while jobs or running:
         for gpu in gpus:
             if gpu not in running and jobs and time.monotonic() - start < args.deadline_s:
-                tool, family, name = jobs.pop(0)
+                tool, family, name, shard = jobs.pop(0)
                 log_name = f"{tool}-{family}-{len(results) + len(running)}.log"
                 log_file = open(os.path.join(args.out, "logs", log_name), "w")
                 command = ["compute-sanitizer", "--tool", tool, "--error-exitcode", "99"]
@@ -143,8 +152,10 @@ def main():
                     command += ["--num-cuda-barriers", str(args.num_cuda_barriers)]
                 command += [args.tests, exact_spec(name)]
                 env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+                if shard:
+                    env["TILEOPS_TEST_SHARD"] = shard
                 process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-                running[gpu] = ((tool, family, name), process, log_file, time.monotonic())
+                running[gpu] = ((tool, family, name, shard), process, log_file, time.monotonic())
         for gpu in list(running):
             if running[gpu][1].poll() is not None:
                 finish(gpu, False)
@@ -153,8 +164,8 @@ def main():
         if not running and time.monotonic() - start >= args.deadline_s:
             break
         time.sleep(1)
-    for tool, family, name in jobs:
-        results.append({"tool": tool, "family": family, "test": name, "state": "not run"})
+    for tool, family, name, shard in jobs:
+        results.append({"tool": tool, "family": family, "test": name, "shard": shard, "state": "not run"})
     write_summary()
     table = {}
     for r in results:

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 #include "cuda/device.hpp"
 #include "util/host_dtype.hpp"
@@ -35,6 +36,23 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
     std::error_code ec;
     fs::remove_all(path_, ec);
+}
+
+Shard test_shard() {
+    const char* value = std::getenv("TILEOPS_TEST_SHARD");
+    if (value == nullptr || *value == '\0') return {};
+    const std::string text = value;
+    const size_t slash = text.find('/');
+    auto number = [&](const std::string& part) {
+        if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 6)
+            throw std::invalid_argument("TILEOPS_TEST_SHARD='" + text + "' is not i/n with 0 <= i < n");
+        return static_cast<size_t>(std::stoul(part));
+    };
+    if (slash == std::string::npos) number("");
+    Shard shard{number(text.substr(0, slash)), number(text.substr(slash + 1))};
+    if (shard.count == 0 || shard.index >= shard.count)
+        throw std::invalid_argument("TILEOPS_TEST_SHARD='" + text + "' is not i/n with 0 <= i < n");
+    return shard;
 }
 
 ScopedEnv::ScopedEnv(const char* name, const std::string& value) : name_(name) {

@@ -52,6 +52,23 @@ private:
     bool had_old_;
 };
 
+// Which part of a long list of cases this run takes: TILEOPS_TEST_SHARD="i/n" (0 <= i < n) keeps
+// the items at positions i, i + n, i + 2n, ...; unset, all of them. The search-space tests
+// ([search_space]) shard their configs this way, so that a slow tool (compute-sanitizer racecheck)
+// can cover them as n jobs spread over GPUs (tools/gpu_sanitizers.py --shards). A malformed value
+// throws std::invalid_argument.
+struct Shard {
+    size_t index = 0, count = 1;
+};
+Shard test_shard();
+template <typename T>
+std::vector<T> this_shard(const std::vector<T>& items) {
+    const Shard shard = test_shard();
+    std::vector<T> kept;
+    for (size_t i = shard.index; i < items.size(); i += shard.count) kept.push_back(items[i]);
+    return kept;
+}
+
 // Host encodings of device dtypes (round to nearest even).
 std::vector<uint8_t> encode(DType dtype, const std::vector<double>& values);
 std::vector<double> decode(DType dtype, const std::vector<uint8_t>& bytes);

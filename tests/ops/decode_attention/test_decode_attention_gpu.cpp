@@ -299,7 +299,7 @@ void check_configs(const DecodeCase& c, const std::vector<Config>& configs) {
 
 }  // namespace
 
-TEST_CASE("Every DecodeAttention config in the search space is correct, run after run", "[gpu][decode]") {
+TEST_CASE("Every DecodeAttention config in the search space is correct, run after run", "[gpu][decode][search_space]") {
     TILEOPS_REQUIRE_GPU();
     // GQA 8 with 2 query tokens: 16 rows per KV head, so rows < 16 needs several row blocks.
     DecodeAttentionProblem p = problem(DType::bf16, 16, 2, 128, 2, 2500);
@@ -311,7 +311,7 @@ TEST_CASE("Every DecodeAttention config in the search space is correct, run afte
     configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
     configs.push_back({{"kernel", 1}, {"warps", 1}, {"tile", 32}, {"stages", 5}, {"splits", 3}});
     configs.push_back({{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 1000}});
-    check_configs(c, configs);
+    check_configs(c, test::this_shard(configs));
 }
 
 TEST_CASE("DecodeAttention skips keys behind page table entries outside the page pool", "[gpu][decode]") {
@@ -358,7 +358,8 @@ TEST_CASE("DecodeAttention over an fp8 e4m3 cache with key and value scales", "[
     run_and_check(DecodeCase(p, {5000, 1, 0, 257, 4097}, 901 + p.page_size, 8));
 }
 
-TEST_CASE("DecodeAttention over an fp8 cache: speculative tokens, a window, soft-capping, every config", "[gpu][decode]") {
+TEST_CASE("DecodeAttention over an fp8 cache: speculative tokens, a window, soft-capping, every config",
+          "[gpu][decode][search_space]") {
     TILEOPS_REQUIRE_GPU();
     DecodeAttentionProblem p = problem(DType::bf16, 16, 2, 128, 2, 2500);
     p.kv_dtype = DType::fp8_e4m3;
@@ -373,5 +374,5 @@ TEST_CASE("DecodeAttention over an fp8 cache: speculative tokens, a window, soft
     REQUIRE(!configs.empty());
     for (const Config& config : configs) CHECK(config.at("kernel") == 0);  // fp8: the CUDA-core kernel only
     configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
-    check_configs(c, configs);
+    check_configs(c, test::this_shard(configs));
 }

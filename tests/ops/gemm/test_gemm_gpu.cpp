@@ -267,7 +267,8 @@ TEST_CASE("Gemm on large problems, sampled", "[gpu][gemm]") {
     run_case({make(3001, 2999, 1031, layout, DType::bf16), 0, 0, false, 3000});
 }
 
-TEST_CASE("Gemm: every sm_90 config of the search space, split K included, on ragged problems", "[gpu][gemm]") {
+TEST_CASE("Gemm: every sm_90 config of the search space, split K included, on ragged problems",
+          "[gpu][gemm][search_space]") {
     // (The skinny kernel's configs, also in these spaces at M = 1, have their own test below.)
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
@@ -282,7 +283,7 @@ TEST_CASE("Gemm: every sm_90 config of the search space, split K included, on ra
         for (DType out : {DType::bf16, DType::fp32}) {
             GemmProblem p = make(m, n, k, layout, DType::bf16, out);
             p.has_c = true, p.beta = 0.5f, p.bias = true, p.epilogue = GemmEpilogue::silu;
-            const std::vector<Config> space = Gemm(p).model().search_space(runtime.device());
+            const std::vector<Config> space = test::this_shard(Gemm(p).model().search_space(runtime.device()));
             for (const Config& config : space) {
                 if (config.at("kernel") != 1 || (pairs_only && config.at("cluster") != 2)) continue;
                 Case c{p};

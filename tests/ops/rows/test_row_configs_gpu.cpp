@@ -106,7 +106,7 @@ void check_every_config(const RowCase& c) {
     const int vec = op->vector_width(Inputs(inputs.data(), inputs.size()), Outputs(outputs.data(), outputs.size()));
 
     // Compile every kernel at once (misses on different keys compile in parallel), then run each.
-    const std::vector<Config> configs = persistent_configs(*op, runtime.device());
+    const std::vector<Config> configs = test::this_shard(persistent_configs(*op, runtime.device()));
     std::vector<std::future<detail::ResolvedLaunch>> launches;
     for (const Config& config : configs)
         launches.push_back(std::async(std::launch::async, [&, config] { return impl.resolve_config(op->model(), config, vec); }));
@@ -138,7 +138,8 @@ void check_every_config(const RowCase& c) {
 
 }  // namespace
 
-TEST_CASE("Every prefetching or resident row-op config is correct on many rows", "[gpu][rmsnorm][layernorm][softmax]") {
+TEST_CASE("Every prefetching or resident row-op config is correct on many rows",
+          "[gpu][rmsnorm][layernorm][softmax][search_space]") {
     TILEOPS_REQUIRE_GPU();
     shared_runtime();  // makes the device's context current for the allocations below
     // Rows well beyond the resident blocks, so each persistent block walks several groups; 4100
