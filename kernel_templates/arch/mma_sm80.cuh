@@ -6,6 +6,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "arch/async_copy.cuh"  // cp_async_commit, cp_async_wait
+
 namespace tileops {
 
 __device__ __forceinline__ unsigned shared_address(const void* pointer) {
@@ -26,14 +28,6 @@ __device__ __forceinline__ void cp_async(void* shared, const void* global, int v
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address(shared)), "l"(global),
                      "n"(BYTES), "r"(valid_bytes));
     }
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-// Waits until at most N committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // Four 8x8 matrices of 16-bit elements; lane i supplies the address of row i % 8 of matrix i / 8,
