@@ -123,6 +123,14 @@ public:
     // kernel must leave it as it needs to find it next time (counters back at zero).
     virtual size_t workspace_bytes(const Config& /*config*/, int /*width*/) const { return 0; }
 
+    // A valid config whose kernels compile much faster than `config`'s, for background compiling
+    // to run while `config`'s kernels compile when no other config of the op is at hand (its
+    // compile then is the only wait of a new shape's first run); nullopt where `config`'s
+    // kernels compile about as fast as any.
+    virtual std::optional<Config> quick_config(const Config& /*config*/, const DeviceInfo& /*device*/) const {
+        return std::nullopt;
+    }
+
     // "rmsnorm 8192x4096 bf16 [residual]".
     std::string describe() const;
     TuningKey tuning_key(const std::string& arch, const std::string& template_hash) const;

@@ -1,5 +1,6 @@
 // Background compiling (RuntimeOptions::background_compile): a run whose chosen kernel is not
-// compiled yet takes a stand-in config of the same op kind whose kernels are at hand, while a
+// compiled yet takes a stand-in config of the same op kind whose kernels are at hand (else one
+// that compiles much faster, OpModel::quick_config, compiled there and then), while a
 // background thread compiles the chosen kernel into the disk cache; the first run after that
 // compile loads the chosen kernel (a disk hit) and publishes it for the hot path. Stand-ins are
 // correct by construction: every valid config of an op computes the same result (the tuner checks
@@ -39,8 +40,10 @@ const ResolvedLaunch* RuntimeImpl::standin_launch(const OpModel& model, const Co
         if (!builder_.allow_compile() || plan_at_hand(chosen)) return nullptr;
         const std::optional<Config> other = standin_config(model, config, vec);
         if (!other) return nullptr;
+        // Started first: a quick stand-in compiles meanwhile, on another core.
+        std::shared_future<void> job = compile_in_background(chosen);
         slot.standin = resolve_config(model, *other, vec);
-        slot.pending = compile_in_background(chosen);
+        slot.pending = std::move(job);
         util::logger().debug("tileops: {}: compiling {{{}}} in the background, {{{}}} runs meanwhile", model.describe(),
                              tuning::config_text(config), tuning::config_text(*other));
         return &slot.standin;
@@ -67,7 +70,10 @@ std::optional<Config> RuntimeImpl::standin_config(const OpModel& model, const Co
             // Not plannable at this width: the next candidate.
         }
     }
-    return std::nullopt;
+    // None at hand: one that compiles much faster than the chosen config (then the only wait).
+    std::optional<Config> quick = model.quick_config(config, device_);
+    if (quick && (*quick == config || model.invalid_reason(*quick, device_))) quick.reset();
+    return quick;
 }
 
 bool RuntimeImpl::plan_at_hand(const LaunchPlan& plan, bool look_on_disk) {

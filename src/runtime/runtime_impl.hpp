@@ -83,7 +83,8 @@ private:
     // The launch to run while `config`'s kernels compile, or null when the chosen launch should be
     // resolved now: its kernels are at hand (or its compile ended), or no stand-in is.
     const ResolvedLaunch* standin_launch(const OpModel& model, const Config& config, int vec, KernelSlot& slot);
-    // A config other than `config` whose kernels at width `vec` are at hand, valid for `model`.
+    // A config other than `config`, valid for `model`, whose kernels at width `vec` are at hand,
+    // else the model's quick_config (compiled by the caller).
     std::optional<Config> standin_config(const OpModel& model, const Config& config, int vec);
     // Whether every kernel of `plan` is loaded or, with `look_on_disk`, loads without compiling
     // (from the disk cache or the bundle: it is loaded then).

@@ -196,6 +196,38 @@ TEST_CASE("Gemm's TMA box of A holds only the rows M has, rounded up to 8", "[va
     CHECK(detail::gemm_a_box_rows(4096, 128) == 128);
 }
 
+TEST_CASE("Gemm's quick stand-in: 128 x 128 tiles for a bigger TMA tile, none otherwise", "[validation][gemm]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    Gemm op(problem(4096, 4096, 4096));
+    const auto& model = op.model();
+    detail::GemmConfig big;
+    big.kernel = detail::kGemmSm90, big.block_m = 128, big.block_n = 256, big.block_k = 64, big.consumers = 2;
+    big.pingpong = 0, big.cluster = 2, big.split_k = 1, big.stages = 4, big.group_m = 8, big.vec = 8;
+    REQUIRE_FALSE(model.invalid_reason(big.to_config(), h100).has_value());
+    const std::optional<Config> quick = model.quick_config(big.to_config(), h100);
+    REQUIRE(quick.has_value());
+    CHECK_FALSE(model.invalid_reason(*quick, h100).has_value());
+    const detail::GemmConfig q = detail::GemmConfig::from(*quick);
+    CHECK((q.kernel == detail::kGemmSm90 && q.block_m == 128 && q.block_n == 128 && q.consumers == 2 && q.cluster == 1));
+    CHECK(q.vec == big.vec);  // the same launch widths as the chosen config
+    // Tiles no bigger than the quick one's, and the other kernels: nothing faster to compile.
+    CHECK_FALSE(model.quick_config(*quick, h100).has_value());
+    detail::GemmConfig small = big;
+    small.block_m = 64, small.block_n = 128, small.consumers = 1, small.cluster = 1;
+    CHECK_FALSE(model.quick_config(small.to_config(), h100).has_value());
+    const DeviceInfo a100 = DeviceInfo::for_arch("sm_80");
+    CHECK_FALSE(model.quick_config(model.heuristic(a100), a100).has_value());
+    // Every problem's quick config is valid for it, where there is one.
+    for (int64_t m : {1, 100, 2048, 8192})
+        for (GemmLayout layout : {GemmLayout::nn, GemmLayout::nt}) {
+            GemmProblem p = problem(m, 10240, 8192);
+            p.layout = layout;
+            Gemm other(p);
+            for (const Config& c : other.model().search_space(h100))
+                if (auto qc = other.model().quick_config(c, h100)) CHECK_FALSE(other.model().invalid_reason(*qc, h100).has_value());
+        }
+}
+
 TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the device", "[validation][gemm]") {
     for (const char* arch : {"sm_80", "sm_90a"}) {
         const DeviceInfo device = DeviceInfo::for_arch(arch);
