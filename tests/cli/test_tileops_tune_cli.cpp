@@ -1132,4 +1132,21 @@ TEST_CASE("tileops-tune: a candidate that writes out of bounds, traps or hangs f
     INFO(in_process.err);
     CHECK(in_process.status == 0);
     CHECK(parse_json(in_process.out).at("results").at(0).contains("entry"));
+
+    // A tune resumed with --skip-tuned leaves out what the database already holds.
+    const fs::path workload = dir.path() / "two.json";
+    std::ofstream(workload) << R"({"problems": [{"op": "rmsnorm", "shape": [256, 4096], "dtype": "bf16"},
+                                                {"op": "rmsnorm", "shape": [128, 4096], "dtype": "bf16"}]})";
+    const ToolResult resumed = run_tool({"tune", "--workload", workload.string(), "--db", db.string(), "--max-candidates",
+                                         "4", "--skip-tuned", "--json"});
+    INFO(resumed.err);
+    CHECK(resumed.status == 0);
+    CHECK_THAT(resumed.err, ContainsSubstring("1 of 2 problem(s) already tuned"));
+    const json resumed_out = parse_json(resumed.out);
+    REQUIRE(resumed_out.at("results").size() == 1);
+    CHECK(resumed_out.at("results").at(0).at("problem") == "rmsnorm 128x4096 bf16");
+    CHECK(TuningDb::load(db.string()).entries().size() == 2);
+    const ToolResult nothing_left = run_tool({"tune", "--workload", workload.string(), "--db", db.string(), "--skip-tuned"});
+    CHECK(nothing_left.status == 0);
+    CHECK_THAT(nothing_left.err, ContainsSubstring("2 of 2 problem(s) already tuned"));
 }

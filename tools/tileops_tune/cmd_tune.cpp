@@ -29,6 +29,7 @@
 #include "tileops_tune/worker_runner.hpp"
 #include "util/clock.hpp"
 #include "util/file_util.hpp"
+#include "util/log.hpp"
 
 namespace tileops::cli {
 namespace {
@@ -173,6 +174,28 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
     return outcome;
 }
 
+// Whether `db` holds an entry for `spec` on `device` that the runtime would use: tuned with the
+// kernel its config selects today and with this NVRTC (what --skip-tuned leaves out).
+bool already_tuned(const TuningDb& db, const detail::ProblemSpec& spec, const DeviceInfo& device) {
+    try {
+        auto op = detail::make_op(spec);
+        const detail::OpModel& model = op->model();
+        const TuningKey key = model.tuning_key(device.arch(), "");
+        for (const TuningEntry& e : db.entries()) {
+            if (e.key.op != key.op || e.key.shape != key.shape || e.key.dtype != key.dtype || e.key.flags != key.flags ||
+                e.key.arch != key.arch)
+                continue;
+            const std::string& nvrtc = e.nvrtc_version.empty() ? db.meta().nvrtc_version : e.nvrtc_version;
+            if (nvrtc == jit::nvrtc_version() && !model.invalid_reason(e.config, device) &&
+                tuning::kernel_template_hash(model, e.config, device) == e.key.template_hash)
+                return true;
+        }
+    } catch (const std::exception&) {
+        // Tuning it reports what is wrong.
+    }
+    return false;
+}
+
 }  // namespace
 
 int cmd_tune(int argc, char** argv) {
@@ -192,7 +215,9 @@ int cmd_tune(int argc, char** argv) {
                 cxxopts::value<std::string>())(
                 "candidate-timeout", "seconds a candidate may run before its worker is killed",
                 cxxopts::value<double>()->default_value("60"))(
-                "in-process", "run the candidates in this process: no worker, no watchdog (for debuggers)");
+                "in-process", "run the candidates in this process: no worker, no watchdog (for debuggers)")(
+                "skip-tuned", "leave out the problems --db already holds a usable entry for (resume a tune that "
+                              "was cut short: results are saved as each problem ends)");
         },
         [](const cxxopts::ParseResult& args) {
             std::vector<detail::ProblemSpec> problems = problems_from(args);
@@ -209,6 +234,15 @@ int cmd_tune(int argc, char** argv) {
                 throw InvalidArgument("--candidate-timeout: give seconds, more than 0 and at most 86400");
             const std::vector<DeviceInfo> infos = same_model_devices(devices);
             const DeviceInfo& device = infos.front();
+            if (args.count("skip-tuned") && existing) {
+                const size_t before = problems.size();
+                problems.erase(std::remove_if(problems.begin(), problems.end(),
+                                              [&](const detail::ProblemSpec& spec) { return already_tuned(*existing, spec, device); }),
+                               problems.end());
+                fmt::print(stderr, "{} of {} problem(s) already tuned in {}: skipped\n", before - problems.size(), before,
+                           db_path);
+                if (problems.empty()) return 0;
+            }
 
             tuning::TuneOptions tune;
             tune.budget_seconds = args["budget"].as<double>();
@@ -233,6 +267,20 @@ int cmd_tune(int argc, char** argv) {
 
             const auto start = Clock::now();
             std::vector<ProblemOutcome> outcomes(problems.size());
+            // Each result is saved as its problem ends, so a tune that is killed keeps what it
+            // measured (--skip-tuned resumes it); a failed save is retried once all have ended.
+            std::mutex db_mutex;
+            auto keep = [&](const ProblemOutcome& outcome) {
+                if (!outcome.entry) return;
+                std::lock_guard lock(db_mutex);
+                db.upsert(*outcome.entry);
+                try {
+                    db.save(db_path);
+                } catch (const std::exception& e) {
+                    util::logger().warn("tileops-tune: could not save into {} yet ({}): retried at the end", db_path,
+                                        e.what());
+                }
+            };
             std::vector<double> done(problems.size(), 0.0);
             std::mutex progress_mutex;
             auto progress_for = [&](size_t p, int gpu) {
@@ -257,6 +305,7 @@ int cmd_tune(int argc, char** argv) {
                         auto op = detail::make_op(problems[p]);
                         return tuning::autotune(runtime, *op, options);
                     }, start);
+                    keep(outcomes[p]);
                 }
             } else {
                 // One worker process per GPU; each GPU takes the next problem when it is free.
@@ -277,6 +326,7 @@ int cmd_tune(int argc, char** argv) {
                         }, start);
                         outcomes[p].result["device"] = devices[k];
                         outcomes[p].result["worker_restarts"] = worker.restarts() - restarts_before;
+                        keep(outcomes[p]);
                     }
                 };
                 std::vector<std::thread> threads;
