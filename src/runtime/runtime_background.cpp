@@ -70,9 +70,10 @@ std::optional<Config> RuntimeImpl::standin_config(const OpModel& model, const Co
             // Not plannable at this width: the next candidate.
         }
     }
-    // None at hand: one that compiles much faster than the chosen config (then the only wait).
+    // None at hand: one that compiles much faster than the chosen config (then the only wait);
+    // quick_config gives only valid configs.
     std::optional<Config> quick = model.quick_config(config, device_);
-    if (quick && (*quick == config || model.invalid_reason(*quick, device_))) quick.reset();
+    if (quick && *quick == config) quick.reset();
     return quick;
 }
 

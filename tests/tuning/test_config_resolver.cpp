@@ -66,12 +66,13 @@ TuningEntry tagged(const TuningKey& key, long long tag, double median_us = 10.0)
     return e;
 }
 
-// Writes a database file with the given metadata arch / NVRTC and entries; returns its path.
+// Writes a database file with the given metadata arch / NVRTC / GPU model and entries; returns its path.
 std::string write_db(const fs::path& path, const std::vector<TuningEntry>& entries, const std::string& arch = kArch,
-                     const std::string& nvrtc = kNvrtc) {
+                     const std::string& nvrtc = kNvrtc, const std::string& gpu_name = "") {
     TuningDb db;
     db.meta().arch = arch;
     db.meta().nvrtc_version = nvrtc;
+    db.meta().gpu_name = gpu_name;
     for (const TuningEntry& e : entries) db.upsert(e);
     fs::create_directories(path.parent_path());
     std::ofstream out(path, std::ios::trunc);
@@ -382,14 +383,7 @@ TEST_CASE("config resolver: this GPU's fleet database first, then the nearest ot
     // File names in the other order than the fleets', so that the order is not the files'.
     const fs::path shipped = dir.path() / "shipped";
     auto write_fleet = [&](const std::string& name, const char* gpu, const std::vector<TuningEntry>& entries) {
-        TuningDb db;
-        db.meta().arch = kArch;
-        db.meta().nvrtc_version = kNvrtc;
-        db.meta().gpu_name = gpu;
-        for (const TuningEntry& e : entries) db.upsert(e);
-        fs::create_directories(shipped);
-        std::ofstream(shipped / name) << db.to_json();
-        return (shipped / name).string();
+        return write_db(shipped / name, entries, kArch, kNvrtc, gpu);
     };
     const std::string h200_file = write_fleet("a-h200.json", kH200, {fleet_entry(both, 2, kH200), fleet_entry(h200_near, 6, kH200)});
     const std::string h100_file =

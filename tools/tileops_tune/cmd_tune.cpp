@@ -174,26 +174,15 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
     return outcome;
 }
 
-// Whether `db` holds an entry for `spec` on `device` that the runtime would use: tuned with the
-// kernel its config selects today and with this NVRTC (what --skip-tuned leaves out).
-bool already_tuned(const TuningDb& db, const detail::ProblemSpec& spec, const DeviceInfo& device) {
+// Whether the database `resolver` searches first holds an exact entry for `spec` that the runtime
+// would use on `device` (not stale, valid here): what --skip-tuned leaves out.
+bool already_tuned(tuning::ConfigResolver& resolver, const detail::ProblemSpec& spec, const DeviceInfo& device) {
     try {
         auto op = detail::make_op(spec);
-        const detail::OpModel& model = op->model();
-        const TuningKey key = model.tuning_key(device.arch(), "");
-        for (const TuningEntry& e : db.entries()) {
-            if (e.key.op != key.op || e.key.shape != key.shape || e.key.dtype != key.dtype || e.key.flags != key.flags ||
-                e.key.arch != key.arch)
-                continue;
-            const std::string& nvrtc = e.nvrtc_version.empty() ? db.meta().nvrtc_version : e.nvrtc_version;
-            if (nvrtc == jit::nvrtc_version() && !model.invalid_reason(e.config, device) &&
-                tuning::kernel_template_hash(model, e.config, device) == e.key.template_hash)
-                return true;
-        }
+        return tuning::choose_config(resolver, op->model(), device).source == tuning::ConfigSource::user_db;
     } catch (const std::exception&) {
-        // Tuning it reports what is wrong.
+        return false;  // tuning it reports what is wrong
     }
-    return false;
 }
 
 }  // namespace
@@ -236,8 +225,9 @@ int cmd_tune(int argc, char** argv) {
             const DeviceInfo& device = infos.front();
             if (args.count("skip-tuned") && existing) {
                 const size_t before = problems.size();
+                tuning::ConfigResolver resolver = make_resolver(device.arch(), {db_path});  // the runtime's own lookup
                 problems.erase(std::remove_if(problems.begin(), problems.end(),
-                                              [&](const detail::ProblemSpec& spec) { return already_tuned(*existing, spec, device); }),
+                                              [&](const detail::ProblemSpec& spec) { return already_tuned(resolver, spec, device); }),
                                problems.end());
                 fmt::print(stderr, "{} of {} problem(s) already tuned in {}: skipped\n", before - problems.size(), before,
                            db_path);
