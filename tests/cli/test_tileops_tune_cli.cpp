@@ -847,6 +847,27 @@ TEST_CASE("tileops-tune: explain --gpu takes that GPU's fleet database first, el
     CHECK(any.at("source") == "shipped database");
 }
 
+TEST_CASE("tileops-tune: an H200 takes the H200's shipped entry where it has one, an H100 the H100's", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // Both tuning_db/h200.json and tuning_db/h100-sxm.json hold Llama-3-8B's down projection at M = 1.
+    auto explain = [](const char* gpu) {
+        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--op", "gemm", "--shape", "1x4096x14336",
+                                       "--flags", "nt", "--dtype", "bf16", "--gpu", gpu, "--json"});
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const json out = parse_json(r.out);
+        REQUIRE(out.size() == 1);
+        return out[0];
+    };
+    for (const auto& [gpu, file] : {std::pair{"NVIDIA H200", "h200.json"}, std::pair{"NVIDIA H100 80GB HBM3", "h100-sxm.json"}}) {
+        const json chosen = explain(gpu);
+        INFO(chosen.dump());
+        CHECK(chosen.at("source") == "shipped database");
+        CHECK_THAT(chosen.at("origin").get<std::string>(), ContainsSubstring(file));
+        CHECK_THAT(chosen.at("explanation").get<std::string>(), ContainsSubstring(std::string("tuned on ") + gpu));
+    }
+}
+
 TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shape or the heuristic", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;
