@@ -4,9 +4,10 @@
 #    attention, flash attention, GEMM against cuBLAS where cuBLAS was found) and reports;
 #  - without one: builds tileops-tune alone (tests, benchmarks, examples and the Python module
 #    would never run there) and compiles into the kernel cache, for ARCH (default sm_90a), every
-#    kernel of WORKLOAD (default tools/workloads/llama3-8b.json) and of the entries of DB
-#    (default tuning_db/h100-sxm.json) for that arch: what a serving process of that workload
-#    needs, with the configs it will pick.
+#    kernel of WORKLOAD (default tools/workloads/llama3-8b.json) and of the entries of DB (one
+#    or more files; default every shipped database, tuning_db/*.json, one per GPU model) for that
+#    arch: what a serving process of that workload needs, with the configs it will pick on any of
+#    those GPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ "${SKIP_SETUP:-0}" = 1 ] || bash tools/setup.sh
@@ -26,7 +27,9 @@ else
   cmake --build --preset release -j "$(nproc)" --target tileops-tune
   arch=${ARCH:-sm_90a}
   workload=${WORKLOAD:-tools/workloads/llama3-8b.json}
-  db=${DB:-tuning_db/h100-sxm.json}
-  echo "main: no GPU; warming the kernel cache for $arch with $workload and the $arch entries of $db" >&2
-  ./build-release/tools/tileops-tune warm --arch "$arch" --workload "$workload" --db "$db"
+  dbs=${DB:-$(echo tuning_db/*.json)}
+  db_args=()
+  for db in $dbs; do db_args+=(--db "$db"); done
+  echo "main: no GPU; warming the kernel cache for $arch with $workload and the $arch entries of $dbs" >&2
+  ./build-release/tools/tileops-tune warm --arch "$arch" --workload "$workload" "${db_args[@]}"
 fi
