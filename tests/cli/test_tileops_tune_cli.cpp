@@ -149,6 +149,19 @@ json parse_json(const std::string& text) {
     return {};
 }
 
+// `tileops-tune explain ARGS --json` of one problem: it must succeed; returns that problem's object.
+json explain_one(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+    args.insert(args.begin(), "explain");
+    args.push_back("--json");
+    const ToolResult r = run_tool(args, env);
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const json out = parse_json(r.out);
+    REQUIRE(out.is_array());
+    REQUIRE(out.size() == 1);
+    return out[0];
+}
+
 }  // namespace
 
 TEST_CASE("tileops-tune: usage errors exit 2, --help exits 0", "[cli]") {
@@ -823,15 +836,9 @@ TEST_CASE("tileops-tune: explain --gpu takes that GPU's fleet database first, el
     TILEOPS_REQUIRE_TUNE_EXE();
     // The shipped database (tuning_db/h100-sxm.json) holds this problem, tuned on an H100.
     auto explain = [](const std::vector<std::string>& gpu) {
-        std::vector<std::string> args = {"explain", "--arch", "sm_90a", "--op", "add", "--shape", "1x16777216",
-                                         "--dtype", "bf16", "--json"};
+        std::vector<std::string> args = {"--arch", "sm_90a", "--op", "add", "--shape", "1x16777216", "--dtype", "bf16"};
         args.insert(args.end(), gpu.begin(), gpu.end());
-        const ToolResult r = run_tool(args);
-        INFO(r.err);
-        REQUIRE(r.status == 0);
-        const json out = parse_json(r.out);
-        REQUIRE(out.size() == 1);
-        return out[0];
+        return explain_one(args);
     };
     const json h200 = explain({"--gpu", "NVIDIA H200"});
     CHECK(h200.at("gpu") == "NVIDIA H200");
@@ -850,17 +857,9 @@ TEST_CASE("tileops-tune: explain --gpu takes that GPU's fleet database first, el
 TEST_CASE("tileops-tune: an H200 takes the H200's shipped entry where it has one, an H100 the H100's", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     // Both tuning_db/h200.json and tuning_db/h100-sxm.json hold Llama-3-8B's down projection at M = 1.
-    auto explain = [](const char* gpu) {
-        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--op", "gemm", "--shape", "1x4096x14336",
-                                       "--flags", "nt", "--dtype", "bf16", "--gpu", gpu, "--json"});
-        INFO(r.err);
-        REQUIRE(r.status == 0);
-        const json out = parse_json(r.out);
-        REQUIRE(out.size() == 1);
-        return out[0];
-    };
     for (const auto& [gpu, file] : {std::pair{"NVIDIA H200", "h200.json"}, std::pair{"NVIDIA H100 80GB HBM3", "h100-sxm.json"}}) {
-        const json chosen = explain(gpu);
+        const json chosen = explain_one(
+            {"--arch", "sm_90a", "--op", "gemm", "--shape", "1x4096x14336", "--flags", "nt", "--dtype", "bf16", "--gpu", gpu});
         INFO(chosen.dump());
         CHECK(chosen.at("source") == "shipped database");
         CHECK_THAT(chosen.at("origin").get<std::string>(), ContainsSubstring(file));
@@ -892,17 +891,12 @@ TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shap
     fixture_db.save(db_path);
 
     auto explain = [&](const std::string& shape, const fs::path& db, const std::vector<std::string>& env = {}) {
-        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", shape, "--dtype", "bf16",
-                                       "--db", db.string(), "--json"},
-                                      env);
-        INFO(r.err);
-        REQUIRE(r.status == 0);
-        const json out = parse_json(r.out);
-        REQUIRE(out.is_array());
-        REQUIRE(out.size() == 1);
-        CHECK(out[0].at("arch") == "sm_90a");
-        CHECK(out[0].at("problem") == "rmsnorm " + shape + " bf16");
-        return out[0];
+        const json out = explain_one({"--arch", "sm_90a", "--op", "rmsnorm", "--shape", shape, "--dtype", "bf16", "--db",
+                                      db.string()},
+                                     env);
+        CHECK(out.at("arch") == "sm_90a");
+        CHECK(out.at("problem") == "rmsnorm " + shape + " bf16");
+        return out;
     };
 
     const json exact = explain("512x4096", db_path);
