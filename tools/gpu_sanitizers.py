@@ -10,7 +10,8 @@ short keeps what it finished) and the table printed at the end say per job: clea
 tool reported, the tests that failed, or that it ran out of time (a job still running at the
 deadline is killed and reported as such; one not started is "not run").
 --done skips the jobs an earlier summary finished, so a long pass can be split over several runs.
---shards N runs each [search_space] test as N jobs, each on its share of the configs.
+--shards N runs each [search_space] test as N jobs, each on its share of the configs;
+--search-space-only leaves the families' other tests out.
 The [cli] family is left out: its [gpu] test runs deliberately faulty kernels in the tuning worker.
 """
 import argparse
@@ -89,6 +90,8 @@ def main():
     parser.add_argument("--shards", type=int, default=1,
                         help="split each [search_space] test into this many jobs (TILEOPS_TEST_SHARD=i/n), "
                              "so a slow tool covers its configs on several GPUs at once")
+    parser.add_argument("--search-space-only", action="store_true",
+                        help="run only the [search_space] tests of the families")
     parser.add_argument("--done", action="append", default=[], help="an earlier summary.json: skip what it finished")
     args = parser.parse_args()
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
@@ -102,7 +105,10 @@ def main():
         if family not in FAMILIES:
             sys.exit(f"unknown family {family}; known: {', '.join(FAMILIES)}")
         names[family] = test_names(args.tests, FAMILIES[family])
-    sharded = set(test_names(args.tests, "[search_space]")) if args.shards > 1 else set()
+    search_space = set(test_names(args.tests, "[search_space]"))
+    if args.search_space_only:
+        names = {family: [n for n in family_names if n in search_space] for family, family_names in names.items()}
+    sharded = search_space if args.shards > 1 else set()
     shards = [f"{i}/{args.shards}" for i in range(args.shards)]
     jobs = []  # (tool, family, test name, shard or None)
     for tool in args.tools.split(","):
