@@ -2,7 +2,7 @@
 """A seeded sweep of real-model shapes for a family, ours (bench_problems) against its torch peer
 in the same run, worst ratio first.
 
-    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows [--seed 1]
+    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows|gemm_fp8 [--seed 1]
                                  [--bench build-gpu/bench/bench_problems] [--json sweep.json] [--list]
 
 rope: Llama 3 8B / 70B, Qwen 2.5 7B / 0.5B, Phi-3 mini, Gemma 2 9B, GPT-NeoX 20B (24 of 96 dims
@@ -13,7 +13,9 @@ embedding: the tables (vocabulary x hidden) of the same models and GPT-2's learn
 token counts from a decode step to a long prefill, bf16, fp16 and fp32. rows: row ops (norms over
 the hidden size, softmax over the vocabulary) and elementwise ops (over the intermediate size) of
 25 model families, 250 problems, against the faster of torch eager and torch.compile
-(torch_rows_peers.py). --list prints a family's problems without running them.
+(torch_rows_peers.py). gemm_fp8: squares 1024-16384 and the projections of Llama-3-8B / 70B
+and DeepSeek-V3 at M from 1 to 8192, per-tensor, row and block scales, against torch._scaled_mm
+(cuBLASLt), reported in TFLOP/s. --list prints a family's problems without running them.
 """
 import argparse
 import json
@@ -87,6 +89,22 @@ ROW_TOKENS = [1, 3, 17, 64, 255, 1000, 2048, 4097, 8192, 16384]  # decode steps 
 LOGIT_ROWS = [1, 2, 5, 16, 48, 100, 256, 1024]  # sampled sequences: the vocabulary's softmax rows
 
 
+GEMM_FP8_SQUARES = [1024, 2048, 4096, 8192, 16384]
+GEMM_FP8_PROJECTIONS = [  # N x K of Llama-3-8B and 70B and DeepSeek-V3's layers
+    (6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (10240, 8192), (8192, 8192), (57344, 8192),
+    (8192, 28672), (7168, 2048), (2048, 7168), (24576, 7168), (7168, 16384),
+]
+GEMM_FP8_TOKENS = [1, 16, 64, 128, 512, 2048, 8192]
+
+
+def gemm_fp8_problems(rng):
+    problems = [f"gemm_fp8 {s}x{s}x{s} fp8_e4m3->bf16 tensor" for s in GEMM_FP8_SQUARES]
+    for n, k in GEMM_FP8_PROJECTIONS:
+        for m in sorted(rng.sample(GEMM_FP8_TOKENS, 3)):
+            problems.append(f"gemm_fp8 {m}x{n}x{k} fp8_e4m3->bf16 {rng.choice(['tensor', 'row', 'block'])}")
+    return problems
+
+
 def rows_problems(rng):
     """Ten problems a model: norms over the hidden size, the gated activation over the
     intermediate size, softmax over the vocabulary, each at a drawn token count and dtype."""
@@ -107,10 +125,11 @@ def rows_problems(rng):
 
 
 PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems,
-            "rows": rows_problems}
+            "rows": rows_problems, "gemm_fp8": gemm_fp8_problems}
 # The peer's figure each family compares with.
 PEER = {"rope": ("compile_us", "torch.compile"), "sampling": ("torch_us", "torch"),
-        "embedding": ("compile_us", "torch.compile"), "rows": ("best_us", "the faster of torch eager and torch.compile")}
+        "embedding": ("compile_us", "torch.compile"), "rows": ("best_us", "the faster of torch eager and torch.compile"),
+        "gemm_fp8": ("scaled_mm_us", "torch._scaled_mm")}
 
 
 def main():
@@ -137,14 +156,25 @@ def main():
     for text, result in zip(problems, ours["results"]):
         peer_case = peers[text]
         peer_us = peer_case[PEER[args.family][0]]
+        if peer_us is None:  # the peer cannot run it (says why in its JSON)
+            print(f"{text}: the peer failed: {peer_case.get('error', '')}")
+            continue
         rows.append({"problem": text, "us": result["median_us"], "peer_us": peer_us,
-                     "speedup": peer_us / result["median_us"], "fraction_of_copy": result["fraction_of_copy"]})
+                     "speedup": peer_us / result["median_us"], "fraction_of_copy": result["fraction_of_copy"],
+                     "config": result.get("config", "")})
     rows.sort(key=lambda r: r["speedup"])
     peer_name = PEER[args.family][1]
     print(f"{ours['device']}, copy {ours['copy_gbps']:.0f} GB/s; seed {args.seed}; peer {peer_name}, same run")
-    print(f"| problem | ours us | {peer_name} us | speed-up | % of copy |\n|---|---|---|---|---|")
+    # GEMMs are measured in TFLOP/s (M x N x K from the shape), the others against the copy bandwidth.
+    gemm = args.family.startswith("gemm")
+    print(f"| problem | ours us | {peer_name} us | speed-up | {'TFLOP/s' if gemm else '% of copy'} |\n|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['problem']} | {r['us']:.1f} | {r['peer_us']:.1f} | {r['speedup']:.2f}x | {100 * r['fraction_of_copy']:.1f}% |")
+        if gemm:
+            m, n, k = (int(x) for x in r["problem"].split()[1].split("x")[-3:])
+            last = f"{2.0 * m * n * k / r['us'] / 1e6:.0f}"
+        else:
+            last = f"{100 * r['fraction_of_copy']:.1f}%"
+        print(f"| {r['problem']} | {r['us']:.1f} | {r['peer_us']:.1f} | {r['speedup']:.2f}x | {last} |")
     if args.json:
         json.dump({"device": ours["device"], "seed": args.seed, "family": args.family, "rows": rows},
                   open(args.json, "w"), indent=2)

@@ -131,6 +131,10 @@ public:
         return std::nullopt;
     }
 
+    // Why no kernel of the op runs on `device` at all (an instruction set it lacks), or nullopt.
+    // The runtime throws Unsupported with it before choosing a config.
+    virtual std::optional<std::string> unsupported_reason(const DeviceInfo& /*device*/) const { return std::nullopt; }
+
     // "rmsnorm 8192x4096 bf16 [residual]".
     std::string describe() const;
     TuningKey tuning_key(const std::string& arch, const std::string& template_hash) const;

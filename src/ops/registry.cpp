@@ -11,6 +11,7 @@ namespace tileops::detail {
 OpFamily rows_family();
 OpFamily elementwise_family();
 OpFamily gemm_family();
+OpFamily gemm_fp8_family();
 OpFamily flash_attention_family();
 OpFamily decode_attention_family();
 OpFamily mla_decode_family();
@@ -23,6 +24,7 @@ const std::vector<OpFamily>& op_families() {
         rows_family(),
         elementwise_family(),
         gemm_family(),
+        gemm_fp8_family(),
         flash_attention_family(),
         decode_attention_family(),
         mla_decode_family(),

@@ -223,6 +223,8 @@ void RuntimeImpl::load_kernels(const std::vector<LaunchPlan>& all_plans) {
 }
 
 ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& config, int vec) {
+    if (auto reason = model.unsupported_reason(device_))
+        throw Unsupported(fmt::format("tileops::{}: not supported on {}: {}", model.op_name(), device_.arch(), *reason));
     if (auto reason = model.invalid_reason(config, device_))
         throw InvalidArgument(fmt::format("tileops::{}: config invalid on {}: {}", model.op_name(), device_.arch(), *reason));
     const LaunchPlan plan = this->plan(model, config, vec);

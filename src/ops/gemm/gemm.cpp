@@ -16,6 +16,7 @@
 #include "cuda/driver.hpp"
 #include "gemm/gemm_args.cuh"  // kernel_templates/: the kernels' argument block
 #include "ops/gemm/gemm_config.hpp"
+#include "ops/gemm/gemm_operands.hpp"
 #include "tileops/error.hpp"
 
 namespace tileops {
@@ -34,35 +35,12 @@ const char* gemm_epilogue_name(GemmEpilogue epilogue) noexcept {
 namespace detail {
 namespace {
 
+constexpr const char* kOp = "Gemm";
 constexpr int64_t kMaxBatch = 65535;  // gridDim.z of the sm_80 kernel
 
 bool nt(const GemmProblem& p) { return p.layout == GemmLayout::nt; }
 int64_t b_rows(const GemmProblem& p) { return nt(p) ? p.n : p.k; }
 int64_t b_cols(const GemmProblem& p) { return nt(p) ? p.k : p.n; }
-
-// The leading dimension to use: `ld`, or `cols` when it is 0; never shorter than a row.
-int64_t leading_dimension(const char* name, int64_t ld, int64_t cols) {
-    if (ld == 0) return cols;
-    if (ld < cols)
-        throw InvalidArgument(fmt::format("tileops::Gemm: {} = {} is smaller than a row ({} elements); rows may not overlap",
-                                          name, ld, cols));
-    return ld;
-}
-
-// Elements from one matrix's first element to one past its last.
-int64_t matrix_extent(int64_t rows, int64_t cols, int64_t ld) { return (rows - 1) * ld + cols; }
-
-int64_t batch_stride(const char* name, int64_t stride, int64_t batch, int64_t rows, int64_t cols, int64_t ld,
-                     bool output) {
-    const int64_t packed = rows * ld;
-    if (stride == 0) return packed;
-    if (stride < 0) throw InvalidArgument(fmt::format("tileops::Gemm: {} = {} is negative", name, stride));
-    // Outputs of different batch entries must not overlap (their blocks would race); inputs may.
-    if (output && batch > 1 && stride < matrix_extent(rows, cols, ld))
-        throw InvalidArgument(fmt::format("tileops::Gemm: {} = {} makes batch entries of {} overlap (need >= {})",
-                                          name, stride, output ? "D" : "C", matrix_extent(rows, cols, ld)));
-    return stride;
-}
 
 GemmProblem normalized(GemmProblem p) {
     const int64_t dims[] = {p.m, p.n, p.k};
@@ -90,23 +68,18 @@ GemmProblem normalized(GemmProblem p) {
                               "leave has_c unset when beta is 0");
     if (p.batch < 1 || p.batch > kMaxBatch)
         throw InvalidArgument(fmt::format("tileops::Gemm: batch = {} is not in [1, {}]", p.batch, kMaxBatch));
-    p.lda = leading_dimension("lda", p.lda, p.k);
-    p.ldb = leading_dimension("ldb", p.ldb, b_cols(p));
-    p.ldc = leading_dimension("ldc", p.ldc, p.n);
-    p.ldd = leading_dimension("ldd", p.ldd, p.n);
+    p.lda = gemm_leading_dimension(kOp, "lda", p.lda, p.k);
+    p.ldb = gemm_leading_dimension(kOp, "ldb", p.ldb, b_cols(p));
+    p.ldc = gemm_leading_dimension(kOp, "ldc", p.ldc, p.n);
+    p.ldd = gemm_leading_dimension(kOp, "ldd", p.ldd, p.n);
     // Every offset the kernels form must fit in 64 bits: check the largest one, with headroom.
-    const int64_t limit = int64_t{1} << 50;
-    for (auto [name, ld] : {std::pair{"lda", p.lda}, {"ldb", p.ldb}, {"ldc", p.ldc}, {"ldd", p.ldd}})
-        if (ld > limit / std::max(p.m, std::max(p.n, p.k)))
-            throw InvalidArgument(fmt::format("tileops::Gemm: {} = {} is larger than supported", name, ld));
-    p.batch_stride_a = batch_stride("batch_stride_a", p.batch_stride_a, p.batch, p.m, p.k, p.lda, false);
-    p.batch_stride_b = batch_stride("batch_stride_b", p.batch_stride_b, p.batch, b_rows(p), b_cols(p), p.ldb, false);
-    p.batch_stride_c = batch_stride("batch_stride_c", p.batch_stride_c, p.batch, p.m, p.n, p.ldc, false);
-    p.batch_stride_d = batch_stride("batch_stride_d", p.batch_stride_d, p.batch, p.m, p.n, p.ldd, true);
-    for (auto [name, stride] : {std::pair{"batch_stride_a", p.batch_stride_a}, {"batch_stride_b", p.batch_stride_b},
-                                {"batch_stride_c", p.batch_stride_c}, {"batch_stride_d", p.batch_stride_d}})
-        if (stride > limit / p.batch)
-            throw InvalidArgument(fmt::format("tileops::Gemm: {} = {} is larger than supported", name, stride));
+    check_gemm_offsets(kOp, std::max(p.m, std::max(p.n, p.k)), {{"lda", p.lda}, {"ldb", p.ldb}, {"ldc", p.ldc}, {"ldd", p.ldd}});
+    p.batch_stride_a = gemm_batch_stride(kOp, "batch_stride_a", p.batch_stride_a, p.batch, p.m, p.k, p.lda, false);
+    p.batch_stride_b = gemm_batch_stride(kOp, "batch_stride_b", p.batch_stride_b, p.batch, b_rows(p), b_cols(p), p.ldb, false);
+    p.batch_stride_c = gemm_batch_stride(kOp, "batch_stride_c", p.batch_stride_c, p.batch, p.m, p.n, p.ldc, false);
+    p.batch_stride_d = gemm_batch_stride(kOp, "batch_stride_d", p.batch_stride_d, p.batch, p.m, p.n, p.ldd, true);
+    check_gemm_offsets(kOp, p.batch, {{"batch_stride_a", p.batch_stride_a}, {"batch_stride_b", p.batch_stride_b},
+                                      {"batch_stride_c", p.batch_stride_c}, {"batch_stride_d", p.batch_stride_d}});
     return p;
 }
 
@@ -267,7 +240,7 @@ public:
         // A batch is described as one tall matrix whose rows cover every entry (the autotuner
         // allocates (rows - 1) * stride + cols elements).
         auto spec = [&](const char* name, DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t stride, bool out) {
-            const int64_t extent = (p_.batch - 1) * stride + matrix_extent(rows, cols, ld);
+            const int64_t extent = (p_.batch - 1) * stride + gemm_matrix_extent(rows, cols, ld);
             return OperandSpec{name, dtype, (extent - cols + ld - 1) / ld + 1, cols, ld, out};
         };
         std::vector<OperandSpec> list{spec("A", p_.dtype, p_.m, p_.k, p_.lda, p_.batch_stride_a, false),
@@ -319,28 +292,6 @@ private:
 
 namespace {
 
-// One operand: a pointer (or a 2-D view for batch 1, a 3-D [batch, rows, cols] view otherwise).
-// Returns its memory, p.batch matrices, for the overlap checks.
-template <typename Arg>
-RowsSpan check_gemm_operand(const GemmProblem& p, const char* name, const Arg& arg, DType dtype, int64_t rows,
-                            int64_t cols, int64_t ld, int64_t stride) {
-    const TensorView* view = arg.view();
-    const bool batched_view = p.batch > 1 && view != nullptr && view->rank == 3;
-    if (p.batch > 1 && view != nullptr && !batched_view)
-        throw InvalidArgument(fmt::format("tileops::Gemm: argument '{}' must be a rank-3 view [{}, {}, {}] (batch {}), got rank {}",
-                                          name, p.batch, rows, cols, p.batch, view->rank));
-    RowsSpan span = check_operand("Gemm", name, arg.data(), batched_view ? nullptr : view, dtype, rows, cols, ld);
-    span.batch = p.batch;
-    span.batch_stride = stride;
-    if (batched_view && (view->dtype != dtype || view->shape[0] != p.batch || view->shape[1] != rows ||
-                         view->shape[2] != cols || view->strides[0] != stride || view->strides[1] != ld ||
-                         view->strides[2] != 1))
-        throw InvalidArgument(fmt::format("tileops::Gemm: argument '{}' must be a {} view of shape [{}, {}, {}] and strides "
-                                          "[{}, {}, 1] as in the problem", name, dtype_name(dtype), p.batch, rows, cols,
-                                          stride, ld));
-    return span;
-}
-
 // Checks run()'s operands (throws InvalidArgument naming the one that is wrong).
 void bind(const GemmProblem& p, Inputs inputs, Outputs outputs) {
     const size_t expected = 2 + (p.has_c ? 1 : 0) + (p.bias ? 1 : 0);
@@ -351,14 +302,14 @@ void bind(const GemmProblem& p, Inputs inputs, Outputs outputs) {
     const TensorArg& a = inputs[0];
     const TensorArg& b = inputs[1];
     const OutputArg& d = outputs[0];
-    const RowsSpan a_span = check_gemm_operand(p, "A", a, p.dtype, p.m, p.k, p.lda, p.batch_stride_a);
-    const RowsSpan b_span = check_gemm_operand(p, "B", b, p.dtype, b_rows(p), b_cols(p), p.ldb, p.batch_stride_b);
-    const RowsSpan d_span = check_gemm_operand(p, "D", d, out, p.m, p.n, p.ldd, p.batch_stride_d);
+    const RowsSpan a_span = check_gemm_operand(kOp, p.batch, "A", a, p.dtype, p.m, p.k, p.lda, p.batch_stride_a);
+    const RowsSpan b_span = check_gemm_operand(kOp, p.batch, "B", b, p.dtype, b_rows(p), b_cols(p), p.ldb, p.batch_stride_b);
+    const RowsSpan d_span = check_gemm_operand(kOp, p.batch, "D", d, out, p.m, p.n, p.ldd, p.batch_stride_d);
     // Blocks write D where others still read their operands: any overlap with A, B or the bias
     // races (X = X W in place included), and with C all but exactly in place.
     if (p.has_c) {
         const TensorArg& c = inputs[2];
-        if (outputs_conflict(d_span, check_gemm_operand(p, "C", c, out, p.m, p.n, p.ldc, p.batch_stride_c), true))
+        if (outputs_conflict(d_span, check_gemm_operand(kOp, p.batch, "C", c, out, p.m, p.n, p.ldc, p.batch_stride_c), true))
             throw InvalidArgument("tileops::Gemm: C and D overlap (only C == D with the same leading dimension and batch "
                                   "stride, in place, is allowed)");
     }
@@ -371,25 +322,6 @@ void bind(const GemmProblem& p, Inputs inputs, Outputs outputs) {
         if (outputs_conflict(d_span, check_operand("Gemm", "bias", bias.data(), bias.view(), p.dtype, 0, p.n, 1), false))
             throw InvalidArgument("tileops::Gemm: D overlaps the bias (the output cannot be written over an operand)");
     }
-}
-
-// A 3-D (cols, rows, batch) tensor map of 16-bit elements, in boxes of 64 columns (128 bytes,
-// swizzled 128B to match wgmma's shared-memory layout) x box_rows rows. Elements outside the
-// matrix read as zeros (what ragged tiles need) and are not written by stores.
-CUtensorMap tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                       int64_t stride, unsigned box_rows) {
-    CUtensorMap map;
-    const size_t element = dtype_size(dtype);
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(batch)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(ld) * element,
-                                   static_cast<cuuint64_t>(batch > 1 ? stride : rows * ld) * element};
-    const cuuint32_t box[3] = {64, box_rows, 1};
-    const cuuint32_t element_strides[3] = {1, 1, 1};
-    const CUtensorMapDataType type = dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-    TILEOPS_CU_CHECK(cuda::driver().cuTensorMapEncodeTiled(
-        &map, type, 3, const_cast<void*>(data), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-        CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
-    return map;
 }
 
 }  // namespace
@@ -444,16 +376,16 @@ void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outp
     }
     const unsigned b_rows = details.paired ? block_n / 2 : block_n;  // pairs load half each
     args.a_box_rows = detail::gemm_a_box_rows(p.m, details.block_m);
-    alignas(64) CUtensorMap map_a = detail::tensor_map(args.a, p.dtype, p.m, p.k, args.lda, p.batch, args.batch_stride_a,
+    alignas(64) CUtensorMap map_a = detail::gemm_tensor_map(args.a, p.dtype, p.m, p.k, args.lda, p.batch, args.batch_stride_a,
                                                        static_cast<unsigned>(args.a_box_rows));
     alignas(64) CUtensorMap map_b =
-        detail::nt(p) ? detail::tensor_map(args.b, p.dtype, p.n, p.k, args.ldb, p.batch, args.batch_stride_b, b_rows)
-                      : detail::tensor_map(args.b, p.dtype, p.k, p.n, args.ldb, p.batch, args.batch_stride_b, 64);
+        detail::nt(p) ? detail::gemm_tensor_map(args.b, p.dtype, p.n, p.k, args.ldb, p.batch, args.batch_stride_b, b_rows)
+                      : detail::gemm_tensor_map(args.b, p.dtype, p.k, p.n, args.ldb, p.batch, args.batch_stride_b, 64);
     // A 16-bit D with aligned rows is stored from shared memory in boxes of 64 x 64; the kernel
     // ignores map_d otherwise (and TMA could not describe unaligned rows).
     alignas(64) CUtensorMap map_d =
         dtype_size(*p.out_dtype) == 2 && d_aligned(args.d)
-            ? detail::tensor_map(args.d, *p.out_dtype, p.m, p.n, p.ldd, p.batch, p.batch_stride_d, 64)
+            ? detail::gemm_tensor_map(args.d, *p.out_dtype, p.m, p.n, p.ldd, p.batch, p.batch_stride_d, 64)
             : map_a;
     void* params[] = {&map_a, &map_b, &map_d, &args};
     detail::launch(launch, params, stream, *this);

@@ -1,0 +1,203 @@
+// FP8 GEMM for sm_90a: D = act(alpha * A * B^T + beta * C + bias), A M x K and B N x K of e4m3
+// codes, each row K-major (the only layout FP8 wgmma reads), dequantized by fp32 scales per
+// tensor, per row, or per block (1 x 128 for A, 128 x 128 for B: DeepSeek-V3's layout); D fp32,
+// fp16 or bf16; bias and C in D's type.
+//
+// The structure of the 16-bit TMA kernel (gemm/gemm_sm90.cuh), without its ping-pong, block
+// pairs and split K: a persistent grid, warpgroup 0 loading 128-byte (128-element) K steps of A
+// and B with TMA into a ring of STAGES buffers, warpgroups 1..CONSUMERS multiplying with
+// m64 x BN x k32 wgmmas.
+//
+// Accuracy over long K: the tensor cores add FP8 products with fewer mantissa bits than fp32
+// (DeepSeek-V3 measured ~2% relative error at K = 4096 from this alone). Each K step of 128 is
+// therefore multiplied into a fresh register tile `part` and added to the fp32 accumulator
+// `acc` by the CUDA cores ("promotion"), with the step's block scales where those apply: the
+// scales of A's row block and of B's column block change every 128 elements of K, so they must
+// be applied per step. Per-tensor and per-row scales are applied once, in the epilogue.
+// The promotion waits for each step's wgmmas to finish; with two consumers the other one keeps
+// the tensor cores busy meanwhile. `part` doubles the accumulator registers: a consumer's tile
+// holds at most 160 values per thread in both (gemm_fp8_config.cpp).
+//
+// Template parameters: TOut (float, __half, __nv_bfloat16), BM x BN (BM = 64 x CONSUMERS x
+// atoms, BN a wgmma width), STAGES, CONSUMERS (1 or 2), GROUP_M, SCALING (gemm_fp8_args.cuh;
+// block scales need BN to divide 128, so a tile's columns share one block of B), HAS_C, BIAS, ACT.
+// A and B rows and pointers must be 16-byte aligned (the host checks); D is stored from registers.
+#pragma once
+
+#include "arch/hopper.cuh"
+#include "arch/wgmma_fp8.cuh"
+#include "gemm/gemm_epilogue.cuh"
+#include "gemm_fp8/gemm_fp8_args.cuh"
+
+namespace tileops {
+
+template <typename TOut, int BM, int BN, int STAGES, int CONSUMERS, int GROUP_M, int SCALING, bool HAS_C, bool BIAS,
+          int ACT>
+__device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp8Scales& s, const unsigned char* ring_a,
+                                                 const unsigned char* ring_b, unsigned long long* full,
+                                                 unsigned long long* empty, int consumer, long long first_tile,
+                                                 long long tile_stride, long long tiles, long long tiles_per_batch,
+                                                 int tiles_m, int tiles_n, int k_tiles) {
+    constexpr int BK = 128;
+    constexpr int kRows = BM / CONSUMERS;  // rows of a tile this warpgroup multiplies
+    constexpr int kAtoms = kRows / 64;
+    constexpr int kValues = BN / 2;        // accumulators per thread per atom
+    const int t = static_cast<int>(threadIdx.x) % 128;
+    const bool warp_leader = t % 32 == 0;
+    // This thread's rows within an atom: r0 and r0 + 8 (the wgmma accumulator layout).
+    const int r0 = (t / 32) * 16 + (t % 32) / 4;
+    float acc[kAtoms][kValues];
+    float part[kAtoms][kValues];
+    int stage = 0;
+    unsigned phase = 0;
+    for (long long tile = first_tile; tile < tiles; tile += tile_stride) {
+        const long long batch = tile / tiles_per_batch;
+        int tile_m, tile_n;
+        grouped_tile<GROUP_M>(tile % tiles_per_batch, tiles_m, tiles_n, tile_m, tile_n);
+        const long long row0 = static_cast<long long>(tile_m) * BM + consumer * kRows;
+        const long long n0 = static_cast<long long>(tile_n) * BN;
+#pragma unroll
+        for (int atom = 0; atom < kAtoms; ++atom)
+#pragma unroll
+            for (int i = 0; i < kValues; ++i) acc[atom][i] = 0.0f;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+            // Block scales of this K step, loaded before the wait so that they arrive meanwhile:
+            // A's for this thread's rows (zero past M: those rows are never stored), B's for the
+            // tile's block of columns.
+            float scale[kAtoms][2];
+            if constexpr (SCALING == kGemmFp8Blocks) {
+                const float b_scale = s.b[(n0 / 128) * k_tiles + kt];
+#pragma unroll
+                for (int atom = 0; atom < kAtoms; ++atom)
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        const long long row = row0 + atom * 64 + r0 + half * 8;
+                        scale[atom][half] = row < p.m ? s.a[kt * p.m + row] * b_scale : 0.0f;
+                    }
+            }
+            mbarrier_wait(&full[stage], phase);
+            const unsigned char* tile_a = ring_a + stage * BM * BK + consumer * kRows * BK;
+            const unsigned long long desc_b = wgmma_descriptor_sw128(ring_b + stage * BN * BK);
+            wgmma_fence();
+            // Four k32 steps of 32 bytes along the 128-byte rows (2 descriptor units of 16 bytes).
+#pragma unroll
+            for (int kk = 0; kk < BK / 32; ++kk)
+#pragma unroll
+                for (int atom = 0; atom < kAtoms; ++atom)
+                    WgmmaFp8<BN>::run(part[atom], wgmma_descriptor_sw128(tile_a + atom * 64 * BK) + 2 * kk,
+                                      desc_b + 2 * kk, kk > 0 ? 1 : 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+#pragma unroll
+            for (int atom = 0; atom < kAtoms; ++atom) wgmma_fence_registers(part[atom]);
+            if (warp_leader) mbarrier_arrive(&empty[stage]);
+            if (++stage == STAGES) stage = 0, phase ^= 1;
+#pragma unroll
+            for (int atom = 0; atom < kAtoms; ++atom)
+#pragma unroll
+                for (int i = 0; i < kValues; ++i) {
+                    if constexpr (SCALING == kGemmFp8Blocks) {
+                        acc[atom][i] += part[atom][i] * scale[atom][(i / 2) % 2];  // values 4j + 2 half + e
+                    } else {
+                        acc[atom][i] += part[atom][i];
+                    }
+                }
+        }
+
+        TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
+        const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
+        const float tensor_scale = SCALING == kGemmFp8PerTensor ? s.a[0] * s.b[0] : 1.0f;
+#pragma unroll
+        for (int atom = 0; atom < kAtoms; ++atom) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const long long row = row0 + atom * 64 + r0 + half * 8;
+                if (row >= p.m) continue;
+                const float row_scale = SCALING == kGemmFp8PerRow ? s.a[row] : tensor_scale;
+                TOut* d_row = D + row * p.ldd;
+                const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const long long col = n0 + j * 8 + (t % 4) * 2;
+                    if (col >= p.n) continue;
+                    float v0 = acc[atom][4 * j + 2 * half], v1 = acc[atom][4 * j + 2 * half + 1];
+                    if constexpr (SCALING == kGemmFp8PerRow) {
+                        v0 *= row_scale * s.b[col];
+                        v1 *= col + 1 < p.n ? row_scale * s.b[col + 1] : 0.0f;
+                    } else if constexpr (SCALING == kGemmFp8PerTensor) {
+                        v0 *= row_scale;
+                        v1 *= row_scale;
+                    }
+                    // The bias is in D's type (the FP8 inputs are no type for it).
+                    gemm_store_pair<TOut, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, v0, v1);
+                }
+            }
+        }
+    }
+}
+
+template <typename TOut, int BM, int BN, int STAGES, int CONSUMERS, int GROUP_M, int SCALING, bool HAS_C, bool BIAS,
+          int ACT>
+__global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
+    gemm_fp8_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
+                         const GemmArgs p, const GemmFp8Scales s) {
+    constexpr int BK = 128;
+    static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
+    static_assert(BM % (64 * CONSUMERS) == 0 && BM / CONSUMERS <= 128, "a consumer owns 64 or 128 rows");
+    static_assert(SCALING != kGemmFp8Blocks || 128 % BN == 0, "a tile's columns share one block of B's scales");
+    constexpr int kTileA = BM * BK, kTileB = BN * BK;  // bytes
+    const unsigned stage_bytes = static_cast<unsigned>(p.a_box_rows * BK + kTileB);
+
+    // The 128-byte swizzle repeats every 1024 bytes: the ring starts on such a boundary (the host
+    // adds 1024 bytes of slack).
+    extern __shared__ __align__(1024) unsigned char gemm_fp8_shared[];
+    unsigned char* ring_a = gemm_fp8_shared + ((1024 - (shared_address(gemm_fp8_shared) & 1023)) & 1023);
+    unsigned char* ring_b = ring_a + STAGES * kTileA;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(ring_b + STAGES * kTileB);
+    unsigned long long* empty = full + STAGES;
+    if (threadIdx.x == 0) {
+        for (int st = 0; st < STAGES; ++st) {
+            mbarrier_init(&full[st], 1);                 // the producer's arrive (plus the TMA bytes)
+            mbarrier_init(&empty[st], CONSUMERS * 4);    // one arrive per consumer warp
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    const int tiles_m = static_cast<int>((p.m + BM - 1) / BM);
+    const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
+    const long long tiles_per_batch = static_cast<long long>(tiles_m) * tiles_n;
+    const long long tiles = tiles_per_batch * p.batch;
+    const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
+    const int warpgroup = static_cast<int>(threadIdx.x) / 128;
+    // Two consumers: move the producer's registers to them (acc and part need room).
+    constexpr bool kReallocate = CONSUMERS == 2;
+    if (warpgroup == 0) {
+        if constexpr (kReallocate) warpgroup_registers_release<40>();
+        if (threadIdx.x == 0) {
+            tma_prefetch_descriptor(&map_a);
+            tma_prefetch_descriptor(&map_b);
+            int stage = 0;
+            unsigned phase = 0;
+            for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                const int batch = static_cast<int>(tile / tiles_per_batch);
+                int tile_m, tile_n;
+                grouped_tile<GROUP_M>(tile % tiles_per_batch, tiles_m, tiles_n, tile_m, tile_n);
+                for (int kt = 0; kt < k_tiles; ++kt) {
+                    mbarrier_wait(&empty[stage], phase ^ 1);
+                    mbarrier_arrive_expect_tx(&full[stage], stage_bytes);
+                    tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
+                    tma_load_3d(ring_b + stage * kTileB, &map_b, &full[stage], kt * BK, tile_n * BN, batch);
+                    if (++stage == STAGES) stage = 0, phase ^= 1;
+                }
+            }
+        }
+    } else {
+        if constexpr (kReallocate) warpgroup_registers_claim<232>();
+        gemm_fp8_consume<TOut, BM, BN, STAGES, CONSUMERS, GROUP_M, SCALING, HAS_C, BIAS, ACT>(
+            p, s, ring_a, ring_b, full, empty, warpgroup - 1, blockIdx.x, gridDim.x, tiles, tiles_per_batch, tiles_m,
+            tiles_n, k_tiles);
+    }
+}
+
+}  // namespace tileops

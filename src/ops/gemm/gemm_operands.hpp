@@ -1,0 +1,44 @@
+// What the 16-bit and the FP8 GEMM share about their matrices: leading dimensions and batch
+// strides normalized and checked, run()'s matrix operands checked (batched views included), and
+// the TMA tensor maps their sm_90 kernels load through. `op` names the op in messages ("Gemm").
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+
+#include "core/validation.hpp"
+#include "tileops/tensor.hpp"
+
+namespace tileops::detail {
+
+// Elements from one matrix's first element to one past its last.
+inline int64_t gemm_matrix_extent(int64_t rows, int64_t cols, int64_t ld) { return (rows - 1) * ld + cols; }
+
+// The leading dimension to use: `ld`, or `cols` when it is 0; never shorter than a row.
+int64_t gemm_leading_dimension(const char* op, const char* name, int64_t ld, int64_t cols);
+
+// The batch stride to use: `stride`, or rows x ld when it is 0. Outputs of different batch
+// entries must not overlap (their blocks would race); inputs may.
+int64_t gemm_batch_stride(const char* op, const char* name, int64_t stride, int64_t batch, int64_t rows, int64_t cols,
+                          int64_t ld, bool output);
+
+// Every offset the kernels form must fit in 64 bits, with headroom: each value (a leading
+// dimension, a batch stride) times `count` (the largest dimension, the batch) within 2^50.
+void check_gemm_offsets(const char* op, int64_t count, std::initializer_list<std::pair<const char*, int64_t>> values);
+
+// One matrix operand of `batch` entries: a pointer, or a 2-D view for batch 1, a 3-D [batch, rows,
+// cols] view otherwise. Returns its memory, for the overlap checks.
+template <typename Arg>
+RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, const Arg& arg, DType dtype, int64_t rows,
+                            int64_t cols, int64_t ld, int64_t stride);
+
+// A 3-D (cols, rows, batch) tensor map in boxes of 128 bytes of a row (swizzled 128B, wgmma's
+// shared-memory layout) x box_rows rows. Elements outside the matrix read as zeros (what ragged
+// tiles need) and are not written by stores.
+CUtensorMap gemm_tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                            int64_t stride, unsigned box_rows);
+
+}  // namespace tileops::detail

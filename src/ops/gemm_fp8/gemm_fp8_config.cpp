@@ -1,0 +1,140 @@
+#include "ops/gemm_fp8/gemm_fp8_config.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/op_model.hpp"
+
+namespace tileops::detail {
+namespace {
+
+constexpr int kStepBytes = 128;  // a stage holds 128 elements (bytes) of K of each row
+constexpr int kMaxStages = 16;
+// Alignment slack (the ring starts on 1024 bytes: the swizzle's period) and two 8-byte barriers a stage.
+constexpr unsigned kSharedExtra = 1024 + 2 * 8 * kMaxStages;
+// Accumulators a consumer thread holds, `acc` and the K step's `part` together (the kernel's
+// comment): past this the consumers spill with 232 registers.
+constexpr int kMaxAccumulators = 160;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The deepest ring that fits, or 0 when not even two stages do.
+int deepest_ring(GemmFp8Config c, const GemmFp8Shape& s, const DeviceInfo& device) {
+    for (c.stages = kMaxStages; c.stages >= 2; --c.stages)
+        if (!gemm_fp8_invalid_reason(c, s, device)) return c.stages;
+    return 0;
+}
+
+// The tiles worth having: (block_m, consumers, block_n) and a rough relative efficiency per output
+// element (larger tiles reuse each loaded byte more).
+struct Tile {
+    int bm, consumers, bn;
+    double efficiency;
+};
+constexpr Tile kTiles[] = {{128, 2, 128, 1.0}, {128, 2, 160, 0.98}, {128, 2, 96, 0.9}, {128, 2, 64, 0.8},
+                           {256, 2, 64, 0.85}, {64, 1, 160, 0.75},  {64, 1, 128, 0.72}, {64, 1, 96, 0.65},
+                           {64, 1, 64, 0.55},  {64, 1, 32, 0.3}};
+
+}  // namespace
+
+GemmFp8Config GemmFp8Config::from(const Config& config) {
+    const std::string op = "GemmFp8";
+    GemmFp8Config c;
+    c.block_m = static_cast<int>(config_value(config, "block_m", op));
+    c.block_n = static_cast<int>(config_value(config, "block_n", op));
+    c.consumers = static_cast<int>(config_value(config, "consumers", op));
+    c.stages = static_cast<int>(config_value(config, "stages", op));
+    c.group_m = static_cast<int>(config_value(config, "group_m", op));
+    return c;
+}
+
+Config GemmFp8Config::to_config() const {
+    return {{"block_m", block_m}, {"block_n", block_n}, {"consumers", consumers}, {"stages", stages}, {"group_m", group_m}};
+}
+
+unsigned GemmFp8Config::shared_bytes() const {
+    return static_cast<unsigned>(static_cast<size_t>(stages) * (block_m + block_n) * kStepBytes + kSharedExtra);
+}
+
+int64_t gemm_fp8_tiles(const GemmFp8Config& c, const GemmFp8Shape& s) {
+    return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
+}
+
+std::optional<std::string> gemm_fp8_invalid_reason(const GemmFp8Config& c, const GemmFp8Shape& s, const DeviceInfo& device) {
+    if (device.sm() != 90)
+        return fmt::format("the FP8 GEMM (wgmma on e4m3, TMA) needs sm_90, the device is {}", device.arch());
+    if (c.consumers != 1 && c.consumers != 2) return fmt::format("consumers = {} is not 1 or 2", c.consumers);
+    const int rows = c.block_m / c.consumers;
+    if (c.block_m % c.consumers != 0 || (rows != 64 && rows != 128))
+        return fmt::format("block_m / consumers = {} / {} is not 64 or 128", c.block_m, c.consumers);
+    if (c.block_n < 32 || c.block_n > 256 || c.block_n % 32 != 0)
+        return fmt::format("block_n = {} is not 32, 64, ..., 256 (the wgmma widths instantiated)", c.block_n);
+    if (rows / 64 * c.block_n > kMaxAccumulators)
+        return fmt::format("a consumer's tile {} x {} needs {} accumulators a thread (with the K step's), more than {}",
+                           rows, c.block_n, rows / 64 * c.block_n, kMaxAccumulators);
+    if (s.block_scales && 128 % c.block_n != 0)
+        return fmt::format("block_n = {} with 128 x 128 scale blocks of B: a tile must lie in one block (32, 64 or 128)",
+                           c.block_n);
+    if (c.stages < 2 || c.stages > kMaxStages) return fmt::format("stages = {} is not in [2, {}]", c.stages, kMaxStages);
+    if (c.group_m < 1 || c.group_m > 64) return fmt::format("group_m = {} is not in [1, 64]", c.group_m);
+    if (c.threads() > device.max_threads_per_block)
+        return fmt::format("{} threads exceed the device's {}", c.threads(), device.max_threads_per_block);
+    if (c.shared_bytes() > static_cast<unsigned>(device.max_shared_memory_per_block_optin))
+        return fmt::format("needs {} bytes of shared memory, the device allows {}", c.shared_bytes(),
+                           device.max_shared_memory_per_block_optin);
+    if (ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) > 0x7fffffffLL) return "too many tiles for one launch";
+    return std::nullopt;
+}
+
+// As the 16-bit GEMM's heuristic: where the tiles of the widest config leave SMs idle, the most
+// blocks that fit in one wave (small M is bound by how many SMs stream B); else the fewest
+// modelled cycles (waves x tile area / efficiency). Tiles taller than M needs are skipped.
+GemmFp8Config gemm_fp8_heuristic(const GemmFp8Shape& s, const DeviceInfo& device) {
+    const int64_t sm_count = device.sm_count;
+    GemmFp8Config widest;
+    const bool one_wave = gemm_fp8_tiles(widest, s) <= sm_count;
+    GemmFp8Config best;
+    double best_score = 0;
+    bool found = false;
+    for (const Tile& t : kTiles) {
+        if (t.bm > 64 && s.m <= t.bm / 2) continue;
+        GemmFp8Config c;
+        c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn;
+        c.stages = deepest_ring(c, s, device);
+        if (c.stages == 0) continue;
+        const int64_t tiles = gemm_fp8_tiles(c, s);
+        double score;
+        if (one_wave) {
+            if (tiles > sm_count) continue;
+            score = static_cast<double>(tiles);
+        } else {
+            score = -static_cast<double>(ceil_div(tiles, sm_count)) * t.bm * t.bn / t.efficiency;
+        }
+        if (!found || score > best_score) best = c, best_score = score, found = true;
+    }
+    if (!found) {  // nothing valid (another arch): the default, which says why when resolved
+        best.stages = 4;
+    }
+    return best;
+}
+
+std::vector<GemmFp8Config> gemm_fp8_search_space(const GemmFp8Shape& s, const DeviceInfo& device) {
+    std::vector<GemmFp8Config> space;
+    for (const Tile& t : kTiles) {
+        if (t.bm > 64 && s.m <= t.bm / 2) continue;
+        GemmFp8Config c;
+        c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn;
+        const int deepest = deepest_ring(c, s, device);
+        if (deepest == 0) continue;
+        // The deepest ring and a shallower one (fewer bytes in flight, the same tiles).
+        for (int stages : {deepest, std::max(2, deepest / 2)}) {
+            c.stages = stages;
+            if (std::none_of(space.begin(), space.end(), [&](const GemmFp8Config& o) { return o.to_config() == c.to_config(); }))
+                space.push_back(c);
+        }
+    }
+    return space;
+}
+
+}  // namespace tileops::detail

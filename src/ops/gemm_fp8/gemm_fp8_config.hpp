@@ -1,0 +1,36 @@
+// FP8 GEMM configs (kernel_templates/gemm_fp8/gemm_fp8_sm90.cuh): block_m, block_n, consumers
+// (warpgroups doing the MMAs; one more loads with TMA), stages (of 128 elements of K), group_m.
+// The heuristic, the search space and the checks that say why a config cannot run a problem.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tileops/device_info.hpp"
+#include "tileops/tuning_db.hpp"
+
+namespace tileops::detail {
+
+struct GemmFp8Shape {
+    int64_t batch, m, n, k;
+    bool block_scales;  // 128 x 128 blocks of B: a tile's columns must lie in one block
+};
+
+struct GemmFp8Config {
+    int block_m = 128, block_n = 128, consumers = 2, stages = 4, group_m = 8;
+
+    static GemmFp8Config from(const Config& config);  // throws InvalidArgument naming a missing key
+    Config to_config() const;
+    int threads() const { return (consumers + 1) * 128; }
+    unsigned shared_bytes() const;  // the ring, its barriers, alignment slack
+};
+
+GemmFp8Config gemm_fp8_heuristic(const GemmFp8Shape& shape, const DeviceInfo& device);
+std::vector<GemmFp8Config> gemm_fp8_search_space(const GemmFp8Shape& shape, const DeviceInfo& device);
+std::optional<std::string> gemm_fp8_invalid_reason(const GemmFp8Config& config, const GemmFp8Shape& shape,
+                                                   const DeviceInfo& device);
+int64_t gemm_fp8_tiles(const GemmFp8Config& config, const GemmFp8Shape& shape);
+
+}  // namespace tileops::detail
