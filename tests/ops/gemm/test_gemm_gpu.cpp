@@ -15,6 +15,7 @@
 #include "core/op_model.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "support/device_tensor.hpp"
+#include "support/gemm_reference.hpp"
 #include "support/shipped_db.hpp"
 #include "support/test_support.hpp"
 #include "tuning/op_config.hpp"
@@ -30,12 +31,6 @@ namespace {
 // rounding (the reference is rounded the same way, so only accumulation-order flips remain).
 double gemm_tolerance(DType out) { return out == DType::fp32 ? 1e-3 : 1e-2; }
 
-double activation(GemmEpilogue e, double x) {
-    if (e == GemmEpilogue::gelu) return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
-    if (e == GemmEpilogue::silu) return x / (1.0 + std::exp(-x));
-    return x;
-}
-
 struct Host {
     std::vector<double> a, b, c, bias;
 };
@@ -50,7 +45,7 @@ double reference(const GemmProblem& p, const Host& h, int64_t batch, int64_t i, 
     double v = p.alpha * sum;
     if (p.has_c) v += p.beta * h.c[(batch * p.m + i) * p.n + j];
     if (p.bias) v += h.bias[j];
-    return activation(p.epilogue, v);
+    return test::gemm_activation(p.epilogue, v);
 }
 
 struct Case {

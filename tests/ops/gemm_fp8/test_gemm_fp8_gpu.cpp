@@ -13,6 +13,7 @@
 #include "core/op_model.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "support/device_tensor.hpp"
+#include "support/gemm_reference.hpp"
 #include "support/test_support.hpp"
 #include "tuning/op_config.hpp"
 #include "tileops/tileops.hpp"
@@ -28,12 +29,6 @@ namespace {
 // within its rounding (the reference is rounded the same way), fp32 within 1e-4 measured on
 // normalized errors over K = 4096 (2e-3 allowed).
 double fp8_tolerance(DType out) { return out == DType::fp32 ? 2e-3 : 1.6e-2; }
-
-double activation(GemmEpilogue e, double x) {
-    if (e == GemmEpilogue::gelu) return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
-    if (e == GemmEpilogue::silu) return x / (1.0 + std::exp(-x));
-    return x;
-}
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -104,7 +99,7 @@ void run_case(Fp8Case c) {
                 double v = p.alpha * sum;
                 if (p.bias) v += bias[j];
                 if (p.has_c) v += p.beta * cvals[(bt * p.m + i) * p.n + j];
-                ref[(bt * p.m + i) * p.n + j] = activation(p.epilogue, v);
+                ref[(bt * p.m + i) * p.n + j] = test::gemm_activation(p.epilogue, v);
             }
     const double error = test::relative_error(dd.download(), test::round_to(out, ref));
     INFO("relative error " << error << " (tolerance " << fp8_tolerance(out) << ")");
