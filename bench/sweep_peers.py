@@ -2,7 +2,7 @@
 """A seeded sweep of real-model shapes for a family, ours (bench_problems) against its torch peer
 in the same run, worst ratio first.
 
-    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows|gemm_fp8 [--seed 1]
+    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows|gemm_fp8|quantize [--seed 1]
                                  [--bench build-gpu/bench/bench_problems] [--json sweep.json] [--list]
 
 rope: Llama 3 8B / 70B, Qwen 2.5 7B / 0.5B, Phi-3 mini, Gemma 2 9B, GPT-NeoX 20B (24 of 96 dims
@@ -15,7 +15,12 @@ the hidden size, softmax over the vocabulary) and elementwise ops (over the inte
 25 model families, 250 problems, against the faster of torch eager and torch.compile
 (torch_rows_peers.py). gemm_fp8: squares 1024-16384 and the projections of Llama-3-8B / 70B
 and DeepSeek-V3 at M from 1 to 8192, per-tensor, row and block scales, against torch._scaled_mm
-(cuBLASLt), reported in TFLOP/s. --list prints a family's problems without running them.
+(cuBLASLt), reported in TFLOP/s. quantize: fp8 e4m3 quantization of the activations entering
+FP8 GEMMs (the hidden and intermediate sizes of Llama-3-8B / 70B, DeepSeek-V3, Qwen 2.5 72B and
+a 5120-wide model) at token counts from a decode batch to a long prefill, plus 4096x4096 and
+16384x7168, per token, per 1x128 block and per tensor (computed and static), against torch's
+amax + division + cast, eager and torch.compile (torch_quantize_peers.py). --list prints a
+family's problems without running them.
 """
 import argparse
 import json
@@ -124,12 +129,29 @@ def rows_problems(rng):
     return problems
 
 
+QUANTIZE_MODELS = [(4096, 14336), (8192, 28672), (7168, 18432), (8192, 29568), (5120, 13824)]  # hidden, intermediate
+QUANTIZE_TOKENS = [1, 16, 128, 1000, 4096, 8192, 16384]
+QUANTIZE_SCALINGS = ["per_token", "block_1x128", "per_tensor", "per_tensor_static"]
+
+
+def quantize_problems(rng):
+    """The serving sizes of issue 34 under every scaling, then two drawn problems a model."""
+    problems = [f"quantize {shape} bf16->fp8_e4m3 {scaling}" for shape in ("4096x4096", "16384x7168")
+                for scaling in QUANTIZE_SCALINGS]
+    for hidden, intermediate in QUANTIZE_MODELS:
+        for tokens in sorted(rng.sample(QUANTIZE_TOKENS, 2)):
+            cols = rng.choice([hidden, intermediate])
+            dtype = rng.choice(["bf16", "bf16", "fp16"])
+            problems.append(f"quantize {tokens}x{cols} {dtype}->fp8_e4m3 {rng.choice(QUANTIZE_SCALINGS)}")
+    return problems
+
+
 PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems,
-            "rows": rows_problems, "gemm_fp8": gemm_fp8_problems}
+            "rows": rows_problems, "gemm_fp8": gemm_fp8_problems, "quantize": quantize_problems}
 # The peer's figure each family compares with.
 PEER = {"rope": ("compile_us", "torch.compile"), "sampling": ("torch_us", "torch"),
         "embedding": ("compile_us", "torch.compile"), "rows": ("best_us", "the faster of torch eager and torch.compile"),
-        "gemm_fp8": ("scaled_mm_us", "torch._scaled_mm")}
+        "gemm_fp8": ("scaled_mm_us", "torch._scaled_mm"), "quantize": ("compile_us", "torch.compile")}
 
 
 def main():

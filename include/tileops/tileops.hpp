@@ -12,6 +12,7 @@
 #include "tileops/layernorm.hpp"
 #include "tileops/mla_decode.hpp"
 #include "tileops/op.hpp"
+#include "tileops/quantize.hpp"
 #include "tileops/rmsnorm.hpp"
 #include "tileops/rope.hpp"
 #include "tileops/runtime.hpp"

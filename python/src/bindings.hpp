@@ -13,5 +13,6 @@ void bind_rows(py::module_& m);       // rms_norm, layer_norm, softmax, elementw
 void bind_gemm(py::module_& m);       // gemm
 void bind_attention(py::module_& m);  // flash_attention, decode_attention, mla_decode
 void bind_model_ops(py::module_& m);  // embedding, rope, sampling
+void bind_quantize(py::module_& m);   // quantize (fp8 e4m3 activations)
 
 }  // namespace tileops::python

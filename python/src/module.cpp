@@ -138,4 +138,5 @@ PYBIND11_MODULE(_C, m) {
     bind_gemm(m);
     bind_attention(m);
     bind_model_ops(m);
+    bind_quantize(m);
 }

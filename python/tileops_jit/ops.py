@@ -311,6 +311,38 @@ def sample(logits, *, temperature=None, top_k=None, top_p=None, min_p=None, offs
     return out
 
 
+# --- quantize ------------------------------------------------------------------------------------
+
+_QUANTIZE_SCALINGS = ("per_token", "block_1x128", "per_tensor")
+
+
+def quantize(x, scaling="per_token", *, scale=None, out=None, scales=None, stream=None):
+    """x [..., cols] bf16 / fp16 as fp8 e4m3 codes and fp32 scales: returns (q, scales), q of x's
+    shape (float8_e4m3fn), with x ~= q.float() * scale. scale = amax / 448 over its group (at
+    least 2^-126, so an all-zero group gives zero codes); codes are rounded to nearest, saturated to
+    +-448. scaling: "per_token" (scales of x.shape[:-1], one a row), "block_1x128" (scales
+    [ceil(cols / 128), rows], block-major: the scale of x[r, c] is scales[c // 128, r]) or
+    "per_tensor" (scales [1]). `scale`, a one-element fp32 tensor, makes per_tensor use that static
+    scale (returned as the scales) instead of computing it."""
+    if scaling not in _QUANTIZE_SCALINGS:
+        raise _C.InvalidArgument(f"tileops_jit.quantize: scaling must be 'per_token', 'block_1x128' or "
+                                 f"'per_tensor', got {scaling!r}")
+    if _compiling():
+        return _torch_ops().quantize(x, scaling, scale)
+    if out is None:
+        out = _new(x, x.shape, "float8_e4m3fn")
+    if scale is None and scales is None:
+        if scaling == "per_token":
+            scales = _new(x, x.shape[:-1], "float32", "scales")
+        elif scaling == "block_1x128":
+            rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+            scales = _new(x, ((x.shape[-1] + 127) // 128, rows), "float32", "scales")
+        else:
+            scales = _new(x, (1,), "float32", "scales")
+    _C.quantize(x, out, scales, scale, scaling, stream)
+    return out, (scale if scale is not None else scales)
+
+
 _torch_library = None  # the torch custom ops' module, set by the package when torch is there
 
 

@@ -189,3 +189,29 @@ def sample(logits: Tensor, temperature: Optional[Tensor], top_k: Optional[Tensor
 @sample.register_fake
 def _(logits, temperature, top_k, top_p, min_p, offsets, seed):
     return logits.new_empty(logits.shape[:-1], dtype=torch.int32)
+
+
+# --- quantize ------------------------------------------------------------------------------------
+
+@torch.library.custom_op("tileops::quantize", mutates_args=())
+def _quantize(x: Tensor, scaling: str, scale: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    q, scales = _ops.quantize(x, scaling, scale=scale)
+    # A custom op's outputs may not alias its inputs: a static scale comes back as a copy.
+    return q, (scales.clone() if scale is not None else scales)
+
+
+@_quantize.register_fake
+def _(x, scaling, scale):
+    q = x.new_empty(x.shape, dtype=torch.float8_e4m3fn)
+    if scale is not None:
+        return q, scale.new_empty(scale.shape)
+    if scaling == "per_token":
+        return q, x.new_empty(x.shape[:-1], dtype=torch.float32)
+    if scaling == "block_1x128":
+        rows = x.numel() // x.shape[-1]
+        return q, x.new_empty(((x.shape[-1] + 127) // 128, rows), dtype=torch.float32)
+    return q, x.new_empty((1,), dtype=torch.float32)
+
+
+def quantize(x, scaling, scale):
+    return _quantize(x, scaling, scale)

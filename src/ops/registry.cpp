@@ -18,6 +18,7 @@ OpFamily mla_decode_family();
 OpFamily embedding_family();
 OpFamily rope_family();
 OpFamily sampling_family();
+OpFamily quantize_family();
 
 const std::vector<OpFamily>& op_families() {
     static const std::vector<OpFamily> families = {
@@ -31,6 +32,7 @@ const std::vector<OpFamily>& op_families() {
         embedding_family(),
         rope_family(),
         sampling_family(),
+        quantize_family(),
     };
     return families;
 }

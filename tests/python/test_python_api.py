@@ -34,7 +34,7 @@ class ModuleTest(unittest.TestCase):
         self.assertRegex(tj.__version__, r"^\d+\.\d+\.\d+$")
         for name in ["rms_norm", "layer_norm", "softmax", "log_softmax", "gelu", "silu", "silu_and_mul", "add",
                      "mul", "matmul", "linear", "flash_attention", "decode_attention", "mla_decode", "embedding",
-                     "rope", "sample", "explain", "prepare"]:
+                     "rope", "sample", "quantize", "explain", "prepare"]:
             self.assertTrue(callable(getattr(tj, name)), name)
 
     def test_error_classes(self):
@@ -143,6 +143,19 @@ class OpArgumentTest(Released):
     def test_embedding_ids_dtype(self):
         self.assertRefused(r"argument 'ids' has dtype bf16, expected int32", tj.embedding, FakeTensor((8,)),
                            FakeTensor((1000, 64)), out=FakeTensor((8, 64)))
+
+    def test_quantize_arguments(self):
+        x = FakeTensor((4, 64))
+        self.assertRefused(r"scaling must be 'per_token', 'block_1x128' or 'per_tensor', got 'per_row'", tj.quantize, x,
+                           "per_row")
+        self.assertRefused(r"argument 'q' has dtype bf16, expected fp8_e4m3", tj.quantize, x, out=FakeTensor((4, 64)),
+                           scales=FakeTensor((4,), "float32"))
+        self.assertRefused(r"dtype must be bf16 or fp16, got fp32", tj.quantize, FakeTensor((4, 64), "float32"),
+                           out=FakeTensor((4, 64)), scales=FakeTensor((4,), "float32"))
+        self.assertRefused(r"scale \(a static scale\) applies to per_tensor scaling only", tj.quantize, x,
+                           scale=FakeTensor((1,), "float32"), out=FakeTensor((4, 64)))
+        self.assertRefused(r"block_1x128 scales must be \[ceil\(cols / 128\), rows\]", tj.quantize, x, "block_1x128",
+                           out=FakeTensor((4, 64)), scales=FakeTensor((4,), "float32"))
 
     def test_rope_append_needs_all_four(self):
         q, k = FakeTensor((8, 4, 64)), FakeTensor((8, 2, 64))

@@ -191,6 +191,45 @@ class AttentionTest(Close):
             self.assertClose(out[b], want, torch.bfloat16)
 
 
+class QuantizeTest(Close):
+    def check_quantized(self, x, q, scales, groups):
+        """q.float() * scale within half an e4m3 step of x, scale = amax / 448 of each group;
+        groups(t) views a [rows, cols] tensor as [groups, elements] (zero-padded)."""
+        self.assertEqual(q.dtype, torch.float8_e4m3fn)
+        self.assertEqual(q.shape, x.shape)
+        xg = groups(x.double().reshape(-1, x.shape[-1]))
+        qg = groups(q.double().reshape(-1, x.shape[-1]))
+        want = (xg.abs().amax(dim=1) / 448).clamp(min=2.0 ** -126)
+        got = scales.double().reshape(-1)
+        self.assertLessEqual(((got - want).abs() / want).max().item(), 1e-6)
+        err = (qg * got[:, None] - xg).abs()
+        bound = torch.maximum(xg.abs() * 2.0 ** -4, got[:, None] * 2.0 ** -10)  # half a step (subnormals too)
+        self.assertTrue(bool((err <= bound * (1 + 1e-6)).all()), f"max error {(err - bound).max().item():.3e} past the bound")
+
+    def test_scalings(self):
+        x = rand(3, 37, 1000, scale=3.0)
+        x[0, 0, 5] = 500.0  # a huge value in one row
+        x[1, 2] = 0.0      # an all-zero row
+        q, s = tj.quantize(x)
+        self.assertEqual(s.shape, (3, 37))
+        self.check_quantized(x, q, s, lambda t: t)
+        q, s = tj.quantize(x, "block_1x128")
+        self.assertEqual(s.shape, (8, 111))
+
+        def blocks(t):  # [rows, cols] -> [blocks x rows, 128], block-major as the scales
+            padded = torch.nn.functional.pad(t, (0, 8 * 128 - t.shape[1]))
+            return padded.reshape(t.shape[0], 8, 128).transpose(0, 1).reshape(-1, 128)
+
+        self.check_quantized(x, q, s, blocks)
+        q, s = tj.quantize(x, "per_tensor")
+        self.check_quantized(x, q, s, lambda t: t.reshape(1, -1))
+        fixed = torch.full((1,), 0.01, device=DEV)
+        q, s = tj.quantize(x, "per_tensor", scale=fixed)
+        self.assertIs(s, fixed)
+        want = (x.float() / 0.01).clamp(-448, 448)
+        self.assertLessEqual(((q.float() - want).abs() - want.abs() * 2.0 ** -4).max().item(), 2.0 ** -9)
+
+
 class ModelOpsTest(Close):
     def test_embedding_with_positions(self):
         ids = torch.randint(0, 50257, (2, 9), dtype=torch.int32, device=DEV)
@@ -284,6 +323,10 @@ def op_cases():
         ("sample greedy", lambda l: tj.sample(l), (logits,)),
         ("sample", lambda l, t, k, p, m, o: tj.sample(l, temperature=t, top_k=k, top_p=p, min_p=m, offsets=o, seed=3),
          (logits, temp, top_k, top_p, min_p, offsets)),
+        # The codes compared as floats (a graph's outputs are refilled with NaN before its replay).
+        ("quantize per_token", lambda x: (lambda q, s: (q.float(), s))(*tj.quantize(x)), (x,)),
+        ("quantize block_1x128", lambda x: (lambda q, s: (q.float(), s))(*tj.quantize(x, "block_1x128")), (x,)),
+        ("quantize per_tensor", lambda x: (lambda q, s: (q.float(), s))(*tj.quantize(x, "per_tensor")), (x,)),
     ]
 
 
