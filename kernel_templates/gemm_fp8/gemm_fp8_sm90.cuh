@@ -16,25 +16,48 @@
 // be applied per step. Per-tensor and per-row scales are applied once, in the epilogue.
 // The promotion waits for each step's wgmmas to finish; with two consumers the other one keeps
 // the tensor cores busy meanwhile. `part` doubles the accumulator registers: a consumer's tile
-// holds at most 160 values per thread in both (gemm_fp8_config.cpp).
+// holds at most 224 values per thread in both (gemm_fp8_config.cpp).
+//
+// The epilogue (scales, alpha, beta * C, bias, activation) stores a 16-bit D whose rows are
+// 16-byte aligned (TMA_STORE) as the 16-bit kernel does: through two 64 x 64 shared buffers per
+// consumer and TMA stores that run on while the consumer starts the next tile; other outputs are
+// stored from registers.
 //
 // Template parameters: TOut (float, __half, __nv_bfloat16), BM x BN (BM = 64 x CONSUMERS x
 // atoms, BN a wgmma width), STAGES, CONSUMERS (1 or 2), GROUP_M, SCALING (gemm_fp8_args.cuh;
-// block scales need BN to divide 128, so a tile's columns share one block of B), HAS_C, BIAS, ACT.
-// A and B rows and pointers must be 16-byte aligned (the host checks); D is stored from registers.
+// block scales need BN to divide 128, so a tile's columns share one block of B), HAS_C, BIAS, ACT,
+// TMA_STORE. A and B rows and pointers must be 16-byte aligned (the host checks).
 #pragma once
 
 #include "arch/hopper.cuh"
 #include "arch/wgmma_fp8.cuh"
 #include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_sm90.cuh"  // the TMA-store epilogue's helpers (gemm_stmatrix_x4, gemm_out_offset)
 #include "gemm_fp8/gemm_fp8_args.cuh"
 
 namespace tileops {
 
+// D[row, col] and D[row, col + 1] dequantized by per-tensor or per-row scales (block scales were
+// applied in the main loop): v times the scales of the row of A and the columns of B. Rows and
+// columns past the matrix get zeros (their scales are not read).
+template <int SCALING>
+__device__ __forceinline__ void gemm_fp8_scale_pair(const GemmArgs& p, const GemmFp8Scales& s, float tensor_scale,
+                                                    long long row, long long col, float (&v)[2]) {
+    if constexpr (SCALING == kGemmFp8PerTensor) {
+        v[0] *= tensor_scale;
+        v[1] *= tensor_scale;
+    } else if constexpr (SCALING == kGemmFp8PerRow) {
+        const float row_scale = row < p.m ? s.a[row] : 0.0f;
+        v[0] *= col < p.n ? row_scale * s.b[col] : 0.0f;
+        v[1] *= col + 1 < p.n ? row_scale * s.b[col + 1] : 0.0f;
+    }
+}
+
 template <typename TOut, int BM, int BN, int STAGES, int CONSUMERS, int GROUP_M, int SCALING, bool HAS_C, bool BIAS,
-          int ACT>
-__device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp8Scales& s, const unsigned char* ring_a,
-                                                 const unsigned char* ring_b, unsigned long long* full,
+          int ACT, bool TMA_STORE>
+__device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp8Scales& s, const TensorMap* map_d,
+                                                 const unsigned char* ring_a, const unsigned char* ring_b,
+                                                 TOut* out_tiles, unsigned long long* full,
                                                  unsigned long long* empty, int consumer, long long first_tile,
                                                  long long tile_stride, long long tiles, long long tiles_per_batch,
                                                  int tiles_m, int tiles_n, int k_tiles) {
@@ -48,6 +71,7 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
     const int r0 = (t / 32) * 16 + (t % 32) / 4;
     float acc[kAtoms][kValues];
     float part[kAtoms][kValues];
+    int out_slot = 0;  // which of this consumer's two output buffers the next box uses
     int stage = 0;
     unsigned phase = 0;
     for (long long tile = first_tile; tile < tiles; tile += tile_stride) {
@@ -104,32 +128,73 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
                 }
         }
 
+        const float tensor_scale = SCALING == kGemmFp8PerTensor ? s.a[0] * s.b[0] : 1.0f;
+        if constexpr (gemm_sm90_tma_store<TOut, BN, TMA_STORE>()) {
+            // As the 16-bit kernel: this consumer's rows in boxes of 64 x 64 through two buffers
+            // taken in turn (each reused once the store that read it two boxes ago is done).
+            const int warp = t / 32, lane = t % 32;
+            const bool interior = row0 + kRows <= p.m && n0 + BN <= p.n;
+#pragma unroll
+            for (int box = 0; box < kAtoms * (BN / 64); ++box) {
+                const int atom = box / (BN / 64), col0 = (box % (BN / 64)) * 64;
+                TOut* buffer = out_tiles + (consumer * 2 + out_slot) * 64 * 64;
+                if (t == 0) tma_store_wait_read<1>();
+                named_barrier_sync(1 + consumer, 128);
+#pragma unroll
+                for (int quad = 0; quad < 4; ++quad) {
+                    unsigned packed[4];
+#pragma unroll
+                    for (int f = 0; f < 4; ++f) {
+                        const int jj = 2 * quad + f / 2, half = f % 2, j = col0 / 8 + jj;
+                        float v[2] = {acc[atom][4 * j + 2 * half], acc[atom][4 * j + 2 * half + 1]};
+                        const long long row = row0 + atom * 64 + r0 + half * 8;
+                        const long long col = n0 + col0 + jj * 8 + (lane % 4) * 2;
+                        gemm_fp8_scale_pair<SCALING>(p, s, tensor_scale, row, col, v);
+                        if constexpr (HAS_C || BIAS) {
+                            if (interior || (row < p.m && col < p.n))
+                                gemm_epilogue_pair<TOut, TOut, HAS_C, BIAS, ACT>(
+                                    p, HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c + row * p.ldc : nullptr,
+                                    col, v);
+                        } else {
+                            v[0] = gemm_activation<ACT>(v[0] * p.alpha);
+                            v[1] = gemm_activation<ACT>(v[1] * p.alpha);
+                        }
+                        packed[f] = gemm_pack_pair<TOut>(v);
+                    }
+                    // Lane L gives the address of row L % 8 of fragment L / 8.
+                    const int f = lane / 8;
+                    gemm_stmatrix_x4(buffer + gemm_out_offset(warp * 16 + (f % 2) * 8 + lane % 8, (2 * quad + f / 2) * 8),
+                                     packed);
+                }
+                fence_proxy_async();
+                named_barrier_sync(1 + consumer, 128);
+                if (t == 0) {
+                    tma_store_3d(map_d, buffer, static_cast<int>(n0) + col0, static_cast<int>(row0) + atom * 64,
+                                 static_cast<int>(batch));
+                    tma_store_commit();
+                }
+                out_slot ^= 1;
+            }
+            continue;
+        }
         TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
         const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
-        const float tensor_scale = SCALING == kGemmFp8PerTensor ? s.a[0] * s.b[0] : 1.0f;
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const long long row = row0 + atom * 64 + r0 + half * 8;
                 if (row >= p.m) continue;
-                const float row_scale = SCALING == kGemmFp8PerRow ? s.a[row] : tensor_scale;
                 TOut* d_row = D + row * p.ldd;
                 const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
                     const long long col = n0 + j * 8 + (t % 4) * 2;
                     if (col >= p.n) continue;
-                    float v0 = acc[atom][4 * j + 2 * half], v1 = acc[atom][4 * j + 2 * half + 1];
-                    if constexpr (SCALING == kGemmFp8PerRow) {
-                        v0 *= row_scale * s.b[col];
-                        v1 *= col + 1 < p.n ? row_scale * s.b[col + 1] : 0.0f;
-                    } else if constexpr (SCALING == kGemmFp8PerTensor) {
-                        v0 *= row_scale;
-                        v1 *= row_scale;
-                    }
+                    float v[2] = {acc[atom][4 * j + 2 * half], acc[atom][4 * j + 2 * half + 1]};
+                    gemm_fp8_scale_pair<SCALING>(p, s, tensor_scale, row, col, v);
                     // The bias is in D's type (the FP8 inputs are no type for it).
-                    gemm_store_pair<TOut, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, v0, v1);
+                    gemm_store_pair<TOut, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, v[0], v[1]);
                 }
             }
         }
@@ -137,10 +202,10 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
 }
 
 template <typename TOut, int BM, int BN, int STAGES, int CONSUMERS, int GROUP_M, int SCALING, bool HAS_C, bool BIAS,
-          int ACT>
+          int ACT, bool TMA_STORE>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_fp8_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
-                         const GemmArgs p, const GemmFp8Scales s) {
+                         const __grid_constant__ TensorMap map_d, const GemmArgs p, const GemmFp8Scales s) {
     constexpr int BK = 128;
     static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
     static_assert(BM % (64 * CONSUMERS) == 0 && BM / CONSUMERS <= 128, "a consumer owns 64 or 128 rows");
@@ -153,7 +218,10 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     extern __shared__ __align__(1024) unsigned char gemm_fp8_shared[];
     unsigned char* ring_a = gemm_fp8_shared + ((1024 - (shared_address(gemm_fp8_shared) & 1023)) & 1023);
     unsigned char* ring_b = ring_a + STAGES * kTileA;
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(ring_b + STAGES * kTileB);
+    // Two 64 x 64 output buffers per consumer (a TMA-stored D only; host: GemmFp8Config::shared_bytes), then the barriers.
+    TOut* out_tiles = reinterpret_cast<TOut*>(ring_b + STAGES * kTileB);
+    constexpr int kOutBuffers = gemm_sm90_tma_store<TOut, BN, TMA_STORE>() ? CONSUMERS * 2 * 64 * 64 : 0;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutBuffers);
     unsigned long long* empty = full + STAGES;
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; ++st) {
@@ -177,6 +245,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         if (threadIdx.x == 0) {
             tma_prefetch_descriptor(&map_a);
             tma_prefetch_descriptor(&map_b);
+            if constexpr (gemm_sm90_tma_store<TOut, BN, TMA_STORE>()) tma_prefetch_descriptor(&map_d);
             int stage = 0;
             unsigned phase = 0;
             for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -194,9 +263,11 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         }
     } else {
         if constexpr (kReallocate) warpgroup_registers_claim<232>();
-        gemm_fp8_consume<TOut, BM, BN, STAGES, CONSUMERS, GROUP_M, SCALING, HAS_C, BIAS, ACT>(
-            p, s, ring_a, ring_b, full, empty, warpgroup - 1, blockIdx.x, gridDim.x, tiles, tiles_per_batch, tiles_m,
-            tiles_n, k_tiles);
+        gemm_fp8_consume<TOut, BM, BN, STAGES, CONSUMERS, GROUP_M, SCALING, HAS_C, BIAS, ACT, TMA_STORE>(
+            p, s, &map_d, ring_a, ring_b, out_tiles, full, empty, warpgroup - 1, blockIdx.x, gridDim.x, tiles,
+            tiles_per_batch, tiles_m, tiles_n, k_tiles);
+        // Shared memory must outlive the reads of the last TMA store.
+        if (gemm_sm90_tma_store<TOut, BN, TMA_STORE>() && threadIdx.x % 128 == 0) tma_store_wait_all();
     }
 }
 

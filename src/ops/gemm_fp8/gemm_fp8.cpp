@@ -36,10 +36,16 @@ constexpr int64_t kMaxBatch = 65535;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// LaunchPlan::details of a launch: the tile its TMA boxes are cut to (A's to the rows M has).
+// LaunchPlan::details of a launch: the tile its TMA boxes are cut to (A's to the rows M has), and
+// whether it stores D with TMA.
 struct GemmFp8Tile {
     int block_m, block_n;
+    bool tma_store;
 };
+
+// The launch widths (OpModel::vector_widths): D's rows aligned for TMA stores, or not.
+constexpr int kAlignedD = 16;
+constexpr int kUnalignedD = ragged_width(16);
 
 GemmFp8Problem normalized(GemmFp8Problem p) {
     const int64_t dims[] = {p.m, p.n, p.k};
@@ -110,7 +116,10 @@ public:
     void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const override;
     const GemmFp8Problem& problem() const noexcept { return p_; }
     explicit GemmFp8Model(const GemmFp8Problem& p)
-        : p_(p), shape_{p.batch, p.m, p.n, p.k, p.scaling == GemmFp8Scaling::blocks} {}
+        : p_(p),
+          shape_{p.batch, p.m, p.n, p.k, p.scaling == GemmFp8Scaling::blocks, dtype_size(p.out_dtype)},
+          // A TMA store of a 16-bit D needs every row to start 16 bytes after the one before.
+          d_rows_aligned_(shape_.out_bytes != 2 || widest_dividing_vector(8, {p.ldd, p.batch > 1 ? p.batch_stride_d : 0}) == 8) {}
 
     std::string op_name() const override { return "gemm_fp8"; }
     std::vector<long long> shape() const override {
@@ -146,24 +155,33 @@ public:
         }
         return gemm_fp8_invalid_reason(c, shape_, device);
     }
-    // One width: A and B are read with TMA from 16-byte aligned rows (run() refuses others); D is
-    // stored from registers whatever its alignment.
-    std::vector<int> vector_widths(const Config&) const override { return {16}; }
+    // A and B are read with TMA from 16-byte aligned rows (run() refuses others), so the widths
+    // say only how D is stored: kAlignedD (with TMA, where 16-bit in tiles of 64 columns) or
+    // kUnalignedD (from registers, any alignment).
+    std::vector<int> vector_widths(const Config&) const override {
+        if (d_rows_aligned_) return {kAlignedD, kUnalignedD};
+        return {kUnalignedD};
+    }
+    bool d_aligned(const void* d) const {
+        return d_rows_aligned_ && (shape_.out_bytes != 2 || widest_aligned_vector(8, d, shape_.out_bytes) == 8);
+    }
 
-    LaunchPlan plan(const Config& config, int, const DeviceInfo& device) const override {
+    LaunchPlan plan(const Config& config, int width, const DeviceInfo& device) const override {
         const GemmFp8Config c = GemmFp8Config::from(config);
+        const bool tma_store = width == kAlignedD && gemm_fp8_stores_with_tma(shape_, c);
         LaunchPlan plan;
         plan.template_file = "gemm_fp8/gemm_fp8_sm90.cuh";
-        plan.name_expression = fmt::format("tileops::gemm_fp8_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+        plan.name_expression = fmt::format("tileops::gemm_fp8_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                            device_type_name(p_.out_dtype), c.block_m, c.block_n, c.stages, c.consumers,
                                            c.group_m, static_cast<int>(p_.scaling), p_.has_c ? "true" : "false",
-                                           p_.bias ? "true" : "false", activation_index(p_.epilogue));
-        plan.shared_bytes = c.shared_bytes();
+                                           p_.bias ? "true" : "false", activation_index(p_.epilogue),
+                                           tma_store ? "true" : "false");
+        plan.shared_bytes = c.shared_bytes(shape_);
         plan.block[0] = static_cast<unsigned>(c.threads());
         // Persistent: at most one block per SM, each walking tiles.
         plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(gemm_fp8_tiles(c, shape_), device.sm_count));
         plan.persistent = true;
-        plan.details = GemmFp8Tile{c.block_m, c.block_n};  // the TMA boxes are cut to the tile
+        plan.details = GemmFp8Tile{c.block_m, c.block_n, tma_store};  // the TMA boxes are cut to the tile
         return plan;
     }
 
@@ -186,6 +204,7 @@ public:
 private:
     GemmFp8Problem p_;
     GemmFp8Shape shape_;
+    bool d_rows_aligned_;  // ldd and D's batch stride are multiples of 16 bytes, or D is not 16-bit
 };
 
 namespace {
@@ -231,7 +250,7 @@ namespace detail {
 
 int GemmFp8Model::vector_width(Inputs inputs, Outputs outputs) const {
     bind(p_, inputs, outputs);
-    return 16;
+    return d_aligned(outputs[0].data()) ? kAlignedD : kUnalignedD;
 }
 
 void GemmFp8Model::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
@@ -250,7 +269,11 @@ void GemmFp8Model::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs o
                                                     static_cast<unsigned>(args.a_box_rows));
     alignas(64) CUtensorMap map_b = gemm_tensor_map(args.b, DType::fp8_e4m3, p.n, p.k, p.ldb, p.batch, p.batch_stride_b,
                                                     static_cast<unsigned>(tile.block_n));
-    void* params[] = {&map_a, &map_b, &args, &scales};
+    // A TMA-stored D in boxes of 64 x 64; the kernel ignores map_d otherwise.
+    alignas(64) CUtensorMap map_d = tile.tma_store ? gemm_tensor_map(args.d, p.out_dtype, p.m, p.n, p.ldd, p.batch,
+                                                                     p.batch_stride_d, 64)
+                                                   : map_a;
+    void* params[] = {&map_a, &map_b, &map_d, &args, &scales};
     detail::launch(launch, params, stream, *this);
 }
 

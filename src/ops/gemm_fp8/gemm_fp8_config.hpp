@@ -16,6 +16,7 @@ namespace tileops::detail {
 struct GemmFp8Shape {
     int64_t batch, m, n, k;
     bool block_scales;  // 128 x 128 blocks of B: a tile's columns must lie in one block
+    size_t out_bytes;   // element size of C and D
 };
 
 struct GemmFp8Config {
@@ -24,7 +25,8 @@ struct GemmFp8Config {
     static GemmFp8Config from(const Config& config);  // throws InvalidArgument naming a missing key
     Config to_config() const;
     int threads() const { return (consumers + 1) * 128; }
-    unsigned shared_bytes() const;  // the ring, its barriers, alignment slack
+    // The ring, its barriers, alignment slack and, for a 16-bit D, the output boxes it stores with TMA.
+    unsigned shared_bytes(const GemmFp8Shape& shape) const;
 };
 
 GemmFp8Config gemm_fp8_heuristic(const GemmFp8Shape& shape, const DeviceInfo& device);
@@ -32,5 +34,10 @@ std::vector<GemmFp8Config> gemm_fp8_search_space(const GemmFp8Shape& shape, cons
 std::optional<std::string> gemm_fp8_invalid_reason(const GemmFp8Config& config, const GemmFp8Shape& shape,
                                                    const DeviceInfo& device);
 int64_t gemm_fp8_tiles(const GemmFp8Config& config, const GemmFp8Shape& shape);
+
+// Whether a launch whose D rows are 16-byte aligned stores D with TMA (two 64 x 64 boxes per
+// consumer in shared memory): 16-bit outputs in tiles of a multiple of 64 columns, as
+// gemm_sm90_tma_store in the kernel says.
+bool gemm_fp8_stores_with_tma(const GemmFp8Shape& shape, const GemmFp8Config& config);
 
 }  // namespace tileops::detail

@@ -22,7 +22,9 @@ TEST_CASE("every FP8 GEMM config of the search space compiles for sm_90a", "[com
         const auto configs = scaling == GemmFp8Scaling::per_tensor ? model.search_space(device)
                                                                    : std::vector<Config>{model.heuristic(device)};
         REQUIRE_FALSE(configs.empty());
-        for (const Config& config : configs) test::add_kernels(kernels, model, config, 16, device);
+        // Every width: D stored with TMA and from registers.
+        for (const Config& config : configs)
+            for (int width : model.vector_widths(config)) test::add_kernels(kernels, model, config, width, device);
     }
     for (const auto& [name, report] : test::compile_all_with_report(kernels, "sm_90a")) {
         INFO(name << ": " << report.spill_bytes << " bytes of spill stores");

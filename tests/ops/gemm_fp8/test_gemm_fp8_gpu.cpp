@@ -2,9 +2,11 @@
 // (never zeros) and random positive scales, every scaling, ragged M and N, K not a multiple of
 // the 128-element step, long K (where the FP8 tensor cores' narrow accumulation would show
 // without the kernel's promotion to fp32), C, bias and activations, batches, padded operands,
-// poisoned outputs, and every config of the search space.
+// D stored with TMA (16-bit rows on 16 bytes) and from registers, poisoned outputs, and every
+// config of the search space.
 #include <cmath>
 #include <optional>
+#include <utility>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -147,8 +149,9 @@ TEST_CASE("GemmFp8: every config of the search space on ragged problems", "[gpu]
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
     if (!fp8_device()) SKIP("the FP8 GEMM needs sm_90");
-    for (GemmFp8Scaling scaling : {GemmFp8Scaling::per_tensor, GemmFp8Scaling::blocks}) {
-        GemmFp8Problem p = make(150, 330, 400, scaling);
+    // N = 328: rows of 656 bytes, D stored with TMA; N = 330: from registers.
+    for (const auto& [scaling, n] : {std::pair{GemmFp8Scaling::per_tensor, 328}, {GemmFp8Scaling::blocks, 330}}) {
+        GemmFp8Problem p = make(150, n, 400, scaling);
         p.has_c = true, p.beta = 1.0f, p.bias = true, p.epilogue = GemmEpilogue::silu;
         for (const Config& config : test::this_shard(GemmFp8(p).model().search_space(runtime.device())))
             run_case({p, 0, config});
