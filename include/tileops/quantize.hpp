@@ -41,8 +41,9 @@ struct QuantizeProblem {
 };
 
 // q = e4m3(x / scale), with dequantized value = float(q) * scale, where scale = amax / 448 over the
-// scale's group (amax: the largest |x| of the group) and e4m3() rounds to the nearest code, ties to
-// even, saturating at +-448. A group whose amax / 448 is below 2^-126 (the smallest normal fp32;
+// scale's group (amax: the largest |x| of the group; computed as amax x fp32(1 / 448), within an
+// fp32 ulp of the quotient) and e4m3() rounds to the nearest code, ties to even, saturating at
+// +-448. A group whose amax / 448 is below 2^-126 (the smallest normal fp32;
 // an all-zero group has amax 0) gets scale 2^-126 instead: its codes are then exact zeros (or the
 // tiny values scaled up), and neither the scale, its reciprocal nor a dequantized value is ever 0 /
 // 0, NaN or infinite. The kernel multiplies x by the fp32 reciprocal 1 / scale (not a division),
