@@ -10,13 +10,13 @@
 
 #include <fmt/format.h>
 
+#include "core/gemm_operands.hpp"
 #include "core/launch.hpp"
 #include "core/op_model.hpp"
 #include "core/validation.hpp"
 #include "cuda/driver.hpp"
 #include "gemm/gemm_args.cuh"  // kernel_templates/: the kernels' argument block
 #include "ops/gemm/gemm_config.hpp"
-#include "ops/gemm/gemm_operands.hpp"
 #include "tileops/error.hpp"
 
 namespace tileops {

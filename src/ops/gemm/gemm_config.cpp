@@ -100,10 +100,6 @@ int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
     return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
 }
 
-int gemm_a_box_rows(int64_t m, int block_m) {
-    return m < block_m ? static_cast<int>(std::min<int64_t>(ceil_div(m, 8) * 8, block_m)) : block_m;
-}
-
 std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
     if (c.kernel != kGemmSm80 && c.kernel != kGemmSm90 && c.kernel != kGemmSkinny)
         return fmt::format("kernel = {} is not 0 (sm_80), 1 (sm_90) or 2 (skinny)", c.kernel);

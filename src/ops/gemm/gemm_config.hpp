@@ -103,8 +103,4 @@ struct GemmLaunch {
 // Blocks of a launch: tiles x batch for kernels 0 and 2; kernel 1 is persistent (at most one block per SM).
 int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);
 
-// Rows of A in kernel 1's TMA box: block_m, or M rounded up to 8 where M is shorter (TMA is slow
-// to zero-fill rows past the matrix; the tile rows past the box feed only rows of D past M).
-int gemm_a_box_rows(int64_t m, int block_m);
-
 }  // namespace tileops::detail

@@ -7,13 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "core/gemm_operands.hpp"
 #include "core/launch.hpp"
 #include "core/op_model.hpp"
 #include "core/validation.hpp"
-#include "gemm/gemm_args.cuh"          // kernel_templates/: the kernels' argument blocks
+#include "gemm/gemm_args.cuh"  // kernel_templates/: the kernels' argument blocks
 #include "gemm_fp8/gemm_fp8_args.cuh"
-#include "ops/gemm/gemm_config.hpp"  // gemm_a_box_rows
-#include "ops/gemm/gemm_operands.hpp"
 #include "ops/gemm_fp8/gemm_fp8_config.hpp"
 #include "tileops/error.hpp"
 

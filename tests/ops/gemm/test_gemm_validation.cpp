@@ -3,6 +3,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include "core/gemm_operands.hpp"
 #include "ops/gemm/gemm_config.hpp"
 #include "ops/registry.hpp"
 #include "core/op_model.hpp"

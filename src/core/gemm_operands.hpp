@@ -1,4 +1,4 @@
-// What the 16-bit and the FP8 GEMM share about their matrices: leading dimensions and batch
+// What the GEMM families (16-bit and FP8) share about their matrices: leading dimensions and batch
 // strides normalized and checked, run()'s matrix operands checked (batched views included), and
 // the TMA tensor maps their sm_90 kernels load through. `op` names the op in messages ("Gemm").
 #pragma once
@@ -40,5 +40,9 @@ RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, con
 // tiles need) and are not written by stores.
 CUtensorMap gemm_tensor_map(const void* data, DType dtype, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
                             int64_t stride, unsigned box_rows);
+
+// Rows of A in a TMA kernel's box: block_m, or M rounded up to 8 where M is shorter (TMA is slow
+// to zero-fill rows past the matrix; the tile rows past the box feed only rows of D past M).
+int gemm_a_box_rows(int64_t m, int block_m);
 
 }  // namespace tileops::detail

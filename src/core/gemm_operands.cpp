@@ -1,4 +1,6 @@
-#include "ops/gemm/gemm_operands.hpp"
+#include "core/gemm_operands.hpp"
+
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -74,6 +76,11 @@ CUtensorMap gemm_tensor_map(const void* data, DType dtype, int64_t rows, int64_t
         &map, type, 3, const_cast<void*>(data), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
     return map;
+}
+
+int gemm_a_box_rows(int64_t m, int block_m) {
+    const int64_t rows = (m + 7) / 8 * 8;
+    return m < block_m ? static_cast<int>(std::min<int64_t>(rows, block_m)) : block_m;
 }
 
 }  // namespace tileops::detail
