@@ -15,24 +15,6 @@ QuantizeScaling scaling_of(const std::string& name) {
         "tileops_jit.quantize: scaling must be 'per_token', 'block_1x128' or 'per_tensor', got '{}'", name));
 }
 
-// A contiguous tensor of any shape as the vector of its elements (per-token scales of x's leading
-// dims, a one-element scale).
-TensorView vector_view(const PyTensor& t) {
-    int64_t expected = 1;
-    for (int d = t.rank - 1; d >= 0; --d) {
-        if (t.size(d) > 1 && t.stride(d) != expected)
-            throw InvalidArgument(fmt::format("tileops_jit: argument '{}' must be contiguous", t.name));
-        expected *= t.size(d);
-    }
-    TensorView v;
-    v.data = t.data;
-    v.dtype = t.dtype;
-    v.rank = 1;
-    v.shape[0] = t.numel();
-    v.strides[0] = 1;
-    return v;
-}
-
 // q (the codes) and scales are the outputs; `scale`, when given, is a static per-tensor scale (an
 // input) and then scales must be None.
 py::object quantize(py::handle x_arg, py::handle q_arg, py::handle scales_arg, py::handle scale_arg,
@@ -64,8 +46,8 @@ py::object quantize(py::handle x_arg, py::handle q_arg, py::handle scales_arg, p
     p.q_stride = q.row_stride();
     if (kind == QuantizeScaling::block_1x128 && scales->size(0) > 1) p.scale_stride = scales->stride(0);
     Quantize& op = call.op<Quantize>(key);
-    if (scale != nullptr) return call.finish(op, {x.rows_view(), vector_view(*scale)}, {q.rows_view()});
-    const TensorView scales_view = kind == QuantizeScaling::block_1x128 ? scales->view() : vector_view(*scales);
+    if (scale != nullptr) return call.finish(op, {x.rows_view(), scale->vector_view()}, {q.rows_view()});
+    const TensorView scales_view = kind == QuantizeScaling::block_1x128 ? scales->view() : scales->vector_view();
     return call.finish(op, {x.rows_view()}, {q.rows_view(), scales_view});
 }
 

@@ -14,5 +14,6 @@ void bind_gemm(py::module_& m);       // gemm
 void bind_attention(py::module_& m);  // flash_attention, decode_attention, mla_decode
 void bind_model_ops(py::module_& m);  // embedding, rope, sampling
 void bind_quantize(py::module_& m);   // quantize (fp8 e4m3 activations)
+void bind_gemm_fp8(py::module_& m);   // gemm_fp8 (e4m3 codes, fp32 scales)
 
 }  // namespace tileops::python

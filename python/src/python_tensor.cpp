@@ -273,6 +273,22 @@ TensorView PyTensor::view() const {
     return v;
 }
 
+TensorView PyTensor::vector_view() const {
+    int64_t expected = 1;
+    for (int d = rank - 1; d >= 0; --d) {
+        if (size(d) > 1 && stride(d) != expected)
+            throw InvalidArgument(fmt::format("tileops_jit: argument '{}' must be contiguous", name));
+        expected *= size(d);
+    }
+    TensorView v;
+    v.data = data;
+    v.dtype = dtype;
+    v.rank = 1;
+    v.shape[0] = numel();
+    v.strides[0] = 1;
+    return v;
+}
+
 bool is_torch_tensor(PyObject* object) {
     const TorchTypes& torch = torch_types();
     if (!torch.ready) return false;

@@ -43,6 +43,9 @@ struct PyTensor {
     int64_t row_stride() const;  // elements between rows; requires rows_view()'s conditions
     // The tensor itself (rank <= 4).
     TensorView view() const;
+    // A contiguous tensor of any shape as the vector of its elements (rank 1; throws
+    // InvalidArgument naming the tensor when it is not contiguous): scales, a one-element scale.
+    TensorView vector_view() const;
 
     DLManagedTensor* managed = nullptr;
 };

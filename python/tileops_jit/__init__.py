@@ -15,7 +15,7 @@ torch custom ops (torch.ops.tileops.*), so torch.compile(fullgraph=True) keeps t
 from . import _C
 from ._C import CacheMiss, CompileError, DriverError, Error, FileError, InvalidArgument, Unsupported
 from . import ops as _ops
-from .ops import (RopeScaling, add, decode_attention, embedding, flash_attention, gelu, layer_norm, linear,
+from .ops import (RopeScaling, add, decode_attention, embedding, flash_attention, gelu, gemm_fp8, layer_norm, linear,
                   llama3_rope_scaling, log_softmax, matmul, mla_decode, mul, quantize, rms_norm, rope, sample, silu,
                   silu_and_mul, silu_mul, softmax)
 
@@ -59,7 +59,8 @@ def stats(device=0):
     return _C.stats(device)
 
 
-__all__ = ["add", "decode_attention", "device_info", "embedding", "explain", "flash_attention", "gelu", "layer_norm",
-           "linear", "llama3_rope_scaling", "log_softmax", "matmul", "mla_decode", "mul", "prepare", "quantize", "rms_norm", "rope", "sample", "silu",
-           "silu_and_mul", "silu_mul", "softmax", "stats", "RopeScaling", "Error", "InvalidArgument",
-           "Unsupported", "DriverError", "CompileError", "CacheMiss", "FileError"]
+__all__ = ["add", "decode_attention", "device_info", "embedding", "explain", "flash_attention", "gelu", "gemm_fp8",
+           "layer_norm", "linear", "llama3_rope_scaling", "log_softmax", "matmul", "mla_decode", "mul", "prepare",
+           "quantize", "rms_norm", "rope", "sample", "silu", "silu_and_mul", "silu_mul", "softmax", "stats",
+           "RopeScaling", "Error", "InvalidArgument", "Unsupported", "DriverError", "CompileError", "CacheMiss",
+           "FileError"]

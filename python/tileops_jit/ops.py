@@ -343,6 +343,38 @@ def quantize(x, scaling="per_token", *, scale=None, out=None, scales=None, strea
     return out, (scale if scale is not None else scales)
 
 
+# --- FP8 GEMM ------------------------------------------------------------------------------------
+
+_FP8_SCALINGS = ("tensor", "row", "block")
+
+
+def gemm_fp8(a, b, scales_a, scales_b, scaling="tensor", *, bias=None, c=None, alpha=1.0, beta=0.0, activation=None,
+             out=None, out_dtype=None, stream=None):
+    """out = activation(alpha * (a x scales_a) @ (b x scales_b).T + beta * c + bias), from float8_e4m3fn
+    codes (value = code x scale), accumulated in fp32; sm_90 (H100, H200) only.
+
+    a: [..., M, K] (leading dims folded into M) or [batch, M, K] with b [batch, N, K]; b: [N, K]
+    (a linear layer's weight layout); K a multiple of 16, a and b starting on 16 bytes. fp32 scales
+    by `scaling`: "tensor" (one element each), "row" (M elements for a, e.g. tj.quantize's
+    per_token scales; N for b) or "block" (DeepSeek-V3's: scales_a [ceil(K / 128), M], one per row
+    and 128 elements of K, as tj.quantize's block_1x128 scales, or that tensor's transpose
+    [M, ceil(K / 128)]; scales_b [ceil(N / 128), ceil(K / 128)], one per 128 x 128 block of b).
+    Batched calls take "tensor" scales. out_dtype: bfloat16 (the default), float16 or float32; c
+    ([..., M, N]) and bias ([N]) are of it. activation: None, "gelu" or "silu".
+    """
+    if scaling not in _FP8_SCALINGS:
+        raise _C.InvalidArgument(f"tileops_jit.gemm_fp8: scaling must be 'tensor', 'row' or 'block', got {scaling!r}")
+    if activation not in _EPILOGUES:
+        raise _C.InvalidArgument(f"tileops_jit.gemm_fp8: activation must be None, 'gelu' or 'silu', got {activation!r}")
+    if _compiling():
+        return _torch_ops().gemm_fp8(a, b, scales_a, scales_b, scaling, c, bias, alpha, beta, activation or "none",
+                                     out_dtype)
+    if out is None:
+        out = _new(a, (*a.shape[:-1], b.shape[-2]), out_dtype or "bfloat16")
+    _C.gemm_fp8(a, b, scales_a, scales_b, out, c, bias, scaling, alpha, beta, _EPILOGUES[activation], stream)
+    return out
+
+
 _torch_library = None  # the torch custom ops' module, set by the package when torch is there
 
 

@@ -215,3 +215,18 @@ def _(x, scaling, scale):
 
 def quantize(x, scaling, scale):
     return _quantize(x, scaling, scale)
+
+
+# --- FP8 GEMM ------------------------------------------------------------------------------------
+
+@torch.library.custom_op("tileops::gemm_fp8", mutates_args=())
+def gemm_fp8(a: Tensor, b: Tensor, scales_a: Tensor, scales_b: Tensor, scaling: str, c: Optional[Tensor],
+             bias: Optional[Tensor], alpha: float, beta: float, activation: str,
+             out_dtype: Optional[torch.dtype]) -> Tensor:
+    return _ops.gemm_fp8(a, b, scales_a, scales_b, scaling, bias=bias, c=c, alpha=alpha, beta=beta,
+                         activation=activation, out_dtype=out_dtype)
+
+
+@gemm_fp8.register_fake
+def _(a, b, scales_a, scales_b, scaling, c, bias, alpha, beta, activation, out_dtype):
+    return a.new_empty((*a.shape[:-1], b.shape[-2]), dtype=out_dtype or torch.bfloat16)

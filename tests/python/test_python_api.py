@@ -34,7 +34,7 @@ class ModuleTest(unittest.TestCase):
         self.assertRegex(tj.__version__, r"^\d+\.\d+\.\d+$")
         for name in ["rms_norm", "layer_norm", "softmax", "log_softmax", "gelu", "silu", "silu_and_mul", "add",
                      "mul", "matmul", "linear", "flash_attention", "decode_attention", "mla_decode", "embedding",
-                     "rope", "sample", "quantize", "explain", "prepare"]:
+                     "rope", "sample", "quantize", "gemm_fp8", "explain", "prepare"]:
             self.assertTrue(callable(getattr(tj, name)), name)
 
     def test_error_classes(self):
@@ -156,6 +156,43 @@ class OpArgumentTest(Released):
                            scale=FakeTensor((1,), "float32"), out=FakeTensor((4, 64)))
         self.assertRefused(r"block_1x128 scales must be \[ceil\(cols / 128\), rows\]", tj.quantize, x, "block_1x128",
                            out=FakeTensor((4, 64)), scales=FakeTensor((4,), "float32"))
+
+    def test_gemm_fp8_arguments(self):
+        # bf16 fakes stand in for the codes (these DLPack fakes have no fp8 dtype): the checks up to
+        # the op's dtype check of A run on them.
+        a, b, out = FakeTensor((16, 256)), FakeTensor((32, 256)), FakeTensor((16, 32))
+        one = FakeTensor((1,), "float32")
+        self.assertRefused(r"scaling must be 'tensor', 'row' or 'block', got 'per_row'", tj.gemm_fp8, a, b, one, one,
+                           "per_row", out=out)
+        self.assertRefused(r"activation must be None, 'gelu' or 'silu', got 'relu'", tj.gemm_fp8, a, b, one, one,
+                           activation="relu", out=out)
+        self.assertRefused(r"argument 'A' has dtype bf16, expected fp8_e4m3", tj.gemm_fp8, a, b, one, one, out=out)
+        self.assertRefused(r"a's last dim \(256\) must equal b's K \(128\)", tj.gemm_fp8, a, FakeTensor((32, 128)), one,
+                           one, out=out)
+        self.assertRefused(r"b must be \[N, K\] or \[batch, N, K\], got rank 1", tj.gemm_fp8, a, FakeTensor((256,)),
+                           one, one, out=out)
+        self.assertRefused(r"k = 40 is not a multiple of 16", tj.gemm_fp8, FakeTensor((16, 40)), FakeTensor((32, 40)),
+                           one, one, out=out)
+        self.assertRefused(r"beta = 2 needs C", tj.gemm_fp8, a, b, one, one, beta=2.0, out=out)
+        self.assertRefused(r"out_dtype must be", tj.gemm_fp8, a, b, one, one, out=FakeTensor((16, 32), "int32"))
+        self.assertRefused(r"batch = 2 needs per_tensor scaling", tj.gemm_fp8, FakeTensor((2, 16, 256)),
+                           FakeTensor((2, 32, 256)), FakeTensor((16,), "float32"), FakeTensor((32,), "float32"), "row",
+                           out=FakeTensor((2, 16, 32)))
+
+    def test_gemm_fp8_block_scale_layouts(self):
+        a, b, out = FakeTensor((16, 256)), FakeTensor((200, 256)), FakeTensor((16, 200))
+        scales_b = FakeTensor((2, 2), "float32")  # [ceil(N / 128), ceil(K / 128)]
+        # [M, ceil(K / 128)] row-major holds as many scales as [ceil(K / 128), M], in another order.
+        self.assertRefused(r"block scales_a must be \[ceil\(K / 128\), M\] = \[2, 16\] \(contiguous\), or its "
+                           r"transpose \[16, 2\] with strides \[1, 16\]; got shape \[16, 2\], strides \[2, 1\]",
+                           tj.gemm_fp8, a, b, FakeTensor((16, 2), "float32"), scales_b, "block", out=out)
+        self.assertRefused(r"block scales_b must be \[ceil\(N / 128\), ceil\(K / 128\)\] = \[2, 2\] \(contiguous\); "
+                           r"got rank 1", tj.gemm_fp8, a, b, FakeTensor((2, 16), "float32"),
+                           FakeTensor((4,), "float32"), "block", out=out)
+        # Both layouts of scales_a pass to the op's own checks (here: A's dtype).
+        for scales_a in [FakeTensor((2, 16), "float32"), FakeTensor((16, 2), "float32", strides=(1, 16))]:
+            self.assertRefused(r"argument 'A' has dtype bf16, expected fp8_e4m3", tj.gemm_fp8, a, b, scales_a, scales_b,
+                               "block", out=out)
 
     def test_rope_append_needs_all_four(self):
         q, k = FakeTensor((8, 4, 64)), FakeTensor((8, 2, 64))

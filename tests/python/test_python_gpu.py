@@ -18,6 +18,7 @@ import tileops_jit as tj
 
 DEV = "cuda"
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1.6e-2}
+FP8_GEMM = torch.cuda.get_device_capability() == (9, 0)  # the FP8 GEMM's wgmma: H100, H200
 
 
 def rand(*shape, dtype=torch.bfloat16, scale=1.0, seed=None):
@@ -230,6 +231,91 @@ class QuantizeTest(Close):
         self.assertLessEqual(((q.float() - want).abs() - want.abs() * 2.0 ** -4).max().item(), 2.0 ** -9)
 
 
+def fp8_codes(*shape, seed):
+    """Random non-zero float8_e4m3fn codes, of magnitudes 1/16 to 448."""
+    x = rand(*shape, dtype=torch.float32, scale=64.0, seed=seed).clamp(-448.0, 448.0)
+    return x.masked_fill(x.abs() < 0.0625, 1.0).to(torch.float8_e4m3fn)
+
+
+def fp8_scales(*shape, seed):
+    """Random positive fp32 scales."""
+    return rand(*shape, dtype=torch.float32, seed=seed).abs() * 0.01 + 0.002
+
+
+def fp8_scale_shapes(scaling, m, n, k):
+    """The shapes of scales_a and scales_b tj.gemm_fp8 takes."""
+    k_blocks = (k + 127) // 128
+    shapes = {"tensor": ((1,), (1,)), "row": ((m,), (n,)), "block": ((k_blocks, m), ((n + 127) // 128, k_blocks))}
+    return shapes[scaling]
+
+
+def fp8_gemm_reference(a, b, scales_a, scales_b, scaling):
+    """(a x scales_a) @ (b x scales_b)^T in float64 from the dequantized codes; a [M, K], b [N, K]."""
+    (m, k), n = a.shape, b.shape[0]
+    sa, sb = scales_a.double(), scales_b.double()
+    if scaling == "tensor":
+        sa_full, sb_full = sa.reshape(1, 1), sb.reshape(1, 1)
+    elif scaling == "row":
+        sa_full, sb_full = sa.reshape(m, 1), sb.reshape(n, 1)
+    else:  # a's scale of [r, c] is scales_a[c // 128, r]; b's of [r, c] is scales_b[r // 128, c // 128]
+        sa_full = sa.t().repeat_interleave(128, dim=1)[:, :k]
+        sb_full = sb.repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[:n, :k]
+    return (a.double() * sa_full) @ (b.double() * sb_full).t()
+
+
+@unittest.skipUnless(FP8_GEMM, "the FP8 GEMM needs sm_90")
+class GemmFp8Test(Close):
+    def operands(self, scaling, m, n, k, seed=0):
+        a, b = fp8_codes(m, k, seed=seed + 1), fp8_codes(n, k, seed=seed + 2)
+        shape_a, shape_b = fp8_scale_shapes(scaling, m, n, k)
+        return a, b, fp8_scales(*shape_a, seed=seed + 3), fp8_scales(*shape_b, seed=seed + 4)
+
+    def test_scalings_ragged(self):
+        for scaling in ("tensor", "row", "block"):
+            for k in (272, 1024):  # 272: a partial last block of K
+                a, b, sa, sb = self.operands(scaling, 77, 200, k, seed=k)
+                want = fp8_gemm_reference(a, b, sa, sb, scaling)
+                for out_dtype, rtol in ((torch.bfloat16, TOLERANCE[torch.bfloat16]), (torch.float32, 2e-3)):
+                    with self.subTest(scaling=scaling, k=k, out_dtype=out_dtype):
+                        got = tj.gemm_fp8(a, b, sa, sb, scaling, out_dtype=out_dtype)
+                        self.assertEqual(got.dtype, out_dtype)
+                        self.assertClose(got, want, rtol=rtol)
+
+    def test_block_scales_a_transposed_view(self):
+        # [M, ceil(K / 128)] with strides [1, M] is the same memory as [ceil(K / 128), M].
+        a, b, sa, sb = self.operands("block", 77, 200, 272, seed=5)
+        want = tj.gemm_fp8(a, b, sa, sb, "block")
+        self.assertTrue(torch.equal(tj.gemm_fp8(a, b, sa.t(), sb, "block"), want))
+
+    def test_quantized_activations_with_epilogue(self):
+        # a from tj.quantize: [7, 11, K] folds into M = 77 rows, its per-token scales [7, 11] are a's row scales.
+        x = rand(7, 11, 272, scale=3.0, seed=30)
+        a, sa = tj.quantize(x)
+        b, sb = fp8_codes(200, 272, seed=31), fp8_scales(200, seed=32)
+        c, bias = rand(7, 11, 200, seed=33), rand(200, seed=34)
+        got = tj.gemm_fp8(a, b, sa, sb, "row", bias=bias, c=c, alpha=0.5, beta=2.0, activation="gelu")
+        self.assertEqual(got.shape, (7, 11, 200))
+        ab = fp8_gemm_reference(a.reshape(77, 272), b, sa, sb, "row").reshape(7, 11, 200)
+        want = torch.nn.functional.gelu(0.5 * ab + 2.0 * c.double() + bias.double())
+        self.assertClose(got, want, torch.bfloat16)
+        out = torch.empty(7, 11, 200, device=DEV, dtype=torch.float32)
+        self.assertIs(tj.gemm_fp8(a, b, sa, sb, "row", activation="silu", out=out), out)
+        self.assertClose(out, torch.nn.functional.silu(ab), rtol=2e-3)
+
+    def test_block_scales_from_quantize(self):
+        x = rand(77, 1024, seed=35)
+        a, sa = tj.quantize(x, "block_1x128")  # sa: [8, 77], the layout block scales_a has
+        b, _, _, sb = self.operands("block", 77, 200, 1024, seed=36)
+        self.assertClose(tj.gemm_fp8(a, b, sa, sb, "block"), fp8_gemm_reference(a, b, sa, sb, "block"),
+                         torch.bfloat16)
+
+    def test_batched_per_tensor(self):
+        a, b = fp8_codes(3, 40, 128, seed=37), fp8_codes(3, 72, 128, seed=38)
+        sa, sb = fp8_scales(1, seed=39), fp8_scales(1, seed=40)
+        want = (a.double() * sa.double()) @ (b.double() * sb.double()).transpose(1, 2)
+        self.assertClose(tj.gemm_fp8(a, b, sa, sb, out_dtype=torch.float32), want, rtol=2e-3)
+
+
 class ModelOpsTest(Close):
     def test_embedding_with_positions(self):
         ids = torch.randint(0, 50257, (2, 9), dtype=torch.int32, device=DEV)
@@ -294,7 +380,7 @@ def op_cases():
     temp, top_p = torch.full((3,), 0.8, device=DEV), torch.full((3,), 0.9, device=DEV)
     top_k, min_p = torch.full((3,), 40, dtype=torch.int32, device=DEV), torch.full((3,), 0.01, device=DEV)
     offsets = torch.arange(3, dtype=torch.int32, device=DEV)
-    return [
+    cases = [
         ("rms_norm", lambda x, w: tj.rms_norm(x, w), (x, w)),
         ("rms_norm residual", lambda x, r, w: tj.rms_norm(x, w, residual=r), (x, r, w)),
         ("layer_norm", lambda x, w, b: tj.layer_norm(x, w, b), (x, w, b)),
@@ -328,6 +414,16 @@ def op_cases():
         ("quantize block_1x128", lambda x: (lambda q, s: (q.float(), s))(*tj.quantize(x, "block_1x128")), (x,)),
         ("quantize per_tensor", lambda x: (lambda q, s: (q.float(), s))(*tj.quantize(x, "per_tensor")), (x,)),
     ]
+    if FP8_GEMM:
+        a8, b8 = fp8_codes(40, 256, seed=20), fp8_codes(72, 256, seed=21)
+        cases += [
+            ("gemm_fp8 row", lambda a, b, sa, sb: tj.gemm_fp8(a, b, sa, sb, "row"),
+             (a8, b8, fp8_scales(40, seed=22), fp8_scales(72, seed=23))),
+            ("gemm_fp8 block bias silu fp32", lambda a, b, sa, sb, bias: tj.gemm_fp8(
+                a, b, sa, sb, "block", bias=bias, activation="silu", out_dtype=torch.float32),
+             (a8, b8, fp8_scales(2, 40, seed=24), fp8_scales(1, 2, seed=25), rand(72, dtype=torch.float32, seed=26))),
+        ]
+    return cases
 
 
 def flat(result):
