@@ -39,7 +39,9 @@ template <typename Arg>
 RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, const Arg& arg, DType dtype, int64_t rows,
                             int64_t cols, int64_t ld, int64_t stride) {
     const TensorView* view = arg.view();
-    const bool batched_view = batch > 1 && view != nullptr && view->rank == 3;
+    // A batch of one may come as a [1, rows, cols] view too (what a batched caller passes when
+    // its batch happens to be 1); its stride between entries means nothing then.
+    const bool batched_view = view != nullptr && view->rank == 3 && (batch > 1 || view->shape[0] == 1);
     if (batch > 1 && view != nullptr && !batched_view)
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must be a rank-3 view [{}, {}, {}] (batch {}), got rank {}",
                                           op, name, batch, rows, cols, batch, view->rank));
@@ -47,7 +49,7 @@ RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, con
     span.batch = batch;
     span.batch_stride = stride;
     if (batched_view && (view->dtype != dtype || view->shape[0] != batch || view->shape[1] != rows ||
-                         view->shape[2] != cols || view->strides[0] != stride || view->strides[1] != ld ||
+                         view->shape[2] != cols || (batch > 1 && view->strides[0] != stride) || view->strides[1] != ld ||
                          view->strides[2] != 1))
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must be a {} view of shape [{}, {}, {}] and strides "
                                           "[{}, {}, 1] as in the problem", op, name, dtype_name(dtype), batch, rows, cols,

@@ -29,8 +29,8 @@ int64_t gemm_batch_stride(const char* op, const char* name, int64_t stride, int6
 // dimension, a batch stride) times `count` (the largest dimension, the batch) within 2^50.
 void check_gemm_offsets(const char* op, int64_t count, std::initializer_list<std::pair<const char*, int64_t>> values);
 
-// One matrix operand of `batch` entries: a pointer, or a 2-D view for batch 1, a 3-D [batch, rows,
-// cols] view otherwise. Returns its memory, for the overlap checks.
+// One matrix operand of `batch` entries: a pointer, or a 3-D [batch, rows, cols] view (for batch
+// 1 also a 2-D one). Returns its memory, for the overlap checks.
 template <typename Arg>
 RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, const Arg& arg, DType dtype, int64_t rows,
                             int64_t cols, int64_t ld, int64_t stride);

@@ -111,6 +111,11 @@ TEST_CASE("Gemm checks run()'s operands by name", "[validation][gemm]") {
     const TensorView wrong = TensorView::contiguous(kA, DType::bf16, {64, 255});
     CHECK_NOTHROW(plain.check({a, kB}, {kD}));
     CHECK_THROWS_WITH(plain.check({wrong, kB}, {kD}), ContainsSubstring("argument 'A' must have shape [64, 256]"));
+    // A batch of one as [1, rows, cols] views (a batched caller whose batch is 1).
+    CHECK_NOTHROW(plain.check({TensorView::contiguous(kA, DType::bf16, {1, 64, 256}), kB},
+                              {TensorView::contiguous(kD, DType::bf16, {1, 64, 128})}));
+    CHECK_THROWS_WITH(plain.check({TensorView::contiguous(kA, DType::bf16, {2, 64, 256}), kB}, {kD}),
+                      ContainsSubstring("argument 'A'"));
     const TensorView d16 = TensorView::contiguous(kD, DType::fp16, {64, 128});
     CHECK_THROWS_WITH(plain.check({kA, kB}, {d16}), ContainsSubstring("argument 'D' has dtype fp16, expected bf16"));
 }
