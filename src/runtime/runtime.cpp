@@ -178,7 +178,13 @@ const tuning::ConfigChoice& RuntimeImpl::choice(const Op& op) {
     return choice_locked(op, state.entry_locked(id_, &RuntimeImpl::is_live));
 }
 
+void RuntimeImpl::check_supported(const OpModel& model) const {
+    if (auto reason = model.unsupported_reason(device_))
+        throw Unsupported(fmt::format("tileops::{}: not supported on {}: {}", model.op_name(), device_.arch(), *reason));
+}
+
 LaunchPlan RuntimeImpl::plan(const OpModel& model, const Config& config, int vec) const {
+    check_supported(model);  // before any kernel of it is compiled for this device
     // Every config names its widest vector width "vec"; pointers may ask for a wider one than the
     // config allows, never the reverse (a ragged launch likewise, at the config's width).
     if (auto it = config.find("vec"); it != config.end() && width_vector(vec) > it->second) {
@@ -223,8 +229,7 @@ void RuntimeImpl::load_kernels(const std::vector<LaunchPlan>& all_plans) {
 }
 
 ResolvedLaunch RuntimeImpl::resolve_config(const OpModel& model, const Config& config, int vec) {
-    if (auto reason = model.unsupported_reason(device_))
-        throw Unsupported(fmt::format("tileops::{}: not supported on {}: {}", model.op_name(), device_.arch(), *reason));
+    check_supported(model);
     if (auto reason = model.invalid_reason(config, device_))
         throw InvalidArgument(fmt::format("tileops::{}: config invalid on {}: {}", model.op_name(), device_.arch(), *reason));
     const LaunchPlan plan = this->plan(model, config, vec);

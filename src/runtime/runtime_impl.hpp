@@ -75,6 +75,8 @@ public:
 
 private:
     // The launch plan of `config` at vector width `vec` (at most the config's own "vec").
+    // Throws Unsupported where no kernel of the op runs on this device (OpModel::unsupported_reason).
+    void check_supported(const OpModel& model) const;
     LaunchPlan plan(const OpModel& model, const Config& config, int vec) const;
     const ResolvedLaunch& resolve(const Op& op, int vec, CUstream stream);
     const tuning::ConfigChoice& choice_locked(const Op& op, RuntimeEntry& entry);
