@@ -1,5 +1,8 @@
 // GemmFp8 refuses bad problems and operands by name, keys its tuning entries by scaling and
 // epilogue, builds back from its key, and has configs only where FP8 wgmma runs. Needs no GPU.
+#include <algorithm>
+#include <array>
+
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -127,4 +130,13 @@ TEST_CASE("GemmFp8 configs: sm_90 only; heuristics and search spaces valid", "[v
     CHECK(decode.model().heuristic(sm90).at("block_m") == 64);
     GemmFp8 square(problem(8192, 8192, 8192));
     CHECK(square.model().heuristic(sm90).at("block_m") == 128);
+    // Block scales keep the ring within 96 KB (their tuned problems ran faster so); the others
+    // take the deepest that fits.
+    for (const auto& [m, n, k] : {std::array<int64_t, 3>{2048, 24576, 7168}, {64, 24576, 7168}, {16, 2048, 7168}}) {
+        const Config blocks = GemmFp8(problem(m, n, k, GemmFp8Scaling::blocks)).model().heuristic(sm90);
+        CHECK(blocks.at("stages") * (blocks.at("block_m") + blocks.at("block_n")) * 128 <= 96 * 1024);
+        const auto space = GemmFp8(problem(m, n, k, GemmFp8Scaling::blocks)).model().search_space(sm90);
+        CHECK(std::find(space.begin(), space.end(), blocks) != space.end());
+    }
+    CHECK(square.model().heuristic(sm90).at("stages") >= 6);
 }
