@@ -9,23 +9,6 @@
 namespace tileops::python {
 namespace {
 
-// A contiguous tensor of any shape as the vector of its elements (token ids, positions).
-TensorView flat_view(const PyTensor& t) {
-    int64_t expected = 1;
-    for (int d = t.rank - 1; d >= 0; --d) {
-        if (t.size(d) > 1 && t.stride(d) != expected)
-            throw InvalidArgument(fmt::format("tileops_jit: argument '{}' must be contiguous", t.name));
-        expected *= t.size(d);
-    }
-    TensorView v;
-    v.data = t.data;
-    v.dtype = t.dtype;
-    v.rank = 1;
-    v.shape[0] = t.numel();
-    v.strides[0] = 1;
-    return v;
-}
-
 py::object embedding(py::handle ids_arg, py::handle table_arg, py::handle out_arg, py::handle positions_arg,
                      py::handle position_table_arg, py::handle stream) {
     Call call(stream);
@@ -53,8 +36,9 @@ py::object embedding(py::handle ids_arg, py::handle table_arg, py::handle out_ar
         p.max_positions = position_table->size(0);
     }
     Embedding& op = call.op<Embedding>(key);
-    if (positions == nullptr) return call.finish(op, {flat_view(ids), table.rows_view()}, {out.rows_view()});
-    return call.finish(op, {flat_view(ids), table.rows_view(), flat_view(*positions), position_table->rows_view()},
+    if (positions == nullptr) return call.finish(op, {ids.vector_view(), table.rows_view()}, {out.rows_view()});
+    return call.finish(op,
+                       {ids.vector_view(), table.rows_view(), positions->vector_view(), position_table->rows_view()},
                        {out.rows_view()});
 }
 
@@ -112,8 +96,9 @@ py::object rope(py::handle q_arg, py::handle k_arg, py::handle positions_arg, py
         p.cache_head_stride = k_cache->stride(2);
     }
     Rope& op = call.op<Rope>(key);
-    if (k_cache == nullptr) return call.finish(op, {q.view(), k.view(), flat_view(positions)}, {q_out.view(), k_out.view()});
-    return call.finish(op, {q.view(), k.view(), v->view(), flat_view(positions), flat_view(*slots)},
+    if (k_cache == nullptr)
+        return call.finish(op, {q.view(), k.view(), positions.vector_view()}, {q_out.view(), k_out.view()});
+    return call.finish(op, {q.view(), k.view(), v->view(), positions.vector_view(), slots->vector_view()},
                        {q_out.view(), k_out.view(), k_cache->view(), v_cache->view()});
 }
 
@@ -139,11 +124,11 @@ py::object sample(py::handle logits_arg, py::handle out_arg, py::handle temperat
     p.greedy = given == 0;
     p.seed = p.greedy ? 0 : seed;
     Sampling& op = call.op<Sampling>(key);
-    if (p.greedy) return call.finish(op, {logits.rows_view()}, {flat_view(out)});
+    if (p.greedy) return call.finish(op, {logits.rows_view()}, {out.vector_view()});
     return call.finish(op,
-                       {logits.rows_view(), flat_view(*parameters[0]), flat_view(*parameters[1]),
-                        flat_view(*parameters[2]), flat_view(*parameters[3]), flat_view(*parameters[4])},
-                       {flat_view(out)});
+                       {logits.rows_view(), parameters[0]->vector_view(), parameters[1]->vector_view(),
+                        parameters[2]->vector_view(), parameters[3]->vector_view(), parameters[4]->vector_view()},
+                       {out.vector_view()});
 }
 
 }  // namespace
