@@ -8,6 +8,7 @@
 #include "tileops/error.hpp"
 #include "tileops/flash_attention.hpp"
 #include "tileops/gemm.hpp"
+#include "tileops/gemm_grouped.hpp"
 #include "tileops/gemm_fp8.hpp"
 #include "tileops/layernorm.hpp"
 #include "tileops/mla_decode.hpp"

@@ -14,6 +14,14 @@ struct GemmPackedCopy {
     long long batch_stride_from, batch_stride_to;
 };
 
+// How the GEMM kernels walk their tiles (their GROUPS template parameter; gemm/gemm_groups.cuh):
+// batch entries one after another, or groups of rows given on the device.
+enum : int { kGemmBatched = 0, kGemmGroupsContiguous = 1, kGemmGroupsMasked = 2 };
+
+// Shared memory of the grouped schedule's table (groups + 1 ints, 16-byte rounded), which the
+// host adds to a grouped launch's.
+constexpr unsigned gemm_groups_table_bytes(int groups) { return static_cast<unsigned>((groups + 1) * 4 + 15) / 16 * 16; }
+
 // Pointers are to the first batch entry; strides in elements.
 struct GemmArgs {
     const void* a;
@@ -38,8 +46,16 @@ struct GemmArgs {
     // The copies of A and B the launch makes first where their rows are not 16-byte aligned; a,
     // b, lda, ldb and the batch strides above then describe the copies.
     GemmPackedCopy packs[2];
+    // Grouped GEMMs (gemm/gemm_groups.cuh; null otherwise): A and D are one flat matrix of m rows
+    // whose groups are row ranges, B has one batch entry per group. group_capacity 0: group_rows
+    // holds offsets[groups + 1] (group g is rows [offsets[g], offsets[g + 1]), the contiguous
+    // layout); else counts[groups] (group g is rows [g x capacity, g x capacity + counts[g]), the
+    // masked layout). Read on the device: a CUDA graph replays with the values of the moment.
+    const int* group_rows;
+    int groups;
+    long long group_capacity;
 };
 
-static_assert(sizeof(GemmArgs) == 304, "GemmArgs: the kernels' parameter block changed size");
+static_assert(sizeof(GemmArgs) == 328, "GemmArgs: the kernels' parameter block changed size");
 
 }  // namespace tileops

@@ -20,6 +20,7 @@
 #include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_groups.cuh"
 #include "gemm/gemm_pack.cuh"
 
 namespace tileops {
@@ -58,7 +59,7 @@ __device__ __forceinline__ void gemm_load_tile(T* tile, const T* matrix, long lo
 }
 
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int WARPS_M, int WARPS_N, int STAGES,
-          int GROUP_M, int VEC, bool HAS_C, bool BIAS, int ACT>
+          int GROUP_M, int VEC, bool HAS_C, bool BIAS, int ACT, int GROUPS = kGemmBatched>
 __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_sm80_kernel(const GemmArgs p) {
     constexpr int kThreads = WARPS_M * WARPS_N * 32;
     constexpr int kWarpM = BM / WARPS_M, kWarpN = BN / WARPS_N;
@@ -71,14 +72,20 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_sm80_kernel(const 
     extern __shared__ __align__(128) unsigned char gemm_shared[];
     T* shared = reinterpret_cast<T*>(gemm_shared);
 
-    const int tiles_m = static_cast<int>((p.m + BM - 1) / BM);
-    const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
-    int tile_m, tile_n;
-    grouped_tile<GROUP_M>(blockIdx.x, tiles_m, tiles_n, tile_m, tile_n);
-    const long long m0 = static_cast<long long>(tile_m) * BM, n0 = static_cast<long long>(tile_n) * BN;
-    const long long batch = blockIdx.z;
-    const T* A = static_cast<const T*>(p.a) + batch * p.batch_stride_a;
-    const T* B = static_cast<const T*>(p.b) + batch * p.batch_stride_b;
+    // A batched launch has a block per tile (blockIdx.z the batch entry); a grouped one as many
+    // blocks as its groups could have tiles (the host does not know their rows), the extra ones
+    // leaving at once. The groups' table follows the ring.
+    GemmSchedule<BM, 1, GROUP_M, GROUPS> schedule;
+    schedule.start(p, BN, reinterpret_cast<int*>(shared + STAGES * (kTileA + kTileB)));
+    if constexpr (GROUPS != kGemmBatched) {
+        __syncthreads();
+        schedule.finish(p);
+        if (blockIdx.x >= schedule.units) return;
+    }
+    const GemmTile at = schedule.tile(p, GROUPS == kGemmBatched ? blockIdx.z * schedule.units_per_batch + blockIdx.x : blockIdx.x, 0);
+    const long long m0 = at.row0, n0 = static_cast<long long>(at.tile_n) * BN;
+    const T* A = static_cast<const T*>(p.a) + at.ad_batch * p.batch_stride_a;
+    const T* B = static_cast<const T*>(p.b) + at.b_batch * p.batch_stride_b;
 
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
@@ -153,14 +160,14 @@ __global__ void __launch_bounds__(WARPS_M* WARPS_N * 32) gemm_sm80_kernel(const 
     cp_async_wait<0>();
 
     // Accumulator (i, j): rows lane / 4 and lane / 4 + 8, columns 2 * (lane % 4) and the next.
-    TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
-    const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
+    TOut* D = static_cast<TOut*>(p.d) + at.ad_batch * p.batch_stride_d;
+    const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + at.ad_batch * p.batch_stride_c : nullptr;
 #pragma unroll
     for (int i = 0; i < kMmaM; ++i) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const long long row = m0 + warp_m * kWarpM + i * 16 + lane / 4 + half * 8;
-            if (row >= p.m) continue;
+            if (row >= at.row_end) continue;
             TOut* d_row = D + row * p.ldd;
             const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
 #pragma unroll

@@ -42,6 +42,7 @@
 #include "arch/wgmma_gemm_widths.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_groups.cuh"
 #include "gemm/gemm_pack.cuh"
 
 namespace tileops {
@@ -118,12 +119,12 @@ __device__ __forceinline__ bool gemm_reduce_splits(const GemmArgs& p, float* acc
 
 // The consumer warpgroups' part: waits for stages, multiplies, frees stages, stores tiles.
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, bool PINGPONG,
-          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE>
+          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE, int GROUPS, typename Schedule>
 __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const TensorMap* map_d, const T* ring_a,
                                                   const T* ring_b, TOut* out_tiles, unsigned long long* full,
                                                   unsigned long long* empty, volatile int* split_flag, int consumer, unsigned rank,
-                                                  long long first_unit, long long unit_stride, long long tiles,
-                                                  long long tiles_per_batch, int units_m, int tiles_n, int k_tiles) {
+                                                  long long first_unit, long long unit_stride, const Schedule& schedule,
+                                                  int k_tiles) {
     constexpr int kRows = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile this warpgroup multiplies
     constexpr int kAtoms = kRows / 64;
     constexpr int kTileA = BM * BK, kTileB = BN * BK;
@@ -149,11 +150,11 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
     int out_slot = 0;  // which of this consumer's two output buffers the next box uses
     int stage = 0;
     unsigned phase = 0;
+    const long long tiles = schedule.units;
     for (long long unit = first_unit + (PINGPONG ? consumer * unit_stride : 0); unit < tiles * p.split_k;
          unit += unit_stride * kUnitsPerTurn) {
         const long long tile = unit % tiles;
         const int split = static_cast<int>(unit / tiles);
-        const long long batch = tile / tiles_per_batch;
         if constexpr (PINGPONG) {
             // The ring holds the block's units one after another (k_tiles stages each, no split K):
             // this unit's first stage is at position (its index in the block's sequence) x k_tiles.
@@ -165,9 +166,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
             // ahead of where the producer is. It also keeps the turns in order.
             if (unit != first_unit) named_barrier_sync(kTurnBarrier + consumer, 256);
         }
-        int unit_m, tile_n;
-        grouped_tile<(GROUP_M + CLUSTER_M - 1) / CLUSTER_M>(tile % tiles_per_batch, units_m, tiles_n, unit_m, tile_n);
-        const int tile_m = unit_m * CLUSTER_M + static_cast<int>(rank);
+        const GemmTile at = schedule.tile(p, tile, static_cast<int>(rank));
         const int kt_begin = gemm_split_begin(k_tiles, split, p.split_k), kt_end = gemm_split_begin(k_tiles, split + 1, p.split_k);
         int previous = -1;
         for (int kt = kt_begin; kt < kt_end; ++kt) {
@@ -207,22 +206,51 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
             !gemm_reduce_splits<CONSUMERS, kAtoms * (BN / 2)>(p, &acc[0][0], tile, split, consumer, t, split_flag))
             continue;
 
-        TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
-        const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
-        const long long n0 = static_cast<long long>(tile_n) * BN;
+        TOut* D = static_cast<TOut*>(p.d) + at.ad_batch * p.batch_stride_d;
+        const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + at.ad_batch * p.batch_stride_c : nullptr;
+        const long long n0 = static_cast<long long>(at.tile_n) * BN;
+        // Stores rows [atom x 64, atom x 64 + 64) of this consumer's rows, columns [col_begin,
+        // col_end) of the tile, from the accumulators (pairs of elements, guarded).
+        auto store_from_registers = [&](int atom, int col_begin, int col_end) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const long long row = at.row0 + row_offset + atom * 64 + (t / 32) * 16 + (t % 32) / 4 + half * 8;
+                if (row >= at.row_end) continue;
+                TOut* d_row = D + row * p.ldd;
+                const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    if (j * 8 < col_begin || j * 8 >= col_end) continue;
+                    const long long col = n0 + j * 8 + (t % 4) * 2;
+                    if (col < p.n)
+                        gemm_store_pair<T, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, acc[atom][4 * j + 2 * half],
+                                                                   acc[atom][4 * j + 2 * half + 1]);
+                }
+            }
+        };
         if constexpr (gemm_sm90_tma_store<TOut, BN, TMA_STORE>()) {
             // This consumer's rows in boxes of 64 x 64, through two buffers taken in turn: wait
             // until the store that used this one (two boxes ago) has read it, fill it, make the
             // writes visible to TMA, store (what lies past M or N is clipped).
-            const int row0 = tile_m * BM + row_offset;
+            const long long row0 = at.row0 + row_offset;
             const int warp = t / 32, lane = t % 32;
             // Only C and bias are read, and only inside the matrix: a tile wholly inside needs no
             // checks (measured on H100: the per-pair checks and 4-byte stores cost 5% at 4096^3).
-            const bool interior = row0 + kRows <= p.m && n0 + BN <= p.n;
+            const bool interior = row0 + kRows <= at.row_end && n0 + BN <= p.n;
             const float alpha = p.alpha;
 #pragma unroll
             for (int box = 0; box < kAtoms * (BN / 64); ++box) {
                 const int atom = box / (BN / 64), col0 = (box % (BN / 64)) * 64;
+                if constexpr (GROUPS != kGemmBatched) {
+                    // TMA clips at the matrix's edge, not at a group's: a box reaching past the
+                    // group's rows (into the next group's) is stored from registers, one past
+                    // them not at all.
+                    if (row0 + atom * 64 >= at.row_end) continue;
+                    if (row0 + atom * 64 + 64 > at.row_end) {
+                        store_from_registers(atom, col0, col0 + 64);
+                        continue;
+                    }
+                }
                 TOut* buffer = out_tiles + (consumer * 2 + out_slot) * 64 * 64;
                 if (t == 0) tma_store_wait_read<1>();
                 named_barrier_sync(1 + consumer, 128);
@@ -238,7 +266,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
                         if constexpr (HAS_C || BIAS) {
                             const long long row = row0 + atom * 64 + warp * 16 + lane / 4 + half * 8;
                             const long long col = n0 + col0 + jj * 8 + (lane % 4) * 2;
-                            if (interior || (row < p.m && col < p.n))
+                            if (interior || (row < at.row_end && col < p.n))
                                 gemm_epilogue_pair<T, TOut, HAS_C, BIAS, ACT>(p, HAS_C ? C + row * p.ldc : nullptr,
                                                                               col, v);
                         } else {
@@ -255,7 +283,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
                 fence_proxy_async();
                 named_barrier_sync(1 + consumer, 128);
                 if (t == 0) {
-                    tma_store_3d(map_d, buffer, static_cast<int>(n0) + col0, row0 + atom * 64, static_cast<int>(batch));
+                    tma_store_3d(map_d, buffer, static_cast<int>(n0) + col0, static_cast<int>(row0) + atom * 64, at.ad_batch);
                     tma_store_commit();
                 }
                 out_slot ^= 1;
@@ -263,28 +291,12 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
             continue;
         }
 #pragma unroll
-        for (int atom = 0; atom < kAtoms; ++atom) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const long long row = static_cast<long long>(tile_m) * BM + row_offset + atom * 64 + (t / 32) * 16 +
-                                      (t % 32) / 4 + half * 8;
-                if (row >= p.m) continue;
-                TOut* d_row = D + row * p.ldd;
-                const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    const long long col = n0 + j * 8 + (t % 4) * 2;
-                    if (col < p.n)
-                        gemm_store_pair<T, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, acc[atom][4 * j + 2 * half],
-                                                                   acc[atom][4 * j + 2 * half + 1]);
-                }
-            }
-        }
+        for (int atom = 0; atom < kAtoms; ++atom) store_from_registers(atom, 0, BN);
     }
 }
 
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, bool PINGPONG,
-          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE>
+          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE, int GROUPS = kGemmBatched>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
                      const __grid_constant__ TensorMap map_d, const GemmArgs p) {
@@ -312,6 +324,10 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutBuffers);
     unsigned long long* empty = full + STAGES;
     volatile int* split_flag = reinterpret_cast<volatile int*>(empty + STAGES);  // gemm_reduce_splits' broadcast
+    // Grouped: the schedule's table of units per group, after the flag's 16 bytes.
+    int* group_table = reinterpret_cast<int*>(reinterpret_cast<unsigned char*>(empty + STAGES) + 16);
+    GemmSchedule<BM, CLUSTER_M, (GROUP_M + CLUSTER_M - 1) / CLUSTER_M, GROUPS> schedule;
+    schedule.start(p, BN, group_table);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
@@ -322,16 +338,15 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         fence_barrier_init();
     }
     // The partner block's barriers must be initialised before anyone multicasts or arrives on them.
+    // (This also publishes the group table.)
     if constexpr (CLUSTER_M == 2) cluster_sync(); else __syncthreads();
     const unsigned rank = CLUSTER_M == 2 ? cluster_rank() : 0;
 
     // Work is handed out in units of CLUSTER_M vertically adjacent tiles (one per block of a
-    // cluster); a tile past the last row of tiles just computes zeros and stores nothing.
-    const int tiles_m = static_cast<int>((p.m + BM - 1) / BM);
-    const int units_m = (tiles_m + CLUSTER_M - 1) / CLUSTER_M;
-    const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
-    const long long tiles_per_batch = static_cast<long long>(units_m) * tiles_n;
-    const long long tiles = tiles_per_batch * p.batch;
+    // cluster); a tile past the last row of tiles (or of its group) just computes what its rows
+    // hold and stores nothing.
+    schedule.finish(p);
+    const long long tiles = schedule.units;
     const long long first_unit = blockIdx.x / CLUSTER_M, unit_stride = gridDim.x / CLUSTER_M;
     const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
@@ -350,15 +365,14 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
             for (long long unit = first_unit; unit < tiles * p.split_k; unit += unit_stride) {
                 const long long tile = unit % tiles;
                 const int split = static_cast<int>(unit / tiles);
-                const int batch = static_cast<int>(tile / tiles_per_batch);
-                int unit_m, tile_n;
-                grouped_tile<(GROUP_M + CLUSTER_M - 1) / CLUSTER_M>(tile % tiles_per_batch, units_m, tiles_n, unit_m, tile_n);
-                const int tile_m = unit_m * CLUSTER_M + static_cast<int>(rank);
+                const GemmTile at = schedule.tile(p, tile, static_cast<int>(rank));
+                const int a_row = static_cast<int>(at.row0), a_batch = at.ad_batch, batch = at.b_batch;
+                const int tile_n = at.tile_n;
                 const int kt_end = gemm_split_begin(k_tiles, split + 1, p.split_k);
                 for (int kt = gemm_split_begin(k_tiles, split, p.split_k); kt < kt_end; ++kt) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full[stage], stage_bytes);
-                    tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
+                    tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, a_row, a_batch);
                     if constexpr (CLUSTER_M == 2) {
                         // This block's half of B, into both blocks of the pair.
                         if constexpr (B_NT) {
@@ -388,9 +402,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     } else {
         if constexpr (kReallocate) warpgroup_registers_claim<232>();
         gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, PINGPONG, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT,
-                          TMA_STORE>(
-            p, &map_d, ring_a, ring_b, out_tiles, full, empty, split_flag, warpgroup - 1, rank, first_unit, unit_stride, tiles,
-            tiles_per_batch, units_m, tiles_n, k_tiles);
+                          TMA_STORE, GROUPS>(p, &map_d, ring_a, ring_b, out_tiles, full, empty, split_flag, warpgroup - 1,
+                                             rank, first_unit, unit_stride, schedule, k_tiles);
         // Shared memory must outlive the reads of the last TMA store.
         if (gemm_sm90_tma_store<TOut, BN, TMA_STORE>() && threadIdx.x % 128 == 0) tma_store_wait_all();
     }

@@ -15,5 +15,6 @@ void bind_attention(py::module_& m);  // flash_attention, decode_attention, mla_
 void bind_model_ops(py::module_& m);  // embedding, rope, sampling
 void bind_quantize(py::module_& m);   // quantize (fp8 e4m3 activations)
 void bind_gemm_fp8(py::module_& m);   // gemm_fp8 (e4m3 codes, fp32 scales)
+void bind_gemm_grouped(py::module_& m);  // gemm_grouped (mixture-of-experts layers)
 
 }  // namespace tileops::python

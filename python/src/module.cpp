@@ -140,4 +140,5 @@ PYBIND11_MODULE(_C, m) {
     bind_model_ops(m);
     bind_quantize(m);
     bind_gemm_fp8(m);
+    bind_gemm_grouped(m);
 }

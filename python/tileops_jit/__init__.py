@@ -15,9 +15,9 @@ torch custom ops (torch.ops.tileops.*), so torch.compile(fullgraph=True) keeps t
 from . import _C
 from ._C import CacheMiss, CompileError, DriverError, Error, FileError, InvalidArgument, Unsupported
 from . import ops as _ops
-from .ops import (RopeScaling, add, decode_attention, embedding, flash_attention, gelu, gemm_fp8, layer_norm, linear,
-                  llama3_rope_scaling, log_softmax, matmul, mla_decode, mul, quantize, rms_norm, rope, sample, silu,
-                  silu_and_mul, silu_mul, softmax)
+from .ops import (RopeScaling, add, decode_attention, embedding, flash_attention, gelu, gemm_fp8, gemm_grouped,
+                  layer_norm, linear, llama3_rope_scaling, log_softmax, matmul, mla_decode, mul, quantize, rms_norm,
+                  rope, sample, silu, silu_and_mul, silu_mul, softmax)
 
 __version__ = _C.version()
 
@@ -60,7 +60,7 @@ def stats(device=0):
 
 
 __all__ = ["add", "decode_attention", "device_info", "embedding", "explain", "flash_attention", "gelu", "gemm_fp8",
-           "layer_norm", "linear", "llama3_rope_scaling", "log_softmax", "matmul", "mla_decode", "mul", "prepare",
+           "gemm_grouped", "layer_norm", "linear", "llama3_rope_scaling", "log_softmax", "matmul", "mla_decode", "mul", "prepare",
            "quantize", "rms_norm", "rope", "sample", "silu", "silu_and_mul", "silu_mul", "softmax", "stats",
            "RopeScaling", "Error", "InvalidArgument", "Unsupported", "DriverError", "CompileError", "CacheMiss",
            "FileError"]

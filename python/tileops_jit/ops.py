@@ -375,6 +375,38 @@ def gemm_fp8(a, b, scales_a, scales_b, scaling="tensor", *, bias=None, c=None, a
     return out
 
 
+def gemm_grouped(a, b, offsets=None, counts=None, *, alpha=1.0, activation=None, out=None, out_dtype=None,
+                 stream=None):
+    """One GEMM per group (a mixture-of-experts layer's experts) in one launch: out[rows of g] =
+    activation(alpha * a[rows of g] @ b[g]), fp16/bf16 in, fp32 accumulation.
+
+    b: [G, K, N] as torch._grouped_mm takes it, either contiguous along N or along K (expert
+    weights [G, N, K] passed as w.transpose(1, 2)). Give exactly one of:
+      offsets: int32 [G + 1] on the device: a [rows, K] holds the groups one after another, group
+        g is rows offsets[g]:offsets[g + 1] (tokens sorted by expert; rows past offsets[G] are
+        left alone in out);
+      counts: int32 [G] on the device: a [G, capacity, K], group g is its first counts[g] rows
+        (out's other rows left alone; a decode step under a CUDA graph).
+    The row counts are read by the kernel, never by the host: no sync, graph-safe. K and a's and
+    b's row strides must be multiples of 8 elements. out_dtype: a's (default), float32 or the
+    other 16-bit type. activation: None, "gelu" or "silu".
+    """
+    if (offsets is None) == (counts is None):
+        raise _C.InvalidArgument("tileops_jit.gemm_grouped: give exactly one of offsets= (contiguous groups) and "
+                                 "counts= (masked groups)")
+    if activation not in _EPILOGUES:
+        raise _C.InvalidArgument(
+            f"tileops_jit.gemm_grouped: activation must be None, 'gelu' or 'silu', got {activation!r}")
+    masked = counts is not None
+    rows = counts if masked else offsets
+    if _compiling():
+        return _torch_ops().gemm_grouped(a, b, rows, masked, alpha, activation or "none", out_dtype)
+    if out is None:
+        out = _new(a, (*a.shape[:-1], b.shape[-1]), out_dtype)
+    _C.gemm_grouped(a, b, rows, out, masked, alpha, _EPILOGUES[activation], stream)
+    return out
+
+
 _torch_library = None  # the torch custom ops' module, set by the package when torch is there
 
 

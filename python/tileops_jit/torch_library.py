@@ -230,3 +230,19 @@ def gemm_fp8(a: Tensor, b: Tensor, scales_a: Tensor, scales_b: Tensor, scaling: 
 @gemm_fp8.register_fake
 def _(a, b, scales_a, scales_b, scaling, c, bias, alpha, beta, activation, out_dtype):
     return a.new_empty((*a.shape[:-1], b.shape[-2]), dtype=out_dtype or torch.bfloat16)
+
+
+# --- grouped GEMM --------------------------------------------------------------------------------
+
+@torch.library.custom_op("tileops::gemm_grouped", mutates_args=())
+def gemm_grouped(a: Tensor, b: Tensor, group_rows: Tensor, masked: bool, alpha: float, activation: str,
+                 out_dtype: Optional[torch.dtype]) -> Tensor:
+    # Rows outside every group are left alone by the kernel: zeros, not new_empty's leftovers.
+    out = a.new_zeros((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or a.dtype)
+    rows = {"counts": group_rows} if masked else {"offsets": group_rows}
+    return _ops.gemm_grouped(a, b, alpha=alpha, activation=activation, out=out, **rows)
+
+
+@gemm_grouped.register_fake
+def _(a, b, group_rows, masked, alpha, activation, out_dtype):
+    return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or a.dtype)

@@ -34,7 +34,7 @@ class ModuleTest(unittest.TestCase):
         self.assertRegex(tj.__version__, r"^\d+\.\d+\.\d+$")
         for name in ["rms_norm", "layer_norm", "softmax", "log_softmax", "gelu", "silu", "silu_and_mul", "add",
                      "mul", "matmul", "linear", "flash_attention", "decode_attention", "mla_decode", "embedding",
-                     "rope", "sample", "quantize", "gemm_fp8", "explain", "prepare"]:
+                     "rope", "sample", "quantize", "gemm_fp8", "gemm_grouped", "explain", "prepare"]:
             self.assertTrue(callable(getattr(tj, name)), name)
 
     def test_error_classes(self):
@@ -178,6 +178,21 @@ class OpArgumentTest(Released):
         self.assertRefused(r"batch = 2 needs per_tensor scaling", tj.gemm_fp8, FakeTensor((2, 16, 256)),
                            FakeTensor((2, 32, 256)), FakeTensor((16,), "float32"), FakeTensor((32,), "float32"), "row",
                            out=FakeTensor((2, 16, 32)))
+
+    def test_gemm_grouped_arguments(self):
+        a, b, out = FakeTensor((64, 256)), FakeTensor((4, 256, 128)), FakeTensor((64, 128))
+        offsets, counts = FakeTensor((5,), "int32"), FakeTensor((4,), "int32")
+        self.assertRefused(r"give exactly one of offsets= \(contiguous groups\) and counts=", tj.gemm_grouped, a, b,
+                           out=out)
+        self.assertRefused(r"give exactly one of", tj.gemm_grouped, a, b, offsets, counts, out=out)
+        self.assertRefused(r"activation must be None, 'gelu' or 'silu', got 'relu'", tj.gemm_grouped, a, b, offsets,
+                           activation="relu", out=out)
+        self.assertRefused(r"b must be \[groups, K, N\], got rank 2", tj.gemm_grouped, a, FakeTensor((256, 128)),
+                           offsets, out=out)
+        self.assertRefused(r"a's last dim \(256\) must equal b's K \(128\)", tj.gemm_grouped, a,
+                           FakeTensor((4, 128, 128)), offsets, out=out)
+        self.assertRefused(r"counts takes a and out of rank 3", tj.gemm_grouped, a, b, counts=counts, out=out)
+        self.assertRefused(r"argument 'group_rows'", tj.gemm_grouped, a, b, counts, out=out)
 
     def test_gemm_fp8_block_scale_layouts(self):
         a, b, out = FakeTensor((16, 256)), FakeTensor((200, 256)), FakeTensor((16, 200))

@@ -305,7 +305,7 @@ class GemmFp8Test(Close):
     def test_block_scales_from_quantize(self):
         x = rand(77, 1024, seed=35)
         a, sa = tj.quantize(x, "block_1x128")  # sa: [8, 77], the layout block scales_a has
-        b, _, _, sb = self.operands("block", 77, 200, 1024, seed=36)
+        _, b, _, sb = self.operands("block", 77, 200, 1024, seed=36)
         self.assertClose(tj.gemm_fp8(a, b, sa, sb, "block"), fp8_gemm_reference(a, b, sa, sb, "block"),
                          torch.bfloat16)
 
@@ -314,6 +314,66 @@ class GemmFp8Test(Close):
         sa, sb = fp8_scales(1, seed=39), fp8_scales(1, seed=40)
         want = (a.double() * sa.double()) @ (b.double() * sb.double()).transpose(1, 2)
         self.assertClose(tj.gemm_fp8(a, b, sa, sb, out_dtype=torch.float32), want, rtol=2e-3)
+
+
+def grouped_reference(a, b, offsets):
+    """Each group's rows of a times its b, in fp64; rows outside the groups are None's (NaN)."""
+    out = torch.full((a.shape[0], b.shape[-1]), float("nan"), device=DEV, dtype=torch.float64)
+    bounds = offsets.tolist()
+    for g in range(b.shape[0]):
+        s, e = bounds[g], bounds[g + 1]
+        out[s:e] = a[s:e].double() @ b[g].double()
+    return out
+
+
+class GemmGroupedTest(Close):
+    def test_contiguous_uneven_weights_layout(self):
+        # Expert weights [G, N, K] seen as [G, K, N]; empty groups, one row, rows past a tile.
+        counts = [0, 1, 77, 0, 129, 300, 64, 0]
+        offsets = torch.tensor([0] + list(torch.tensor(counts).cumsum(0)), dtype=torch.int32, device=DEV)
+        a, w = rand(571, 136, seed=50), rand(8, 200, 136, seed=51, scale=0.1)
+        got = tj.gemm_grouped(a, w.transpose(1, 2), offsets=offsets)
+        self.assertEqual(got.shape, (571, 200))
+        self.assertClose(got, grouped_reference(a, w.transpose(1, 2), offsets), torch.bfloat16)
+
+    def test_contiguous_kn_fp16_gelu_fp32_out(self):
+        offsets = torch.tensor([0, 100, 100, 337], dtype=torch.int32, device=DEV)
+        a, b = rand(337, 128, dtype=torch.float16, seed=52), rand(3, 128, 192, dtype=torch.float16, seed=53, scale=0.1)
+        got = tj.gemm_grouped(a, b, offsets=offsets, alpha=0.5, activation="gelu", out_dtype=torch.float32)
+        self.assertEqual(got.dtype, torch.float32)
+        self.assertClose(got, torch.nn.functional.gelu(0.5 * grouped_reference(a, b, offsets)), rtol=1e-3)
+
+    def test_masked_leaves_rows_past_counts(self):
+        counts = torch.tensor([0, 1, 40, 17], dtype=torch.int32, device=DEV)
+        a, b = rand(4, 40, 256, seed=54), rand(4, 256, 384, seed=55, scale=0.1)
+        out = torch.full((4, 40, 384), float("nan"), device=DEV, dtype=torch.bfloat16)
+        self.assertIs(tj.gemm_grouped(a, b, counts=counts, activation="silu", out=out), out)
+        for g, count in enumerate(counts.tolist()):
+            self.assertTrue(out[g, count:].isnan().all())
+            if count == 0:
+                continue
+            self.assertClose(out[g, :count], torch.nn.functional.silu(a[g, :count].double() @ b[g].double()),
+                             torch.bfloat16)
+
+    def test_graph_replay_follows_new_offsets(self):
+        a, w = rand(400, 192, seed=56), rand(6, 256, 192, seed=57, scale=0.1)
+        offsets = torch.tensor([0, 10, 100, 100, 250, 251, 400], dtype=torch.int32, device=DEV)
+        out = torch.empty(400, 256, device=DEV, dtype=torch.bfloat16)
+        tj.gemm_grouped(a, w.transpose(1, 2), offsets=offsets, out=out)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tj.gemm_grouped(a, w.transpose(1, 2), offsets=offsets, out=out)
+        offsets.copy_(torch.tensor([0, 200, 200, 200, 200, 200, 400], dtype=torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        self.assertClose(out, grouped_reference(a, w.transpose(1, 2), offsets), torch.bfloat16)
+
+    def test_torch_compile(self):
+        offsets = torch.tensor([0, 30, 64], dtype=torch.int32, device=DEV)
+        a, w = rand(64, 256, seed=58), rand(2, 128, 256, seed=59, scale=0.1)
+        fn = torch.compile(lambda a, w, o: tj.gemm_grouped(a, w.transpose(1, 2), offsets=o), fullgraph=True)
+        self.assertClose(fn(a, w, offsets), grouped_reference(a, w.transpose(1, 2), offsets), torch.bfloat16)
 
 
 class ModelOpsTest(Close):

@@ -207,10 +207,7 @@ public:
         if (c.kernel == kGemmSm90) {
             const bool tma_store = stores_d_aligned(width) && gemm_sm90_stores_with_tma(shape_, c);
             plan.template_file = "gemm/gemm_sm90.cuh";
-            plan.name_expression = fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", types,
-                                               c.block_m, c.block_n, c.block_k, c.stages, c.consumers,
-                                               c.pingpong ? "true" : "false", c.cluster, c.group_m, epilogue,
-                                               tma_store ? "true" : "false");
+            plan.name_expression = gemm_kernel_name(c, types, epilogue, tma_store, 0);
             // Persistent: one block per SM at most, each (pair) walking units of `cluster` tiles.
             const int64_t units = (p_.m + c.block_m * c.cluster - 1) / (c.block_m * c.cluster) *
                                   ((p_.n + c.block_n - 1) / c.block_n) * p_.batch * c.split_k;
@@ -227,9 +224,7 @@ public:
             plan.grid[2] = static_cast<unsigned>(p_.batch);
         } else {
             plan.template_file = "gemm/gemm_sm80.cuh";
-            plan.name_expression =
-                fmt::format("tileops::gemm_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", types, c.block_m, c.block_n,
-                            c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m, c.vec, epilogue);
+            plan.name_expression = gemm_kernel_name(c, types, epilogue, false, 0);
             plan.grid[0] = static_cast<unsigned>(gemm_tiles(c, shape_) / p_.batch);
             plan.grid[2] = static_cast<unsigned>(p_.batch);
         }
@@ -347,7 +342,7 @@ void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outp
                   outputs[0].data(),
                   p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd,
                   p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d,
-                  p.batch, p.alpha, p.beta, 1, nullptr, nullptr, 0, {}};
+                  p.batch, p.alpha, p.beta, 1, nullptr, nullptr, 0, {}, nullptr, 0, 0};
     const auto& details = std::any_cast<const GemmLaunch&>(launch.details);
     if (details.packs) {
         // A and B, where not aligned, are read from their copies (made by the `before` kernel).

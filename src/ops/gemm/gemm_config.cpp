@@ -96,6 +96,17 @@ GemmSplitWorkspace GemmSplitWorkspace::of(const GemmConfig& c, const GemmShape& 
     return w;
 }
 
+std::string gemm_kernel_name(const GemmConfig& c, const std::string& types, const std::string& epilogue, bool tma_store,
+                             int groups) {
+    const std::string schedule = groups == 0 ? "" : fmt::format(", {}", groups);
+    if (c.kernel == kGemmSm90)
+        return fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>", types, c.block_m,
+                           c.block_n, c.block_k, c.stages, c.consumers, c.pingpong ? "true" : "false", c.cluster,
+                           c.group_m, epilogue, tma_store ? "true" : "false", schedule);
+    return fmt::format("tileops::gemm_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>", types, c.block_m, c.block_n,
+                       c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m, c.vec, epilogue, schedule);
+}
+
 int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
     return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
 }

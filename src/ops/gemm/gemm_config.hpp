@@ -103,4 +103,11 @@ struct GemmLaunch {
 // Blocks of a launch: tiles x batch for kernels 0 and 2; kernel 1 is persistent (at most one block per SM).
 int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);
 
+// The name expression of kernel 0 or 1 (gemm_sm80_kernel, gemm_sm90_kernel) for a config:
+// `types` is "T, TOut, B_NT", `epilogue` "HAS_C, BIAS, ACT" (C++ template arguments); `groups`
+// the grouped schedule (gemm_groups.cuh; 0, batched, leaves the argument at its default so that
+// batched kernels keep their names and cached binaries).
+std::string gemm_kernel_name(const GemmConfig& config, const std::string& types, const std::string& epilogue,
+                             bool tma_store, int groups);
+
 }  // namespace tileops::detail

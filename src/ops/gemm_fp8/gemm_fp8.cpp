@@ -262,7 +262,7 @@ void GemmFp8Model::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs o
                   outputs[0].data(),
                   p.m, p.n, p.k, p.lda, p.ldb, p.ldc, p.ldd,
                   p.batch_stride_a, p.batch_stride_b, p.batch_stride_c, p.batch_stride_d,
-                  p.batch, p.alpha, p.beta, 1, nullptr, nullptr, gemm_a_box_rows(p.m, tile.block_m), {}};
+                  p.batch, p.alpha, p.beta, 1, nullptr, nullptr, gemm_a_box_rows(p.m, tile.block_m), {}, nullptr, 0, 0};
     GemmFp8Scales scales{static_cast<const float*>(inputs[2].data()), static_cast<const float*>(inputs[3].data())};
     alignas(64) CUtensorMap map_a = gemm_tensor_map(args.a, DType::fp8_e4m3, p.m, p.k, p.lda, p.batch, p.batch_stride_a,
                                                     static_cast<unsigned>(args.a_box_rows));

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Grouped GEMMs of mixture-of-experts layers, ours (tileops_jit.gemm_grouped) against
+torch._grouped_mm and a loop of cuBLAS calls (torch.mm per expert), on the same tensors in the
+same run, with realistic uneven expert loads.
+
+    PYTHONPATH=build/python python3 bench/bench_gemm_grouped.py [--seed 1] [--json grouped.json]
+                                                                [--repeats 20] [--list]
+
+Layers: Mixtral-8x7B (8 experts, top-2, hidden 4096, intermediate 14336), Qwen3-30B-A3B (128,
+top-8, 2048, 768) and DeepSeek-V3 (256, top-8, 7168, 2048); for each, the gate+up projection
+(N = 2 x intermediate, K = hidden) and the down projection (N = hidden, K = intermediate) at
+{64, 512, 4096, 16384} tokens. Loads: each token's top-k of random router logits plus a seeded
+per-expert bias (N(0, 0.5)): some experts get several times the average, some few or none.
+Contiguous layout: the tokens' rows sorted by expert, int32 offsets. Masked decode (at most 64
+tokens an expert): a [experts, capacity, K] with counts, against torch.bmm over the capacity;
+reported as the bandwidth of reading the active experts' weights.
+
+Timing as bench_problems: CUDA events, warm-up, L2 flushed before each timed run, median
+(torch_timing.py).
+"""
+import argparse
+import json
+
+MODELS = {  # experts, top-k, hidden, intermediate
+    "mixtral-8x7b": (8, 2, 4096, 14336),
+    "qwen3-30b-a3b": (128, 8, 2048, 768),
+    "deepseek-v3": (256, 8, 7168, 2048),
+}
+TOKENS = [64, 512, 4096, 16384]
+DECODE_TOKENS = [1, 8, 32]  # masked layout: a decode step's tokens
+
+
+def cases():
+    for model, (experts, top_k, hidden, inter) in MODELS.items():
+        for tokens in TOKENS:
+            for proj, n, k in (("up", 2 * inter, hidden), ("down", hidden, inter)):
+                yield {"model": model, "proj": proj, "layout": "contiguous", "tokens": tokens, "experts": experts,
+                       "top_k": top_k, "n": n, "k": k}
+        for tokens in DECODE_TOKENS:
+            yield {"model": model, "proj": "up", "layout": "masked", "tokens": tokens, "experts": experts,
+                   "top_k": top_k, "n": 2 * inter, "k": hidden}
+
+
+def expert_counts(torch, case, seed):
+    """Rows per expert: each token's top-k of random logits plus a per-expert bias."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    bias = torch.randn(case["experts"], device="cuda", generator=gen) * 0.5
+    logits = torch.randn(case["tokens"], case["experts"], device="cuda", generator=gen) + bias
+    ids = logits.topk(case["top_k"], dim=1).indices.flatten()
+    return torch.bincount(ids, minlength=case["experts"]).to(torch.int32)
+
+
+def run_case(torch, tj, time_ms, case, seed, repeats):
+    g, n, k = case["experts"], case["n"], case["k"]
+    counts = expert_counts(torch, case, seed)
+    counts_host = counts.tolist()
+    row = dict(case, max_rows=max(counts_host), active=sum(1 for c in counts_host if c > 0))
+    w = torch.randn(g, n, k, device="cuda", dtype=torch.bfloat16) * 0.02  # expert weights [G, N, K]
+    b = w.transpose(1, 2)  # [G, K, N], contiguous along K
+    if case["layout"] == "contiguous":
+        rows = sum(counts_host)
+        a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        ends = torch.cumsum(counts, 0, dtype=torch.int32)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.int32, device="cuda"), ends])
+        out = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
+        ours = lambda: tj.gemm_grouped(a, b, offsets=offsets, out=out)  # noqa: E731
+        ref = torch.cat([a[s:e] @ w[i].t() for i, (s, e) in enumerate(zip(offsets[:-1].tolist(), ends.tolist()))])
+        ours()
+        row["max_error"] = float((out.float() - ref.float()).abs().max())
+        row["ours_us"] = time_ms(ours, repeats) * 1e3
+        bounds = list(zip(offsets[:-1].tolist(), ends.tolist()))
+        loop = lambda: [torch.mm(a[s:e], w[i].t(), out=out[s:e]) for i, (s, e) in enumerate(bounds) if e > s]  # noqa: E731
+        row["cublas_loop_us"] = time_ms(loop, repeats) * 1e3
+        try:
+            peer = lambda: torch._grouped_mm(a, b, offs=ends)  # noqa: E731
+            peer()
+            row["grouped_mm_us"] = time_ms(peer, repeats) * 1e3
+        except RuntimeError as error:
+            row["grouped_mm_us"] = None
+            row["error"] = str(error).splitlines()[0][:200]
+        row["tflops"] = 2.0 * rows * n * k / (row["ours_us"] * 1e-6) / 1e12
+    else:
+        capacity = max(max(counts_host), 1)
+        a = torch.randn(g, capacity, k, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(g, capacity, n, device="cuda", dtype=torch.bfloat16)
+        ours = lambda: tj.gemm_grouped(a, b, counts=counts, out=out)  # noqa: E731
+        ours()
+        mask = torch.arange(capacity, device="cuda")[None, :] < counts[:, None]
+        # Rows past the counts are not written (out is uninitialized there): compared within them.
+        diff = (out.float() - torch.bmm(a, b).float()).abs()
+        row["max_error"] = float(torch.where(mask[..., None], diff, torch.zeros_like(diff)).max())
+        row["ours_us"] = time_ms(ours, repeats) * 1e3
+        row["bmm_us"] = time_ms(lambda: torch.bmm(a, b, out=out), repeats) * 1e3
+        weight_bytes = row["active"] * n * k * 2
+        row["weights_tb_s"] = weight_bytes / (row["ours_us"] * 1e-6) / 1e12
+    return row
+
+
+def line(row):
+    text = f"{row['model']:<14} {row['proj']:<4} {row['layout']:<10} {row['tokens']:>6} tok  max rows {row['max_rows']:>5}  "
+    text += f"ours {row['ours_us']:8.1f} us"
+    if row["layout"] == "contiguous":
+        peer = row.get("grouped_mm_us")
+        text += f"  _grouped_mm {peer:8.1f} us ({peer / row['ours_us']:.2f}x)" if peer else f"  _grouped_mm: {row['error']}"
+        text += f"  cuBLAS loop {row['cublas_loop_us']:8.1f} us  {row['tflops']:6.1f} TFLOP/s"
+    else:
+        text += f"  bmm {row['bmm_us']:8.1f} us  weights {row['weights_tb_s']:.2f} TB/s"
+    return text + f"  max err {row['max_error']:.3g}"
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--json", default="")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args()
+    if args.list:
+        for case in cases():
+            print(case)
+        return
+    import torch
+    import tileops_jit as tj
+    from torch_timing import time_ms
+
+    rows = []
+    for case in cases():
+        rows.append(run_case(torch, tj, time_ms, case, args.seed, args.repeats))
+        print(line(rows[-1]), flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "seed": args.seed,
+                           "rows": rows}, f, indent=2)
+    ratios = [r["grouped_mm_us"] / r["ours_us"] for r in rows if r.get("grouped_mm_us")]
+    if ratios:
+        geomean = 1.0
+        for r in ratios:
+            geomean *= r ** (1.0 / len(ratios))
+        print(f"contiguous: geomean {geomean:.2f}x torch._grouped_mm, min {min(ratios):.2f}x over {len(ratios)} problems")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,298 @@
+// Grouped GEMM: problem checks, tuning key and kernel choice (GemmGroupedModel), operand checks and
+// the launch. Kernels: the 16-bit GEMM's (gemm_sm90.cuh, gemm_sm80.cuh) with the grouped schedule
+// of kernel_templates/gemm/gemm_groups.cuh; configs: gemm_config.cpp, restricted here.
+#include "tileops/gemm_grouped.hpp"
+
+#include <algorithm>
+#include <any>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/gemm_operands.hpp"
+#include "core/launch.hpp"
+#include "core/op_model.hpp"
+#include "core/validation.hpp"
+#include "gemm/gemm_args.cuh"  // kernel_templates/: the kernels' argument block, the schedules
+#include "ops/gemm/gemm_config.hpp"
+#include "tileops/error.hpp"
+
+namespace tileops {
+
+const char* gemm_group_layout_name(GemmGroupLayout layout) noexcept {
+    return layout == GemmGroupLayout::masked ? "masked" : "contiguous";
+}
+
+namespace detail {
+namespace {
+
+constexpr const char* kOp = "GemmGrouped";
+constexpr int64_t kMaxGroups = 4096;  // the schedule's table (16 KB of shared memory at most)
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+bool nt(const GemmGroupedProblem& p) { return p.layout == GemmLayout::nt; }
+bool masked(const GemmGroupedProblem& p) { return p.group_layout == GemmGroupLayout::masked; }
+int64_t b_rows(const GemmGroupedProblem& p) { return nt(p) ? p.n : p.k; }
+int64_t b_cols(const GemmGroupedProblem& p) { return nt(p) ? p.k : p.n; }
+// Rows of the flat A and D: every group's.
+int64_t flat_rows(const GemmGroupedProblem& p) { return masked(p) ? p.groups * p.rows : p.rows; }
+// group_rows' length: offsets or counts.
+int64_t group_rows_count(const GemmGroupedProblem& p) { return masked(p) ? p.groups : p.groups + 1; }
+
+GemmGroupedProblem normalized(GemmGroupedProblem p) {
+    if (p.groups < 1 || p.groups > kMaxGroups)
+        throw InvalidArgument(fmt::format("tileops::GemmGrouped: groups = {} is not in [1, {}]", p.groups, kMaxGroups));
+    const int64_t dims[] = {p.rows, p.n, p.k};
+    const char* names[] = {"rows", "n", "k"};
+    for (int i = 0; i < 3; ++i) {
+        if (dims[i] < 1) throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} must be >= 1, got {}", names[i], dims[i]));
+        if (dims[i] > (int64_t{1} << 31) - 1)
+            throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} = {} is larger than supported (2^31 - 1)", names[i], dims[i]));
+    }
+    if (p.group_layout != GemmGroupLayout::contiguous && p.group_layout != GemmGroupLayout::masked)
+        throw InvalidArgument(fmt::format("tileops::GemmGrouped: group_layout {} is not contiguous or masked",
+                                          static_cast<int>(p.group_layout)));
+    if (flat_rows(p) > (int64_t{1} << 31) - 1)
+        throw InvalidArgument(fmt::format("tileops::GemmGrouped: groups x capacity = {} x {} rows is larger than supported "
+                                          "(2^31 - 1)", p.groups, p.rows));
+    if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
+        throw Unsupported(fmt::format("tileops::GemmGrouped: dtype {} is not supported for A and B (fp16 or bf16)",
+                                      dtype_name(p.dtype)));
+    if (!p.out_dtype) p.out_dtype = p.dtype;
+    check_float_dtype(kOp, "out_dtype", *p.out_dtype);
+    if (p.layout != GemmLayout::nn && p.layout != GemmLayout::nt)
+        throw InvalidArgument(fmt::format("tileops::GemmGrouped: layout {} is not nn or nt", static_cast<int>(p.layout)));
+    if (p.epilogue != GemmEpilogue::none && p.epilogue != GemmEpilogue::gelu && p.epilogue != GemmEpilogue::silu)
+        throw InvalidArgument(fmt::format("tileops::GemmGrouped: epilogue {} is not none, gelu or silu", static_cast<int>(p.epilogue)));
+    if (!std::isfinite(p.alpha)) throw InvalidArgument(fmt::format("tileops::GemmGrouped: alpha must be finite, got {}", p.alpha));
+    p.lda = gemm_leading_dimension(kOp, "lda", p.lda, p.k);
+    p.ldb = gemm_leading_dimension(kOp, "ldb", p.ldb, b_cols(p));
+    p.ldd = gemm_leading_dimension(kOp, "ldd", p.ldd, p.n);
+    p.group_stride_b = gemm_batch_stride(kOp, "group_stride_b", p.group_stride_b, p.groups, b_rows(p), b_cols(p), p.ldb, false);
+    check_gemm_offsets(kOp, std::max(flat_rows(p), std::max(p.n, p.k)), {{"lda", p.lda}, {"ldb", p.ldb}, {"ldd", p.ldd}});
+    check_gemm_offsets(kOp, p.groups, {{"group_stride_b", p.group_stride_b}});
+    // TMA reads A and B: every row (and group of B) must start 16 bytes after the one before.
+    for (auto [name, value] : {std::pair{"lda", p.lda}, {"ldb", p.ldb}, {"group_stride_b", p.groups > 1 ? p.group_stride_b : 0}})
+        if (value % 8 != 0)
+            throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} = {} is not a multiple of 8 elements (rows are read "
+                                              "with TMA, 16 bytes aligned; pad K)", name, value));
+    return p;
+}
+
+const char* activation_index(GemmEpilogue e) { return e == GemmEpilogue::gelu ? "1" : e == GemmEpilogue::silu ? "2" : "0"; }
+
+// Launch widths: D's rows aligned for TMA stores (16-bit D), or not (OpModel::vector_widths).
+constexpr int kAlignedD = 8;
+constexpr int kUnalignedD = ragged_width(8);
+
+// LaunchPlan::details: the tile the tensor maps' boxes are cut to.
+struct GemmGroupedTile {
+    bool tma = false;
+    int block_m = 0, block_n = 0;
+    bool paired = false;
+};
+
+}  // namespace
+
+class GemmGroupedModel final : public OpModel {
+public:
+    int vector_width(Inputs inputs, Outputs outputs) const override;
+    void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const override;
+    // The schedule's configs see the problem as a batch of groups of equal rows: the rows a group
+    // has on average (contiguous) or room for (masked).
+    explicit GemmGroupedModel(const GemmGroupedProblem& p)
+        : p_(p),
+          shape_{p.groups, std::max<int64_t>(1, masked(p) ? p.rows : ceil_div(p.rows, p.groups)), p.n, p.k,
+                 dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
+          d_rows_aligned_(shape_.out_bytes != 2 || widest_dividing_vector(8, {p.ldd, masked(p) ? p.rows * p.ldd : 0}) == 8) {}
+
+    std::string op_name() const override { return "gemm_grouped"; }
+    std::vector<long long> shape() const override { return {p_.groups, p_.rows, p_.n, p_.k}; }
+    std::string dtype_key() const override {
+        if (p_.dtype == *p_.out_dtype) return dtype_name(p_.dtype);
+        return fmt::format("{}->{}", dtype_name(p_.dtype), dtype_name(*p_.out_dtype));
+    }
+    // "masked,nt,silu": the layouts and the activation, in a fixed order.
+    std::string flags() const override {
+        std::string text;
+        auto add = [&](const char* flag) { text += (text.empty() ? "" : ",") + std::string(flag); };
+        if (masked(p_)) add("masked");
+        if (nt(p_)) add("nt");
+        if (p_.epilogue != GemmEpilogue::none) add(gemm_epilogue_name(p_.epilogue));
+        return text;
+    }
+
+    // The batched GEMM's choice for the average group, without what the grouped schedule lacks:
+    // the skinny kernel and split K (both need the tiles' count on the host).
+    Config heuristic(const DeviceInfo& device) const override {
+        GemmConfig c = gemm_heuristic(shape_, device);
+        if (c.kernel == kGemmSkinny) c = gemm_sm80_heuristic(shape_, device);
+        c.split_k = 1;
+        // The widths the grouped TMA kernel leaves out (see invalid_reason): the next narrower.
+        if (c.kernel == kGemmSm90 && grouped_spills(c)) c.cluster = 1;
+        if (invalid_reason(c.to_config(), device)) c = gemm_sm80_heuristic(shape_, device);
+        return c.to_config();
+    }
+    std::vector<Config> search_space(const DeviceInfo& device) const override {
+        std::vector<Config> space;
+        for (const GemmConfig& c : gemm_search_space(shape_, device)) {
+            if (device.sm() == 90 && c.kernel == kGemmSm80) continue;  // only slower there (see GemmModel)
+            if (!invalid_reason(c.to_config(), device)) space.push_back(c.to_config());
+        }
+        return space;
+    }
+    std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
+        GemmConfig c;
+        try {
+            c = GemmConfig::from(config);
+        } catch (const std::exception& e) {
+            return std::string(e.what());
+        }
+        if (c.kernel == kGemmSkinny) return "kernel 2 (skinny) does not run groups";
+        if (c.split_k != 1) return fmt::format("split_k = {}: groups are not split along K", c.split_k);
+        if (c.vec != 8) return fmt::format("vec = {}: A and B rows are 16-byte aligned (vec 8)", c.vec);
+        if (c.kernel == kGemmSm90 && grouped_spills(c))
+            return fmt::format("block_n = {} with cluster = 2 spills registers under the group schedule", c.block_n);
+        if (auto reason = gemm_invalid_reason(c, shape_, device)) return reason;
+        if (shared_bytes(c) > static_cast<unsigned>(device.max_shared_memory_per_block_optin))
+            return fmt::format("needs {} bytes of shared memory with the groups' table, the device allows {}",
+                               shared_bytes(c), device.max_shared_memory_per_block_optin);
+        if (max_units(c) > 0x7fffffffLL) return "too many tiles for one launch";
+        return std::nullopt;
+    }
+    std::vector<int> vector_widths(const Config&) const override {
+        if (d_rows_aligned_) return {kAlignedD, kUnalignedD};
+        return {kUnalignedD};
+    }
+    bool d_aligned(const void* d) const {
+        return d_rows_aligned_ && (shape_.out_bytes != 2 || widest_aligned_vector(8, d, shape_.out_bytes) == 8);
+    }
+
+    LaunchPlan plan(const Config& config, int width, const DeviceInfo& device) const override {
+        const GemmConfig c = GemmConfig::from(config);
+        const int groups = masked(p_) ? kGemmGroupsMasked : kGemmGroupsContiguous;
+        const std::string types = fmt::format("{}, {}, {}", device_type_name(p_.dtype), device_type_name(*p_.out_dtype),
+                                              nt(p_) ? "true" : "false");
+        const std::string epilogue = fmt::format("false, false, {}", activation_index(p_.epilogue));
+        LaunchPlan plan;
+        plan.shared_bytes = shared_bytes(c);
+        plan.block[0] = static_cast<unsigned>(c.threads());
+        const int64_t units = max_units(c);
+        if (c.kernel == kGemmSm90) {
+            const bool tma_store = width == kAlignedD && gemm_sm90_stores_with_tma(shape_, c);
+            plan.template_file = "gemm/gemm_sm90.cuh";
+            plan.name_expression = gemm_kernel_name(c, types, epilogue, tma_store, groups);
+            plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(units, device.sm_count / c.cluster) * c.cluster);
+            plan.cluster = static_cast<unsigned>(c.cluster);
+            plan.persistent = true;
+            plan.details = GemmGroupedTile{true, c.block_m, c.block_n, c.cluster == 2};
+        } else {
+            // A block per tile the groups could have; those past the real tiles leave at once.
+            plan.template_file = "gemm/gemm_sm80.cuh";
+            plan.name_expression = gemm_kernel_name(c, types, epilogue, false, groups);
+            plan.grid[0] = static_cast<unsigned>(units);
+            plan.details = GemmGroupedTile{};
+        }
+        return plan;
+    }
+
+    std::vector<OperandSpec> operands() const override {
+        const int64_t rows = flat_rows(p_);
+        const int64_t b_extent = (p_.groups - 1) * p_.group_stride_b + gemm_matrix_extent(b_rows(p_), b_cols(p_), p_.ldb);
+        // Tools fill group_rows with balanced groups: offsets i x rows / groups, or every count
+        // the capacity.
+        OperandSpec group_rows{"group_rows", DType::int32, 0, group_rows_count(p_), group_rows_count(p_), false};
+        group_rows.fill = masked(p_) ? OperandFill::constant : OperandFill::multiples;
+        group_rows.fill_value = masked(p_) ? p_.rows : p_.rows / p_.groups;
+        return {{"A", p_.dtype, rows, p_.k, p_.lda, false},
+                {"B", p_.dtype, (b_extent - b_cols(p_) + p_.ldb - 1) / p_.ldb + 1, b_cols(p_), p_.ldb, false},
+                group_rows,
+                {"D", *p_.out_dtype, rows, p_.n, p_.ldd, true}};
+    }
+
+    const GemmGroupedProblem& problem() const noexcept { return p_; }
+
+private:
+    // The 16-bit TMA kernel's block pairs of 160- and 224-column tiles (D stored from registers,
+    // 80 or 112 accumulators a thread) spill a few bytes once the schedule's tile bounds are live
+    // too (ptxas, sm_90a).
+    static bool grouped_spills(const GemmConfig& c) { return c.cluster == 2 && (c.block_n == 160 || c.block_n == 224); }
+    unsigned shared_bytes(const GemmConfig& c) const {
+        return c.shared_bytes(shape_) + gemm_groups_table_bytes(static_cast<int>(p_.groups));
+    }
+    // The most units the groups' tiles can make (the schedule's table counts in int): each group
+    // wastes at most one partial unit of rows.
+    int64_t max_units(const GemmConfig& c) const {
+        const int64_t unit_rows = int64_t{c.block_m} * (c.kernel == kGemmSm90 ? c.cluster : 1);
+        const int64_t units_m = masked(p_) ? p_.groups * ceil_div(p_.rows, unit_rows) : ceil_div(p_.rows, unit_rows) + p_.groups;
+        return units_m * ceil_div(p_.n, c.block_n);
+    }
+
+    GemmGroupedProblem p_;
+    GemmShape shape_;
+    bool d_rows_aligned_;  // ldd (and, masked, a group's rows of D) a multiple of 16 bytes, or D not 16-bit
+};
+
+namespace {
+
+// Checks run()'s operands (throws InvalidArgument naming the one that is wrong).
+void bind(const GemmGroupedProblem& p, Inputs inputs, Outputs outputs) {
+    check_count(kOp, "inputs", inputs.size(), 3, "A, B, group_rows");
+    check_count(kOp, "outputs", outputs.size(), 1, "D");
+    // Masked A and D may come as [groups, capacity, cols] views; both layouts are one flat matrix.
+    const int64_t batch = masked(p) ? p.groups : 1, rows = p.rows;
+    const RowsSpan a = check_gemm_operand(kOp, batch, "A", inputs[0], p.dtype, rows, p.k, p.lda, rows * p.lda);
+    const RowsSpan b = check_gemm_operand(kOp, p.groups, "B", inputs[1], p.dtype, b_rows(p), b_cols(p), p.ldb, p.group_stride_b);
+    for (int i = 0; i < 2; ++i)
+        if (reinterpret_cast<uintptr_t>(inputs[i].data()) % 16 != 0)
+            throw InvalidArgument(fmt::format("tileops::GemmGrouped: argument '{}' must start on 16 bytes (TMA reads it)",
+                                              i == 0 ? "A" : "B"));
+    const RowsSpan groups = check_operand(kOp, "group_rows", inputs[2].data(), inputs[2].view(), DType::int32, 0,
+                                          group_rows_count(p), 1);
+    const RowsSpan d = check_gemm_operand(kOp, batch, "D", outputs[0], *p.out_dtype, rows, p.n, p.ldd, rows * p.ldd);
+    for (const RowsSpan& other : {a, b, groups}) check_output_overlap(kOp, d, other, false);
+}
+
+}  // namespace
+}  // namespace detail
+
+GemmGrouped::GemmGrouped(const GemmGroupedProblem& problem) {
+    problem_ = adopt(std::make_shared<const detail::GemmGroupedModel>(detail::normalized(problem)));
+}
+
+namespace detail {
+
+int GemmGroupedModel::vector_width(Inputs inputs, Outputs outputs) const {
+    bind(p_, inputs, outputs);
+    return d_aligned(outputs[0].data()) ? kAlignedD : kUnalignedD;
+}
+
+void GemmGroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
+    const GemmGroupedProblem& p = p_;
+    const int64_t rows = flat_rows(p);
+    const auto& tile = std::any_cast<const GemmGroupedTile&>(launch.details);
+    GemmArgs args{inputs[0].data(), inputs[1].data(), nullptr, nullptr, outputs[0].data(),
+                  rows, p.n, p.k, p.lda, p.ldb, p.ldd, p.ldd,
+                  rows * p.lda, p.group_stride_b, rows * p.ldd, rows * p.ldd,
+                  1, p.alpha, 0.0f, 1, nullptr, nullptr, tile.block_m, {},
+                  static_cast<const int*>(inputs[2].data()), static_cast<int>(p.groups), masked(p) ? p.rows : 0};
+    if (!tile.tma) {
+        void* params[] = {&args};
+        detail::launch(launch, params, stream, *this);
+        return;
+    }
+    const unsigned block_n = static_cast<unsigned>(tile.block_n);
+    alignas(64) CUtensorMap map_a = gemm_tensor_map(args.a, p.dtype, rows, p.k, p.lda, 1, rows * p.lda,
+                                                    static_cast<unsigned>(tile.block_m));
+    alignas(64) CUtensorMap map_b =
+        nt(p) ? gemm_tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.groups, p.group_stride_b, tile.paired ? block_n / 2 : block_n)
+              : gemm_tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.groups, p.group_stride_b, 64);
+    alignas(64) CUtensorMap map_d = dtype_size(*p.out_dtype) == 2 && d_aligned(args.d)
+                                        ? gemm_tensor_map(args.d, *p.out_dtype, rows, p.n, p.ldd, 1, rows * p.ldd, 64)
+                                        : map_a;
+    void* params[] = {&map_a, &map_b, &map_d, &args};
+    detail::launch(launch, params, stream, *this);
+}
+
+}  // namespace detail
+}  // namespace tileops
