@@ -12,6 +12,7 @@
 #include "tileops/gemm_fp8.hpp"
 #include "tileops/layernorm.hpp"
 #include "tileops/mla_decode.hpp"
+#include "tileops/moe_routing.hpp"
 #include "tileops/op.hpp"
 #include "tileops/quantize.hpp"
 #include "tileops/rmsnorm.hpp"

@@ -19,6 +19,7 @@ OpFamily embedding_family();
 OpFamily rope_family();
 OpFamily sampling_family();
 OpFamily quantize_family();
+OpFamily moe_routing_family();
 
 const std::vector<OpFamily>& op_families() {
     static const std::vector<OpFamily> families = {
@@ -33,6 +34,7 @@ const std::vector<OpFamily>& op_families() {
         rope_family(),
         sampling_family(),
         quantize_family(),
+        moe_routing_family(),
     };
     return families;
 }
