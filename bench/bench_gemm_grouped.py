@@ -11,7 +11,8 @@ top-8, 2048, 768) and DeepSeek-V3 (256, top-8, 7168, 2048); for each, the gate+u
 (N = 2 x intermediate, K = hidden) and the down projection (N = hidden, K = intermediate) at
 {64, 512, 4096, 16384} tokens. Loads: each token's top-k of random router logits plus a seeded
 per-expert bias (N(0, 0.5)): some experts get several times the average, some few or none.
-Contiguous layout: the tokens' rows sorted by expert, int32 offsets. Masked decode (at most 64
+Contiguous layout: the tokens' rows sorted by expert, int32 offsets; also in FP8 with
+DeepSeek-V3's block scales (a quantized per 1 x 128 by tj.quantize), against our bf16. Masked decode (at most 64
 tokens an expert): a [experts, capacity, K] with counts, against torch.bmm over the capacity;
 reported as the bandwidth of reading the active experts' weights.
 
@@ -79,6 +80,14 @@ def run_case(torch, tj, time_ms, case, seed, repeats):
             row["grouped_mm_us"] = None
             row["error"] = str(error).splitlines()[0][:200]
         row["tflops"] = 2.0 * rows * n * k / (row["ours_us"] * 1e-6) / 1e12
+        # FP8 with DeepSeek-V3's block scales: a quantized per 1 x 128 (tj.quantize), e4m3 weights per 128 x 128.
+        a8, sa = tj.quantize(a, "block_1x128")
+        w8 = (w * 2000).clamp(-448, 448).to(torch.float8_e4m3fn)
+        sw = torch.rand(g, (n + 127) // 128, (k + 127) // 128, device="cuda") * 1e-3 + 1e-4
+        fp8 = lambda: tj.gemm_grouped(a8, w8.transpose(1, 2), offsets=offsets, scales_a=sa, scales_b=sw,  # noqa: E731
+                                      scaling="block", out=out)
+        row["fp8_us"] = time_ms(fp8, repeats) * 1e3
+        row["fp8_speedup"] = row["ours_us"] / row["fp8_us"]
     else:
         capacity = max(max(counts_host), 1)
         a = torch.randn(g, capacity, k, device="cuda", dtype=torch.bfloat16)
@@ -103,6 +112,7 @@ def line(row):
         peer = row.get("grouped_mm_us")
         text += f"  _grouped_mm {peer:8.1f} us ({peer / row['ours_us']:.2f}x)" if peer else f"  _grouped_mm: {row['error']}"
         text += f"  cuBLAS loop {row['cublas_loop_us']:8.1f} us  {row['tflops']:6.1f} TFLOP/s"
+        text += f"  fp8 block {row['fp8_us']:8.1f} us ({row['fp8_speedup']:.2f}x ours bf16)"
     else:
         text += f"  bmm {row['bmm_us']:8.1f} us  weights {row['weights_tb_s']:.2f} TB/s"
     return text + f"  max err {row['max_error']:.3g}"
@@ -137,6 +147,9 @@ def main():
         for r in ratios:
             geomean *= r ** (1.0 / len(ratios))
         print(f"contiguous: geomean {geomean:.2f}x torch._grouped_mm, min {min(ratios):.2f}x over {len(ratios)} problems")
+    fp8 = [r["fp8_speedup"] for r in rows if r.get("fp8_speedup") and r["tokens"] >= 4096]
+    if fp8:
+        print(f"fp8 block-scaled at >= 4096 tokens: {min(fp8):.2f}x to {max(fp8):.2f}x our bf16")
 
 
 if __name__ == "__main__":

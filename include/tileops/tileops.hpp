@@ -10,6 +10,7 @@
 #include "tileops/gemm.hpp"
 #include "tileops/gemm_grouped.hpp"
 #include "tileops/gemm_fp8.hpp"
+#include "tileops/gemm_fp8_grouped.hpp"
 #include "tileops/layernorm.hpp"
 #include "tileops/mla_decode.hpp"
 #include "tileops/moe_routing.hpp"

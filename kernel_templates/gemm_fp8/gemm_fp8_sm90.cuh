@@ -26,12 +26,15 @@
 // Template parameters: TOut (float, __half, __nv_bfloat16), BM x BN (BM = 64 x CONSUMERS x
 // atoms, BN a wgmma width), STAGES, CONSUMERS (1 or 2), GROUP_M, SCALING (gemm_fp8_args.cuh;
 // block scales need BN to divide 128, so a tile's columns share one block of B), HAS_C, BIAS, ACT,
-// TMA_STORE. A and B rows and pointers must be 16-byte aligned (the host checks).
+// TMA_STORE, GROUPS (gemm/gemm_groups.cuh: batch entries, or groups of rows given on the device,
+// each with its own B and B scales: s.b + group x (1, N or ceil(N/128) x ceil(K/128))). A and B
+// rows and pointers must be 16-byte aligned (the host checks).
 #pragma once
 
 #include "arch/hopper.cuh"
 #include "arch/wgmma_fp8.cuh"
 #include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_groups.cuh"
 #include "gemm/gemm_sm90.cuh"  // the TMA-store epilogue's helpers (gemm_stmatrix_x4, gemm_out_offset)
 #include "gemm_fp8/gemm_fp8_args.cuh"
 
@@ -53,14 +56,20 @@ __device__ __forceinline__ void gemm_fp8_scale_pair(const GemmArgs& p, const Gem
     }
 }
 
+// Where group g's scales of B start: one scale, a row's (N) or the blocks' (ceil(N/128) x K steps).
+template <int SCALING>
+__device__ __forceinline__ const float* gemm_fp8_group_scales_b(const GemmArgs& p, const float* b, int group, int k_tiles) {
+    const long long per_group = SCALING == kGemmFp8PerTensor ? 1 : SCALING == kGemmFp8PerRow ? p.n : (p.n + 127) / 128 * k_tiles;
+    return b + group * per_group;
+}
+
 template <typename TOut, int BM, int BN, int STAGES, int CONSUMERS, int GROUP_M, int SCALING, bool HAS_C, bool BIAS,
-          int ACT, bool TMA_STORE>
-__device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp8Scales& s, const TensorMap* map_d,
+          int ACT, bool TMA_STORE, int GROUPS, typename Schedule>
+__device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp8Scales& scales, const TensorMap* map_d,
                                                  const unsigned char* ring_a, const unsigned char* ring_b,
                                                  TOut* out_tiles, unsigned long long* full,
                                                  unsigned long long* empty, int consumer, long long first_tile,
-                                                 long long tile_stride, long long tiles, long long tiles_per_batch,
-                                                 int tiles_m, int tiles_n, int k_tiles) {
+                                                 long long tile_stride, const Schedule& schedule, int k_tiles) {
     constexpr int BK = 128;
     constexpr int kRows = BM / CONSUMERS;  // rows of a tile this warpgroup multiplies
     constexpr int kAtoms = kRows / 64;
@@ -74,12 +83,36 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
     int out_slot = 0;  // which of this consumer's two output buffers the next box uses
     int stage = 0;
     unsigned phase = 0;
-    for (long long tile = first_tile; tile < tiles; tile += tile_stride) {
-        const long long batch = tile / tiles_per_batch;
-        int tile_m, tile_n;
-        grouped_tile<GROUP_M>(tile % tiles_per_batch, tiles_m, tiles_n, tile_m, tile_n);
-        const long long row0 = static_cast<long long>(tile_m) * BM + consumer * kRows;
-        const long long n0 = static_cast<long long>(tile_n) * BN;
+    for (long long tile = first_tile; tile < schedule.units; tile += tile_stride) {
+        const GemmTile at = schedule.tile(p, tile, 0);
+        const long long batch = at.ad_batch;
+        const long long row0 = at.row0 + consumer * kRows;
+        const long long n0 = static_cast<long long>(at.tile_n) * BN;
+        // A batch shares one pair of scales; a group has its own of B.
+        const GemmFp8Scales s{scales.a, GROUPS == kGemmBatched ? scales.b
+                                                                : gemm_fp8_group_scales_b<SCALING>(p, scales.b, at.b_batch, k_tiles)};
+        // Stores rows [atom x 64, atom x 64 + 64) of this consumer's rows, columns [col_begin,
+        // col_end) of the tile, from the accumulators (pairs of elements, guarded).
+        auto store_from_registers = [&](float tensor_scale, int atom, int col_begin, int col_end) {
+            TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
+            const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const long long row = row0 + atom * 64 + r0 + half * 8;
+                if (row >= at.row_end) continue;
+                TOut* d_row = D + row * p.ldd;
+                const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const long long col = n0 + j * 8 + (t % 4) * 2;
+                    if (j * 8 < col_begin || j * 8 >= col_end || col >= p.n) continue;
+                    float v[2] = {acc[atom][4 * j + 2 * half], acc[atom][4 * j + 2 * half + 1]};
+                    gemm_fp8_scale_pair<SCALING>(p, s, tensor_scale, row, col, v);
+                    // The bias is in D's type (the FP8 inputs are no type for it).
+                    gemm_store_pair<TOut, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, v[0], v[1]);
+                }
+            }
+        };
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom)
 #pragma unroll
@@ -133,10 +166,19 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
             // As the 16-bit kernel: this consumer's rows in boxes of 64 x 64 through two buffers
             // taken in turn (each reused once the store that read it two boxes ago is done).
             const int warp = t / 32, lane = t % 32;
-            const bool interior = row0 + kRows <= p.m && n0 + BN <= p.n;
+            const bool interior = row0 + kRows <= at.row_end && n0 + BN <= p.n;
 #pragma unroll
             for (int box = 0; box < kAtoms * (BN / 64); ++box) {
                 const int atom = box / (BN / 64), col0 = (box % (BN / 64)) * 64;
+                if constexpr (GROUPS != kGemmBatched) {
+                    // TMA clips at the matrix's edge, not at a group's: a box reaching past the
+                    // group's rows is stored from registers, one past them not at all.
+                    if (row0 + atom * 64 >= at.row_end) continue;
+                    if (row0 + atom * 64 + 64 > at.row_end) {
+                        store_from_registers(tensor_scale, atom, col0, col0 + 64);
+                        continue;
+                    }
+                }
                 TOut* buffer = out_tiles + (consumer * 2 + out_slot) * 64 * 64;
                 if (t == 0) tma_store_wait_read<1>();
                 named_barrier_sync(1 + consumer, 128);
@@ -151,7 +193,7 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
                         const long long col = n0 + col0 + jj * 8 + (lane % 4) * 2;
                         gemm_fp8_scale_pair<SCALING>(p, s, tensor_scale, row, col, v);
                         if constexpr (HAS_C || BIAS) {
-                            if (interior || (row < p.m && col < p.n))
+                            if (interior || (row < at.row_end && col < p.n))
                                 gemm_epilogue_pair<TOut, TOut, HAS_C, BIAS, ACT>(
                                     p, HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c + row * p.ldc : nullptr,
                                     col, v);
@@ -177,32 +219,13 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
             }
             continue;
         }
-        TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
-        const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
 #pragma unroll
-        for (int atom = 0; atom < kAtoms; ++atom) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const long long row = row0 + atom * 64 + r0 + half * 8;
-                if (row >= p.m) continue;
-                TOut* d_row = D + row * p.ldd;
-                const TOut* c_row = HAS_C ? C + row * p.ldc : nullptr;
-#pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    const long long col = n0 + j * 8 + (t % 4) * 2;
-                    if (col >= p.n) continue;
-                    float v[2] = {acc[atom][4 * j + 2 * half], acc[atom][4 * j + 2 * half + 1]};
-                    gemm_fp8_scale_pair<SCALING>(p, s, tensor_scale, row, col, v);
-                    // The bias is in D's type (the FP8 inputs are no type for it).
-                    gemm_store_pair<TOut, TOut, HAS_C, BIAS, ACT>(p, d_row, c_row, col, v[0], v[1]);
-                }
-            }
-        }
+        for (int atom = 0; atom < kAtoms; ++atom) store_from_registers(tensor_scale, atom, 0, BN);
     }
 }
 
 template <typename TOut, int BM, int BN, int STAGES, int CONSUMERS, int GROUP_M, int SCALING, bool HAS_C, bool BIAS,
-          int ACT, bool TMA_STORE>
+          int ACT, bool TMA_STORE, int GROUPS = kGemmBatched>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_fp8_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
                          const __grid_constant__ TensorMap map_d, const GemmArgs p, const GemmFp8Scales s) {
@@ -223,6 +246,9 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     constexpr int kOutBuffers = gemm_sm90_tma_store<TOut, BN, TMA_STORE>() ? CONSUMERS * 2 * 64 * 64 : 0;
     unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutBuffers);
     unsigned long long* empty = full + STAGES;
+    // Grouped: the schedule's table of tiles per group, after the barriers.
+    GemmSchedule<BM, 1, GROUP_M, GROUPS> schedule;
+    schedule.start(p, BN, reinterpret_cast<int*>(empty + STAGES));
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; ++st) {
             mbarrier_init(&full[st], 1);                 // the producer's arrive (plus the TMA bytes)
@@ -230,12 +256,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
         }
         fence_barrier_init();
     }
-    __syncthreads();
-
-    const int tiles_m = static_cast<int>((p.m + BM - 1) / BM);
-    const int tiles_n = static_cast<int>((p.n + BN - 1) / BN);
-    const long long tiles_per_batch = static_cast<long long>(tiles_m) * tiles_n;
-    const long long tiles = tiles_per_batch * p.batch;
+    __syncthreads();  // (also publishes the group table)
+    schedule.finish(p);
     const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     // Two consumers: move the producer's registers to them (acc and part need room).
@@ -248,24 +270,21 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
             if constexpr (gemm_sm90_tma_store<TOut, BN, TMA_STORE>()) tma_prefetch_descriptor(&map_d);
             int stage = 0;
             unsigned phase = 0;
-            for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int batch = static_cast<int>(tile / tiles_per_batch);
-                int tile_m, tile_n;
-                grouped_tile<GROUP_M>(tile % tiles_per_batch, tiles_m, tiles_n, tile_m, tile_n);
+            for (long long tile = blockIdx.x; tile < schedule.units; tile += gridDim.x) {
+                const GemmTile at = schedule.tile(p, tile, 0);
                 for (int kt = 0; kt < k_tiles; ++kt) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full[stage], stage_bytes);
-                    tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, tile_m * BM, batch);
-                    tma_load_3d(ring_b + stage * kTileB, &map_b, &full[stage], kt * BK, tile_n * BN, batch);
+                    tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, static_cast<int>(at.row0), at.ad_batch);
+                    tma_load_3d(ring_b + stage * kTileB, &map_b, &full[stage], kt * BK, at.tile_n * BN, at.b_batch);
                     if (++stage == STAGES) stage = 0, phase ^= 1;
                 }
             }
         }
     } else {
         if constexpr (kReallocate) warpgroup_registers_claim<232>();
-        gemm_fp8_consume<TOut, BM, BN, STAGES, CONSUMERS, GROUP_M, SCALING, HAS_C, BIAS, ACT, TMA_STORE>(
-            p, s, &map_d, ring_a, ring_b, out_tiles, full, empty, warpgroup - 1, blockIdx.x, gridDim.x, tiles,
-            tiles_per_batch, tiles_m, tiles_n, k_tiles);
+        gemm_fp8_consume<TOut, BM, BN, STAGES, CONSUMERS, GROUP_M, SCALING, HAS_C, BIAS, ACT, TMA_STORE, GROUPS>(
+            p, s, &map_d, ring_a, ring_b, out_tiles, full, empty, warpgroup - 1, blockIdx.x, gridDim.x, schedule, k_tiles);
         // Shared memory must outlive the reads of the last TMA store.
         if (gemm_sm90_tma_store<TOut, BN, TMA_STORE>() && threadIdx.x % 128 == 0) tma_store_wait_all();
     }

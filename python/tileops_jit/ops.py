@@ -375,10 +375,10 @@ def gemm_fp8(a, b, scales_a, scales_b, scaling="tensor", *, bias=None, c=None, a
     return out
 
 
-def gemm_grouped(a, b, offsets=None, counts=None, *, alpha=1.0, activation=None, out=None, out_dtype=None,
-                 stream=None):
+def gemm_grouped(a, b, offsets=None, counts=None, *, scales_a=None, scales_b=None, scaling="tensor", alpha=1.0,
+                 activation=None, out=None, out_dtype=None, stream=None):
     """One GEMM per group (a mixture-of-experts layer's experts) in one launch: out[rows of g] =
-    activation(alpha * a[rows of g] @ b[g]), fp16/bf16 in, fp32 accumulation.
+    activation(alpha * a[rows of g] @ b[g]), fp16/bf16 in (or FP8, below), fp32 accumulation.
 
     b: [G, K, N] as torch._grouped_mm takes it, either contiguous along N or along K (expert
     weights [G, N, K] passed as w.transpose(1, 2)). Give exactly one of:
@@ -390,6 +390,13 @@ def gemm_grouped(a, b, offsets=None, counts=None, *, alpha=1.0, activation=None,
     The row counts are read by the kernel, never by the host: no sync, graph-safe. K and a's and
     b's row strides must be multiples of 8 elements. out_dtype: a's (default), float32 or the
     other 16-bit type. activation: None, "gelu" or "silu".
+
+    FP8 (sm_90): a and b of float8_e4m3fn codes with fp32 scales_a and scales_b (value = code x
+    scale), b contiguous along K (e4m3 weights [G, N, K] as w.transpose(1, 2)), K a multiple of 16;
+    out bfloat16 unless out_dtype=. scaling "tensor": scales_a [1], scales_b [G]; "row": scales_a
+    [rows] (tj.quantize's per_token scales of a), scales_b [G, N]; "block" (DeepSeek-V3's):
+    scales_a [ceil(K / 128), rows] (tj.quantize's block_1x128 scales of a), scales_b [G, ceil(N /
+    128), ceil(K / 128)]. With counts, rows is G x capacity.
     """
     if (offsets is None) == (counts is None):
         raise _C.InvalidArgument("tileops_jit.gemm_grouped: give exactly one of offsets= (contiguous groups) and "
@@ -399,11 +406,22 @@ def gemm_grouped(a, b, offsets=None, counts=None, *, alpha=1.0, activation=None,
             f"tileops_jit.gemm_grouped: activation must be None, 'gelu' or 'silu', got {activation!r}")
     masked = counts is not None
     rows = counts if masked else offsets
+    fp8 = scales_a is not None or scales_b is not None
+    if fp8 and (scales_a is None or scales_b is None):
+        raise _C.InvalidArgument("tileops_jit.gemm_grouped: FP8 takes both scales_a= and scales_b=")
+    if fp8 and scaling not in _FP8_SCALINGS:
+        raise _C.InvalidArgument(f"tileops_jit.gemm_grouped: scaling must be 'tensor', 'row' or 'block', got {scaling!r}")
     if _compiling():
+        if fp8:
+            return _torch_ops().gemm_fp8_grouped(a, b, scales_a, scales_b, rows, masked, scaling, alpha,
+                                                 activation or "none", out_dtype)
         return _torch_ops().gemm_grouped(a, b, rows, masked, alpha, activation or "none", out_dtype)
     if out is None:
-        out = _new(a, (*a.shape[:-1], b.shape[-1]), out_dtype)
-    _C.gemm_grouped(a, b, rows, out, masked, alpha, _EPILOGUES[activation], stream)
+        out = _new(a, (*a.shape[:-1], b.shape[-1]), out_dtype or ("bfloat16" if fp8 else None))
+    if fp8:
+        _C.gemm_fp8_grouped(a, b, scales_a, scales_b, rows, out, masked, scaling, alpha, _EPILOGUES[activation], stream)
+    else:
+        _C.gemm_grouped(a, b, rows, out, masked, alpha, _EPILOGUES[activation], stream)
     return out
 
 

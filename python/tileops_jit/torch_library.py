@@ -246,3 +246,17 @@ def gemm_grouped(a: Tensor, b: Tensor, group_rows: Tensor, masked: bool, alpha: 
 @gemm_grouped.register_fake
 def _(a, b, group_rows, masked, alpha, activation, out_dtype):
     return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or a.dtype)
+
+
+@torch.library.custom_op("tileops::gemm_fp8_grouped", mutates_args=())
+def gemm_fp8_grouped(a: Tensor, b: Tensor, scales_a: Tensor, scales_b: Tensor, group_rows: Tensor, masked: bool,
+                     scaling: str, alpha: float, activation: str, out_dtype: Optional[torch.dtype]) -> Tensor:
+    out = a.new_zeros((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or torch.bfloat16)
+    rows = {"counts": group_rows} if masked else {"offsets": group_rows}
+    return _ops.gemm_grouped(a, b, scales_a=scales_a, scales_b=scales_b, scaling=scaling, alpha=alpha,
+                             activation=activation, out=out, **rows)
+
+
+@gemm_fp8_grouped.register_fake
+def _(a, b, scales_a, scales_b, group_rows, masked, scaling, alpha, activation, out_dtype):
+    return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or torch.bfloat16)

@@ -369,6 +369,19 @@ class GemmGroupedTest(Close):
         torch.cuda.synchronize()
         self.assertClose(out, grouped_reference(a, w.transpose(1, 2), offsets), torch.bfloat16)
 
+    @unittest.skipUnless(FP8_GEMM, "the FP8 GEMM needs sm_90")
+    def test_fp8_block_scales_from_quantize(self):
+        # a quantized with tj.quantize's 1 x 128 scales, each expert's e4m3 weights with 128 x 128 block scales.
+        offsets = torch.tensor([0, 77, 77, 300], dtype=torch.int32, device=DEV)
+        a8, sa = tj.quantize(rand(300, 384, seed=60), "block_1x128")  # sa: [3, 300]
+        w8, sw = fp8_codes(3, 200, 384, seed=61), fp8_scales(3, 2, 3, seed=62)
+        got = tj.gemm_grouped(a8, w8.transpose(1, 2), offsets=offsets, scales_a=sa, scales_b=sw, scaling="block")
+        self.assertEqual(got.dtype, torch.bfloat16)
+        for g, (s, e) in enumerate(zip(offsets[:-1].tolist(), offsets[1:].tolist())):
+            if e > s:
+                want = fp8_gemm_reference(a8[s:e], w8[g], sa[:, s:e], sw[g], "block")
+                self.assertClose(got[s:e], want, torch.bfloat16)
+
     def test_torch_compile(self):
         offsets = torch.tensor([0, 30, 64], dtype=torch.int32, device=DEV)
         a, w = rand(64, 256, seed=58), rand(2, 128, 256, seed=59, scale=0.1)

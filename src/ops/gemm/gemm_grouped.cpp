@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "core/gemm_groups.hpp"
 #include "core/gemm_operands.hpp"
 #include "core/launch.hpp"
 #include "core/op_model.hpp"
@@ -27,34 +28,19 @@ namespace detail {
 namespace {
 
 constexpr const char* kOp = "GemmGrouped";
-constexpr int64_t kMaxGroups = 4096;  // the schedule's table (16 KB of shared memory at most)
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool nt(const GemmGroupedProblem& p) { return p.layout == GemmLayout::nt; }
-bool masked(const GemmGroupedProblem& p) { return p.group_layout == GemmGroupLayout::masked; }
 int64_t b_rows(const GemmGroupedProblem& p) { return nt(p) ? p.n : p.k; }
 int64_t b_cols(const GemmGroupedProblem& p) { return nt(p) ? p.k : p.n; }
-// Rows of the flat A and D: every group's.
-int64_t flat_rows(const GemmGroupedProblem& p) { return masked(p) ? p.groups * p.rows : p.rows; }
-// group_rows' length: offsets or counts.
-int64_t group_rows_count(const GemmGroupedProblem& p) { return masked(p) ? p.groups : p.groups + 1; }
+GemmGroups groups_of(const GemmGroupedProblem& p) { return {p.groups, p.rows, p.group_layout == GemmGroupLayout::masked}; }
 
 GemmGroupedProblem normalized(GemmGroupedProblem p) {
-    if (p.groups < 1 || p.groups > kMaxGroups)
-        throw InvalidArgument(fmt::format("tileops::GemmGrouped: groups = {} is not in [1, {}]", p.groups, kMaxGroups));
-    const int64_t dims[] = {p.rows, p.n, p.k};
-    const char* names[] = {"rows", "n", "k"};
-    for (int i = 0; i < 3; ++i) {
-        if (dims[i] < 1) throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} must be >= 1, got {}", names[i], dims[i]));
-        if (dims[i] > (int64_t{1} << 31) - 1)
-            throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} = {} is larger than supported (2^31 - 1)", names[i], dims[i]));
+    const GemmGroups groups = GemmGroups::checked(kOp, p.groups, p.rows, p.group_layout);
+    for (auto [name, value] : {std::pair{"n", p.n}, {"k", p.k}}) {
+        if (value < 1) throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} must be >= 1, got {}", name, value));
+        if (value > (int64_t{1} << 31) - 1)
+            throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} = {} is larger than supported (2^31 - 1)", name, value));
     }
-    if (p.group_layout != GemmGroupLayout::contiguous && p.group_layout != GemmGroupLayout::masked)
-        throw InvalidArgument(fmt::format("tileops::GemmGrouped: group_layout {} is not contiguous or masked",
-                                          static_cast<int>(p.group_layout)));
-    if (flat_rows(p) > (int64_t{1} << 31) - 1)
-        throw InvalidArgument(fmt::format("tileops::GemmGrouped: groups x capacity = {} x {} rows is larger than supported "
-                                          "(2^31 - 1)", p.groups, p.rows));
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw Unsupported(fmt::format("tileops::GemmGrouped: dtype {} is not supported for A and B (fp16 or bf16)",
                                       dtype_name(p.dtype)));
@@ -69,7 +55,7 @@ GemmGroupedProblem normalized(GemmGroupedProblem p) {
     p.ldb = gemm_leading_dimension(kOp, "ldb", p.ldb, b_cols(p));
     p.ldd = gemm_leading_dimension(kOp, "ldd", p.ldd, p.n);
     p.group_stride_b = gemm_batch_stride(kOp, "group_stride_b", p.group_stride_b, p.groups, b_rows(p), b_cols(p), p.ldb, false);
-    check_gemm_offsets(kOp, std::max(flat_rows(p), std::max(p.n, p.k)), {{"lda", p.lda}, {"ldb", p.ldb}, {"ldd", p.ldd}});
+    check_gemm_offsets(kOp, std::max(groups.flat_rows(), std::max(p.n, p.k)), {{"lda", p.lda}, {"ldb", p.ldb}, {"ldd", p.ldd}});
     check_gemm_offsets(kOp, p.groups, {{"group_stride_b", p.group_stride_b}});
     // TMA reads A and B: every row (and group of B) must start 16 bytes after the one before.
     for (auto [name, value] : {std::pair{"lda", p.lda}, {"ldb", p.ldb}, {"group_stride_b", p.groups > 1 ? p.group_stride_b : 0}})
@@ -102,9 +88,9 @@ public:
     // has on average (contiguous) or room for (masked).
     explicit GemmGroupedModel(const GemmGroupedProblem& p)
         : p_(p),
-          shape_{p.groups, std::max<int64_t>(1, masked(p) ? p.rows : ceil_div(p.rows, p.groups)), p.n, p.k,
-                 dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
-          d_rows_aligned_(shape_.out_bytes != 2 || widest_dividing_vector(8, {p.ldd, masked(p) ? p.rows * p.ldd : 0}) == 8) {}
+          groups_(groups_of(p)),
+          shape_{p.groups, groups_.typical_rows(), p.n, p.k, dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
+          d_rows_aligned_(shape_.out_bytes != 2 || p.ldd % 8 == 0) {}
 
     std::string op_name() const override { return "gemm_grouped"; }
     std::vector<long long> shape() const override { return {p_.groups, p_.rows, p_.n, p_.k}; }
@@ -116,7 +102,7 @@ public:
     std::string flags() const override {
         std::string text;
         auto add = [&](const char* flag) { text += (text.empty() ? "" : ",") + std::string(flag); };
-        if (masked(p_)) add("masked");
+        if (groups_.masked) add("masked");
         if (nt(p_)) add("nt");
         if (p_.epilogue != GemmEpilogue::none) add(gemm_epilogue_name(p_.epilogue));
         return text;
@@ -170,7 +156,7 @@ public:
 
     LaunchPlan plan(const Config& config, int width, const DeviceInfo& device) const override {
         const GemmConfig c = GemmConfig::from(config);
-        const int groups = masked(p_) ? kGemmGroupsMasked : kGemmGroupsContiguous;
+        const int groups = groups_.schedule();
         const std::string types = fmt::format("{}, {}, {}", device_type_name(p_.dtype), device_type_name(*p_.out_dtype),
                                               nt(p_) ? "true" : "false");
         const std::string epilogue = fmt::format("false, false, {}", activation_index(p_.epilogue));
@@ -197,20 +183,16 @@ public:
     }
 
     std::vector<OperandSpec> operands() const override {
-        const int64_t rows = flat_rows(p_);
+        const int64_t rows = groups_.flat_rows();
         const int64_t b_extent = (p_.groups - 1) * p_.group_stride_b + gemm_matrix_extent(b_rows(p_), b_cols(p_), p_.ldb);
-        // Tools fill group_rows with balanced groups: offsets i x rows / groups, or every count
-        // the capacity.
-        OperandSpec group_rows{"group_rows", DType::int32, 0, group_rows_count(p_), group_rows_count(p_), false};
-        group_rows.fill = masked(p_) ? OperandFill::constant : OperandFill::multiples;
-        group_rows.fill_value = masked(p_) ? p_.rows : p_.rows / p_.groups;
         return {{"A", p_.dtype, rows, p_.k, p_.lda, false},
                 {"B", p_.dtype, (b_extent - b_cols(p_) + p_.ldb - 1) / p_.ldb + 1, b_cols(p_), p_.ldb, false},
-                group_rows,
+                groups_.rows_operand(),
                 {"D", *p_.out_dtype, rows, p_.n, p_.ldd, true}};
     }
 
     const GemmGroupedProblem& problem() const noexcept { return p_; }
+    const GemmGroups& groups() const noexcept { return groups_; }
 
 private:
     // The 16-bit TMA kernel's block pairs of 160- and 224-column tiles (D stored from registers,
@@ -223,33 +205,29 @@ private:
     // The most units the groups' tiles can make (the schedule's table counts in int): each group
     // wastes at most one partial unit of rows.
     int64_t max_units(const GemmConfig& c) const {
-        const int64_t unit_rows = int64_t{c.block_m} * (c.kernel == kGemmSm90 ? c.cluster : 1);
-        const int64_t units_m = masked(p_) ? p_.groups * ceil_div(p_.rows, unit_rows) : ceil_div(p_.rows, unit_rows) + p_.groups;
-        return units_m * ceil_div(p_.n, c.block_n);
+        return groups_.max_units(int64_t{c.block_m} * (c.kernel == kGemmSm90 ? c.cluster : 1), p_.n, c.block_n);
     }
 
     GemmGroupedProblem p_;
+    GemmGroups groups_;
     GemmShape shape_;
-    bool d_rows_aligned_;  // ldd (and, masked, a group's rows of D) a multiple of 16 bytes, or D not 16-bit
+    bool d_rows_aligned_;  // ldd a multiple of 16 bytes, or D not 16-bit
 };
 
 namespace {
 
 // Checks run()'s operands (throws InvalidArgument naming the one that is wrong).
-void bind(const GemmGroupedProblem& p, Inputs inputs, Outputs outputs) {
+void bind(const GemmGroupedProblem& p, const GemmGroups& g, Inputs inputs, Outputs outputs) {
     check_count(kOp, "inputs", inputs.size(), 3, "A, B, group_rows");
     check_count(kOp, "outputs", outputs.size(), 1, "D");
-    // Masked A and D may come as [groups, capacity, cols] views; both layouts are one flat matrix.
-    const int64_t batch = masked(p) ? p.groups : 1, rows = p.rows;
-    const RowsSpan a = check_gemm_operand(kOp, batch, "A", inputs[0], p.dtype, rows, p.k, p.lda, rows * p.lda);
+    const RowsSpan a = g.check_rows_operand(kOp, "A", inputs[0], p.dtype, p.k, p.lda);
     const RowsSpan b = check_gemm_operand(kOp, p.groups, "B", inputs[1], p.dtype, b_rows(p), b_cols(p), p.ldb, p.group_stride_b);
     for (int i = 0; i < 2; ++i)
         if (reinterpret_cast<uintptr_t>(inputs[i].data()) % 16 != 0)
             throw InvalidArgument(fmt::format("tileops::GemmGrouped: argument '{}' must start on 16 bytes (TMA reads it)",
                                               i == 0 ? "A" : "B"));
-    const RowsSpan groups = check_operand(kOp, "group_rows", inputs[2].data(), inputs[2].view(), DType::int32, 0,
-                                          group_rows_count(p), 1);
-    const RowsSpan d = check_gemm_operand(kOp, batch, "D", outputs[0], *p.out_dtype, rows, p.n, p.ldd, rows * p.ldd);
+    const RowsSpan groups = g.check_group_rows(kOp, inputs[2]);
+    const RowsSpan d = g.check_rows_operand(kOp, "D", outputs[0], *p.out_dtype, p.n, p.ldd);
     for (const RowsSpan& other : {a, b, groups}) check_output_overlap(kOp, d, other, false);
 }
 
@@ -263,19 +241,19 @@ GemmGrouped::GemmGrouped(const GemmGroupedProblem& problem) {
 namespace detail {
 
 int GemmGroupedModel::vector_width(Inputs inputs, Outputs outputs) const {
-    bind(p_, inputs, outputs);
+    bind(p_, groups_, inputs, outputs);
     return d_aligned(outputs[0].data()) ? kAlignedD : kUnalignedD;
 }
 
 void GemmGroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
     const GemmGroupedProblem& p = p_;
-    const int64_t rows = flat_rows(p);
+    const int64_t rows = groups_.flat_rows();
     const auto& tile = std::any_cast<const GemmGroupedTile&>(launch.details);
     GemmArgs args{inputs[0].data(), inputs[1].data(), nullptr, nullptr, outputs[0].data(),
                   rows, p.n, p.k, p.lda, p.ldb, p.ldd, p.ldd,
                   rows * p.lda, p.group_stride_b, rows * p.ldd, rows * p.ldd,
                   1, p.alpha, 0.0f, 1, nullptr, nullptr, tile.block_m, {},
-                  static_cast<const int*>(inputs[2].data()), static_cast<int>(p.groups), masked(p) ? p.rows : 0};
+                  static_cast<const int*>(inputs[2].data()), static_cast<int>(p.groups), groups_.masked ? p.rows : 0};
     if (!tile.tma) {
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);

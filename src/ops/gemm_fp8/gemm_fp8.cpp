@@ -170,11 +170,10 @@ public:
         const bool tma_store = width == kAlignedD && gemm_fp8_stores_with_tma(shape_, c);
         LaunchPlan plan;
         plan.template_file = "gemm_fp8/gemm_fp8_sm90.cuh";
-        plan.name_expression = fmt::format("tileops::gemm_fp8_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                                           device_type_name(p_.out_dtype), c.block_m, c.block_n, c.stages, c.consumers,
-                                           c.group_m, static_cast<int>(p_.scaling), p_.has_c ? "true" : "false",
-                                           p_.bias ? "true" : "false", activation_index(p_.epilogue),
-                                           tma_store ? "true" : "false");
+        plan.name_expression = gemm_fp8_kernel_name(
+            c, device_type_name(p_.out_dtype), static_cast<int>(p_.scaling),
+            fmt::format("{}, {}, {}", p_.has_c ? "true" : "false", p_.bias ? "true" : "false", activation_index(p_.epilogue)),
+            tma_store, 0);
         plan.shared_bytes = c.shared_bytes(shape_);
         plan.block[0] = static_cast<unsigned>(c.threads());
         // Persistent: at most one block per SM, each walking tiles.

@@ -75,6 +75,13 @@ unsigned GemmFp8Config::shared_bytes(const GemmFp8Shape& s) const {
 
 bool gemm_fp8_stores_with_tma(const GemmFp8Shape& s, const GemmFp8Config& c) { return s.out_bytes == 2 && c.block_n % 64 == 0; }
 
+std::string gemm_fp8_kernel_name(const GemmFp8Config& c, const std::string& out_type, int scaling,
+                                 const std::string& epilogue, bool tma_store, int groups) {
+    return fmt::format("tileops::gemm_fp8_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}{}>", out_type, c.block_m, c.block_n,
+                       c.stages, c.consumers, c.group_m, scaling, epilogue, tma_store ? "true" : "false",
+                       groups == 0 ? "" : fmt::format(", {}", groups));
+}
+
 int64_t gemm_fp8_tiles(const GemmFp8Config& c, const GemmFp8Shape& s) {
     return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
 }

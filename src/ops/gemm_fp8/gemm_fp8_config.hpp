@@ -35,6 +35,12 @@ std::optional<std::string> gemm_fp8_invalid_reason(const GemmFp8Config& config, 
                                                    const DeviceInfo& device);
 int64_t gemm_fp8_tiles(const GemmFp8Config& config, const GemmFp8Shape& shape);
 
+// The kernel's name expression (gemm_fp8_sm90_kernel): `out_type` D's device type, `epilogue`
+// "HAS_C, BIAS, ACT" (C++ template arguments); `groups` the grouped schedule (gemm_groups.cuh; 0,
+// batched, leaves the argument at its default, so batched kernels keep their names).
+std::string gemm_fp8_kernel_name(const GemmFp8Config& config, const std::string& out_type, int scaling,
+                                 const std::string& epilogue, bool tma_store, int groups);
+
 // Whether a launch whose D rows are 16-byte aligned stores D with TMA (two 64 x 64 boxes per
 // consumer in shared memory): 16-bit outputs in tiles of a multiple of 64 columns, as
 // gemm_sm90_tma_store in the kernel says.

@@ -1,10 +1,12 @@
 // The FP8 GEMM family: D = act(alpha (A x scales) (B x scales)^T + beta C + bias), e4m3 in, fp32
-// accumulation. Kernel: kernel_templates/gemm_fp8/ (TMA + wgmma, sm_90a).
+// accumulation, batched (gemm_fp8) or grouped (gemm_fp8_grouped: a mixture-of-experts layer's
+// experts, rows counted on the device). Kernel: kernel_templates/gemm_fp8/ (TMA + wgmma, sm_90a).
 #include <fmt/format.h>
 
 #include "core/op_family.hpp"
 #include "tileops/error.hpp"
 #include "tileops/gemm_fp8.hpp"
+#include "tileops/gemm_fp8_grouped.hpp"
 
 namespace tileops::detail {
 namespace {
@@ -48,6 +50,38 @@ std::unique_ptr<Op> make_gemm_fp8(const ProblemSpec& spec) {
     return std::make_unique<GemmFp8>(problem);
 }
 
+// Shape GxRxNxK (groups, rows: all groups' or, masked, each group's capacity, N, K); dtype
+// fp8_e4m3->OUT; flags: the scaling (tensor when none), masked, gelu or silu.
+std::unique_ptr<Op> make_gemm_fp8_grouped(const ProblemSpec& spec) {
+    require_rank(spec, 4, "GxRxNxK");
+    const DTypePair dtypes = parse_dtype_pair(spec.dtype);
+    if (dtypes.in != DType::fp8_e4m3)
+        throw InvalidArgument(fmt::format("tileops: gemm_fp8_grouped reads fp8_e4m3 codes (dtype fp8_e4m3->bf16), got '{}'",
+                                          spec.dtype));
+    GemmFp8GroupedProblem problem;
+    problem.groups = spec.shape[0], problem.rows = spec.shape[1], problem.n = spec.shape[2], problem.k = spec.shape[3];
+    problem.out_dtype = dtypes.out == DType::fp8_e4m3 ? DType::bf16 : dtypes.out;
+    bool scaled = false;
+    for (const std::string& flag : split_flags(spec.flags)) {
+        const bool scaling = flag == "tensor" || flag == "row" || flag == "block";
+        if (scaling && !scaled) {
+            problem.scaling = flag == "row" ? GemmFp8Scaling::per_row : flag == "block" ? GemmFp8Scaling::blocks
+                                                                                         : GemmFp8Scaling::per_tensor;
+            scaled = true;
+        } else if (flag == "masked") {
+            problem.group_layout = GemmGroupLayout::masked;
+        } else if (flag == "gelu" && problem.epilogue == GemmEpilogue::none) {
+            problem.epilogue = GemmEpilogue::gelu;
+        } else if (flag == "silu" && problem.epilogue == GemmEpilogue::none) {
+            problem.epilogue = GemmEpilogue::silu;
+        } else {
+            throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to gemm_fp8_grouped (one of tensor, row or "
+                                              "block; masked, gelu or silu; one activation)", flag));
+        }
+    }
+    return std::make_unique<GemmFp8Grouped>(problem);
+}
+
 GemmFp8Problem fp8_problem(int64_t m, int64_t n, int64_t k, GemmFp8Scaling scaling) {
     GemmFp8Problem p;
     p.m = m, p.n = n, p.k = k, p.scaling = scaling;
@@ -64,13 +98,25 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
     fused.out_dtype = DType::fp32, fused.has_c = true, fused.beta = 0.5f, fused.bias = true;
     fused.epilogue = GemmEpilogue::silu;
     ops.push_back(std::make_unique<GemmFp8>(fused));
+    // Grouped: DeepSeek-V3's experts with block scales (contiguous), a masked decode step with
+    // per-row scales and fp32 D.
+    GemmFp8GroupedProblem experts;
+    experts.groups = 256, experts.rows = 32768, experts.n = 4096, experts.k = 7168, experts.scaling = GemmFp8Scaling::blocks;
+    ops.push_back(std::make_unique<GemmFp8Grouped>(experts));
+    GemmFp8GroupedProblem decode;
+    decode.groups = 64, decode.rows = 16, decode.n = 2048, decode.k = 768, decode.scaling = GemmFp8Scaling::per_row;
+    decode.group_layout = GemmGroupLayout::masked, decode.out_dtype = DType::fp32, decode.epilogue = GemmEpilogue::silu;
+    ops.push_back(std::make_unique<GemmFp8Grouped>(decode));
     return ops;
 }
 
 }  // namespace
 
 OpFamily gemm_fp8_family() {
-    return {"gemm_fp8", {{"gemm_fp8", "MxNxK or BxMxNxK", "tensor, row or block; beta, bias, gelu or silu", make_gemm_fp8}},
+    return {"gemm_fp8",
+            {{"gemm_fp8", "MxNxK or BxMxNxK", "tensor, row or block; beta, bias, gelu or silu", make_gemm_fp8},
+             {"gemm_fp8_grouped", "GxRxNxK (groups x rows x N x K)", "tensor, row or block; masked, gelu or silu",
+              make_gemm_fp8_grouped}},
             representative_ops};
 }
 

@@ -1,0 +1,61 @@
+#include "core/gemm_groups.hpp"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/gemm_operands.hpp"
+#include "gemm/gemm_args.cuh"  // kernel_templates/: the schedules' indices
+#include "tileops/error.hpp"
+
+namespace tileops::detail {
+namespace {
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+GemmGroups GemmGroups::checked(const char* op, int64_t groups, int64_t rows, GemmGroupLayout layout) {
+    if (groups < 1 || groups > kGemmMaxGroups)
+        throw InvalidArgument(fmt::format("tileops::{}: groups = {} is not in [1, {}]", op, groups, kGemmMaxGroups));
+    if (rows < 1) throw InvalidArgument(fmt::format("tileops::{}: rows must be >= 1, got {}", op, rows));
+    if (layout != GemmGroupLayout::contiguous && layout != GemmGroupLayout::masked)
+        throw InvalidArgument(fmt::format("tileops::{}: group_layout {} is not contiguous or masked", op, static_cast<int>(layout)));
+    const GemmGroups g{groups, rows, layout == GemmGroupLayout::masked};
+    if (rows > (int64_t{1} << 31) - 1 || g.flat_rows() > (int64_t{1} << 31) - 1)
+        throw InvalidArgument(fmt::format("tileops::{}: {} rows is larger than supported (2^31 - 1)", op,
+                                          g.masked ? fmt::format("groups x capacity = {} x {}", groups, rows)
+                                                   : fmt::format("{}", rows)));
+    return g;
+}
+
+int64_t GemmGroups::typical_rows() const { return std::max<int64_t>(1, masked ? rows : ceil_div(rows, groups)); }
+
+int64_t GemmGroups::max_units(int64_t unit_rows, int64_t n, int64_t block_n) const {
+    const int64_t units_m = masked ? groups * ceil_div(rows, unit_rows) : ceil_div(rows, unit_rows) + groups;
+    return units_m * ceil_div(n, block_n);
+}
+
+int GemmGroups::schedule() const { return masked ? kGemmGroupsMasked : kGemmGroupsContiguous; }
+
+OperandSpec GemmGroups::rows_operand() const {
+    OperandSpec spec{"group_rows", DType::int32, 0, rows_count(), rows_count(), false};
+    spec.fill = masked ? OperandFill::constant : OperandFill::multiples;
+    spec.fill_value = masked ? rows : rows / groups;
+    return spec;
+}
+
+template <typename Arg>
+RowsSpan GemmGroups::check_rows_operand(const char* op, const char* name, const Arg& arg, DType dtype, int64_t cols,
+                                        int64_t ld) const {
+    return check_gemm_operand(op, masked ? groups : 1, name, arg, dtype, rows, cols, ld, rows * ld);
+}
+
+template RowsSpan GemmGroups::check_rows_operand<TensorArg>(const char*, const char*, const TensorArg&, DType, int64_t,
+                                                            int64_t) const;
+template RowsSpan GemmGroups::check_rows_operand<OutputArg>(const char*, const char*, const OutputArg&, DType, int64_t,
+                                                            int64_t) const;
+
+RowsSpan GemmGroups::check_group_rows(const char* op, const TensorArg& arg) const {
+    return check_operand(op, "group_rows", arg.data(), arg.view(), DType::int32, 0, rows_count(), 1);
+}
+
+}  // namespace tileops::detail
