@@ -16,5 +16,6 @@ void bind_model_ops(py::module_& m);  // embedding, rope, sampling
 void bind_quantize(py::module_& m);   // quantize (fp8 e4m3 activations)
 void bind_gemm_fp8(py::module_& m);   // gemm_fp8 (e4m3 codes, fp32 scales)
 void bind_gemm_grouped(py::module_& m);  // gemm_grouped (mixture-of-experts layers)
+void bind_moe_routing(py::module_& m);   // moe_topk, moe_permute, moe_unpermute
 
 }  // namespace tileops::python

@@ -141,4 +141,5 @@ PYBIND11_MODULE(_C, m) {
     bind_quantize(m);
     bind_gemm_fp8(m);
     bind_gemm_grouped(m);
+    bind_moe_routing(m);
 }

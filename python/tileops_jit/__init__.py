@@ -16,8 +16,8 @@ from . import _C
 from ._C import CacheMiss, CompileError, DriverError, Error, FileError, InvalidArgument, Unsupported
 from . import ops as _ops
 from .ops import (RopeScaling, add, decode_attention, embedding, flash_attention, gelu, gemm_fp8, gemm_grouped,
-                  layer_norm, linear, llama3_rope_scaling, log_softmax, matmul, mla_decode, mul, quantize, rms_norm,
-                  rope, sample, silu, silu_and_mul, silu_mul, softmax)
+                  layer_norm, linear, llama3_rope_scaling, log_softmax, matmul, mla_decode, moe_permute, moe_topk,
+                  moe_unpermute, mul, quantize, rms_norm, rope, sample, silu, silu_and_mul, silu_mul, softmax)
 
 __version__ = _C.version()
 
@@ -60,7 +60,8 @@ def stats(device=0):
 
 
 __all__ = ["add", "decode_attention", "device_info", "embedding", "explain", "flash_attention", "gelu", "gemm_fp8",
-           "gemm_grouped", "layer_norm", "linear", "llama3_rope_scaling", "log_softmax", "matmul", "mla_decode", "mul", "prepare",
+           "gemm_grouped", "layer_norm", "linear", "llama3_rope_scaling", "log_softmax", "matmul", "mla_decode", "moe_permute",
+           "moe_topk", "moe_unpermute", "mul", "prepare",
            "quantize", "rms_norm", "rope", "sample", "silu", "silu_and_mul", "silu_mul", "softmax", "stats",
            "RopeScaling", "Error", "InvalidArgument", "Unsupported", "DriverError", "CompileError", "CacheMiss",
            "FileError"]

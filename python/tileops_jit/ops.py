@@ -425,6 +425,74 @@ def gemm_grouped(a, b, offsets=None, counts=None, *, scales_a=None, scales_b=Non
     return out
 
 
+# --- MoE routing ---------------------------------------------------------------------------------
+
+_MOE_SCORINGS = ("softmax", "sigmoid")
+
+
+def moe_topk(logits, k, scoring="softmax", *, renormalize=False, routed_scaling_factor=1.0, n_group=1, topk_group=1,
+             correction_bias=None, out=None, stream=None):
+    """The router's top-k of logits [..., experts] (fp32 / fp16 / bf16, at most 512 experts, k at
+    most 32): returns (topk_weights float32 [..., k], topk_ids int32 [..., k]), the ids in
+    descending order of score, equal scores in ascending expert index. Scores: "softmax" over the
+    experts or "sigmoid" each; renormalize divides the k weights by their sum; every weight is
+    multiplied by routed_scaling_factor. DeepSeek-V3's grouped choice: n_group groups scored by
+    the sum of their two best scores, the topk_group best kept; correction_bias (float32
+    [experts], sigmoid only) is added to the scores for choosing, not to the weights.
+    out: a (topk_weights, topk_ids) pair to write into."""
+    if scoring not in _MOE_SCORINGS:
+        raise _C.InvalidArgument(f"tileops_jit.moe_topk: scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
+    if _compiling():
+        return _torch_ops().moe_topk(logits, k, scoring, renormalize, routed_scaling_factor, n_group, topk_group,
+                                     correction_bias)
+    weights, ids = out if out is not None else (_new(logits, (*logits.shape[:-1], k), "float32", "out"),
+                                                 _new(logits, (*logits.shape[:-1], k), "int32", "out"))
+    _C.moe_topk(logits, weights, ids, correction_bias, k, scoring, renormalize, routed_scaling_factor, n_group,
+                topk_group, stream)
+    return weights, ids
+
+
+def moe_permute(x, topk_ids, num_experts, *, capacity=None, out=None, stream=None):
+    """x [tokens, hidden] (bf16 / fp16 / float8_e4m3fn) gathered in expert order by topk_ids int32
+    [tokens, k], on the device (no sync, graph-safe); within an expert, entries in the order of
+    topk_ids read flat. Returns:
+      capacity None: (x_perm [tokens * k, hidden], expert_offsets int32 [num_experts + 1],
+        row_map int32 [tokens, k]): expert e's rows are x_perm[offsets[e]:offsets[e + 1]];
+      capacity N: (x_masked [num_experts, N, hidden], expert_counts int32 [num_experts], row_map):
+        expert e's rows are x_masked[e, :counts[e]]; entries past an expert's capacity are dropped.
+    row_map[t, j] is the permuted row of x_perm (or of x_masked viewed as rows) that token t's j-th
+    choice went to, -1 when dropped; ids outside [0, num_experts) are dropped. out: the triple to
+    write into."""
+    masked = capacity is not None
+    if _compiling():
+        return _torch_ops().moe_permute(x, topk_ids, num_experts, capacity or 0)
+    if out is None:
+        k = topk_ids.shape[-1]
+        out = (_new(x, (num_experts, capacity, x.shape[-1]) if masked else (x.shape[0] * k, x.shape[-1])),
+               _new(x, (num_experts,) if masked else (num_experts + 1,), "int32"),
+               _new(x, topk_ids.shape, "int32"))
+    _C.moe_permute(x, topk_ids, out[0], out[1], out[2], num_experts, capacity or 0, stream)
+    return out
+
+
+def moe_unpermute(y, row_map, topk_weights, *, accumulate=False, out=None, stream=None):
+    """out[t] = sum_j topk_weights[t, j] * y[row_map[t, j]] (bf16 / fp16, fp32 accumulation): y the
+    experts' outputs, [tokens * k, hidden] or the masked [experts, capacity, hidden] (its rows
+    folded), row_map and topk_weights [tokens, k] (int32, float32) as moe_permute and moe_topk give
+    them; rows -1 (or out of y) are skipped. accumulate: out += the sum (out= required)."""
+    if accumulate and out is None:
+        raise _C.InvalidArgument("tileops_jit.moe_unpermute: accumulate adds into out=, which is missing")
+    if _compiling():
+        if accumulate:
+            _torch_ops().moe_unpermute_accumulate(y, row_map, topk_weights, out)
+            return out
+        return _torch_ops().moe_unpermute(y, row_map, topk_weights)
+    if out is None:
+        out = _new(y, (row_map.shape[0], y.shape[-1]))
+    _C.moe_unpermute(y, row_map, topk_weights, out, accumulate, stream)
+    return out
+
+
 _torch_library = None  # the torch custom ops' module, set by the package when torch is there
 
 

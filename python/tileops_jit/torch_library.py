@@ -260,3 +260,58 @@ def gemm_fp8_grouped(a: Tensor, b: Tensor, scales_a: Tensor, scales_b: Tensor, g
 @gemm_fp8_grouped.register_fake
 def _(a, b, scales_a, scales_b, group_rows, masked, scaling, alpha, activation, out_dtype):
     return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or torch.bfloat16)
+
+
+# --- MoE routing ---------------------------------------------------------------------------------
+
+@torch.library.custom_op("tileops::moe_topk", mutates_args=())
+def _moe_topk(logits: Tensor, k: int, scoring: str, renormalize: bool, routed_scaling_factor: float, n_group: int,
+              topk_group: int, correction_bias: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    return _ops.moe_topk(logits, k, scoring, renormalize=renormalize, routed_scaling_factor=routed_scaling_factor,
+                         n_group=n_group, topk_group=topk_group, correction_bias=correction_bias)
+
+
+@_moe_topk.register_fake
+def _(logits, k, scoring, renormalize, routed_scaling_factor, n_group, topk_group, correction_bias):
+    shape = (*logits.shape[:-1], k)
+    return logits.new_empty(shape, dtype=torch.float32), logits.new_empty(shape, dtype=torch.int32)
+
+
+def moe_topk(logits, k, scoring, renormalize, routed_scaling_factor, n_group, topk_group, correction_bias):
+    return _moe_topk(logits, k, scoring, renormalize, routed_scaling_factor, n_group, topk_group, correction_bias)
+
+
+@torch.library.custom_op("tileops::moe_permute", mutates_args=())
+def _moe_permute(x: Tensor, topk_ids: Tensor, num_experts: int, capacity: int) -> Tuple[Tensor, Tensor, Tensor]:
+    return _ops.moe_permute(x, topk_ids, num_experts, capacity=capacity or None)
+
+
+@_moe_permute.register_fake
+def _(x, topk_ids, num_experts, capacity):
+    rows = (num_experts, capacity, x.shape[-1]) if capacity else (x.shape[0] * topk_ids.shape[-1], x.shape[-1])
+    return (x.new_empty(rows), x.new_empty((num_experts,) if capacity else (num_experts + 1,), dtype=torch.int32),
+            x.new_empty(topk_ids.shape, dtype=torch.int32))
+
+
+def moe_permute(x, topk_ids, num_experts, capacity):
+    return _moe_permute(x, topk_ids, num_experts, capacity)
+
+
+@torch.library.custom_op("tileops::moe_unpermute", mutates_args=())
+def moe_unpermute(y: Tensor, row_map: Tensor, topk_weights: Tensor) -> Tensor:
+    return _ops.moe_unpermute(y, row_map, topk_weights)
+
+
+@moe_unpermute.register_fake
+def _(y, row_map, topk_weights):
+    return y.new_empty((row_map.shape[0], y.shape[-1]))
+
+
+@torch.library.custom_op("tileops::moe_unpermute_accumulate", mutates_args=("out",))
+def moe_unpermute_accumulate(y: Tensor, row_map: Tensor, topk_weights: Tensor, out: Tensor) -> None:
+    _ops.moe_unpermute(y, row_map, topk_weights, accumulate=True, out=out)
+
+
+@moe_unpermute_accumulate.register_fake
+def _(y, row_map, topk_weights, out):
+    return None

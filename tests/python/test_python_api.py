@@ -34,7 +34,8 @@ class ModuleTest(unittest.TestCase):
         self.assertRegex(tj.__version__, r"^\d+\.\d+\.\d+$")
         for name in ["rms_norm", "layer_norm", "softmax", "log_softmax", "gelu", "silu", "silu_and_mul", "add",
                      "mul", "matmul", "linear", "flash_attention", "decode_attention", "mla_decode", "embedding",
-                     "rope", "sample", "quantize", "gemm_fp8", "gemm_grouped", "explain", "prepare"]:
+                     "rope", "sample", "quantize", "gemm_fp8", "gemm_grouped", "moe_topk", "moe_permute", "moe_unpermute",
+                     "explain", "prepare"]:
             self.assertTrue(callable(getattr(tj, name)), name)
 
     def test_error_classes(self):
@@ -156,6 +157,40 @@ class OpArgumentTest(Released):
                            scale=FakeTensor((1,), "float32"), out=FakeTensor((4, 64)))
         self.assertRefused(r"block_1x128 scales must be \[ceil\(cols / 128\), rows\]", tj.quantize, x, "block_1x128",
                            out=FakeTensor((4, 64)), scales=FakeTensor((4,), "float32"))
+
+    def test_moe_topk_arguments(self):
+        logits, pair = FakeTensor((4, 64)), (FakeTensor((4, 8), "float32"), FakeTensor((4, 8), "int32"))
+        self.assertRefused(r"scoring must be 'softmax' or 'sigmoid', got 'relu'", tj.moe_topk, logits, 8, "relu")
+        self.assertRefused(r"k must be in \[1, 32\], got 40", tj.moe_topk, logits, 40, out=pair)
+        self.assertRefused(r"experts must be in \[1, 512\], got 1000", tj.moe_topk, FakeTensor((4, 1000)), 8, out=pair)
+        self.assertRefused(r"correction_bias applies to sigmoid scoring only", tj.moe_topk, logits, 8,
+                           correction_bias=FakeTensor((64,), "float32"), out=pair)
+        self.assertRefused(r"experts = 64 must split into n_group = 5 groups", tj.moe_topk, logits, 8, "sigmoid",
+                           n_group=5, topk_group=2, out=pair)
+        self.assertRefused(r"argument 'topk_ids' has dtype fp32, expected int32", tj.moe_topk, logits, 8,
+                           out=(FakeTensor((4, 8), "float32"), FakeTensor((4, 8), "float32")))
+        self.assertRefused(r"argument 'topk_weights' must have shape \[4, 8\]", tj.moe_topk, logits, 8,
+                           out=(FakeTensor((4, 6), "float32"), FakeTensor((4, 8), "int32")))
+
+    def test_moe_permute_and_unpermute_arguments(self):
+        x, ids = FakeTensor((4, 64)), FakeTensor((4, 2), "int32")
+        outs = (FakeTensor((8, 64)), FakeTensor((17,), "int32"), FakeTensor((4, 2), "int32"))
+        self.assertRefused(r"argument 'topk_ids' has dtype bf16, expected int32", tj.moe_permute, x, FakeTensor((4, 2)),
+                           16, out=outs)
+        self.assertRefused(r"experts must be in \[1, 512\], got 1000", tj.moe_permute, x, ids, 1000, out=outs)
+        self.assertRefused(r"argument 'expert_offsets' must be a contiguous vector of 17", tj.moe_permute, x, ids, 16,
+                           out=(outs[0], FakeTensor((16,), "int32"), outs[2]))
+        self.assertRefused(r"x_masked must be \[experts, capacity, hidden\] \(rank 3\), got rank 2", tj.moe_permute,
+                           x, ids, 16, capacity=4, out=outs)
+        self.assertRefused(r"dtype must be bf16, fp16 or fp8_e4m3, got fp32", tj.moe_permute,
+                           FakeTensor((4, 64), "float32"), ids, 16, out=outs)
+        y, row_map, weights = FakeTensor((8, 64)), FakeTensor((4, 2), "int32"), FakeTensor((4, 2), "float32")
+        self.assertRefused(r"accumulate adds into out=, which is missing", tj.moe_unpermute, y, row_map, weights,
+                           accumulate=True)
+        self.assertRefused(r"dtype must be bf16 or fp16, got fp32", tj.moe_unpermute, FakeTensor((8, 64), "float32"),
+                           row_map, weights, out=FakeTensor((4, 64), "float32"))
+        self.assertRefused(r"argument 'topk_weights' has dtype bf16, expected fp32", tj.moe_unpermute, y, row_map,
+                           FakeTensor((4, 2)), out=FakeTensor((4, 64)))
 
     def test_gemm_fp8_arguments(self):
         # bf16 fakes stand in for the codes (these DLPack fakes have no fp8 dtype): the checks up to

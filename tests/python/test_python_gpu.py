@@ -231,6 +231,124 @@ class QuantizeTest(Close):
         self.assertLessEqual(((q.float() - want).abs() - want.abs() * 2.0 ** -4).max().item(), 2.0 ** -9)
 
 
+def moe_topk_reference(logits, k, scoring, renormalize=False, scaling=1.0, n_group=1, topk_group=1, bias=None):
+    """(weights, ids, choice) in float64, torch.topk's order; choice is what experts are chosen by."""
+    x = logits.double()
+    s = torch.softmax(x, -1) if scoring == "softmax" else torch.sigmoid(x)
+    choice = s + bias.double() if bias is not None else x
+    if n_group > 1:
+        per = (s + bias.double() if bias is not None else s).view(*x.shape[:-1], n_group, -1)
+        group_scores = per.topk(2, dim=-1).values.sum(-1)
+        kept = group_scores.topk(topk_group, dim=-1).indices
+        mask = torch.zeros_like(group_scores).scatter_(-1, kept, 1.0).repeat_interleave(x.shape[-1] // n_group, -1)
+        choice = choice.masked_fill(mask == 0, float("-inf"))
+    ids = choice.topk(k, dim=-1).indices
+    w = s.gather(-1, ids)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return w * scaling, ids.int(), choice
+
+
+class MoeRoutingTest(Close):
+    def check_topk(self, logits, k, scoring, **kw):
+        args = (kw.get("renormalize", False), kw.get("routed_scaling_factor", 1.0), kw.get("n_group", 1),
+                kw.get("topk_group", 1), kw.get("correction_bias"))
+        w, ids = tj.moe_topk(logits, k, scoring, **kw)
+        want_w, want_ids, choice = moe_topk_reference(logits, k, scoring, *args)
+        self.assertEqual(ids.dtype, torch.int32)
+        self.assertEqual(w.dtype, torch.float32)
+        same = (ids == want_ids).all(-1)
+        # fp32 sigmoid + bias may order near-equal choices (1e-5 apart) otherwise: equal choices then.
+        near = ((choice.gather(-1, ids.long()) - choice.gather(-1, want_ids.long())).abs() < 1e-5).all(-1)
+        self.assertTrue(bool((same | near).all()), f"{int((~(same | near)).sum())} tokens chose other experts")
+        self.assertClose(w[same], want_w[same], torch.float32, rtol=2e-5)
+        # The weights of the experts chosen, where they differ.
+        x = logits.double()
+        s = torch.softmax(x, -1) if scoring == "softmax" else torch.sigmoid(x)
+        ref = s.gather(-1, ids.long())
+        if args[0]:
+            ref = ref / ref.sum(-1, keepdim=True)
+        self.assertClose(w, ref * args[1], torch.float32, rtol=2e-5)
+
+    def test_topk_real_routers(self):
+        for tokens in (1, 77, 4096):
+            self.check_topk(rand(tokens, 8, scale=2.0), 2, "softmax", renormalize=True)      # Mixtral
+            self.check_topk(rand(tokens, 128, scale=2.0), 8, "softmax", renormalize=True)    # Qwen3-30B-A3B
+            bias = rand(256, dtype=torch.float32, scale=0.1, seed=3)
+            self.check_topk(rand(tokens, 256, scale=2.0), 8, "sigmoid", renormalize=True, routed_scaling_factor=2.5,
+                            n_group=8, topk_group=4, correction_bias=bias)                     # DeepSeek-V3
+            self.check_topk(rand(tokens, 97, dtype=torch.float32), 5, "sigmoid")
+            self.check_topk(rand(tokens, 64, dtype=torch.float16)[:, :60], 4, "softmax")  # strided rows
+
+    def test_topk_ties_take_the_lower_index(self):
+        logits = torch.zeros(3, 64, device=DEV, dtype=torch.bfloat16)
+        logits[:, 40:] = 1.0
+        _, ids = tj.moe_topk(logits, 4, "softmax")
+        self.assertTrue(torch.equal(ids, torch.arange(40, 44, device=DEV, dtype=torch.int32).expand(3, 4)))
+
+    def check_permute(self, x, ids, experts, capacity=None):
+        out, info, row_map = tj.moe_permute(x, ids, experts, capacity=capacity)
+        k = ids.shape[-1]
+        flat = ids.flatten().long()
+        valid = (flat >= 0) & (flat < experts)
+        counts = torch.bincount(flat[valid], minlength=experts)
+        order = torch.argsort(torch.where(valid, flat, experts), stable=True)  # invalid ids last
+        rank = torch.empty_like(order)
+        starts = torch.cumsum(counts, 0) - counts
+        sorted_ids = torch.where(valid, flat, experts)[order]
+        rank[order] = torch.arange(order.numel(), device=DEV) - torch.cat([starts, counts.sum().view(1)])[sorted_ids]
+        if capacity is None:
+            want_offsets = torch.cat([torch.zeros(1, device=DEV, dtype=torch.long), torch.cumsum(counts, 0)])
+            self.assertTrue(torch.equal(info.long(), want_offsets))
+            want_map = torch.where(valid, want_offsets[:-1][flat.clamp(0, experts - 1)] + rank, -1)
+        else:
+            self.assertTrue(torch.equal(info.long(), counts.clamp(max=capacity)))
+            want_map = torch.where(valid & (rank < capacity), flat.clamp(0, experts - 1) * capacity + rank, -1)
+        self.assertTrue(torch.equal(row_map.flatten().long(), want_map))
+        rows = out.reshape(-1, x.shape[-1])
+        hit = want_map >= 0
+        got, want = rows[want_map[hit]], x[torch.arange(flat.numel(), device=DEV)[hit] // k]
+        if x.dtype == torch.float8_e4m3fn:  # compared as bytes
+            got, want = got.view(torch.int8), want.view(torch.int8)
+        self.assertTrue(torch.equal(got, want))
+
+    def test_permute_layouts(self):
+        g = torch.Generator(device=DEV).manual_seed(1)
+        for tokens, hidden, experts, k in ((1, 7168, 256, 8), (500, 4096, 8, 2), (333, 2050, 97, 6)):
+            x = rand(tokens, hidden, seed=tokens)
+            logits = torch.randn(tokens, experts, device=DEV, generator=g)
+            logits[:, ::7] += 3.0  # skewed: a few hot experts
+            ids = logits.topk(k, -1).indices.int()
+            self.check_permute(x, ids, experts)
+            self.check_permute(x, ids, experts, capacity=max(1, tokens * k // experts))  # drops
+            self.check_permute(x.to(torch.float8_e4m3fn), ids, experts)
+        hostile = torch.tensor([[0, -1], [5, 8], [2**31 - 1, 3], [-2**31, 7]], device=DEV, dtype=torch.int32)
+        self.check_permute(rand(4, 64), hostile, 8)
+        self.check_permute(rand(4, 64), hostile, 8, capacity=2)
+
+    def test_unpermute_against_index_add(self):
+        tokens, hidden, experts, k = 300, 1024, 64, 6
+        x = rand(tokens, hidden)
+        logits = rand(tokens, experts, dtype=torch.float32, seed=4)
+        w, ids = tj.moe_topk(logits, k, "softmax", renormalize=True)
+        y, offsets, row_map = tj.moe_permute(x, ids, experts)
+        y = y * 0.5  # the experts
+        out = tj.moe_unpermute(y, row_map, w)
+        want = torch.zeros(tokens, hidden, dtype=torch.float64, device=DEV)
+        want.index_add_(0, torch.arange(tokens * k, device=DEV) // k, w.flatten()[:, None].double() *
+                        y[row_map.flatten().long()].double())
+        self.assertClose(out, want, torch.bfloat16)
+        residual = rand(tokens, hidden, seed=9)
+        acc = residual.clone()
+        tj.moe_unpermute(y, row_map, w, accumulate=True, out=acc)
+        self.assertClose(acc, want + residual.double(), torch.bfloat16)
+        # Masked: y [experts, capacity, hidden], dropped rows skipped.
+        ym, counts, row_map_m = tj.moe_permute(x, ids, experts, capacity=20)
+        outm = tj.moe_unpermute(ym, row_map_m, w)
+        keep = (row_map_m >= 0).double()
+        self.assertClose(outm, (w.double() * keep).sum(-1, keepdim=True) * x.double(), torch.bfloat16)
+
+
 def fp8_codes(*shape, seed):
     """Random non-zero float8_e4m3fn codes, of magnitudes 1/16 to 448."""
     x = rand(*shape, dtype=torch.float32, scale=64.0, seed=seed).clamp(-448.0, 448.0)
@@ -486,6 +604,12 @@ def op_cases():
         ("quantize per_token", lambda x: (lambda q, s: (q.float(), s))(*tj.quantize(x)), (x,)),
         ("quantize block_1x128", lambda x: (lambda q, s: (q.float(), s))(*tj.quantize(x, "block_1x128")), (x,)),
         ("quantize per_tensor", lambda x: (lambda q, s: (q.float(), s))(*tj.quantize(x, "per_tensor")), (x,)),
+        ("moe_topk deepseek", lambda l, b: tj.moe_topk(l, 8, "sigmoid", renormalize=True, routed_scaling_factor=2.5,
+                                                       n_group=8, topk_group=4, correction_bias=b),
+         (rand(8, 256, seed=27), rand(256, dtype=torch.float32, scale=0.1, seed=28))),
+        ("moe permute unpermute", lambda x, l: (lambda w, i: (lambda p, o, m: (p, o, m, tj.moe_unpermute(p, m, w)))(
+            *tj.moe_permute(x, i, 16)))(*tj.moe_topk(l, 4, "softmax", renormalize=True)),
+         (x, rand(8, 16, dtype=torch.float32, seed=29))),
     ]
     if FP8_GEMM:
         a8, b8 = fp8_codes(40, 256, seed=20), fp8_codes(72, 256, seed=21)
