@@ -2,7 +2,7 @@
 """A seeded sweep of real-model shapes for a family, ours (bench_problems) against its torch peer
 in the same run, worst ratio first.
 
-    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows|gemm_fp8|quantize [--seed 1]
+    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows|gemm_fp8|quantize|moe_routing [--seed 1]
                                  [--bench build-gpu/bench/bench_problems] [--json sweep.json] [--list]
 
 rope: Llama 3 8B / 70B, Qwen 2.5 7B / 0.5B, Phi-3 mini, Gemma 2 9B, GPT-NeoX 20B (24 of 96 dims
@@ -19,8 +19,12 @@ and DeepSeek-V3 at M from 1 to 8192, per-tensor, row and block scales, against t
 FP8 GEMMs (the hidden and intermediate sizes of Llama-3-8B / 70B, DeepSeek-V3, Qwen 2.5 72B and
 a 5120-wide model) at token counts from a decode batch to a long prefill, plus 4096x4096 and
 16384x7168, per token, per 1x128 block and per tensor (computed and static), against torch's
-amax + division + cast, eager and torch.compile (torch_quantize_peers.py). --list prints a
-family's problems without running them.
+amax + division + cast, eager and torch.compile (torch_quantize_peers.py). moe_routing: the
+router top-k, permute and unpermute of Mixtral (8 experts, k 2), Qwen3-30B-A3B (128, k 8) and
+DeepSeek-V3 (256, k 8, grouped, biased) at 1 to 16384 tokens (the masked layout drawn at decode
+sizes, fp8 codes drawn for DeepSeek-V3's permute), against the faster of torch eager and
+torch.compile (torch_moe_routing_peers.py; its --skewed mode times the chains on skewed logits).
+--list prints a family's problems without running them.
 """
 import argparse
 import json
@@ -146,12 +150,34 @@ def quantize_problems(rng):
     return problems
 
 
+# (experts, k, hidden, top-k flags) of Mixtral, Qwen3-30B-A3B and DeepSeek-V3.
+MOE_MODELS = [(8, 2, 4096, "softmax,renorm"), (128, 8, 2048, "softmax,renorm"),
+              (256, 8, 7168, "sigmoid,renorm,group8,topk_group4,bias")]
+MOE_TOKENS = [1, 16, 64, 512, 4096, 16384]
+
+
+def moe_routing_problems(rng):
+    """Each model's three ops at every token count; decode sizes drawn masked (capacity = tokens:
+    no drops), DeepSeek-V3's permute drawn with fp8 codes."""
+    problems = []
+    for experts, k, hidden, flags in MOE_MODELS:
+        for tokens in MOE_TOKENS:
+            problems.append(f"moe_topk {tokens}x{experts}x{k} bf16 {flags}")
+            masked = tokens <= 64 and rng.random() < 0.5
+            dtype = "fp8_e4m3" if experts == 256 and rng.random() < 0.3 else "bf16"
+            problems.append(f"moe_permute {tokens}x{hidden}x{experts}x{k} {dtype}" + (f" capacity{tokens}" if masked else ""))
+            problems.append(f"moe_unpermute {tokens}x{hidden}x{k} bf16" + (f" rows{experts * tokens}" if masked else ""))
+    return problems
+
+
 PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems,
-            "rows": rows_problems, "gemm_fp8": gemm_fp8_problems, "quantize": quantize_problems}
+            "rows": rows_problems, "gemm_fp8": gemm_fp8_problems, "quantize": quantize_problems,
+            "moe_routing": moe_routing_problems}
 # The peer's figure each family compares with.
 PEER = {"rope": ("compile_us", "torch.compile"), "sampling": ("torch_us", "torch"),
         "embedding": ("compile_us", "torch.compile"), "rows": ("best_us", "the faster of torch eager and torch.compile"),
-        "gemm_fp8": ("scaled_mm_us", "torch._scaled_mm"), "quantize": ("compile_us", "torch.compile")}
+        "gemm_fp8": ("scaled_mm_us", "torch._scaled_mm"), "quantize": ("compile_us", "torch.compile"),
+        "moe_routing": ("best_us", "the faster of torch eager and torch.compile")}
 
 
 def main():
