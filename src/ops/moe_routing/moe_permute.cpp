@@ -29,14 +29,20 @@ namespace {
 constexpr const char* kOp = "MoePermute";
 constexpr long long kMaxHeld = 64;  // bytes of x a thread holds: items x vec x element size
 
+// Elements of x a thread may hold; elements of x a 16-byte vector.
+long long held_elements(DType dtype) { return kMaxHeld / static_cast<long long>(dtype_size(dtype)); }
+int max_vec(DType dtype) { return 16 / static_cast<int>(dtype_size(dtype)); }
+
 }  // namespace
 
 // Config: the gather kernel's row team (moe_routing_common.hpp). The routing kernel's geometry
 // follows from the problem: runs of kMoeRouteThreads entries or more, at most kMoeRouteMaxGroups.
-class MoePermuteModel final : public OpModel {
+class MoePermuteModel final : public moe::RowTeamModel {
 public:
     explicit MoePermuteModel(const MoePermuteProblem& p)
-        : p_(p), shape_vec_(widest_dividing_vector(static_cast<int>(max_vec()), {p.hidden, p.x_stride, p.out_stride})) {}
+        : RowTeamModel({p.hidden, static_cast<long long>(dtype_size(p.dtype)), held_elements(p.dtype)},
+                       widest_dividing_vector(max_vec(p.dtype), {p.hidden, p.x_stride, p.out_stride}), p.tokens),
+          p_(p) {}
     const MoePermuteProblem& problem() const noexcept { return p_; }
 
     std::string op_name() const override { return "moe_permute"; }
@@ -62,25 +68,14 @@ public:
         return list;
     }
 
-    Config heuristic(const DeviceInfo&) const override { return moe::row_team_heuristic(team(), shape_vec_); }
-    std::vector<Config> search_space(const DeviceInfo& device) const override {
-        return valid_configs(moe::row_team_candidates(team(), shape_vec_), device);
-    }
-    std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
-        return moe::row_team_invalid_reason(team(), config, device, op_name(), p_.tokens);
-    }
-    std::vector<int> vector_widths(const Config& config) const override {
-        return halving_widths(std::min(static_cast<int>(config.at("vec")), shape_vec_));
-    }
-
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo&) const override {
-        const moe::RowTeamLaunch team_launch = moe::row_team_launch(config);
+        const Launch team = team_launch(config);
         LaunchPlan plan;
         plan.template_file = "moe_routing/permute.cuh";
         plan.name_expression = fmt::format("tileops::moe_permute_gather_kernel<{}, {}, {}, {}, {}>", bits_type(), vec,
-                                           team_launch.threads_per_row, team_launch.rows_per_block, team_launch.items);
-        plan.grid[0] = static_cast<unsigned>(moe::ceil_div(p_.tokens, team_launch.rows_per_block));
-        plan.block[0] = static_cast<unsigned>(team_launch.threads_per_row * team_launch.rows_per_block);
+                                           team.threads_per_row, team.rows_per_block, team.items);
+        plan.grid[0] = team.grid;
+        plan.block[0] = team.block;
         plan.before.name_expression = fmt::format("tileops::moe_permute_route_kernel<{}>", route_experts());
         plan.before.grid[0] = static_cast<unsigned>(groups());
         plan.before.block[0] = kMoeRouteThreads;
@@ -98,11 +93,8 @@ public:
 private:
     bool masked() const { return p_.layout == MoeLayout::masked; }
     long long entries() const { return p_.tokens * p_.k; }
-    long long max_vec() const { return 16 / static_cast<long long>(dtype_size(p_.dtype)); }
-    long long element_bytes() const { return static_cast<long long>(dtype_size(p_.dtype)); }
-    moe::RowTeamShape team() const { return {p_.hidden, element_bytes(), kMaxHeld / element_bytes()}; }
     // Elements are copied as raw bits.
-    const char* bits_type() const { return element_bytes() == 1 ? "unsigned char" : "unsigned short"; }
+    const char* bits_type() const { return dtype_size(p_.dtype) == 1 ? "unsigned char" : "unsigned short"; }
     // Entries a routing CTA ranks: whole rounds of its block, enough that at most
     // kMoeRouteMaxGroups CTAs cover them all (the last CTA scans groups x experts counts).
     long long group_entries() const {
@@ -114,7 +106,6 @@ private:
     long long route_experts() const { return std::max<long long>(32, moe::next_pow2(p_.experts)); }
 
     MoePermuteProblem p_;
-    int shape_vec_;
 };
 
 namespace {
@@ -188,7 +179,7 @@ MoePermute::MoePermute(const MoePermuteProblem& problem) {
 namespace detail {
 
 int MoePermuteModel::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(p_, shape_vec_, inputs, outputs);
+    return detail::bind(p_, shape_vec(), inputs, outputs);
 }
 
 void MoePermuteModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

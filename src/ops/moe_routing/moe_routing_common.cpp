@@ -37,8 +37,9 @@ void check_entries(const char* op, int64_t tokens, int64_t k) {
                                           tokens, k));
 }
 
-Config row_team_heuristic(const RowTeamShape& shape, int shape_vec) {
-    const long long vec = shape_vec;
+Config RowTeamModel::heuristic(const DeviceInfo&) const {
+    const RowTeamShape& shape = team_;
+    const long long vec = shape_vec_;
     const long long vectors = ceil_div(shape.hidden, vec);
     const long long cap = std::clamp<long long>(shape.max_held / vec, 1, 4);
     // About a row in one pass of up to 256 threads, a few vectors a thread.
@@ -49,9 +50,10 @@ Config row_team_heuristic(const RowTeamShape& shape, int shape_vec) {
     return {{"threads_per_row", tpr}, {"rows_per_block", rpb}, {"items", items}, {"vec", vec}};
 }
 
-std::vector<Config> row_team_candidates(const RowTeamShape& shape, int shape_vec) {
-    std::vector<Config> candidates{row_team_heuristic(shape, shape_vec)};
-    for (long long vec = shape_vec; vec >= std::max(1, shape_vec / 2); vec /= 2)
+std::vector<Config> RowTeamModel::search_space(const DeviceInfo& device) const {
+    const RowTeamShape& shape = team_;
+    std::vector<Config> candidates{heuristic(device)};
+    for (long long vec = shape_vec_; vec >= std::max(1, shape_vec_ / 2); vec /= 2)
         for (long long tpr : {4, 8, 16, 32, 64, 128, 256, 512})
             for (long long items : {1, 2, 4, 8}) {
                 if (items * vec > shape.max_held) continue;
@@ -64,13 +66,13 @@ std::vector<Config> row_team_candidates(const RowTeamShape& shape, int shape_vec
                                           {"vec", vec}});
                 }
             }
-    return candidates;
+    return valid_configs(candidates, device);
 }
 
-std::optional<std::string> row_team_invalid_reason(const RowTeamShape& shape, const Config& config,
-                                                   const DeviceInfo& device, const std::string& op, long long tokens) {
+std::optional<std::string> RowTeamModel::invalid_reason(const Config& config, const DeviceInfo& device) const {
+    const RowTeamShape& shape = team_;
     long long tpr = 0, rpb = 0, items = 0, vec = 0;
-    if (auto why = read_tunables(config, op,
+    if (auto why = read_tunables(config, op_name(),
                                  {{"threads_per_row", &tpr}, {"rows_per_block", &rpb}, {"items", &items}, {"vec", &vec}}))
         return why;
     if (tpr < 1 || tpr > 1024) return fmt::format("threads_per_row = {} is not in [1, 1024]", tpr);
@@ -82,12 +84,17 @@ std::optional<std::string> row_team_invalid_reason(const RowTeamShape& shape, co
     if (items * vec > shape.max_held)
         return fmt::format("items x vec = {} x {} holds more than {} elements a thread (it would spill)", items, vec,
                            shape.max_held);
-    if (ceil_div(tokens, rpb) > kMaxGrid) return "too many blocks";
+    if (ceil_div(tokens_, rpb) > kMaxGrid) return "too many blocks";
     return std::nullopt;
 }
 
-RowTeamLaunch row_team_launch(const Config& config) {
-    return {config.at("threads_per_row"), config.at("rows_per_block"), config.at("items")};
+std::vector<int> RowTeamModel::vector_widths(const Config& config) const {
+    return halving_widths(std::min(static_cast<int>(config.at("vec")), shape_vec_));
+}
+
+RowTeamModel::Launch RowTeamModel::team_launch(const Config& config) const {
+    const long long tpr = config.at("threads_per_row"), rpb = config.at("rows_per_block");
+    return {tpr, rpb, config.at("items"), static_cast<unsigned>(ceil_div(tokens_, rpb)), static_cast<unsigned>(tpr * rpb)};
 }
 
 }  // namespace tileops::detail::moe

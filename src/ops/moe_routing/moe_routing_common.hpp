@@ -22,23 +22,42 @@ void check_k(const char* op, int64_t k);
 // tokens x k (the permuted rows) must fit the int32 row_map.
 void check_entries(const char* op, int64_t tokens, int64_t k);
 
-// A row team's config: threads_per_row (1-1024), rows_per_block (1-64), items (vectors a thread
-// holds, 1-8), vec (elements an access, a power of two up to 16 bytes). `hidden` elements of
-// `element_bytes` a row; `max_held` bounds items x vec (elements a thread holds in registers).
+// A row team's rows: `hidden` elements of `element_bytes` a row; `max_held` bounds items x vec
+// (elements a thread holds in registers).
 struct RowTeamShape {
     long long hidden;
     long long element_bytes;
     long long max_held;
 };
-Config row_team_heuristic(const RowTeamShape& shape, int shape_vec);
-std::vector<Config> row_team_candidates(const RowTeamShape& shape, int shape_vec);
-std::optional<std::string> row_team_invalid_reason(const RowTeamShape& shape, const Config& config,
-                                                   const DeviceInfo& device, const std::string& op, long long tokens);
 
-// The launch geometry of a row team's kernel: one block per rows_per_block tokens.
-struct RowTeamLaunch {
-    long long threads_per_row, rows_per_block, items;
+// The model of an op whose kernel is a row team, a team of threads a token row (the permute's
+// gather, the unpermute). Its config: threads_per_row (1-1024), rows_per_block (1-64), items
+// (vectors a thread holds, 1-8), vec (elements an access, a power of two up to 16 bytes). The
+// heuristic takes a row in one pass of at most 256 threads with up to 4 vectors each.
+class RowTeamModel : public OpModel {
+public:
+    Config heuristic(const DeviceInfo& device) const override;
+    std::vector<Config> search_space(const DeviceInfo& device) const override;
+    std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override;
+    std::vector<int> vector_widths(const Config& config) const override;
+
+protected:
+    // shape_vec: the widest vector the row length and strides allow; tokens: the rows (blocks).
+    RowTeamModel(const RowTeamShape& shape, int shape_vec, long long tokens)
+        : team_(shape), shape_vec_(shape_vec), tokens_(tokens) {}
+    int shape_vec() const noexcept { return shape_vec_; }
+
+    // The launch geometry of a config: one block per rows_per_block tokens.
+    struct Launch {
+        long long threads_per_row, rows_per_block, items;
+        unsigned grid, block;
+    };
+    Launch team_launch(const Config& config) const;
+
+private:
+    RowTeamShape team_;
+    int shape_vec_;
+    long long tokens_;
 };
-RowTeamLaunch row_team_launch(const Config& config);
 
 }  // namespace tileops::detail::moe

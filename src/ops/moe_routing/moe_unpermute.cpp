@@ -23,10 +23,12 @@ constexpr long long kMaxHeld = 32;  // elements a thread accumulates: items x ve
 }  // namespace
 
 // Config: the row team (moe_routing_common.hpp).
-class MoeUnpermuteModel final : public OpModel {
+class MoeUnpermuteModel final : public moe::RowTeamModel {
 public:
     explicit MoeUnpermuteModel(const MoeUnpermuteProblem& p)
-        : p_(p), shape_vec_(widest_dividing_vector(8, {p.hidden, p.y_stride, p.out_stride})) {}
+        : RowTeamModel({p.hidden, static_cast<long long>(dtype_size(p.dtype)), kMaxHeld},
+                       widest_dividing_vector(8, {p.hidden, p.y_stride, p.out_stride}), p.tokens),
+          p_(p) {}
     const MoeUnpermuteProblem& problem() const noexcept { return p_; }
 
     std::string op_name() const override { return "moe_unpermute"; }
@@ -51,26 +53,15 @@ public:
         return list;
     }
 
-    Config heuristic(const DeviceInfo&) const override { return moe::row_team_heuristic(team(), shape_vec_); }
-    std::vector<Config> search_space(const DeviceInfo& device) const override {
-        return valid_configs(moe::row_team_candidates(team(), shape_vec_), device);
-    }
-    std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const override {
-        return moe::row_team_invalid_reason(team(), config, device, op_name(), p_.tokens);
-    }
-    std::vector<int> vector_widths(const Config& config) const override {
-        return halving_widths(std::min(static_cast<int>(config.at("vec")), shape_vec_));
-    }
-
     LaunchPlan plan(const Config& config, int vec, const DeviceInfo&) const override {
-        const moe::RowTeamLaunch team_launch = moe::row_team_launch(config);
+        const Launch team = team_launch(config);
         LaunchPlan plan;
         plan.template_file = "moe_routing/unpermute.cuh";
         plan.name_expression = fmt::format("tileops::moe_unpermute_kernel<{}, {}, {}, {}, {}, {}>",
-                                           device_type_name(p_.dtype), vec, team_launch.threads_per_row,
-                                           team_launch.rows_per_block, team_launch.items, p_.accumulate);
-        plan.grid[0] = static_cast<unsigned>(moe::ceil_div(p_.tokens, team_launch.rows_per_block));
-        plan.block[0] = static_cast<unsigned>(team_launch.threads_per_row * team_launch.rows_per_block);
+                                           device_type_name(p_.dtype), vec, team.threads_per_row, team.rows_per_block,
+                                           team.items, p_.accumulate);
+        plan.grid[0] = team.grid;
+        plan.block[0] = team.block;
         return plan;
     }
 
@@ -78,10 +69,7 @@ public:
     void launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const override;
 
 private:
-    moe::RowTeamShape team() const { return {p_.hidden, static_cast<long long>(dtype_size(p_.dtype)), kMaxHeld}; }
-
     MoeUnpermuteProblem p_;
-    int shape_vec_;
 };
 
 namespace {
@@ -130,7 +118,7 @@ MoeUnpermute::MoeUnpermute(const MoeUnpermuteProblem& problem) {
 namespace detail {
 
 int MoeUnpermuteModel::vector_width(Inputs inputs, Outputs outputs) const {
-    return detail::bind(p_, shape_vec_, inputs, outputs);
+    return detail::bind(p_, shape_vec(), inputs, outputs);
 }
 
 void MoeUnpermuteModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
