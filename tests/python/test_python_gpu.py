@@ -232,21 +232,27 @@ class QuantizeTest(Close):
 
 
 def moe_topk_reference(logits, k, scoring, renormalize=False, scaling=1.0, n_group=1, topk_group=1, bias=None):
-    """(weights, ids, choice) in float64, torch.topk's order; choice is what experts are chosen by."""
+    """(weights, ids, choice, unsure) in float64, torch.topk's order; choice is what experts are
+    chosen by; unsure marks tokens whose kept groups are decided by less than 1e-5 (fp32 may keep
+    others)."""
     x = logits.double()
     s = torch.softmax(x, -1) if scoring == "softmax" else torch.sigmoid(x)
     choice = s + bias.double() if bias is not None else x
+    unsure = torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
     if n_group > 1:
         per = (s + bias.double() if bias is not None else s).view(*x.shape[:-1], n_group, -1)
         group_scores = per.topk(2, dim=-1).values.sum(-1)
         kept = group_scores.topk(topk_group, dim=-1).indices
+        if topk_group < n_group:
+            top = group_scores.topk(topk_group + 1, dim=-1).values
+            unsure = (top[..., -2] - top[..., -1]) < 1e-5
         mask = torch.zeros_like(group_scores).scatter_(-1, kept, 1.0).repeat_interleave(x.shape[-1] // n_group, -1)
         choice = choice.masked_fill(mask == 0, float("-inf"))
     ids = choice.topk(k, dim=-1).indices
     w = s.gather(-1, ids)
     if renormalize:
         w = w / w.sum(-1, keepdim=True)
-    return w * scaling, ids.int(), choice
+    return w * scaling, ids.int(), choice, unsure
 
 
 class MoeRoutingTest(Close):
@@ -254,13 +260,15 @@ class MoeRoutingTest(Close):
         args = (kw.get("renormalize", False), kw.get("routed_scaling_factor", 1.0), kw.get("n_group", 1),
                 kw.get("topk_group", 1), kw.get("correction_bias"))
         w, ids = tj.moe_topk(logits, k, scoring, **kw)
-        want_w, want_ids, choice = moe_topk_reference(logits, k, scoring, *args)
+        want_w, want_ids, choice, unsure = moe_topk_reference(logits, k, scoring, *args)
         self.assertEqual(ids.dtype, torch.int32)
         self.assertEqual(w.dtype, torch.float32)
         same = (ids == want_ids).all(-1)
         # fp32 sigmoid + bias may order near-equal choices (1e-5 apart) otherwise: equal choices then.
         near = ((choice.gather(-1, ids.long()) - choice.gather(-1, want_ids.long())).abs() < 1e-5).all(-1)
-        self.assertTrue(bool((same | near).all()), f"{int((~(same | near)).sum())} tokens chose other experts")
+        ok = same | near | unsure
+        self.assertTrue(bool(ok.all()), f"{int((~ok).sum())} tokens chose other experts")
+        self.assertLessEqual(int(unsure.sum()), max(1, logits.shape[0] // 100))
         self.assertClose(w[same], want_w[same], torch.float32, rtol=2e-5)
         # The weights of the experts chosen, where they differ.
         x = logits.double()
