@@ -10,6 +10,9 @@
 namespace tileops::tuning {
 namespace {
 
+// The most random bytes drawn for one operand; larger ones repeat them.
+constexpr size_t kPatternBytes = size_t{64} << 20;
+
 size_t extent_bytes(const detail::OperandSpec& spec) {
     const long long rows = spec.rows == 0 ? 1 : spec.rows;
     return static_cast<size_t>((rows - 1) * spec.stride + spec.cols) * dtype_size(spec.dtype);
@@ -57,8 +60,15 @@ OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed) : sp
             buffers_.back().fill_bytes(0xff);
             outputs_.emplace_back(buffers_.back().data());
         } else {
-            std::vector<uint8_t> host = input_bytes(spec, bytes, rng);
-            buffers_.back().upload(host.data(), bytes);
+            // Random and constant floats repeat a pattern of at most kPatternBytes: a grouped
+            // GEMM's experts' weights reach 15 GB, which the host would take minutes to draw.
+            // Index operands are drawn whole (their values depend on the position).
+            const bool repeats = spec.fill == detail::OperandFill::random || spec.fill == detail::OperandFill::constant_real;
+            const size_t element = dtype_size(spec.dtype);
+            const size_t drawn = repeats ? std::min(bytes, kPatternBytes / element * element) : bytes;
+            std::vector<uint8_t> host = input_bytes(spec, drawn, rng);
+            for (size_t offset = 0; offset < bytes; offset += drawn)
+                buffers_.back().upload(host.data(), std::min(drawn, bytes - offset), offset);
             inputs_.emplace_back(buffers_.back().data());
         }
     }

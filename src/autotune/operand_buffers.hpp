@@ -1,5 +1,6 @@
-// Device buffers for every operand of an op, inputs filled with random values (never zeros),
-// outputs poisoned; for the autotuner and benchmarks.
+// Device buffers for every operand of an op, inputs filled with random values (never zeros; past
+// 64 MB an operand repeats its first 64 MB) or as OperandSpec says, outputs poisoned; for the
+// autotuner and benchmarks.
 #pragma once
 
 #include <cstdint>
