@@ -34,6 +34,8 @@ int64_t GemmGroups::max_units(int64_t unit_rows, int64_t n, int64_t block_n) con
     return units_m * ceil_div(n, block_n);
 }
 
+int GemmGroups::a_box_rows(int block_m) const { return masked ? gemm_a_box_rows(rows, block_m) : block_m; }
+
 int GemmGroups::schedule() const { return masked ? kGemmGroupsMasked : kGemmGroupsContiguous; }
 
 OperandSpec GemmGroups::rows_operand() const {

@@ -30,6 +30,11 @@ struct GemmGroups {
     // The most units of `unit_rows` rows x `block_n` columns the groups' tiles can make (each group
     // wastes at most one partial unit of rows), for a grid's size and the table's int range.
     int64_t max_units(int64_t unit_rows, int64_t n, int64_t block_n) const;
+    // Rows of A a TMA box loads for tiles of block_m rows: masked groups of a capacity under
+    // block_m hold one tile each, whose rows past the capacity (rounded up to 8) feed only rows of
+    // D past the count, never stored: a decode step reads no more of A than it has. Contiguous
+    // groups start anywhere: whole tiles.
+    int a_box_rows(int block_m) const;
     // The kernels' GROUPS argument (kGemmGroupsContiguous or kGemmGroupsMasked).
     int schedule() const;
     // group_rows as tools fill it: balanced groups (offsets i x rows / groups, or every count the capacity).

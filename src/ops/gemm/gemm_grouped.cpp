@@ -111,6 +111,7 @@ public:
     // The batched GEMM's choice for the average group, without what the grouped schedule lacks:
     // the skinny kernel and split K (both need the tiles' count on the host).
     Config heuristic(const DeviceInfo& device) const override {
+        if (auto decode = decode_heuristic(device)) return decode->to_config();
         GemmConfig c = gemm_heuristic(shape_, device);
         if (c.kernel == kGemmSkinny) c = gemm_sm80_heuristic(shape_, device);
         c.split_k = 1;
@@ -195,6 +196,24 @@ public:
     const GemmGroups& groups() const noexcept { return groups_; }
 
 private:
+    // A decode step (masked, at most 64 rows a group) only streams the active groups' B, and a
+    // step of one token activates as few groups as its top-k (8 or fewer in the models of
+    // bench_gemm_grouped.py): the widest 64-row tiles whose columns, over 8 groups, still give
+    // every SM one, with the deepest ring that fits.
+    std::optional<GemmConfig> decode_heuristic(const DeviceInfo& device) const {
+        if (device.sm() != 90 || !groups_.masked || p_.rows > 64) return std::nullopt;
+        std::optional<GemmConfig> chosen;
+        for (int block_n : {256, 128, 64}) {
+            GemmConfig c;
+            c.kernel = kGemmSm90, c.block_m = 64, c.consumers = 1, c.block_n = block_n, c.block_k = 64, c.group_m = 8;
+            c.stages = kGemmSm90MaxStages;
+            while (c.stages > 2 && invalid_reason(c.to_config(), device)) --c.stages;
+            if (invalid_reason(c.to_config(), device)) continue;
+            chosen = c;
+            if ((p_.n + block_n - 1) / block_n * std::min<int64_t>(p_.groups, 8) >= device.sm_count) break;
+        }
+        return chosen;
+    }
     // The 16-bit TMA kernel's block pairs of 160- and 224-column tiles (D stored from registers,
     // 80 or 112 accumulators a thread) spill a few bytes once the schedule's tile bounds are live
     // too (ptxas, sm_90a).
@@ -252,7 +271,7 @@ void GemmGroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outpu
     GemmArgs args{inputs[0].data(), inputs[1].data(), nullptr, nullptr, outputs[0].data(),
                   rows, p.n, p.k, p.lda, p.ldb, p.ldd, p.ldd,
                   rows * p.lda, p.group_stride_b, rows * p.ldd, rows * p.ldd,
-                  1, p.alpha, 0.0f, 1, nullptr, nullptr, tile.block_m, {},
+                  1, p.alpha, 0.0f, 1, nullptr, nullptr, groups_.a_box_rows(tile.block_m), {},
                   static_cast<const int*>(inputs[2].data()), static_cast<int>(p.groups), groups_.masked ? p.rows : 0};
     if (!tile.tma) {
         void* params[] = {&args};
@@ -261,7 +280,7 @@ void GemmGroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outpu
     }
     const unsigned block_n = static_cast<unsigned>(tile.block_n);
     alignas(64) CUtensorMap map_a = gemm_tensor_map(args.a, p.dtype, rows, p.k, p.lda, 1, rows * p.lda,
-                                                    static_cast<unsigned>(tile.block_m));
+                                                    static_cast<unsigned>(args.a_box_rows));
     alignas(64) CUtensorMap map_b =
         nt(p) ? gemm_tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.groups, p.group_stride_b, tile.paired ? block_n / 2 : block_n)
               : gemm_tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.groups, p.group_stride_b, 64);

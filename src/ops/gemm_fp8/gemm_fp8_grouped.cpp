@@ -217,11 +217,11 @@ void GemmFp8GroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Ou
     GemmArgs args{inputs[0].data(), inputs[1].data(), nullptr, nullptr, outputs[0].data(),
                   rows, p.n, p.k, p.lda, p.ldb, p.ldd, p.ldd,
                   rows * p.lda, p.group_stride_b, rows * p.ldd, rows * p.ldd,
-                  1, p.alpha, 0.0f, 1, nullptr, nullptr, tile.block_m, {},
+                  1, p.alpha, 0.0f, 1, nullptr, nullptr, groups_.a_box_rows(tile.block_m), {},
                   static_cast<const int*>(inputs[4].data()), static_cast<int>(p.groups), groups_.masked ? p.rows : 0};
     GemmFp8Scales scales{static_cast<const float*>(inputs[2].data()), static_cast<const float*>(inputs[3].data())};
     alignas(64) CUtensorMap map_a = gemm_tensor_map(args.a, DType::fp8_e4m3, rows, p.k, p.lda, 1, rows * p.lda,
-                                                    static_cast<unsigned>(tile.block_m));
+                                                    static_cast<unsigned>(args.a_box_rows));
     alignas(64) CUtensorMap map_b = gemm_tensor_map(args.b, DType::fp8_e4m3, p.n, p.k, p.ldb, p.groups, p.group_stride_b,
                                                     static_cast<unsigned>(tile.block_n));
     alignas(64) CUtensorMap map_d =

@@ -112,6 +112,20 @@ TEST_CASE("GemmGrouped configs: no skinny kernel, no split K; heuristics valid",
     }
 }
 
+TEST_CASE("GemmGrouped's decode heuristic: narrow 64-row tiles that a one-token step spreads over every SM",
+          "[validation][gemm_grouped]") {
+    const DeviceInfo device = DeviceInfo::for_arch("sm_90a");
+    // Qwen3-30B-A3B's up projection, capacity 8: 1536 columns over the 8 experts a token
+    // activates need 64-column tiles (192 tiles for 132 SMs); Mixtral's 28672 keep 256.
+    for (const auto& [n, block_n] : {std::pair{1536, 64}, std::pair{28672, 256}}) {
+        GemmGroupedProblem p = problem(128, 8, n, 2048);
+        p.group_layout = GemmGroupLayout::masked;
+        const Config config = GemmGrouped(p).model().heuristic(device);
+        CHECK(config.at("block_m") == 64);
+        CHECK(config.at("block_n") == block_n);
+    }
+}
+
 TEST_CASE("every GemmGrouped config of the search space compiles for sm_80 and sm_90a", "[compile][gemm_grouped]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
@@ -125,9 +139,15 @@ TEST_CASE("every GemmGrouped config of the search space compiles for sm_80 and s
         test::add_kernels(kernels, op.model(), config, op.model().vector_widths(config).front(), device);
     GemmGroupedProblem masked = problem(64, 128, 512, 256);
     masked.group_layout = GemmGroupLayout::masked, masked.layout = GemmLayout::nn, masked.out_dtype = DType::fp32;
-    GemmGrouped masked_op(masked);
-    const Config heuristic = masked_op.model().heuristic(device);
-    for (int width : masked_op.model().vector_widths(heuristic)) test::add_kernels(kernels, masked_op.model(), heuristic, width, device);
+    // A decode step: the decode heuristic's narrow tiles.
+    GemmGroupedProblem decode = problem(128, 8, 1536, 2048);
+    decode.group_layout = GemmGroupLayout::masked;
+    for (const GemmGroupedProblem& p : {masked, decode}) {
+        GemmGrouped heuristic_op(p);
+        const Config heuristic = heuristic_op.model().heuristic(device);
+        for (int width : heuristic_op.model().vector_widths(heuristic))
+            test::add_kernels(kernels, heuristic_op.model(), heuristic, width, device);
+    }
     if (arch == "sm_80") {
         test::compile_all(kernels, arch);
         return;
