@@ -13,17 +13,20 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-GemmGroups GemmGroups::checked(const char* op, int64_t groups, int64_t rows, GemmGroupLayout layout) {
+GemmGroups GemmGroups::checked(const char* op, int64_t groups, int64_t rows, int64_t n, int64_t k, GemmGroupLayout layout) {
     if (groups < 1 || groups > kGemmMaxGroups)
         throw InvalidArgument(fmt::format("tileops::{}: groups = {} is not in [1, {}]", op, groups, kGemmMaxGroups));
-    if (rows < 1) throw InvalidArgument(fmt::format("tileops::{}: rows must be >= 1, got {}", op, rows));
+    for (auto [name, value] : {std::pair{"rows", rows}, {"n", n}, {"k", k}}) {
+        if (value < 1) throw InvalidArgument(fmt::format("tileops::{}: {} must be >= 1, got {}", op, name, value));
+        if (value > (int64_t{1} << 31) - 1)
+            throw InvalidArgument(fmt::format("tileops::{}: {} = {} is larger than supported (2^31 - 1)", op, name, value));
+    }
     if (layout != GemmGroupLayout::contiguous && layout != GemmGroupLayout::masked)
         throw InvalidArgument(fmt::format("tileops::{}: group_layout {} is not contiguous or masked", op, static_cast<int>(layout)));
     const GemmGroups g{groups, rows, layout == GemmGroupLayout::masked};
-    if (rows > (int64_t{1} << 31) - 1 || g.flat_rows() > (int64_t{1} << 31) - 1)
-        throw InvalidArgument(fmt::format("tileops::{}: {} rows is larger than supported (2^31 - 1)", op,
-                                          g.masked ? fmt::format("groups x capacity = {} x {}", groups, rows)
-                                                   : fmt::format("{}", rows)));
+    if (g.flat_rows() > (int64_t{1} << 31) - 1)
+        throw InvalidArgument(fmt::format("tileops::{}: groups x capacity = {} x {} rows is larger than supported (2^31 - 1)",
+                                          op, groups, rows));
     return g;
 }
 
@@ -37,6 +40,23 @@ int64_t GemmGroups::max_units(int64_t unit_rows, int64_t n, int64_t block_n) con
 int GemmGroups::a_box_rows(int block_m) const { return masked ? gemm_a_box_rows(rows, block_m) : block_m; }
 
 int GemmGroups::schedule() const { return masked ? kGemmGroupsMasked : kGemmGroupsContiguous; }
+
+GemmArgs GemmGroups::kernel_args(const GemmGroupsMatrices& m, int block_m) const {
+    const int64_t flat = flat_rows();
+    return GemmArgs{m.a, m.b, nullptr, nullptr, m.d,
+                    flat, m.n, m.k, m.lda, m.ldb, m.ldd, m.ldd,
+                    flat * m.lda, m.group_stride_b, flat * m.ldd, flat * m.ldd,
+                    1, m.alpha, 0.0f, 1, nullptr, nullptr, a_box_rows(block_m), {},
+                    static_cast<const int*>(m.group_rows), static_cast<int>(groups), masked ? rows : 0};
+}
+
+CUtensorMap GemmGroups::a_map(const GemmArgs& args, DType dtype) const {
+    return gemm_tensor_map(args.a, dtype, args.m, args.k, args.lda, 1, args.batch_stride_a, static_cast<unsigned>(args.a_box_rows));
+}
+
+CUtensorMap GemmGroups::d_map(const GemmArgs& args, DType dtype) const {
+    return gemm_tensor_map(args.d, dtype, args.m, args.n, args.ldd, 1, args.batch_stride_d, 64);
+}
 
 OperandSpec GemmGroups::rows_operand() const {
     OperandSpec spec{"group_rows", DType::int32, 0, rows_count(), rows_count(), false};

@@ -3,9 +3,12 @@
 // The kernels' side: kernel_templates/gemm/gemm_groups.cuh.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "core/op_model.hpp"
+#include "gemm/gemm_args.cuh"  // kernel_templates/: the kernels' argument block
 #include "core/validation.hpp"
 #include "tileops/gemm_grouped.hpp"
 #include "tileops/op.hpp"
@@ -14,14 +17,25 @@ namespace tileops::detail {
 
 constexpr int64_t kGemmMaxGroups = 4096;  // the schedule's table: 16 KB of shared memory at most
 
+// A grouped launch's matrices as run() gives them: A and D of the groups' rows, B a batch entry
+// per group (elements between groups: group_stride_b), the row counts.
+struct GemmGroupsMatrices {
+    const void* a;
+    const void* b;
+    void* d;
+    const void* group_rows;
+    int64_t n, k, lda, ldb, ldd, group_stride_b;
+    float alpha;
+};
+
 struct GemmGroups {
     int64_t groups;
     int64_t rows;  // contiguous: all groups' rows; masked: each group's capacity
     bool masked;
 
-    // Throws InvalidArgument naming `op` and the bad value: groups in [1, kGemmMaxGroups], rows
-    // >= 1, the flat matrix within 2^31 - 1 rows, a known layout.
-    static GemmGroups checked(const char* op, int64_t groups, int64_t rows, GemmGroupLayout layout);
+    // Throws InvalidArgument naming `op` and the bad value: groups in [1, kGemmMaxGroups], rows,
+    // n and k in [1, 2^31 - 1], the flat matrix within 2^31 - 1 rows, a known layout.
+    static GemmGroups checked(const char* op, int64_t groups, int64_t rows, int64_t n, int64_t k, GemmGroupLayout layout);
 
     int64_t flat_rows() const { return masked ? groups * rows : rows; }
     int64_t rows_count() const { return masked ? groups : groups + 1; }  // group_rows' length
@@ -37,6 +51,12 @@ struct GemmGroups {
     int a_box_rows(int block_m) const;
     // The kernels' GROUPS argument (kGemmGroupsContiguous or kGemmGroupsMasked).
     int schedule() const;
+    // The kernels' argument block: A and D one flat matrix of flat_rows(), B's batch entries the
+    // groups, A's box rows for tiles of block_m (a_box_rows).
+    GemmArgs kernel_args(const GemmGroupsMatrices& m, int block_m) const;
+    // TMA tensor maps of the flat A (boxes of args.a_box_rows rows) and D (64 x 64 boxes).
+    CUtensorMap a_map(const GemmArgs& args, DType dtype) const;
+    CUtensorMap d_map(const GemmArgs& args, DType dtype) const;
     // group_rows as tools fill it: balanced groups (offsets i x rows / groups, or every count the capacity).
     OperandSpec rows_operand() const;
     // run()'s matrix operand of the groups' rows (A or D: [rows, cols], masked also [groups,

@@ -9,6 +9,12 @@
 
 namespace tileops::detail {
 
+void check_tma_operands_aligned(const char* op, const void* a, const void* b) {
+    for (auto [name, data] : {std::pair{"A", a}, {"B", b}})
+        if (reinterpret_cast<uintptr_t>(data) % 16 != 0)
+            throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must start on 16 bytes (TMA reads it)", op, name));
+}
+
 int64_t gemm_leading_dimension(const char* op, const char* name, int64_t ld, int64_t cols) {
     if (ld == 0) return cols;
     if (ld < cols)

@@ -35,6 +35,10 @@ template <typename Arg>
 RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, const Arg& arg, DType dtype, int64_t rows,
                             int64_t cols, int64_t ld, int64_t stride);
 
+// A and B as TMA reads them: each must start on 16 bytes ("tileops::<op>: argument 'A' must
+// start on 16 bytes (TMA reads it)" otherwise).
+void check_tma_operands_aligned(const char* op, const void* a, const void* b);
+
 // A 3-D (cols, rows, batch) tensor map in boxes of 128 bytes of a row (swizzled 128B, wgmma's
 // shared-memory layout) x box_rows rows. Elements outside the matrix read as zeros (what ragged
 // tiles need) and are not written by stores.

@@ -35,12 +35,7 @@ int64_t b_cols(const GemmGroupedProblem& p) { return nt(p) ? p.k : p.n; }
 GemmGroups groups_of(const GemmGroupedProblem& p) { return {p.groups, p.rows, p.group_layout == GemmGroupLayout::masked}; }
 
 GemmGroupedProblem normalized(GemmGroupedProblem p) {
-    const GemmGroups groups = GemmGroups::checked(kOp, p.groups, p.rows, p.group_layout);
-    for (auto [name, value] : {std::pair{"n", p.n}, {"k", p.k}}) {
-        if (value < 1) throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} must be >= 1, got {}", name, value));
-        if (value > (int64_t{1} << 31) - 1)
-            throw InvalidArgument(fmt::format("tileops::GemmGrouped: {} = {} is larger than supported (2^31 - 1)", name, value));
-    }
+    const GemmGroups groups = GemmGroups::checked(kOp, p.groups, p.rows, p.n, p.k, p.group_layout);
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
         throw Unsupported(fmt::format("tileops::GemmGrouped: dtype {} is not supported for A and B (fp16 or bf16)",
                                       dtype_name(p.dtype)));
@@ -241,10 +236,7 @@ void bind(const GemmGroupedProblem& p, const GemmGroups& g, Inputs inputs, Outpu
     check_count(kOp, "outputs", outputs.size(), 1, "D");
     const RowsSpan a = g.check_rows_operand(kOp, "A", inputs[0], p.dtype, p.k, p.lda);
     const RowsSpan b = check_gemm_operand(kOp, p.groups, "B", inputs[1], p.dtype, b_rows(p), b_cols(p), p.ldb, p.group_stride_b);
-    for (int i = 0; i < 2; ++i)
-        if (reinterpret_cast<uintptr_t>(inputs[i].data()) % 16 != 0)
-            throw InvalidArgument(fmt::format("tileops::GemmGrouped: argument '{}' must start on 16 bytes (TMA reads it)",
-                                              i == 0 ? "A" : "B"));
+    check_tma_operands_aligned(kOp, inputs[0].data(), inputs[1].data());
     const RowsSpan groups = g.check_group_rows(kOp, inputs[2]);
     const RowsSpan d = g.check_rows_operand(kOp, "D", outputs[0], *p.out_dtype, p.n, p.ldd);
     for (const RowsSpan& other : {a, b, groups}) check_output_overlap(kOp, d, other, false);
@@ -266,27 +258,21 @@ int GemmGroupedModel::vector_width(Inputs inputs, Outputs outputs) const {
 
 void GemmGroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
     const GemmGroupedProblem& p = p_;
-    const int64_t rows = groups_.flat_rows();
     const auto& tile = std::any_cast<const GemmGroupedTile&>(launch.details);
-    GemmArgs args{inputs[0].data(), inputs[1].data(), nullptr, nullptr, outputs[0].data(),
-                  rows, p.n, p.k, p.lda, p.ldb, p.ldd, p.ldd,
-                  rows * p.lda, p.group_stride_b, rows * p.ldd, rows * p.ldd,
-                  1, p.alpha, 0.0f, 1, nullptr, nullptr, groups_.a_box_rows(tile.block_m), {},
-                  static_cast<const int*>(inputs[2].data()), static_cast<int>(p.groups), groups_.masked ? p.rows : 0};
+    GemmArgs args = groups_.kernel_args({inputs[0].data(), inputs[1].data(), outputs[0].data(), inputs[2].data(), p.n, p.k,
+                                         p.lda, p.ldb, p.ldd, p.group_stride_b, p.alpha},
+                                        tile.block_m);
     if (!tile.tma) {
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);
         return;
     }
     const unsigned block_n = static_cast<unsigned>(tile.block_n);
-    alignas(64) CUtensorMap map_a = gemm_tensor_map(args.a, p.dtype, rows, p.k, p.lda, 1, rows * p.lda,
-                                                    static_cast<unsigned>(args.a_box_rows));
+    alignas(64) CUtensorMap map_a = groups_.a_map(args, p.dtype);
     alignas(64) CUtensorMap map_b =
         nt(p) ? gemm_tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.groups, p.group_stride_b, tile.paired ? block_n / 2 : block_n)
               : gemm_tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.groups, p.group_stride_b, 64);
-    alignas(64) CUtensorMap map_d = dtype_size(*p.out_dtype) == 2 && d_aligned(args.d)
-                                        ? gemm_tensor_map(args.d, *p.out_dtype, rows, p.n, p.ldd, 1, rows * p.ldd, 64)
-                                        : map_a;
+    alignas(64) CUtensorMap map_d = dtype_size(*p.out_dtype) == 2 && d_aligned(args.d) ? groups_.d_map(args, *p.out_dtype) : map_a;
     void* params[] = {&map_a, &map_b, &map_d, &args};
     detail::launch(launch, params, stream, *this);
 }

@@ -218,10 +218,7 @@ void bind(const GemmFp8Problem& p, Inputs inputs, Outputs outputs) {
     check_count(kOp, "outputs", outputs.size(), 1, "D");
     const RowsSpan a = check_gemm_operand(kOp, p.batch, "A", inputs[0], DType::fp8_e4m3, p.m, p.k, p.lda, p.batch_stride_a);
     const RowsSpan b = check_gemm_operand(kOp, p.batch, "B", inputs[1], DType::fp8_e4m3, p.n, p.k, p.ldb, p.batch_stride_b);
-    for (int i = 0; i < 2; ++i)
-        if (reinterpret_cast<uintptr_t>(inputs[i].data()) % 16 != 0)
-            throw InvalidArgument(fmt::format("tileops::GemmFp8: argument '{}' must start on 16 bytes (TMA reads it)",
-                                              i == 0 ? "A" : "B"));
+    check_tma_operands_aligned(kOp, inputs[0].data(), inputs[1].data());
     const auto [count_a, count_b] = scale_counts(p);
     const RowsSpan sa = check_operand(kOp, "scales_a", inputs[2].data(), inputs[2].view(), DType::fp32, 0, count_a, 1);
     const RowsSpan sb = check_operand(kOp, "scales_b", inputs[3].data(), inputs[3].view(), DType::fp32, 0, count_b, 1);

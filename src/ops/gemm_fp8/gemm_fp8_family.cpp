@@ -11,6 +11,15 @@
 namespace tileops::detail {
 namespace {
 
+// Whether `flag` names the scaling (tensor, row or block) and none was named yet (`scaled`):
+// then it sets `scaling` and `scaled`.
+bool scaling_flag(const std::string& flag, bool& scaled, GemmFp8Scaling& scaling) {
+    if (scaled || (flag != "tensor" && flag != "row" && flag != "block")) return false;
+    scaling = flag == "row" ? GemmFp8Scaling::per_row : flag == "block" ? GemmFp8Scaling::blocks : GemmFp8Scaling::per_tensor;
+    scaled = true;
+    return true;
+}
+
 // Shape MxNxK or BxMxNxK; dtype fp8_e4m3->OUT; flags: the scaling (tensor, row or block; tensor
 // when none is given), beta (C is read, beta = 1), bias, gelu or silu.
 std::unique_ptr<Op> make_gemm_fp8(const ProblemSpec& spec) {
@@ -29,11 +38,8 @@ std::unique_ptr<Op> make_gemm_fp8(const ProblemSpec& spec) {
     problem.out_dtype = dtypes.out == DType::fp8_e4m3 ? DType::bf16 : dtypes.out;
     bool scaled = false;
     for (const std::string& flag : split_flags(spec.flags)) {
-        const bool scaling = flag == "tensor" || flag == "row" || flag == "block";
-        if (scaling && !scaled) {
-            problem.scaling = flag == "row" ? GemmFp8Scaling::per_row : flag == "block" ? GemmFp8Scaling::blocks
-                                                                                         : GemmFp8Scaling::per_tensor;
-            scaled = true;
+        if (scaling_flag(flag, scaled, problem.scaling)) {
+            continue;
         } else if (flag == "beta") {
             problem.has_c = true, problem.beta = 1.0f;
         } else if (flag == "bias") {
@@ -63,11 +69,8 @@ std::unique_ptr<Op> make_gemm_fp8_grouped(const ProblemSpec& spec) {
     problem.out_dtype = dtypes.out == DType::fp8_e4m3 ? DType::bf16 : dtypes.out;
     bool scaled = false;
     for (const std::string& flag : split_flags(spec.flags)) {
-        const bool scaling = flag == "tensor" || flag == "row" || flag == "block";
-        if (scaling && !scaled) {
-            problem.scaling = flag == "row" ? GemmFp8Scaling::per_row : flag == "block" ? GemmFp8Scaling::blocks
-                                                                                         : GemmFp8Scaling::per_tensor;
-            scaled = true;
+        if (scaling_flag(flag, scaled, problem.scaling)) {
+            continue;
         } else if (flag == "masked") {
             problem.group_layout = GemmGroupLayout::masked;
         } else if (flag == "gelu" && problem.epilogue == GemmEpilogue::none) {

@@ -29,12 +29,7 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 GemmGroups groups_of(const GemmFp8GroupedProblem& p) { return {p.groups, p.rows, p.group_layout == GemmGroupLayout::masked}; }
 
 GemmFp8GroupedProblem normalized(GemmFp8GroupedProblem p) {
-    const GemmGroups groups = GemmGroups::checked(kOp, p.groups, p.rows, p.group_layout);
-    for (auto [name, value] : {std::pair{"n", p.n}, {"k", p.k}}) {
-        if (value < 1) throw InvalidArgument(fmt::format("tileops::{}: {} must be >= 1, got {}", kOp, name, value));
-        if (value > (int64_t{1} << 31) - 1)
-            throw InvalidArgument(fmt::format("tileops::{}: {} = {} is larger than supported (2^31 - 1)", kOp, name, value));
-    }
+    const GemmGroups groups = GemmGroups::checked(kOp, p.groups, p.rows, p.n, p.k, p.group_layout);
     if (p.k % 16 != 0)
         throw InvalidArgument(fmt::format("tileops::{}: k = {} is not a multiple of 16 (rows of codes are loaded 16 bytes "
                                           "at a time; pad K with zero codes)", kOp, p.k));
@@ -184,10 +179,7 @@ void bind(const GemmFp8GroupedProblem& p, const GemmGroups& g, Inputs inputs, Ou
     check_count(kOp, "outputs", outputs.size(), 1, "D");
     const RowsSpan a = g.check_rows_operand(kOp, "A", inputs[0], DType::fp8_e4m3, p.k, p.lda);
     const RowsSpan b = check_gemm_operand(kOp, p.groups, "B", inputs[1], DType::fp8_e4m3, p.n, p.k, p.ldb, p.group_stride_b);
-    for (int i = 0; i < 2; ++i)
-        if (reinterpret_cast<uintptr_t>(inputs[i].data()) % 16 != 0)
-            throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must start on 16 bytes (TMA reads it)", kOp,
-                                              i == 0 ? "A" : "B"));
+    check_tma_operands_aligned(kOp, inputs[0].data(), inputs[1].data());
     const auto [count_a, count_b] = scale_counts(p, g.flat_rows());
     const RowsSpan sa = check_operand(kOp, "scales_a", inputs[2].data(), inputs[2].view(), DType::fp32, 0, count_a, 1);
     const RowsSpan sb = check_operand(kOp, "scales_b", inputs[3].data(), inputs[3].view(), DType::fp32, 0, count_b, 1);
@@ -212,20 +204,16 @@ int GemmFp8GroupedModel::vector_width(Inputs inputs, Outputs outputs) const {
 
 void GemmFp8GroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
     const GemmFp8GroupedProblem& p = p_;
-    const int64_t rows = groups_.flat_rows();
     const auto& tile = std::any_cast<const GemmFp8GroupedTile&>(launch.details);
-    GemmArgs args{inputs[0].data(), inputs[1].data(), nullptr, nullptr, outputs[0].data(),
-                  rows, p.n, p.k, p.lda, p.ldb, p.ldd, p.ldd,
-                  rows * p.lda, p.group_stride_b, rows * p.ldd, rows * p.ldd,
-                  1, p.alpha, 0.0f, 1, nullptr, nullptr, groups_.a_box_rows(tile.block_m), {},
-                  static_cast<const int*>(inputs[4].data()), static_cast<int>(p.groups), groups_.masked ? p.rows : 0};
+    GemmArgs args = groups_.kernel_args({inputs[0].data(), inputs[1].data(), outputs[0].data(), inputs[4].data(), p.n, p.k,
+                                         p.lda, p.ldb, p.ldd, p.group_stride_b, p.alpha},
+                                        tile.block_m);
     GemmFp8Scales scales{static_cast<const float*>(inputs[2].data()), static_cast<const float*>(inputs[3].data())};
-    alignas(64) CUtensorMap map_a = gemm_tensor_map(args.a, DType::fp8_e4m3, rows, p.k, p.lda, 1, rows * p.lda,
-                                                    static_cast<unsigned>(args.a_box_rows));
+    alignas(64) CUtensorMap map_a = groups_.a_map(args, DType::fp8_e4m3);
     alignas(64) CUtensorMap map_b = gemm_tensor_map(args.b, DType::fp8_e4m3, p.n, p.k, p.ldb, p.groups, p.group_stride_b,
                                                     static_cast<unsigned>(tile.block_n));
-    alignas(64) CUtensorMap map_d =
-        tile.tma_store ? gemm_tensor_map(args.d, p.out_dtype, rows, p.n, p.ldd, 1, rows * p.ldd, 64) : map_a;
+    // A TMA-stored D in boxes of 64 x 64; the kernel ignores map_d otherwise.
+    alignas(64) CUtensorMap map_d = tile.tma_store ? groups_.d_map(args, p.out_dtype) : map_a;
     void* params[] = {&map_a, &map_b, &map_d, &args, &scales};
     detail::launch(launch, params, stream, *this);
 }

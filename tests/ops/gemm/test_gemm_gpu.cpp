@@ -16,6 +16,7 @@
 #include "runtime/runtime_impl.hpp"
 #include "support/device_tensor.hpp"
 #include "support/gemm_reference.hpp"
+#include "support/run_op.hpp"
 #include "support/shipped_db.hpp"
 #include "support/test_support.hpp"
 #include "tuning/op_config.hpp"
@@ -96,20 +97,7 @@ void run_case(Case c) {
         inputs.emplace_back(c.in_place ? dd.data() : dc.data());
     }
     if (p.bias) inputs.emplace_back(dbias.data());
-    OutputArg output(dd.data());
-    if (c.config) {
-        // Twice: what a launch leaves behind (split-K counters) must not change the next one's result.
-        INFO("config " << tuning::config_text(*c.config));
-        // At the width run() would take for these operands (packed A and B, D from registers).
-        const int width = op.model().vector_width(Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
-        const detail::ResolvedLaunch launch = shared_runtime().impl().resolve_config(op.model(), *c.config, width);
-        for (int repeat = 0; repeat < 2; ++repeat) {
-            dd.poison();
-            op.launch_with(launch, Inputs(inputs.data(), inputs.size()), Outputs(&output, 1), nullptr);
-        }
-    } else {
-        op.run(shared_runtime(), Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
-    }
+    test::run_op(op, inputs, OutputArg(dd.data()), dd, c.config);
     const std::vector<double> got = dd.download();
     std::vector<double> out_values, ref_values;
     if (c.samples == 0) {

@@ -18,6 +18,7 @@
 #include "runtime/runtime_impl.hpp"
 #include "support/device_tensor.hpp"
 #include "support/gemm_reference.hpp"
+#include "support/run_op.hpp"
 #include "support/test_support.hpp"
 #include "tuning/op_config.hpp"
 #include "tileops/tileops.hpp"
@@ -52,7 +53,7 @@ std::pair<int64_t, int64_t> group_span(const GemmGroupedProblem& p, const std::v
 }
 
 void run_case(Case c) {
-    Runtime& runtime = shared_runtime();  // first: it makes the device's context current for the allocations
+    shared_runtime();  // first: it makes the device's context current for the allocations
     GemmGroupedProblem& p = c.p;
     if (!p.out_dtype) p.out_dtype = p.dtype;
     const DType out = *p.out_dtype;
@@ -76,19 +77,7 @@ void run_case(Case c) {
     std::vector<double> group_values(c.group_rows.begin(), c.group_rows.end());
     dgroups.upload(group_values);
     std::vector<TensorArg> inputs{da.data(), db.data(), dgroups.data()};
-    OutputArg output(dd.data());
-    if (c.config) {
-        INFO("config " << tuning::config_text(*c.config));
-        const int width = op.model().vector_width(Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
-        const detail::ResolvedLaunch launch = runtime.impl().resolve_config(op.model(), *c.config, width);
-        for (int repeat = 0; repeat < 2; ++repeat) {
-            dd.poison();
-            op.launch_with(launch, Inputs(inputs.data(), inputs.size()), Outputs(&output, 1), nullptr);
-        }
-    } else {
-        dd.poison();
-        op.run(runtime, Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
-    }
+    test::run_op(op, inputs, OutputArg(dd.data()), dd, c.config);
     const std::vector<double> got = dd.download();
     // Which group (if any) owns each row.
     std::vector<int64_t> owner(rows + c.guard_rows, -1);

@@ -16,6 +16,7 @@
 #include "runtime/runtime_impl.hpp"
 #include "support/device_tensor.hpp"
 #include "support/gemm_reference.hpp"
+#include "support/run_op.hpp"
 #include "support/test_support.hpp"
 #include "tuning/op_config.hpp"
 #include "tileops/tileops.hpp"
@@ -78,18 +79,7 @@ void run_case(Fp8Case c) {
     std::vector<TensorArg> inputs{da.data(), db.data(), dsa.data(), dsb.data()};
     if (p.has_c) dc.upload(cvals), inputs.emplace_back(dc.data());
     if (p.bias) dbias.upload(bias), inputs.emplace_back(dbias.data());
-    OutputArg output(dd.data());
-    if (c.config) {
-        INFO("config " << tuning::config_text(*c.config));
-        const int width = op.model().vector_width(Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
-        const detail::ResolvedLaunch launch = shared_runtime().impl().resolve_config(op.model(), *c.config, width);
-        for (int repeat = 0; repeat < 2; ++repeat) {
-            dd.poison();
-            op.launch_with(launch, Inputs(inputs.data(), inputs.size()), Outputs(&output, 1), nullptr);
-        }
-    } else {
-        op.run(shared_runtime(), Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
-    }
+    test::run_op(op, inputs, OutputArg(dd.data()), dd, c.config);
     std::vector<double> ref(p.batch * p.m * p.n);
     for (int64_t bt = 0; bt < p.batch; ++bt)
         for (int64_t i = 0; i < p.m; ++i)

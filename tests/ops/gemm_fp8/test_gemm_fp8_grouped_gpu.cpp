@@ -15,6 +15,7 @@
 #include "runtime/runtime_impl.hpp"
 #include "support/device_tensor.hpp"
 #include "support/gemm_reference.hpp"
+#include "support/run_op.hpp"
 #include "support/test_support.hpp"
 #include "tuning/op_config.hpp"
 #include "tileops/tileops.hpp"
@@ -38,7 +39,7 @@ struct Case {
 };
 
 void run_case(Case c) {
-    Runtime& runtime = shared_runtime();  // first: it makes the device's context current
+    shared_runtime();  // first: it makes the device's context current for the allocations
     const GemmFp8GroupedProblem& p = c.p;
     const bool masked = p.group_layout == GemmGroupLayout::masked;
     const int64_t rows = masked ? p.groups * p.rows : p.rows;
@@ -70,18 +71,7 @@ void run_case(Case c) {
     da.upload(a), db.upload(b), dsa.upload(sa), dsb.upload(sb);
     dgroups.upload(std::vector<double>(c.group_rows.begin(), c.group_rows.end()));
     std::vector<TensorArg> inputs{da.data(), db.data(), dsa.data(), dsb.data(), dgroups.data()};
-    OutputArg output(dd.data());
-    if (c.config) {
-        INFO("config " << tuning::config_text(*c.config));
-        const int width = op.model().vector_width(Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
-        const detail::ResolvedLaunch launch = runtime.impl().resolve_config(op.model(), *c.config, width);
-        for (int repeat = 0; repeat < 2; ++repeat) {
-            dd.poison();
-            op.launch_with(launch, Inputs(inputs.data(), inputs.size()), Outputs(&output, 1), nullptr);
-        }
-    } else {
-        op.run(runtime, Inputs(inputs.data(), inputs.size()), Outputs(&output, 1));
-    }
+    test::run_op(op, inputs, OutputArg(dd.data()), dd, c.config);
     const std::vector<double> got = dd.download();
     std::vector<int64_t> owner(rows, -1);
     for (int64_t g = 0; g < p.groups; ++g) {
