@@ -591,15 +591,18 @@ TEST_CASE("MoE routing end to end: topk, permute, identity experts, unpermute", 
         d_logits.upload(logits);
         d_bias.upload(bias);
         d_x.upload(x);
-        MoeTopK(router).run(runtime, {d_logits.data(), d_bias.data()}, {d_weights.data(), d_ids.data()});
+        // Named ops: each lives until the results are read (the permute's workspace with it).
+        MoeTopK route(router);
+        route.run(runtime, {d_logits.data(), d_bias.data()}, {d_weights.data(), d_ids.data()});
         MoePermuteProblem pp{tokens, hidden, experts, k};
         if (capacity) pp.layout = MoeLayout::masked, pp.capacity = capacity;
         const int64_t rows = capacity ? experts * capacity : tokens * k;
         DeviceMatrix d_perm(DType::bf16, rows, hidden), d_info(DType::int32, 1, capacity ? experts : experts + 1);
         DeviceMatrix d_map(DType::int32, tokens, k), d_out(DType::bf16, tokens, hidden);
-        MoePermute(pp).run(runtime, {d_x.data(), d_ids.data()}, {d_perm.data(), d_info.data(), d_map.data()});
-        MoeUnpermuteProblem up{tokens, hidden, k, DType::bf16, rows};
-        MoeUnpermute(up).run(runtime, {d_perm.data(), d_map.data(), d_weights.data()}, {d_out.data()});
+        MoePermute permute(pp);
+        permute.run(runtime, {d_x.data(), d_ids.data()}, {d_perm.data(), d_info.data(), d_map.data()});
+        MoeUnpermute unpermute({tokens, hidden, k, DType::bf16, rows});
+        unpermute.run(runtime, {d_perm.data(), d_map.data(), d_weights.data()}, {d_out.data()});
         const std::vector<double> weights = d_weights.download(), out = d_out.download();
         int64_t wrong = 0;
         for (int64_t t = 0; t < tokens; ++t) {
