@@ -453,22 +453,22 @@ def moe_topk(logits, k, scoring="softmax", *, renormalize=False, routed_scaling_
 
 
 def moe_permute(x, topk_ids, num_experts, *, capacity=None, out=None, stream=None):
-    """x [tokens, hidden] (bf16 / fp16 / float8_e4m3fn) gathered in expert order by topk_ids int32
-    [tokens, k], on the device (no sync, graph-safe); within an expert, entries in the order of
+    """x [..., hidden] (bf16 / fp16 / float8_e4m3fn; leading dims are the tokens) gathered in expert
+    order by topk_ids int32 [..., k], on the device (no sync, graph-safe); within an expert, entries in the order of
     topk_ids read flat. Returns:
-      capacity None: (x_perm [tokens * k, hidden], expert_offsets int32 [num_experts + 1],
+      capacity None: (x_perm [tokens x k, hidden], expert_offsets int32 [num_experts + 1],
         row_map int32 [tokens, k]): expert e's rows are x_perm[offsets[e]:offsets[e + 1]];
       capacity N: (x_masked [num_experts, N, hidden], expert_counts int32 [num_experts], row_map):
         expert e's rows are x_masked[e, :counts[e]]; entries past an expert's capacity are dropped.
-    row_map[t, j] is the permuted row of x_perm (or of x_masked viewed as rows) that token t's j-th
+    row_map (topk_ids' shape): row_map[t, j] is the permuted row of x_perm (or of x_masked viewed as rows) that token t's j-th
     choice went to, -1 when dropped; ids outside [0, num_experts) are dropped. out: the triple to
     write into."""
     masked = capacity is not None
     if _compiling():
         return _torch_ops().moe_permute(x, topk_ids, num_experts, capacity or 0)
     if out is None:
-        k = topk_ids.shape[-1]
-        out = (_new(x, (num_experts, capacity, x.shape[-1]) if masked else (x.shape[0] * k, x.shape[-1])),
+        entries = topk_ids.numel()  # tokens x k, the tokens folded from x's leading dims
+        out = (_new(x, (num_experts, capacity, x.shape[-1]) if masked else (entries, x.shape[-1])),
                _new(x, (num_experts,) if masked else (num_experts + 1,), "int32"),
                _new(x, topk_ids.shape, "int32"))
     _C.moe_permute(x, topk_ids, out[0], out[1], out[2], num_experts, capacity or 0, stream)
@@ -477,9 +477,9 @@ def moe_permute(x, topk_ids, num_experts, *, capacity=None, out=None, stream=Non
 
 def moe_unpermute(y, row_map, topk_weights, *, accumulate=False, out=None, stream=None):
     """out[t] = sum_j topk_weights[t, j] * y[row_map[t, j]] (bf16 / fp16, fp32 accumulation): y the
-    experts' outputs, [tokens * k, hidden] or the masked [experts, capacity, hidden] (its rows
-    folded), row_map and topk_weights [tokens, k] (int32, float32) as moe_permute and moe_topk give
-    them; rows -1 (or out of y) are skipped. accumulate: out += the sum (out= required)."""
+    experts' outputs, [tokens x k, hidden] or the masked [experts, capacity, hidden] (its rows
+    folded), row_map and topk_weights [..., k] (int32, float32) as moe_permute and moe_topk give
+    them, out [..., hidden]; rows -1 (or out of y) are skipped. accumulate: out += the sum (out= required)."""
     if accumulate and out is None:
         raise _C.InvalidArgument("tileops_jit.moe_unpermute: accumulate adds into out=, which is missing")
     if _compiling():
@@ -488,7 +488,7 @@ def moe_unpermute(y, row_map, topk_weights, *, accumulate=False, out=None, strea
             return out
         return _torch_ops().moe_unpermute(y, row_map, topk_weights)
     if out is None:
-        out = _new(y, (row_map.shape[0], y.shape[-1]))
+        out = _new(y, (*row_map.shape[:-1], y.shape[-1]))
     _C.moe_unpermute(y, row_map, topk_weights, out, accumulate, stream)
     return out
 

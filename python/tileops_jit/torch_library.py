@@ -288,7 +288,7 @@ def _moe_permute(x: Tensor, topk_ids: Tensor, num_experts: int, capacity: int) -
 
 @_moe_permute.register_fake
 def _(x, topk_ids, num_experts, capacity):
-    rows = (num_experts, capacity, x.shape[-1]) if capacity else (x.shape[0] * topk_ids.shape[-1], x.shape[-1])
+    rows = (num_experts, capacity, x.shape[-1]) if capacity else (topk_ids.numel(), x.shape[-1])
     return (x.new_empty(rows), x.new_empty((num_experts,) if capacity else (num_experts + 1,), dtype=torch.int32),
             x.new_empty(topk_ids.shape, dtype=torch.int32))
 
@@ -304,7 +304,7 @@ def moe_unpermute(y: Tensor, row_map: Tensor, topk_weights: Tensor) -> Tensor:
 
 @moe_unpermute.register_fake
 def _(y, row_map, topk_weights):
-    return y.new_empty((row_map.shape[0], y.shape[-1]))
+    return y.new_empty((*row_map.shape[:-1], y.shape[-1]))
 
 
 @torch.library.custom_op("tileops::moe_unpermute_accumulate", mutates_args=("out",))
