@@ -12,7 +12,8 @@
 // N x K row-major; else K x N), tile BM x BN x BK, WARPS_M x WARPS_N warps, STAGES, GROUP_M (tile
 // rows per raster group, for L2 reuse), VEC elements per global copy (8: 16-byte cp.async; 4, 2:
 // narrower cp.async for leading dimensions or pointers that are not 16-byte aligned; 1: plain
-// loads), HAS_C, BIAS, ACT (0 none, 1 GELU, 2 SiLU).
+// loads), HAS_C, BIAS, ACT (0 none, 1 GELU, 2 SiLU), GROUPS (the tiles' schedule,
+// gemm/gemm_groups.cuh: batch entries, or groups of rows counted on the device).
 //
 // Any M, N, K >= 1: copies that hang over an edge are zero-filled, stores are guarded.
 #pragma once

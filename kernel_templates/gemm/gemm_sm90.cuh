@@ -32,7 +32,9 @@
 // 64, 128, 256 from hopper.cuh, 96-224 from wgmma_gemm_widths.cuh; BK = 64: one 128-byte swizzled
 // row), STAGES, CONSUMERS (1 or 2), PINGPONG (needs 2 consumers, no split K), CLUSTER_M (1 or 2),
 // GROUP_M, HAS_C, BIAS, ACT, TMA_STORE (D's rows are 16-byte aligned: a 16-bit D may be stored
-// with TMA; else every D is stored from registers, element pairs or single elements).
+// with TMA; else every D is stored from registers, element pairs or single elements), GROUPS (the
+// tiles' schedule, gemm/gemm_groups.cuh: batch entries, or a mixture-of-experts layer's groups of
+// rows counted on the device; no split K then).
 //
 // A and B must have 16-byte aligned rows for TMA; where they do not, the host runs
 // gemm_sm90_pack_kernel first (gemm_pack.cuh), which copies them into the workspace.

@@ -173,7 +173,7 @@ public:
             plan.template_file = "gemm/gemm_sm80.cuh";
             plan.name_expression = gemm_kernel_name(c, types, epilogue, false, groups);
             plan.grid[0] = static_cast<unsigned>(units);
-            plan.details = GemmGroupedTile{};
+            plan.details = GemmGroupedTile{false, c.block_m, c.block_n, false};
         }
         return plan;
     }
