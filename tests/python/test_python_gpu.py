@@ -515,6 +515,49 @@ class GemmGroupedTest(Close):
         self.assertClose(fn(a, w, offsets), grouped_reference(a, w.transpose(1, 2), offsets), torch.bfloat16)
 
 
+class MoeLayerTest(Close):
+    """A mixture-of-experts layer from the library's ops alone: the router's top-k, the permute into
+    expert order, the experts' gate-up and down projections as grouped GEMMs over the permute's
+    offsets (or counts), SwiGLU between them, the weighted unpermute; against float64 per token."""
+
+    EXPERTS, K, HIDDEN, INTER = 16, 4, 256, 128
+
+    def weights(self):
+        w_gate_up = rand(self.EXPERTS, 2 * self.INTER, self.HIDDEN, seed=70, scale=0.06)
+        w_down = rand(self.EXPERTS, self.HIDDEN, self.INTER, seed=71, scale=0.09)
+        return w_gate_up, w_down
+
+    def reference(self, x, w_gate_up, w_down, weights, ids):
+        out = torch.zeros(x.shape, dtype=torch.float64, device=DEV)
+        for t in range(x.shape[0]):
+            for j in range(ids.shape[1]):
+                e = int(ids[t, j])
+                gate, up = (w_gate_up[e].double() @ x[t].double()).chunk(2)
+                out[t] += float(weights[t, j]) * (w_down[e].double() @ (torch.nn.functional.silu(gate) * up))
+        return out
+
+    def test_contiguous_layer(self):
+        x, logits = rand(77, self.HIDDEN, seed=72), rand(77, self.EXPERTS, dtype=torch.float32, seed=73)
+        w_gate_up, w_down = self.weights()
+        weights, ids = tj.moe_topk(logits, self.K, renormalize=True)
+        x_perm, offsets, row_map = tj.moe_permute(x, ids, self.EXPERTS)
+        h = tj.gemm_grouped(x_perm, w_gate_up.transpose(1, 2), offsets=offsets)
+        y = tj.gemm_grouped(tj.silu_and_mul(h), w_down.transpose(1, 2), offsets=offsets)
+        out = tj.moe_unpermute(y, row_map, weights)
+        self.assertClose(out, self.reference(x, w_gate_up, w_down, weights, ids), rtol=3e-2)
+
+    def test_masked_decode_layer(self):
+        x, logits = rand(5, self.HIDDEN, seed=74), rand(5, self.EXPERTS, dtype=torch.float32, seed=75)
+        w_gate_up, w_down = self.weights()
+        weights, ids = tj.moe_topk(logits, self.K, renormalize=True)
+        # A capacity of every entry: none is dropped.
+        x_masked, counts, row_map = tj.moe_permute(x, ids, self.EXPERTS, capacity=5 * self.K)
+        h = tj.gemm_grouped(x_masked, w_gate_up.transpose(1, 2), counts=counts)
+        y = tj.gemm_grouped(tj.silu_and_mul(h), w_down.transpose(1, 2), counts=counts)
+        out = tj.moe_unpermute(y, row_map, weights)
+        self.assertClose(out, self.reference(x, w_gate_up, w_down, weights, ids), rtol=3e-2)
+
+
 class ModelOpsTest(Close):
     def test_embedding_with_positions(self):
         ids = torch.randint(0, 50257, (2, 9), dtype=torch.int32, device=DEV)
