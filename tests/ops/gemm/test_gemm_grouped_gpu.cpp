@@ -206,3 +206,22 @@ TEST_CASE("GemmGrouped: every config of the search space on uneven groups", "[gp
         run_case(c);
     }
 }
+
+TEST_CASE("GemmGrouped: the sm_80 kernel's configs (mma.sync, any sm_80+) on uneven groups", "[gpu][gemm_grouped]") {
+    TILEOPS_REQUIRE_GPU();
+    // The sm_80 kernel runs on every GPU this library supports, so it is checked wherever the
+    // tests run: the configs an sm_80 device would search, on both layouts and a masked problem.
+    const DeviceInfo sm80 = DeviceInfo::for_arch("sm_80");
+    const std::vector<int> offsets = offsets_of({300, 0, 131, 64, 1});
+    for (const GemmLayout layout : {GemmLayout::nt, GemmLayout::nn}) {
+        const GemmGroupedProblem p = make(5, offsets.back() + 7, 264, 200, layout, DType::bf16);
+        for (const Config& config : test::this_shard(GemmGrouped(p).model().search_space(sm80))) {
+            Case c{p, offsets};
+            c.config = config;
+            run_case(c);
+        }
+    }
+    Case masked{make(6, 40, 128, 96, GemmLayout::nt, DType::fp16, GemmGroupLayout::masked), {0, 40, 1, 17, 39, 2}};
+    masked.config = GemmGrouped(masked.p).model().heuristic(sm80);
+    run_case(masked);
+}
