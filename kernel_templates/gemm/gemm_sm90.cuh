@@ -32,7 +32,9 @@
 // 64, 128, 256 from hopper.cuh, 96-224 from wgmma_gemm_widths.cuh; BK = 64: one 128-byte swizzled
 // row), STAGES, CONSUMERS (1 or 2), PINGPONG (needs 2 consumers, no split K), CLUSTER_M (1 or 2),
 // GROUP_M, HAS_C, BIAS, ACT, TMA_STORE (D's rows are 16-byte aligned: a 16-bit D may be stored
-// with TMA; else every D is stored from registers, element pairs or single elements), GROUPS (the
+// with TMA; else every D is stored from registers, element pairs or single elements), SPLIT_K
+// (GemmArgs::split_k may be above 1: the partial-sum path is compiled in only then, as it costs a
+// quarter of the compile time of a kernel without it), GROUPS (the
 // tiles' schedule, gemm/gemm_groups.cuh: batch entries, or a mixture-of-experts layer's groups of
 // rows counted on the device; no split K then).
 //
@@ -121,7 +123,8 @@ __device__ __forceinline__ bool gemm_reduce_splits(const GemmArgs& p, float* acc
 
 // The consumer warpgroups' part: waits for stages, multiplies, frees stages, stores tiles.
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, bool PINGPONG,
-          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE, int GROUPS, typename Schedule>
+          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE, bool SPLIT_K, int GROUPS,
+          typename Schedule>
 __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const TensorMap* map_d, const T* ring_a,
                                                   const T* ring_b, TOut* out_tiles, unsigned long long* full,
                                                   unsigned long long* empty, volatile int* split_flag, int consumer, unsigned rank,
@@ -153,7 +156,8 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
     int stage = 0;
     unsigned phase = 0;
     const long long tiles = schedule.units;
-    for (long long unit = first_unit + (PINGPONG ? consumer * unit_stride : 0); unit < tiles * p.split_k;
+    const int splits = SPLIT_K ? p.split_k : 1;  // a constant 1 compiles the split path out
+    for (long long unit = first_unit + (PINGPONG ? consumer * unit_stride : 0); unit < tiles * splits;
          unit += unit_stride * kUnitsPerTurn) {
         const long long tile = unit % tiles;
         const int split = static_cast<int>(unit / tiles);
@@ -169,7 +173,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
             if (unit != first_unit) named_barrier_sync(kTurnBarrier + consumer, 256);
         }
         const GemmTile at = schedule.tile(p, tile, static_cast<int>(rank));
-        const int kt_begin = gemm_split_begin(k_tiles, split, p.split_k), kt_end = gemm_split_begin(k_tiles, split + 1, p.split_k);
+        const int kt_begin = gemm_split_begin(k_tiles, split, splits), kt_end = gemm_split_begin(k_tiles, split + 1, splits);
         int previous = -1;
         for (int kt = kt_begin; kt < kt_end; ++kt) {
             mbarrier_wait(&full[stage], phase);
@@ -198,15 +202,16 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
             if (++stage == STAGES) stage = 0, phase ^= 1;
         }
         // Ping-pong: the next unit (the other warpgroup's) may start.
-        if (PINGPONG && unit + unit_stride < tiles * p.split_k) named_barrier_arrive(kTurnBarrier + 1 - consumer, 256);
+        if (PINGPONG && unit + unit_stride < tiles * splits) named_barrier_arrive(kTurnBarrier + 1 - consumer, 256);
         wgmma_wait<0>();
 #pragma unroll
         for (int atom = 0; atom < kAtoms; ++atom) wgmma_fence_registers(acc[atom]);
         if (warp_leader) release(previous);
         // Split K: only the last split of a tile to finish stores it, adding the others' partial sums.
-        if (!PINGPONG && p.split_k > 1 &&
-            !gemm_reduce_splits<CONSUMERS, kAtoms * (BN / 2)>(p, &acc[0][0], tile, split, consumer, t, split_flag))
-            continue;
+        if constexpr (SPLIT_K) {
+            if (!gemm_reduce_splits<CONSUMERS, kAtoms * (BN / 2)>(p, &acc[0][0], tile, split, consumer, t, split_flag))
+                continue;
+        }
 
         TOut* D = static_cast<TOut*>(p.d) + at.ad_batch * p.batch_stride_d;
         const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + at.ad_batch * p.batch_stride_c : nullptr;
@@ -298,7 +303,8 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
 }
 
 template <typename T, typename TOut, bool B_NT, int BM, int BN, int BK, int STAGES, int CONSUMERS, bool PINGPONG,
-          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE, int GROUPS = kGemmBatched>
+          int CLUSTER_M, int GROUP_M, bool HAS_C, bool BIAS, int ACT, bool TMA_STORE, bool SPLIT_K,
+          int GROUPS = kGemmBatched>
 __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     gemm_sm90_kernel(const __grid_constant__ TensorMap map_a, const __grid_constant__ TensorMap map_b,
                      const __grid_constant__ TensorMap map_d, const GemmArgs p) {
@@ -307,6 +313,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     static_assert(CLUSTER_M == 1 || (B_NT ? BN % 16 == 0 : BN % 128 == 0), "B splits in two halves");
     static_assert(BK == 64, "a K step is one 128-byte swizzled row of 16-bit elements");
     static_assert(!PINGPONG || CONSUMERS == 2, "ping-pong takes turns between two consumers");
+    static_assert(!PINGPONG || !SPLIT_K, "ping-pong's ring order assumes whole tiles (no split K)");
     constexpr int kRows = PINGPONG ? BM : BM / CONSUMERS;  // rows of a tile each consumer warpgroup multiplies
     constexpr int kAtoms = kRows / 64;     // wgmma m64 atoms per consumer
     static_assert(kRows % 64 == 0 && kAtoms >= 1 && kAtoms <= 2, "a consumer owns 64 or 128 rows");
@@ -364,14 +371,15 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
             if constexpr (gemm_sm90_tma_store<TOut, BN, TMA_STORE>()) tma_prefetch_descriptor(&map_d);
             int stage = 0;
             unsigned phase = 0;
-            for (long long unit = first_unit; unit < tiles * p.split_k; unit += unit_stride) {
+            const int splits = SPLIT_K ? p.split_k : 1;
+            for (long long unit = first_unit; unit < tiles * splits; unit += unit_stride) {
                 const long long tile = unit % tiles;
                 const int split = static_cast<int>(unit / tiles);
                 const GemmTile at = schedule.tile(p, tile, static_cast<int>(rank));
                 const int a_row = static_cast<int>(at.row0), a_batch = at.ad_batch, batch = at.b_batch;
                 const int tile_n = at.tile_n;
-                const int kt_end = gemm_split_begin(k_tiles, split + 1, p.split_k);
-                for (int kt = gemm_split_begin(k_tiles, split, p.split_k); kt < kt_end; ++kt) {
+                const int kt_end = gemm_split_begin(k_tiles, split + 1, splits);
+                for (int kt = gemm_split_begin(k_tiles, split, splits); kt < kt_end; ++kt) {
                     mbarrier_wait(&empty[stage], phase ^ 1);
                     mbarrier_arrive_expect_tx(&full[stage], stage_bytes);
                     tma_load_3d(ring_a + stage * kTileA, &map_a, &full[stage], kt * BK, a_row, a_batch);
@@ -404,7 +412,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     } else {
         if constexpr (kReallocate) warpgroup_registers_claim<232>();
         gemm_sm90_consume<T, TOut, B_NT, BM, BN, BK, STAGES, CONSUMERS, PINGPONG, CLUSTER_M, GROUP_M, HAS_C, BIAS, ACT,
-                          TMA_STORE, GROUPS>(p, &map_d, ring_a, ring_b, out_tiles, full, empty, split_flag, warpgroup - 1,
+                          TMA_STORE, SPLIT_K, GROUPS>(p, &map_d, ring_a, ring_b, out_tiles, full, empty, split_flag, warpgroup - 1,
                                              rank, first_unit, unit_stride, schedule, k_tiles);
         // Shared memory must outlive the reads of the last TMA store.
         if (gemm_sm90_tma_store<TOut, BN, TMA_STORE>() && threadIdx.x % 128 == 0) tma_store_wait_all();

@@ -100,9 +100,9 @@ std::string gemm_kernel_name(const GemmConfig& c, const std::string& types, cons
                              int groups) {
     const std::string schedule = groups == 0 ? "" : fmt::format(", {}", groups);
     if (c.kernel == kGemmSm90)
-        return fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>", types, c.block_m,
+        return fmt::format("tileops::gemm_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>", types, c.block_m,
                            c.block_n, c.block_k, c.stages, c.consumers, c.pingpong ? "true" : "false", c.cluster,
-                           c.group_m, epilogue, tma_store ? "true" : "false", schedule);
+                           c.group_m, epilogue, tma_store ? "true" : "false", c.split_k > 1 ? "true" : "false", schedule);
     return fmt::format("tileops::gemm_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>", types, c.block_m, c.block_n,
                        c.block_k, c.warps_m, c.warps_n, c.stages, c.group_m, c.vec, epilogue, schedule);
 }
