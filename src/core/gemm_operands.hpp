@@ -35,6 +35,13 @@ template <typename Arg>
 RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, const Arg& arg, DType dtype, int64_t rows,
                             int64_t cols, int64_t ld, int64_t stride);
 
+// Whether a D at this pointer, whose rows are `rows_aligned` (16 bytes apart), may be stored with
+// TMA: a 16-bit D also starting on 16 bytes; a D of any other size stores from registers anyway,
+// so only its rows count.
+inline bool gemm_d_aligned(bool rows_aligned, size_t out_bytes, const void* d) {
+    return rows_aligned && (out_bytes != 2 || widest_aligned_vector(8, d, out_bytes) == 8);
+}
+
 // A and B as TMA reads them: each must start on 16 bytes ("tileops::<op>: argument 'A' must
 // start on 16 bytes (TMA reads it)" otherwise).
 void check_tma_operands_aligned(const char* op, const void* a, const void* b);

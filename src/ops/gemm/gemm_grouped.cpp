@@ -147,7 +147,7 @@ public:
         return {kUnalignedD};
     }
     bool d_aligned(const void* d) const {
-        return d_rows_aligned_ && (shape_.out_bytes != 2 || widest_aligned_vector(8, d, shape_.out_bytes) == 8);
+        return gemm_d_aligned(d_rows_aligned_, shape_.out_bytes, d);
     }
 
     LaunchPlan plan(const Config& config, int width, const DeviceInfo& device) const override {
