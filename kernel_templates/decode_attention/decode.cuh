@@ -5,6 +5,17 @@
 //
 // A row is one (query token, query head) pair of a KV head; a CTA holds ROWS of them, starting at
 // row0 of its KV head's group * q_len rows.
+//
+// Which sequence and which part of its keys a CTA streams (decode_work). The grid is (x, kv heads
+// x row blocks, batch):
+//  - batch 1 (BALANCED false): x = splits; CTA x streams part x of `splits` of the keys.
+//  - a batch (BALANCED true): x = splits + 1. The lengths, read on the device at each launch (so
+//    a CUDA graph follows them), cut the batch's keys into about batch x splits chunks of equal
+//    tokens: a sequence gets as many chunks as its length holds, at least one, so one long
+//    sequence among short ones is spread over the SMs instead of streamed by one CTA per KV
+//    head. The CTAs, numbered z * x + x, take the chunks in batch order; those past the last
+//    chunk (there are at most batch x (splits + 1)) exit at once.
+// Partial results are indexed by chunk (CTA number), so the workspace is the same for both.
 #pragma once
 
 #include "common/infinity.cuh"
@@ -52,6 +63,84 @@ __device__ __forceinline__ DecodeKeyRange decode_key_range(int row0, int total_r
     return range;
 }
 
+// A CTA's share of the batch's keys: sequence `batch`, part `split` of `num_splits`; `first_chunk`
+// numbers part 0 among all parts of the launch (the workspace's index). `active` is false for
+// the balanced grid's CTAs past the last chunk.
+struct DecodeWork {
+    int batch, split, num_splits;
+    long long first_chunk;
+    bool active;
+};
+
+// Keys a chunk of the balanced split holds at least: a shorter one spends more on its merge than
+// it saves.
+constexpr int kDecodeMinChunkTokens = 128;
+
+// The keys of sequence b that some row may see, at most: its length, or the window and the query
+// tokens when a window bounds it.
+__device__ __forceinline__ long long decode_span_bound(const int* lengths, int b, int max_kv_len, int q_len,
+                                                       int window_left) {
+    int len = lengths[b];
+    len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
+    return window_left >= 0 && window_left + q_len < len ? window_left + q_len : len;
+}
+
+// See the top of this file. Balanced: warp 0 sums the batch's keys in units of GRANULE tokens,
+// sizes the chunks, then scans the chunk counts in batch order to find the CTA's; the whole CTA
+// waits for it (one barrier).
+template <bool BALANCED, int GRANULE>
+__device__ DecodeWork decode_work(const int* __restrict__ lengths, int max_kv_len, int q_len, int window_left) {
+    if constexpr (!BALANCED) {
+        return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
+                static_cast<long long>(blockIdx.z) * gridDim.x, true};
+    } else {
+        __shared__ DecodeWork shared_work;
+        const int lane = threadIdx.x % 32;
+        auto granules = [&](int b) {
+            return (decode_span_bound(lengths, b, max_kv_len, q_len, window_left) + GRANULE - 1) / GRANULE;
+        };
+        if (threadIdx.x < 32) {
+            long long total = 0;
+            const int batch_size = gridDim.z;
+            for (int b = lane; b < batch_size; b += 32) total += granules(b);
+#pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+            const long long target = static_cast<long long>(batch_size) * (gridDim.x - 1);
+            const long long min_chunk = (kDecodeMinChunkTokens + GRANULE - 1) / GRANULE;
+            const long long chunk = max((total + target - 1) / target, min_chunk);  // granules a chunk
+            const long long x = static_cast<long long>(blockIdx.z) * gridDim.x + blockIdx.x;
+            DecodeWork work{0, 0, 1, 0, false};
+            long long before = 0;  // chunks of the sequences before this pass of 32
+            for (int b0 = 0; b0 < batch_size && before <= x; b0 += 32) {
+                const int b = b0 + lane;
+                const long long own = b < batch_size ? max((granules(b) + chunk - 1) / chunk, 1LL) : 0;
+                long long inclusive = own;
+#pragma unroll
+                for (int offset = 1; offset < 32; offset *= 2) {
+                    const long long up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+                    if (lane >= offset) inclusive += up;
+                }
+                const long long first = before + inclusive - own;
+                if (own > 0 && x >= first && x < first + own)
+                    work = {b, static_cast<int>(x - first), static_cast<int>(own), first, true};
+                before += __shfl_sync(0xffffffffu, inclusive, 31);
+            }
+            const unsigned owner = __ballot_sync(0xffffffffu, work.active);
+            if (owner != 0) {
+                const int from = __ffs(owner) - 1;
+                work.batch = __shfl_sync(0xffffffffu, work.batch, from);
+                work.split = __shfl_sync(0xffffffffu, work.split, from);
+                work.num_splits = __shfl_sync(0xffffffffu, work.num_splits, from);
+                work.first_chunk = __shfl_sync(0xffffffffu, work.first_chunk, from);
+                work.active = true;
+            }
+            if (lane == 0) shared_work = work;
+        }
+        __syncthreads();
+        return shared_work;
+    }
+}
+
 // Where a CTA's rows go: the output tensor, the optional log-sum-exp, and the split workspace.
 template <typename T>
 struct DecodeOutput {
@@ -59,7 +148,8 @@ struct DecodeOutput {
     long long batch_stride, token_stride, head_stride;
     float* lse;        // [batch, q_len, num_heads] natural log, or null
     float* workspace;  // split KV only
-    int group, q_len, row0, total_rows, kv_head, row_blocks, batch;
+    int group, q_len, row0, total_rows, kv_head, row_blocks;
+    DecodeWork work;
 };
 
 // Turns the warps' partial results into the CTA's result. On entry, after a __syncthreads(),
@@ -72,19 +162,23 @@ template <typename T, int HEAD_DIM, int ROWS, int WARPS>
 __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
     constexpr int THREADS = WARPS * 32;
     constexpr float kLn2 = 0.6931471805599453f;
-    const int split = blockIdx.x, num_splits = gridDim.x;
+    const int split = o.work.split, num_splits = o.work.num_splits;
     const float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
     const float* warp_l = warp_m + WARPS * ROWS;
 
     // This CTA's result per row: normalized output and log-sum-exp (log2 domain), or 0 and -inf
     // when it saw no visible key.
-    const long long block_slot = static_cast<long long>(o.batch) * gridDim.y + blockIdx.y;
-    // Workspace (splits only): partial outputs [slots][splits][ROWS][HEAD_DIM], their lse
-    // [slots][splits][ROWS], then one counter per slot; a slot is a (batch, kv head, row block).
+    const long long block_slot = static_cast<long long>(o.work.batch) * gridDim.y + blockIdx.y;
+    // Workspace (splits only): partial outputs [chunks][kv heads x row blocks][ROWS][HEAD_DIM],
+    // their lse [chunks][kv heads x row blocks][ROWS], then one counter per slot; a slot is a
+    // (batch, kv head, row block), a chunk a part of one sequence's keys (decode_work).
     const long long partial_rows = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z * ROWS;
     float* partial_out = o.workspace;
     float* partial_lse = num_splits > 1 ? o.workspace + partial_rows * HEAD_DIM : nullptr;
     unsigned* counters = num_splits > 1 ? reinterpret_cast<unsigned*>(partial_lse + partial_rows) : nullptr;
+    // A row's partial results of consecutive splits are this many rows apart.
+    const long long split_rows = static_cast<long long>(gridDim.y) * ROWS;
+    const long long slot_rows = (o.work.first_chunk * gridDim.y + blockIdx.y) * ROWS;  // split 0's row 0
     const int num_heads = gridDim.y / o.row_blocks * o.group;
     // Rows past the problem's (the tensor-core kernel pads a KV head's rows to 16) are skipped.
     const int rows = min(ROWS, o.total_rows - o.row0);
@@ -92,9 +186,9 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
         const int row = o.row0 + r;
         if (row >= o.total_rows) return;
         const int token = row / o.group, head = o.kv_head * o.group + row % o.group;
-        o.out[o.batch * o.batch_stride + token * o.token_stride + head * o.head_stride + d] = from_float<T>(value);
+        o.out[o.work.batch * o.batch_stride + token * o.token_stride + head * o.head_stride + d] = from_float<T>(value);
         if (o.lse != nullptr && d == 0)
-            o.lse[(static_cast<long long>(o.batch) * o.q_len + token) * num_heads + head] =
+            o.lse[(static_cast<long long>(o.work.batch) * o.q_len + token) * num_heads + head] =
                 row_lse2 == kNegativeInfinity ? kNegativeInfinity : row_lse2 * kLn2;
     };
     for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += THREADS) {
@@ -115,7 +209,7 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
         if (num_splits == 1) {
             write_row(r, d, normalized, row_lse2);
         } else {
-            const long long at = (block_slot * num_splits + split) * ROWS + r;
+            const long long at = slot_rows + split * split_rows + r;
             partial_out[at * HEAD_DIM + d] = normalized;
             if (d == 0) partial_lse[at] = row_lse2;
         }
@@ -142,9 +236,8 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
     // kernels do.
     // (Loading the lse first and the partials after took one more L2 round trip, ~0.5 us.)
     constexpr int QUADS = HEAD_DIM / 4;
-    constexpr int BATCH = 16;                                    // splits in flight per step
-    constexpr long long kSplitStride = ROWS * HEAD_DIM / 4;      // float4s between a row's splits
-    const long long slot_rows = block_slot * num_splits * ROWS;  // this slot's first partial row
+    constexpr int BATCH = 16;  // splits in flight per step
+    const long long split_stride = split_rows * HEAD_DIM / 4;  // float4s between a row's splits
     for (int idx = threadIdx.x; idx < rows * QUADS; idx += THREADS) {
         const int r = idx / QUADS, d = (idx % QUADS) * 4;
         const float4* part = reinterpret_cast<const float4*>(partial_out + (slot_rows + r) * HEAD_DIM + d);
@@ -157,8 +250,8 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
 #pragma unroll
             for (int i = 0; i < BATCH; ++i) {
                 const bool in = s0 + i < num_splits;
-                lse2[i] = in ? __ldcg(part_lse + static_cast<long long>(s0 + i) * ROWS) : kNegativeInfinity;
-                x[i] = in ? __ldcg(part + (s0 + i) * kSplitStride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                lse2[i] = in ? __ldcg(part_lse + (s0 + i) * split_rows) : kNegativeInfinity;
+                x[i] = in ? __ldcg(part + (s0 + i) * split_stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
             float step_max = row_max;
 #pragma unroll

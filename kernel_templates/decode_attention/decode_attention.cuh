@@ -7,7 +7,7 @@
 //   over the keys j visible to query token i: j <= pos(i) = len[b] - q_len + i (causal, the query
 //   tokens are the last q_len positions) and, with a window, j >= pos(i) - window_left.
 //
-// One CTA = (split, kv head x row block, batch). A row is one (query token, query head) of the KV
+// One CTA = (split, kv head x row block, batch); which keys a split holds: decode.cuh. A row is one (query token, query head) of the KV
 // head; ROWS of them share the CTA. Each warp walks its own stride of KV tokens with its own
 // online softmax; LANES lanes hold one token's row (16 bytes each), so a warp covers
 // 32 / LANES tokens per 16-byte load and UNROLL such steps per iteration (loads issued first).
@@ -20,7 +20,8 @@
 //
 // Template parameters: T query/output type, TKV key/value type, HEAD_DIM, ROWS rows per CTA,
 // WARPS, UNROLL steps per iteration, STAGES iterations of loads in the shared-memory ring (loads
-// run STAGES - 1 iterations ahead), PAGE_SIZE tokens per page (0: contiguous KV).
+// run STAGES - 1 iterations ahead), PAGE_SIZE tokens per page (0: contiguous KV), BALANCED the
+// batch's keys cut into chunks by the lengths (decode.cuh).
 //
 // Dynamic shared memory: the larger of the ring (WARPS * 32 * STAGES * (UNROLL * 32 + 1) bytes)
 // and the warps' partial results (WARPS * ROWS * (HEAD_DIM + 2) floats).
@@ -42,7 +43,7 @@ struct DecodeLanes {
     static_assert(HEAD_DIM % VEC == 0 && LANES <= 32 && 32 % LANES == 0, "unsupported head dim");
 };
 
-template <typename T, typename TKV, int HEAD_DIM, int ROWS, int WARPS, int UNROLL, int STAGES, int PAGE_SIZE>
+template <typename T, typename TKV, int HEAD_DIM, int ROWS, int WARPS, int UNROLL, int STAGES, int PAGE_SIZE, bool BALANCED = false>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_attention_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
                             long long q_head_stride, const TKV* __restrict__ k, const TKV* __restrict__ v,
@@ -56,12 +57,14 @@ __global__ void __launch_bounds__(WARPS * 32)
     constexpr int VEC = Lanes::VEC, LANES = Lanes::LANES, TPS = Lanes::TOKENS_PER_STEP;
     constexpr int WARP_TOKENS = TPS * UNROLL;  // tokens a warp covers per iteration
 
-    const int split = blockIdx.x, num_splits = gridDim.x;
+    const DecodeWork work = decode_work<BALANCED, 16>(lengths, max_kv_len, q_len, window_left);
+    if (!work.active) return;
+    const int split = work.split, num_splits = work.num_splits;
     const int total_rows = group * q_len;
     const int row_blocks = (total_rows + ROWS - 1) / ROWS;
     const int kv_head = blockIdx.y / row_blocks;
     const int row0 = (blockIdx.y % row_blocks) * ROWS;
-    const int batch = blockIdx.z;
+    const int batch = work.batch;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int slot = lane / LANES;       // which token of a step this lane loads
     const int dim0 = (lane % LANES) * VEC;  // which slice of the head dim
@@ -300,7 +303,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
 
     decode_finish<T, HEAD_DIM, ROWS, WARPS>(warp_out, {out, o_batch_stride, o_token_stride, o_head_stride, lse, workspace,
-                                                      group, q_len, row0, total_rows, kv_head, row_blocks, batch});
+                                                      group, q_len, row0, total_rows, kv_head, row_blocks, work});
 }
 
 }  // namespace tileops

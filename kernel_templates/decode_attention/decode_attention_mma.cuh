@@ -23,7 +23,8 @@
 // P goes from S's accumulators to O's row operand in registers (the FlashAttention-2 layout).
 //
 // Template parameters: T query/key/value/output type (__half or __nv_bfloat16), HEAD_DIM, WARPS,
-// TILE keys per warp iteration (16 or 32), STAGES, PAGE_SIZE tokens per page (0: contiguous).
+// TILE keys per warp iteration (16 or 32), STAGES, PAGE_SIZE tokens per page (0: contiguous),
+// BALANCED the batch's keys cut into chunks by the lengths (decode.cuh).
 // Shared memory: the query tile (static, 16 x HEAD_DIM) and, dynamic, the larger of the rings
 // (WARPS * STAGES * 2 * TILE * HEAD_DIM elements plus a word per warp and stage) and the warps'
 // partial results (WARPS * 16 * (HEAD_DIM + 2) floats).
@@ -37,7 +38,7 @@
 
 namespace tileops {
 
-template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE>
+template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_attention_mma_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
                                 long long q_head_stride, const T* __restrict__ k, const T* __restrict__ v,
@@ -61,12 +62,14 @@ __global__ void __launch_bounds__(WARPS * 32)
     static_assert(HEAD_DIM % 16 == 0 && CHUNKS <= 32 && 32 % CHUNKS == 0, "head dim 64, 128 or 256");
     static_assert(TILE * CHUNKS % 32 == 0, "a tile is a whole number of copies per lane");
 
-    const int split = blockIdx.x, num_splits = gridDim.x;
+    const DecodeWork work = decode_work<BALANCED, TILE>(lengths, max_kv_len, q_len, window_left);
+    if (!work.active) return;
+    const int split = work.split, num_splits = work.num_splits;
     const int total_rows = group * q_len;
     const int row_blocks = (total_rows + ROWS - 1) / ROWS;
     const int kv_head = blockIdx.y / row_blocks;
     const int row0 = (blockIdx.y % row_blocks) * ROWS;
-    const int batch = blockIdx.z;
+    const int batch = work.batch;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int quad_row = lane / 4, quad_col = 2 * (lane % 4);  // accumulator fragment coordinates
 
@@ -356,7 +359,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     __syncthreads();
 
     decode_finish<T, HEAD_DIM, ROWS, WARPS>(warp_out, {out, o_batch_stride, o_token_stride, o_head_stride, lse, workspace,
-                                                      group, q_len, row0, total_rows, kv_head, row_blocks, batch});
+                                                      group, q_len, row0, total_rows, kv_head, row_blocks, work});
 }
 
 }  // namespace tileops

@@ -59,18 +59,19 @@ public:
         const DecodeLaunch l = decode_launch(shape_, config);
         LaunchPlan plan;
         const char* type = device_type_name(p_.dtype);
+        const char* balanced = l.balanced ? ", true" : "";  // the template's default is false
         plan.details = DecodeKernelChoice{l.kernel};  // launch_with passes each kernel its own parameters
         if (l.kernel == kDecodeTensorCores) {
             plan.template_file = kTensorCoreTemplate;
-            plan.name_expression = fmt::format("tileops::decode_attention_mma_kernel<{}, {}, {}, {}, {}, {}>", type,
-                                               p_.head_dim, l.warps, l.tile, l.stages, p_.page_size);
+            plan.name_expression = fmt::format("tileops::decode_attention_mma_kernel<{}, {}, {}, {}, {}, {}{}>", type,
+                                               p_.head_dim, l.warps, l.tile, l.stages, p_.page_size, balanced);
         } else {
             plan.template_file = kCudaCoreTemplate;
-            plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type,
+            plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}{}>", type,
                                                device_type_name(*p_.kv_dtype), p_.head_dim, l.rows, l.warps, l.unroll,
-                                               l.stages, p_.page_size);
+                                               l.stages, p_.page_size, balanced);
         }
-        plan.grid[0] = static_cast<unsigned>(l.splits);
+        plan.grid[0] = static_cast<unsigned>(l.grid_x);
         plan.grid[1] = static_cast<unsigned>(p_.num_kv_heads * l.row_blocks);
         plan.grid[2] = static_cast<unsigned>(p_.batch);
         plan.block[0] = static_cast<unsigned>(l.warps * 32);

@@ -8,7 +8,10 @@
 //      stages - 1 iterations ahead);
 //   1, tensor cores (decode_attention_mma.cuh, sm_80+): 16 query rows per CTA, warps, tile (keys
 //      per warp iteration, 16 or 32), stages. Not for an fp8 cache (its MMAs take 16-bit K and V).
-// Both: splits (CTAs sharing one sequence's KV length; 1: no workspace, no merge).
+// Both: splits. At batch 1, the CTAs sharing the sequence's keys (1: no workspace, no merge); for
+// a batch, the kernel cuts the keys of the whole batch into about batch x splits chunks of equal
+// tokens by the lengths it reads on the device (decode.cuh), so a skewed batch keeps every SM
+// streaming and the choice of splits does not depend on how the lengths are spread.
 #pragma once
 
 #include <cstddef>
@@ -44,6 +47,8 @@ constexpr int kDecodeMmaRows = 16;  // the M of mma.sync m16n8k16
 
 struct DecodeLaunch {
     int kernel, rows, warps, unroll, tile, stages, splits;  // unroll: kernel 0 only; tile: kernel 1 only
+    bool balanced;                   // chunks sized by the lengths (batch > 1)
+    long long grid_x;                // CTAs per (kv head x row block, sequence): splits, or splits + 1 balanced
     long long row_blocks;            // CTAs along the query rows of one KV head
     size_t dynamic_shared_bytes;     // the load ring, reused for the warps' partial results
     size_t static_shared_bytes;      // the query tile

@@ -376,3 +376,44 @@ TEST_CASE("DecodeAttention over an fp8 cache: speculative tokens, a window, soft
     configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
     check_configs(c, test::this_shard(configs));
 }
+
+TEST_CASE("DecodeAttention cuts a skewed batch by the lengths it reads at each launch", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    Runtime& runtime = shared_runtime();
+    detail::RuntimeImpl& impl = runtime.impl();
+    // 70 sequences (three passes of the scan over the batch's chunk counts): one long sequence among
+    // short ones, empty ones and a length past the cache's capacity (clamped); then the same launch,
+    // the grid unchanged, with another sequence the long one, as a CUDA graph replays it.
+    DecodeAttentionProblem p = problem(DType::bf16, 32, 8, 128, 1, 12000);
+    p.page_size = GENERATE(0, 16);
+    p.return_lse = true;
+    std::mt19937 rng(2024);
+    std::vector<int> first(70), second(70);
+    for (int& len : first) len = static_cast<int>(rng() % 300);
+    second = first;
+    first[5] = 12000, first[9] = 0, first[69] = 99999;
+    second[5] = 40, second[63] = 11000, second[0] = -3;
+    // Pages for the longest either run needs: build the case over the larger lengths.
+    std::vector<int> capacity(70);
+    for (size_t i = 0; i < capacity.size(); ++i) capacity[i] = std::clamp(std::max(first[i], second[i]), 0, 12000);
+    DecodeCase a(p, capacity, 77);
+    DecodeCase b = a;
+    a.lengths = first, b.lengths = second;
+    a.ref_out_.clear(), b.ref_out_.clear();
+    DecodeAttention op(a.p);
+    DecodeBuffers buffers(a);
+    const auto in = buffers.inputs(a);
+    const auto out = buffers.outputs(a);
+    const Config heuristic = op.model().heuristic(runtime.device());
+    for (const Config& config :
+         {heuristic, Config{{"kernel", 1}, {"warps", 4}, {"tile", 32}, {"stages", 2}, {"splits", 3}},
+          Config{{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1}}}) {
+        INFO("config " << tuning::config_text(config));
+        const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
+        for (const DecodeCase* c : {&a, &b, &a}) {
+            buffers.lengths.upload(std::vector<double>(c->lengths.begin(), c->lengths.end()));
+            op.launch_with(launch, Inputs(in.data(), in.size()), Outputs(out.data(), out.size()), nullptr);
+            check_result(*c, buffers);
+        }
+    }
+}
