@@ -7,18 +7,14 @@
 // row0 of its KV head's group * q_len rows.
 //
 // Which sequence and which part of its keys a CTA streams (decode_work). The grid is (x, kv heads
-// x row blocks, batch):
-//  - batch 1 (BALANCED false): x = splits; CTA x streams part x of `splits` of the keys.
-//  - a batch (BALANCED true): x = splits + 1. The lengths, read on the device at each launch (so
-//    a CUDA graph follows them), cut the batch's keys into about batch x splits chunks of equal
-//    tokens: a sequence gets as many chunks as its length holds, at least one, so one long
-//    sequence among short ones is spread over the SMs instead of streamed by one CTA per KV
-//    head. The CTAs, numbered z * x + x, take the chunks in batch order; those past the last
-//    chunk (there are at most batch x (splits + 1)) exit at once.
-// Partial results are indexed by chunk (CTA number), so the workspace is the same for both.
+// x row blocks, batch): at batch 1 (BALANCED false) x = splits and CTA x streams part x of the
+// keys; for a batch (BALANCED true) x = splits + 1 and the lengths cut the batch's keys into
+// about batch x splits chunks of equal tokens (common/kv_chunks.cuh). Partial results are stored
+// by chunk number, so the workspace is laid out the same way for both.
 #pragma once
 
 #include "common/infinity.cuh"
+#include "common/kv_chunks.cuh"
 #include "common/types.cuh"
 
 namespace tileops {
@@ -63,81 +59,25 @@ __device__ __forceinline__ DecodeKeyRange decode_key_range(int row0, int total_r
     return range;
 }
 
-// A CTA's share of the batch's keys: sequence `batch`, part `split` of `num_splits`; `first_chunk`
-// numbers part 0 among all parts of the launch (the workspace's index). `active` is false for
-// the balanced grid's CTAs past the last chunk.
-struct DecodeWork {
-    int batch, split, num_splits;
-    long long first_chunk;
-    bool active;
-};
-
-// Keys a chunk of the balanced split holds at least: a shorter one spends more on its merge than
-// it saves.
-constexpr int kDecodeMinChunkTokens = 128;
-
-// The keys of sequence b that some row may see, at most: its length, or the window and the query
-// tokens when a window bounds it.
-__device__ __forceinline__ long long decode_span_bound(const int* lengths, int b, int max_kv_len, int q_len,
+// The keys of sequence b that some row may see, at most: its length clamped to the cache, or the
+// window and the query tokens when a window bounds it.
+__device__ __forceinline__ long long decode_keys_bound(const int* lengths, int b, int max_kv_len, int q_len,
                                                        int window_left) {
     int len = lengths[b];
     len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
     return window_left >= 0 && window_left + q_len < len ? window_left + q_len : len;
 }
 
-// See the top of this file. Balanced: warp 0 sums the batch's keys in units of GRANULE tokens,
-// sizes the chunks, then scans the chunk counts in batch order to find the CTA's; the whole CTA
-// waits for it (one barrier).
+// See the top of this file; GRANULE: keys a chunk holds a multiple of.
 template <bool BALANCED, int GRANULE>
-__device__ DecodeWork decode_work(const int* __restrict__ lengths, int max_kv_len, int q_len, int window_left) {
+__device__ KvChunk decode_work(const int* __restrict__ lengths, int max_kv_len, int q_len, int window_left) {
     if constexpr (!BALANCED) {
         return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
                 static_cast<long long>(blockIdx.z) * gridDim.x, true};
     } else {
-        __shared__ DecodeWork shared_work;
-        const int lane = threadIdx.x % 32;
-        auto granules = [&](int b) {
-            return (decode_span_bound(lengths, b, max_kv_len, q_len, window_left) + GRANULE - 1) / GRANULE;
-        };
-        if (threadIdx.x < 32) {
-            long long total = 0;
-            const int batch_size = gridDim.z;
-            for (int b = lane; b < batch_size; b += 32) total += granules(b);
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
-            const long long target = static_cast<long long>(batch_size) * (gridDim.x - 1);
-            const long long min_chunk = (kDecodeMinChunkTokens + GRANULE - 1) / GRANULE;
-            const long long chunk = max((total + target - 1) / target, min_chunk);  // granules a chunk
-            const long long x = static_cast<long long>(blockIdx.z) * gridDim.x + blockIdx.x;
-            DecodeWork work{0, 0, 1, 0, false};
-            long long before = 0;  // chunks of the sequences before this pass of 32
-            for (int b0 = 0; b0 < batch_size && before <= x; b0 += 32) {
-                const int b = b0 + lane;
-                const long long own = b < batch_size ? max((granules(b) + chunk - 1) / chunk, 1LL) : 0;
-                long long inclusive = own;
-#pragma unroll
-                for (int offset = 1; offset < 32; offset *= 2) {
-                    const long long up = __shfl_up_sync(0xffffffffu, inclusive, offset);
-                    if (lane >= offset) inclusive += up;
-                }
-                const long long first = before + inclusive - own;
-                if (own > 0 && x >= first && x < first + own)
-                    work = {b, static_cast<int>(x - first), static_cast<int>(own), first, true};
-                before += __shfl_sync(0xffffffffu, inclusive, 31);
-            }
-            const unsigned owner = __ballot_sync(0xffffffffu, work.active);
-            if (owner != 0) {
-                const int from = __ffs(owner) - 1;
-                work.batch = __shfl_sync(0xffffffffu, work.batch, from);
-                work.split = __shfl_sync(0xffffffffu, work.split, from);
-                work.num_splits = __shfl_sync(0xffffffffu, work.num_splits, from);
-                work.first_chunk = __shfl_sync(0xffffffffu, work.first_chunk, from);
-                work.active = true;
-            }
-            if (lane == 0) shared_work = work;
-        }
-        __syncthreads();
-        return shared_work;
+        constexpr long long kNoCap = 1LL << 40;  // the merge takes any number of splits
+        return kv_chunk_of_cta<GRANULE>(
+            kNoCap, [&](int b) { return decode_keys_bound(lengths, b, max_kv_len, q_len, window_left); });
     }
 }
 
@@ -149,7 +89,7 @@ struct DecodeOutput {
     float* lse;        // [batch, q_len, num_heads] natural log, or null
     float* workspace;  // split KV only
     int group, q_len, row0, total_rows, kv_head, row_blocks;
-    DecodeWork work;
+    KvChunk work;
 };
 
 // Turns the warps' partial results into the CTA's result. On entry, after a __syncthreads(),

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     constexpr int VEC = Lanes::VEC, LANES = Lanes::LANES, TPS = Lanes::TOKENS_PER_STEP;
     constexpr int WARP_TOKENS = TPS * UNROLL;  // tokens a warp covers per iteration
 
-    const DecodeWork work = decode_work<BALANCED, 16>(lengths, max_kv_len, q_len, window_left);
+    const KvChunk work = decode_work<BALANCED, 16>(lengths, max_kv_len, q_len, window_left);
     if (!work.active) return;
     const int split = work.split, num_splits = work.num_splits;
     const int total_rows = group * q_len;

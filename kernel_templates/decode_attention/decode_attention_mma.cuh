@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     static_assert(HEAD_DIM % 16 == 0 && CHUNKS <= 32 && 32 % CHUNKS == 0, "head dim 64, 128 or 256");
     static_assert(TILE * CHUNKS % 32 == 0, "a tile is a whole number of copies per lane");
 
-    const DecodeWork work = decode_work<BALANCED, TILE>(lengths, max_kv_len, q_len, window_left);
+    const KvChunk work = decode_work<BALANCED, TILE>(lengths, max_kv_len, q_len, window_left);
     if (!work.active) return;
     const int split = work.split, num_splits = work.num_splits;
     const int total_rows = group * q_len;
