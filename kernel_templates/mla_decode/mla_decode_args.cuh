@@ -11,13 +11,14 @@ struct MlaDecodeArgs {
     const int* page_table;       // [batch, page_table_stride] (paged)
     void* out;                   // [batch, q_len, num_heads, 512] with strides
     float* lse;                  // [batch, q_len, num_heads] or null
-    float* workspace;            // splits: partial outputs [slots][splits][BLOCK_M][512], then their lse
+    float* workspace;            // splits: partial outputs [chunks][row blocks][BLOCK_M][512], then their lse
     long long q_batch_stride, q_token_stride, q_head_stride;
     long long kv_outer_stride, kv_token_stride;  // outer: between sequences, or pages when paged
     long long page_table_stride;
     long long o_batch_stride, o_token_stride, o_head_stride;
     int num_heads, q_len, num_pages, max_kv_len;
     int num_splits;              // gridDim.x of the main kernel
+    int balanced;                // 1: a batch's keys cut into chunks by the lengths (common/kv_chunks.cuh)
     float scale_log2;            // softmax scale * log2(e)
     float scale;
 };

@@ -13,13 +13,17 @@
 // 1 split the 576 score dims (288 each) and the 512 output columns (256 each); the two add their
 // partial scores through shared memory and run the same online softmax on the full scores.
 //
-// Splits (flash decoding): the key tiles of a sequence are divided among gridDim.x CTAs; each
-// writes its normalized partial output and natural-log lse to the workspace, and a follow-up
-// kernel (mla_merge_kernel, one block per row) merges them.
+// Splits (flash decoding): at batch 1 the key tiles of the sequence are divided among gridDim.x
+// CTAs; for a batch (p.balanced), the lengths cut the batch's keys into about batch x (gridDim.x
+// - 1) chunks of equal tokens, a sequence as many as its keys fill (common/kv_chunks.cuh), so a
+// long sequence among short ones is spread over the SMs. Each CTA of a split sequence writes its
+// normalized partial output and natural-log lse to the workspace, by chunk number, and a
+// follow-up kernel (mla_merge_kernel, one block per row) merges them.
 #pragma once
 
 #include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
+#include "common/kv_chunks.cuh"
 #include "common/types.cuh"
 #include "mla_decode/mla_decode_args.cuh"
 
@@ -28,6 +32,7 @@ namespace tileops {
 constexpr int kMlaValueDim = 512;  // latent dims: the values and the output
 constexpr int kMlaKeyDim = 576;    // latent + rope dims: the queries and keys
 constexpr int kMlaChunks = kMlaKeyDim / 8;  // 16-byte chunks of a row: 72
+constexpr int kMlaMaxSplits = 256;          // per sequence: the merge kernel's weights in shared memory
 
 
 // The keys of the block at rows [row0, row0 + BLOCK_M) of `batch`, and this split's key tiles.
@@ -53,6 +58,21 @@ __device__ __forceinline__ MlaKeys mla_keys(const MlaDecodeArgs& p, int row0, in
     k.first_tile = split * per_split;
     k.num_tiles = max(0, min(tiles, k.first_tile + per_split) - k.first_tile);
     return k;
+}
+
+// The sequence's keys, clamped to the cache (what the chunks are cut from).
+__device__ __forceinline__ long long mla_keys_bound(const MlaDecodeArgs& p, int b) {
+    const int len = p.lengths[b];
+    return len < 0 ? 0 : len > p.max_kv_len ? p.max_kv_len : len;
+}
+
+// The CTA's sequence and split (see the top of this file). Called by the whole CTA.
+template <int BLOCK_N>
+__device__ KvChunk mla_work(const MlaDecodeArgs& p) {
+    if (!p.balanced)
+        return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
+                static_cast<long long>(blockIdx.z) * gridDim.x, true};
+    return kv_chunk_of_cta<BLOCK_N>(kMlaMaxSplits, [&](int b) { return mla_keys_bound(p, b); });
 }
 
 // Keys of row `row` (past the problem's rows: as many as the block's last row).
@@ -198,11 +218,13 @@ __device__ __forceinline__ void mla_softmax_step(float (&s)[BLOCK_N / 8][4], flo
 // Without splits the normalized output (and lse) goes to `out`; with splits, to the workspace.
 template <typename T, int BLOCK_M>
 __device__ __forceinline__ void mla_store_rows(const MlaDecodeArgs& p, const float (&o)[32][4], const float (&row_max)[2],
-                                               const float (&row_sum)[2], int row0, int batch, int pair, int half) {
+                                               const float (&row_sum)[2], int row0, const KvChunk& work, int pair,
+                                               int half) {
     const int lane = threadIdx.x % 32, quad_row = lane / 4, quad_col = (lane % 4) * 2;
-    const int total_rows = p.q_len * p.num_heads;
+    const int total_rows = p.q_len * p.num_heads, batch = work.batch;
     const int col0 = half * (kMlaValueDim / 2) + quad_col;
-    const long long slot = static_cast<long long>(batch) * gridDim.y + blockIdx.y;
+    // Partial rows by chunk: [chunks][row blocks][BLOCK_M].
+    const long long chunk_row0 = ((work.first_chunk + work.split) * gridDim.y + blockIdx.y) * BLOCK_M;
     const long long partial_rows = static_cast<long long>(p.num_splits) * gridDim.y * gridDim.z * BLOCK_M;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -212,7 +234,7 @@ __device__ __forceinline__ void mla_store_rows(const MlaDecodeArgs& p, const flo
         const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
         const float lse = attention_lse(row_max[h], sum, p.scale);
         const int local = pair * 16 + quad_row + h * 8, row = row0 + local;
-        if (p.num_splits == 1) {
+        if (work.num_splits == 1) {
             if (row >= total_rows) continue;
             T* dst = static_cast<T*>(p.out) + batch * p.o_batch_stride + (row / p.num_heads) * p.o_token_stride +
                      (row % p.num_heads) * p.o_head_stride + col0;
@@ -221,7 +243,7 @@ __device__ __forceinline__ void mla_store_rows(const MlaDecodeArgs& p, const flo
                 *reinterpret_cast<unsigned*>(dst + j * 8) = pack_pair<T>(o[j][2 * h] * inverse, o[j][2 * h + 1] * inverse);
             if (p.lse != nullptr && half == 0 && lane % 4 == 0) p.lse[static_cast<long long>(batch) * total_rows + row] = lse;
         } else {
-            const long long at = (slot * p.num_splits + blockIdx.x) * BLOCK_M + local;
+            const long long at = chunk_row0 + local;
             float* dst = p.workspace + at * kMlaValueDim + col0;
 #pragma unroll
             for (int j = 0; j < 32; ++j)
@@ -233,20 +255,35 @@ __device__ __forceinline__ void mla_store_rows(const MlaDecodeArgs& p, const flo
 
 // The merge of split partial results: block (row, batch) of 128 threads, each thread 4 of the
 // row's 512 columns; the weights of the splits from their lse through shared memory. Grid:
-// (q_len * num_heads, batch). BLOCK_M is the main kernel's (the workspace's row blocks).
-constexpr int kMlaMaxSplits = 256;
-template <typename T, int BLOCK_M>
+// (q_len * num_heads, batch). BLOCK_M and BLOCK_N are the main kernel's (the workspace's row
+// blocks, the chunks' granule). A sequence in one chunk was written by the main kernel.
+template <typename T, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(128) mla_merge_kernel(const MlaDecodeArgs p) {
     __shared__ float weights[kMlaMaxSplits];
     __shared__ float merged_lse;
-    const int row = blockIdx.x, batch = blockIdx.y, splits = p.num_splits;
+    __shared__ KvChunk sequence;
+    const int row = blockIdx.x, batch = blockIdx.y;
+    if (threadIdx.x < 32) {
+        KvChunk chunks{batch, 0, p.num_splits, static_cast<long long>(batch) * p.num_splits, true};
+        if (p.balanced) {
+            auto keys_of = [&](int b) { return mla_keys_bound(p, b); };
+            const long long target = static_cast<long long>(gridDim.y) * (p.num_splits - 1);
+            const long long granules = kv_chunk_granules<BLOCK_N>(gridDim.y, target, kMlaMaxSplits, keys_of);
+            chunks = kv_chunk_find<BLOCK_N>(-1, batch, gridDim.y, granules, keys_of);
+        }
+        if (threadIdx.x == 0) sequence = chunks;
+    }
+    __syncthreads();
+    const int splits = sequence.num_splits;
+    if (splits == 1) return;
     const int total_rows = p.q_len * p.num_heads;
     const int row_blocks = (total_rows + BLOCK_M - 1) / BLOCK_M;
-    const long long slot = static_cast<long long>(batch) * row_blocks + row / BLOCK_M;
-    const long long first = slot * splits * BLOCK_M + row % BLOCK_M;  // this row's partial of split 0
-    const long long partial_rows = static_cast<long long>(splits) * row_blocks * gridDim.y * BLOCK_M;
+    // Partial rows are [chunks][row blocks][BLOCK_M]: this row's of split 0, and the step between splits.
+    const long long first = (sequence.first_chunk * row_blocks + row / BLOCK_M) * BLOCK_M + row % BLOCK_M;
+    const long long split_rows = static_cast<long long>(row_blocks) * BLOCK_M;
+    const long long partial_rows = static_cast<long long>(p.num_splits) * row_blocks * gridDim.y * BLOCK_M;
     const float* lse = p.workspace + partial_rows * kMlaValueDim;
-    for (int s = threadIdx.x; s < splits; s += 128) weights[s] = __ldcg(lse + first + static_cast<long long>(s) * BLOCK_M);
+    for (int s = threadIdx.x; s < splits; s += 128) weights[s] = __ldcg(lse + first + s * split_rows);
     __syncthreads();
     if (threadIdx.x < 32) {
         float m = -INFINITY;
@@ -269,7 +306,7 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(const MlaDecodeArgs p) {
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 8
     for (int s = 0; s < splits; ++s) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(part + static_cast<long long>(s) * BLOCK_M * kMlaValueDim));
+        const float4 v = __ldcg(reinterpret_cast<const float4*>(part + s * split_rows * kMlaValueDim));
         const float w = weights[s];
         acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
     }

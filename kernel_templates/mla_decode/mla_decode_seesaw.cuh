@@ -339,13 +339,15 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
     float* row_sums = scale1 + kSeesawRows;                             // [2][64]: each warpgroup's
     unsigned long long* landed = reinterpret_cast<unsigned long long*>(row_sums + 2 * kSeesawRows);  // [buffer][low, high]
 
-    const int row0 = blockIdx.y * kSeesawRows, batch = blockIdx.z;
+    const KvChunk work = mla_work<kSeesawKeys>(p);
+    if (!work.active) return;
+    const int row0 = blockIdx.y * kSeesawRows, batch = work.batch;
     // The warpgroup, read from lane 0 so that the compiler knows it is the same for the whole warp
     // (a branch on threadIdx.x / 128 counts as divergent and serializes the wgmmas in it).
     const int half = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0), t = threadIdx.x % 128;
     const int warp = t / 32, lane = t % 32, g = lane / 4, c = lane % 4;
     const int rows[2] = {16 * warp + g, 16 * warp + g + 8};
-    const MlaKeys keys = mla_keys<kSeesawRows, kSeesawKeys>(p, row0, batch, blockIdx.x, gridDim.x);
+    const MlaKeys keys = mla_keys<kSeesawRows, kSeesawKeys>(p, row0, batch, work.split, work.num_splits);
     const int pairs = (keys.num_tiles + 1) / 2;
     auto tile_key0 = [&](int index) { return (keys.first_tile + index) * kSeesawKeys; };
 
@@ -509,7 +511,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
         // warpgroup's whole row once.
         final_sum[h] = sum[h] + (c == 0 ? row_sums[(1 - half) * kSeesawRows + rows[h]] : 0.0f);
     }
-    mla_store_rows<T, kSeesawRows>(p, reinterpret_cast<const float(&)[32][4]>(o), final_max, final_sum, row0, batch, warp,
+    mla_store_rows<T, kSeesawRows>(p, reinterpret_cast<const float(&)[32][4]>(o), final_max, final_sum, row0, work, warp,
                                    half);
 }
 

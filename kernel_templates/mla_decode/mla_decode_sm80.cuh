@@ -53,10 +53,12 @@ __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(c
     float4* exchange = reinterpret_cast<float4*>(ring + STAGES * BLOCK_N * kMlaRowElems);
     unsigned char* key_ok = reinterpret_cast<unsigned char*>(exchange + WARPS * kBlocksN * 32);
 
-    const int row0 = blockIdx.y * BLOCK_M, batch = blockIdx.z;
+    const KvChunk work = mla_work<BLOCK_N>(p);
+    if (!work.active) return;
+    const int row0 = blockIdx.y * BLOCK_M, batch = work.batch;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int pair = warp % PAIRS, half = warp / PAIRS;
-    const MlaKeys keys = mla_keys<BLOCK_M, BLOCK_N>(p, row0, batch, blockIdx.x, gridDim.x);
+    const MlaKeys keys = mla_keys<BLOCK_M, BLOCK_N>(p, row0, batch, work.split, work.num_splits);
 
     // Q rows, copied with the first key tile.
     mla_load_q<T, BLOCK_M, THREADS>(p, row0, batch, [&](int r, int c) { return q_tile + r * kMlaRowElems + c * 8; });
@@ -147,7 +149,7 @@ __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(c
         stage = stage + 1 == STAGES ? 0 : stage + 1;
     }
     cp_async_wait<0>();
-    mla_store_rows<T, BLOCK_M>(p, o, row_max, row_sum, row0, batch, pair, half);
+    mla_store_rows<T, BLOCK_M>(p, o, row_max, row_sum, row0, work, pair, half);
 }
 
 }  // namespace tileops

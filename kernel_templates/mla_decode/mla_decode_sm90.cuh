@@ -70,12 +70,14 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
     float4* exchange = reinterpret_cast<float4*>(ring + STAGES * kTileBytes);
     unsigned char* key_ok = reinterpret_cast<unsigned char*>(exchange + 8 * kBlocksN * 32);
 
-    const int row0 = blockIdx.y * BLOCK_M, batch = blockIdx.z;
+    const KvChunk work = mla_work<BLOCK_N>(p);
+    if (!work.active) return;
+    const int row0 = blockIdx.y * BLOCK_M, batch = work.batch;
     // The warp index read from lane 0, so that the compiler knows it is warp-uniform: a branch on
     // threadIdx.x / 32 counts as divergent, and ptxas serializes the wgmmas inside it.
     const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0), lane = threadIdx.x % 32;
     const int pair = warp % 4, half = warp / 4;
-    const MlaKeys keys = mla_keys<BLOCK_M, BLOCK_N>(p, row0, batch, blockIdx.x, gridDim.x);
+    const MlaKeys keys = mla_keys<BLOCK_M, BLOCK_N>(p, row0, batch, work.split, work.num_splits);
 
     mla_load_q<T, BLOCK_M, THREADS>(p, row0, batch, [&](int r, int c) { return q_tile + mla_swizzled<BLOCK_M>(r, c); });
     auto load_tile = [&](int index, int stage) {
@@ -168,7 +170,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
     wgmma_wait<0>();
     wgmma_fence_registers(o_flat);
     cp_async_wait<0>();
-    mla_store_rows<T, BLOCK_M>(p, o, row_max, row_sum, row0, batch, pair, half);
+    mla_store_rows<T, BLOCK_M>(p, o, row_max, row_sum, row0, work, pair, half);
 }
 
 }  // namespace tileops

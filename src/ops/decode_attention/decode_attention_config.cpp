@@ -63,6 +63,7 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
         ring = static_cast<size_t>(l.warps) * l.stages * 32 * (l.unroll * 2 * 16 + 1);
         l.static_shared_bytes = static_cast<size_t>(l.rows) * shape.head_dim * sizeof(float);
     }
+    l.static_shared_bytes += 32;  // a CTA's chunk of a balanced batch (common/kv_chunks.cuh)
     l.row_blocks = l.rows > 0 ? (shape.rows_per_kv_head() + l.rows - 1) / l.rows : 0;
     // The ring is reused for the warps' partial results.
     const size_t partial = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);

@@ -56,6 +56,8 @@ MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
     l.block_n = static_cast<int>(config_value(config, "block_n", op));
     l.stages = static_cast<int>(config_value(config, "stages", op));
     l.splits = static_cast<int>(config_value(config, "splits", op));
+    l.balanced = shape.batch > 1;
+    l.grid_x = l.balanced ? l.splits + 1LL : l.splits;
     l.row_blocks = l.block_m > 0 ? (shape.rows() + l.block_m - 1) / l.block_m : 0;
     if (l.kernel == 2) {  // mla_decode_seesaw.cuh: two warpgroups, fixed tiles
         l.threads = 256;
@@ -144,8 +146,10 @@ std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& c
     if (l.splits < 1 || l.splits > kMaxConfigSplits)
         return fmt::format("splits = {} is not in [1, {}]", l.splits, kMaxConfigSplits);
     if (l.row_blocks > 65535) return "row blocks exceed the grid's y limit (65535)";
+    // Beside the dynamic bytes, the kernels hold a CTA's chunk (common/kv_chunks.cuh) statically.
+    constexpr size_t kStaticSharedBytes = 32;
     if (device.max_shared_memory_per_block_optin > 0 &&
-        l.shared_bytes > static_cast<size_t>(device.max_shared_memory_per_block_optin))
+        l.shared_bytes + kStaticSharedBytes > static_cast<size_t>(device.max_shared_memory_per_block_optin))
         return fmt::format("needs {} bytes of shared memory, the device allows {}", l.shared_bytes,
                            device.max_shared_memory_per_block_optin);
     if (device.cc_major > 0 && device.cc_major < 8) return "needs sm_80 or newer (mma.sync bf16, cp.async)";
@@ -153,9 +157,9 @@ std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& c
 }
 
 size_t mla_workspace_bytes(const MlaShape& s, const MlaLaunch& l) {
-    if (l.splits <= 1) return 0;
+    if (l.grid_x <= 1) return 0;
     const size_t slots = static_cast<size_t>(s.batch * l.row_blocks);
-    const size_t partial_rows = slots * l.splits * l.block_m;
+    const size_t partial_rows = slots * static_cast<size_t>(l.grid_x) * l.block_m;
     return partial_rows * (MlaDecode::kLatentDim + 1) * sizeof(float);  // partial outputs, then their lse
 }
 

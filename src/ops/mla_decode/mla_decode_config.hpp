@@ -4,7 +4,10 @@
 // Tunables: kernel (0: mma.sync, sm_80+; 1: wgmma, sm_90a, 64 rows, 3+ stages; 2: wgmma with the seesaw
 // schedule, sm_90a, 64 rows, 64 keys, 2 tile buffers), block_m (query rows per CTA:
 // 16, 32 or 64; two warps per 16 rows), block_n (keys per tile: 16, 32 or 64; wgmma: 32 or 64), stages (key tiles in the cp.async ring), splits (CTAs sharing one
-// sequence's keys, 1-256; more than 1: a workspace of partial results and a merge kernel).
+// sequence's keys, 1-256; more than 1: a workspace of partial results and a merge kernel). For a
+// batch, the kernels cut the batch's keys into about batch x splits chunks of equal tokens by the
+// lengths they read on the device (common/kv_chunks.cuh): a skewed batch keeps every SM busy, and
+// the choice of splits does not depend on how the lengths are spread.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +33,8 @@ MlaShape mla_shape(const MlaDecodeProblem& problem);
 
 struct MlaLaunch {
     int kernel, block_m, block_n, stages, splits;
+    bool balanced;          // chunks sized by the lengths (batch > 1)
+    long long grid_x;       // CTAs per (row block, sequence): splits, or splits + 1 balanced
     long long row_blocks;   // CTAs along the rows of one sequence
     int threads;
     size_t shared_bytes;    // dynamic shared memory

@@ -253,3 +253,47 @@ TEST_CASE("Every MlaDecode config in the search space is correct, run after run"
         }
     }
 }
+
+TEST_CASE("MlaDecode cuts a skewed batch by the lengths it reads at each launch", "[gpu][mla]") {
+    TILEOPS_REQUIRE_GPU();
+    Runtime& runtime = shared_runtime();
+    detail::RuntimeImpl& impl = runtime.impl();
+    // 40 sequences (two passes of the scan over the batch's chunk counts): one long among short ones,
+    // empty ones and a length past the cache (clamped); then the same launch, grid unchanged, with
+    // another sequence the long one, as a CUDA graph replays it.
+    MlaDecodeProblem p = problem(DType::bf16, 16, 1, 9000);
+    p.page_size = GENERATE(0, 64);
+    std::mt19937 rng(4048);
+    std::vector<int> first(40), second(40);
+    for (int& len : first) len = static_cast<int>(rng() % 300);
+    second = first;
+    first[3] = 9000, first[7] = 0, first[39] = 50000;
+    second[3] = 10, second[33] = 8500, second[0] = -4;
+    std::vector<int> capacity(40);
+    for (size_t i = 0; i < capacity.size(); ++i) capacity[i] = std::clamp(std::max(first[i], second[i]), 0, 9000);
+    MlaCase a(p, capacity, 99);
+    MlaCase b = a;
+    a.lengths = first, b.lengths = second;
+    std::vector<double> ref_a, lse_a, ref_b, lse_b;
+    a.reference(ref_a, lse_a);
+    b.reference(ref_b, lse_b);
+    MlaDecode op(a.p);
+    MlaBuffers buffers(a);
+    const auto in = buffers.inputs(a);
+    const auto out = buffers.outputs(a);
+    std::vector<Config> configs{op.model().heuristic(runtime.device()),
+                                {{"kernel", 0}, {"block_m", 16}, {"block_n", 32}, {"stages", 3}, {"splits", 2}}};
+    if (runtime.device().sm() == 90) configs.push_back({{"kernel", 2}, {"block_m", 64}, {"block_n", 64}, {"stages", 2}, {"splits", 1}});
+    for (const Config& config : configs) {
+        INFO(fmt::format("config kernel {} block_m {} block_n {} stages {} splits {}", config.at("kernel"),
+                         config.at("block_m"), config.at("block_n"), config.at("stages"), config.at("splits")));
+        const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
+        for (const MlaCase* c : {&a, &b, &a}) {
+            buffers.lengths.upload(std::vector<double>(c->lengths.begin(), c->lengths.end()));
+            buffers.out.poison();
+            buffers.lse.poison();
+            op.launch_with(launch, Inputs(in.data(), in.size()), Outputs(out.data(), out.size()), nullptr);
+            check_result(*c, buffers, c == &a ? ref_a : ref_b, c == &a ? lse_a : lse_b);
+        }
+    }
+}

@@ -106,7 +106,9 @@ TEST_CASE("MlaDecode configs: heuristic valid, splits only where the GPU is not 
             CHECK_FALSE(model.invalid_reason(model.heuristic(device), device).has_value());
             const auto space = model.search_space(device);
             CHECK(space.size() > 4);
-            for (const Config& config : space) CHECK((config.at("splits") > 1) == (model.workspace_bytes(config, 1) > 0));
+            // A batch's keys are cut by the lengths on the device: any sequence may be split.
+            for (const Config& config : space)
+                CHECK((config.at("splits") > 1 || p.batch > 1) == (model.workspace_bytes(config, 1) > 0));
         }
     }
     const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
