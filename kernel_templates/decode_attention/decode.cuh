@@ -6,11 +6,12 @@
 // A row is one (query token, query head) pair of a KV head; a CTA holds ROWS of them, starting at
 // row0 of its KV head's group * q_len rows.
 //
-// Which sequence and which part of its keys a CTA streams (decode_work). The grid is (x, kv heads
-// x row blocks, batch): at batch 1 (BALANCED false) x = splits and CTA x streams part x of the
-// keys; for a batch (BALANCED true) x = splits + 1 and the lengths cut the batch's keys into
-// about batch x splits chunks of equal tokens (common/kv_chunks.cuh). Partial results are stored
-// by chunk number, so the workspace is laid out the same way for both.
+// Which sequence and which part of its keys a CTA streams (decode_work): a column is a (kv head,
+// row block). At batch 1 (BALANCED false) the grid is (splits, columns, 1) and CTA x streams part
+// x of the keys; for a batch (BALANCED true) it is (columns, splits + 1, batch) and the lengths cut
+// the batch's keys into about batch x splits chunks of equal tokens (common/kv_chunks.cuh).
+// Partial results are stored by chunk number and column, so the workspace is laid out the same
+// way for both.
 #pragma once
 
 #include "common/infinity.cuh"
@@ -72,8 +73,7 @@ __device__ __forceinline__ long long decode_keys_bound(const int* lengths, int b
 template <bool BALANCED, int GRANULE>
 __device__ KvChunk decode_work(const int* __restrict__ lengths, int max_kv_len, int q_len, int window_left) {
     if constexpr (!BALANCED) {
-        return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
-                static_cast<long long>(blockIdx.z) * gridDim.x, true};
+        return kv_chunk_fixed();
     } else {
         constexpr long long kNoCap = 1LL << 40;  // the merge takes any number of splits
         return kv_chunk_of_cta<GRANULE>(
@@ -108,18 +108,18 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
 
     // This CTA's result per row: normalized output and log-sum-exp (log2 domain), or 0 and -inf
     // when it saw no visible key.
-    const long long block_slot = static_cast<long long>(o.work.batch) * gridDim.y + blockIdx.y;
-    // Workspace (splits only): partial outputs [chunks][kv heads x row blocks][ROWS][HEAD_DIM],
-    // their lse [chunks][kv heads x row blocks][ROWS], then one counter per slot; a slot is a
-    // (batch, kv head, row block), a chunk a part of one sequence's keys (decode_work).
+    const long long block_slot = static_cast<long long>(o.work.batch) * o.work.columns + o.work.column;
+    // Workspace (splits only): partial outputs [chunks][columns][ROWS][HEAD_DIM], their lse
+    // [chunks][columns][ROWS], then one counter per slot; a slot is a (batch, column), a chunk a
+    // part of one sequence's keys (decode_work).
     const long long partial_rows = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z * ROWS;
     float* partial_out = o.workspace;
     float* partial_lse = num_splits > 1 ? o.workspace + partial_rows * HEAD_DIM : nullptr;
     unsigned* counters = num_splits > 1 ? reinterpret_cast<unsigned*>(partial_lse + partial_rows) : nullptr;
     // A row's partial results of consecutive splits are this many rows apart.
-    const long long split_rows = static_cast<long long>(gridDim.y) * ROWS;
-    const long long slot_rows = (o.work.first_chunk * gridDim.y + blockIdx.y) * ROWS;  // split 0's row 0
-    const int num_heads = gridDim.y / o.row_blocks * o.group;
+    const long long split_rows = static_cast<long long>(o.work.columns) * ROWS;
+    const long long slot_rows = (o.work.first_chunk * o.work.columns + o.work.column) * ROWS;  // split 0's row 0
+    const int num_heads = o.work.columns / o.row_blocks * o.group;
     // Rows past the problem's (the tensor-core kernel pads a KV head's rows to 16) are skipped.
     const int rows = min(ROWS, o.total_rows - o.row0);
     auto write_row = [&](int r, int d, float value, float row_lse2) {

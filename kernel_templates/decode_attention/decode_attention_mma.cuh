@@ -67,8 +67,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int split = work.split, num_splits = work.num_splits;
     const int total_rows = group * q_len;
     const int row_blocks = (total_rows + ROWS - 1) / ROWS;
-    const int kv_head = blockIdx.y / row_blocks;
-    const int row0 = (blockIdx.y % row_blocks) * ROWS;
+    const int kv_head = work.column / row_blocks;
+    const int row0 = (work.column % row_blocks) * ROWS;
     const int batch = work.batch;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int quad_row = lane / 4, quad_col = 2 * (lane % 4);  // accumulator fragment coordinates

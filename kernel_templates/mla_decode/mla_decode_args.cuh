@@ -17,7 +17,7 @@ struct MlaDecodeArgs {
     long long page_table_stride;
     long long o_batch_stride, o_token_stride, o_head_stride;
     int num_heads, q_len, num_pages, max_kv_len;
-    int num_splits;              // gridDim.x of the main kernel
+    int num_splits;              // CTAs per sequence and row block: gridDim.x, or gridDim.y balanced
     int balanced;                // 1: a batch's keys cut into chunks by the lengths (common/kv_chunks.cuh)
     float scale_log2;            // softmax scale * log2(e)
     float scale;

@@ -13,9 +13,10 @@
 // 1 split the 576 score dims (288 each) and the 512 output columns (256 each); the two add their
 // partial scores through shared memory and run the same online softmax on the full scores.
 //
-// Splits (flash decoding): at batch 1 the key tiles of the sequence are divided among gridDim.x
-// CTAs; for a batch (p.balanced), the lengths cut the batch's keys into about batch x (gridDim.x
-// - 1) chunks of equal tokens, a sequence as many as its keys fill (common/kv_chunks.cuh), so a
+// Splits (flash decoding): at batch 1 the key tiles of the sequence are divided among the splits
+// (grid (splits, row blocks, 1)); for a batch (p.balanced, grid (row blocks, splits + 1, batch)),
+// the lengths cut the batch's keys into about batch x splits chunks of equal tokens, a sequence
+// as many as its keys fill (common/kv_chunks.cuh), so a
 // long sequence among short ones is spread over the SMs. Each CTA of a split sequence writes its
 // normalized partial output and natural-log lse to the workspace, by chunk number, and a
 // follow-up kernel (mla_merge_kernel, one block per row) merges them.
@@ -69,9 +70,7 @@ __device__ __forceinline__ long long mla_keys_bound(const MlaDecodeArgs& p, int 
 // The CTA's sequence and split (see the top of this file). Called by the whole CTA.
 template <int BLOCK_N>
 __device__ KvChunk mla_work(const MlaDecodeArgs& p) {
-    if (!p.balanced)
-        return {static_cast<int>(blockIdx.z), static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x),
-                static_cast<long long>(blockIdx.z) * gridDim.x, true};
+    if (!p.balanced) return kv_chunk_fixed();
     return kv_chunk_of_cta<BLOCK_N>(kMlaMaxSplits, [&](int b) { return mla_keys_bound(p, b); });
 }
 
@@ -224,8 +223,8 @@ __device__ __forceinline__ void mla_store_rows(const MlaDecodeArgs& p, const flo
     const int total_rows = p.q_len * p.num_heads, batch = work.batch;
     const int col0 = half * (kMlaValueDim / 2) + quad_col;
     // Partial rows by chunk: [chunks][row blocks][BLOCK_M].
-    const long long chunk_row0 = ((work.first_chunk + work.split) * gridDim.y + blockIdx.y) * BLOCK_M;
-    const long long partial_rows = static_cast<long long>(p.num_splits) * gridDim.y * gridDim.z * BLOCK_M;
+    const long long chunk_row0 = ((work.first_chunk + work.split) * work.columns + work.column) * BLOCK_M;
+    const long long partial_rows = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z * BLOCK_M;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float sum = row_sum[h];
@@ -267,7 +266,7 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(const MlaDecodeArgs p) {
         KvChunk chunks{batch, 0, p.num_splits, static_cast<long long>(batch) * p.num_splits, true};
         if (p.balanced) {
             auto keys_of = [&](int b) { return mla_keys_bound(p, b); };
-            const long long target = static_cast<long long>(gridDim.y) * (p.num_splits - 1);
+            const long long target = static_cast<long long>(gridDim.y) * (p.num_splits - 1);  // as kv_chunk_of_cta
             const long long granules = kv_chunk_granules<BLOCK_N>(gridDim.y, target, kMlaMaxSplits, keys_of);
             chunks = kv_chunk_find<BLOCK_N>(-1, batch, gridDim.y, granules, keys_of);
         }

@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
 
     const KvChunk work = mla_work<kSeesawKeys>(p);
     if (!work.active) return;
-    const int row0 = blockIdx.y * kSeesawRows, batch = work.batch;
+    const int row0 = work.column * kSeesawRows, batch = work.batch;
     // The warpgroup, read from lane 0 so that the compiler knows it is the same for the whole warp
     // (a branch on threadIdx.x / 128 counts as divergent and serializes the wgmmas in it).
     const int half = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 128, 0), t = threadIdx.x % 128;

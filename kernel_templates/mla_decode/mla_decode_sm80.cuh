@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(c
 
     const KvChunk work = mla_work<BLOCK_N>(p);
     if (!work.active) return;
-    const int row0 = blockIdx.y * BLOCK_M, batch = work.batch;
+    const int row0 = work.column * BLOCK_M, batch = work.batch;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int pair = warp % PAIRS, half = warp / PAIRS;
     const MlaKeys keys = mla_keys<BLOCK_M, BLOCK_N>(p, row0, batch, work.split, work.num_splits);

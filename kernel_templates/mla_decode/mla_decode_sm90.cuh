@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
 
     const KvChunk work = mla_work<BLOCK_N>(p);
     if (!work.active) return;
-    const int row0 = blockIdx.y * BLOCK_M, batch = work.batch;
+    const int row0 = work.column * BLOCK_M, batch = work.batch;
     // The warp index read from lane 0, so that the compiler knows it is warp-uniform: a branch on
     // threadIdx.x / 32 counts as divergent, and ptxas serializes the wgmmas inside it.
     const int warp = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0), lane = threadIdx.x % 32;

@@ -71,8 +71,10 @@ public:
                                                device_type_name(*p_.kv_dtype), p_.head_dim, l.rows, l.warps, l.unroll,
                                                l.stages, p_.page_size, balanced);
         }
-        plan.grid[0] = static_cast<unsigned>(l.grid_x);
-        plan.grid[1] = static_cast<unsigned>(p_.num_kv_heads * l.row_blocks);
+        // Balanced: the (kv head, row block) columns vary fastest (common/kv_chunks.cuh says why).
+        const unsigned columns = static_cast<unsigned>(p_.num_kv_heads * l.row_blocks);
+        plan.grid[0] = l.balanced ? columns : static_cast<unsigned>(l.split_ctas);
+        plan.grid[1] = l.balanced ? static_cast<unsigned>(l.split_ctas) : columns;
         plan.grid[2] = static_cast<unsigned>(p_.batch);
         plan.block[0] = static_cast<unsigned>(l.warps * 32);
         plan.shared_bytes = static_cast<unsigned>(l.dynamic_shared_bytes);

@@ -46,7 +46,7 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
     l.stages = static_cast<int>(config_value(config, "stages", op));
     l.splits = static_cast<int>(config_value(config, "splits", op));
     l.balanced = shape.batch > 1;
-    l.grid_x = l.balanced ? l.splits + 1LL : l.splits;
+    l.split_ctas = l.balanced ? l.splits + 1LL : l.splits;
     size_t ring = 0;
     if (l.kernel == kDecodeTensorCores) {
         l.rows = kDecodeMmaRows;
@@ -171,9 +171,9 @@ std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Con
 }
 
 size_t decode_workspace_bytes(const DecodeShape& s, const DecodeLaunch& l) {
-    if (l.grid_x <= 1) return 0;
+    if (l.split_ctas <= 1) return 0;
     const size_t slots = static_cast<size_t>(s.batch * s.num_kv_heads * l.row_blocks);
-    const size_t partial_rows = slots * static_cast<size_t>(l.grid_x) * l.rows;
+    const size_t partial_rows = slots * static_cast<size_t>(l.split_ctas) * l.rows;
     return (partial_rows * (s.head_dim + 1) + slots) * sizeof(float);
 }
 

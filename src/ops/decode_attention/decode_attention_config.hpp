@@ -48,7 +48,8 @@ constexpr int kDecodeMmaRows = 16;  // the M of mma.sync m16n8k16
 struct DecodeLaunch {
     int kernel, rows, warps, unroll, tile, stages, splits;  // unroll: kernel 0 only; tile: kernel 1 only
     bool balanced;                   // chunks sized by the lengths (batch > 1)
-    long long grid_x;                // CTAs per (kv head x row block, sequence): splits, or splits + 1 balanced
+    long long split_ctas;            // CTAs per (kv head x row block, sequence): splits, or splits + 1 balanced
+                                     // (the grid's x, or its y balanced: decode.cuh)
     long long row_blocks;            // CTAs along the query rows of one KV head
     size_t dynamic_shared_bytes;     // the load ring, reused for the warps' partial results
     size_t static_shared_bytes;      // the query tile

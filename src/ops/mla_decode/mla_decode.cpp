@@ -56,12 +56,13 @@ public:
             : l.kernel == 1 ? fmt::format("tileops::mla_decode_sm90_kernel<{}, {}, {}, {}>", type, l.block_n, l.stages, p_.page_size)
                             : fmt::format("tileops::mla_decode_sm80_kernel<{}, {}, {}, {}, {}>", type, l.block_m, l.block_n,
                                           l.stages, p_.page_size);
-        plan.grid[0] = static_cast<unsigned>(l.grid_x);
-        plan.grid[1] = static_cast<unsigned>(l.row_blocks);
+        // Balanced: the row blocks vary fastest (common/kv_chunks.cuh says why).
+        plan.grid[0] = static_cast<unsigned>(l.balanced ? l.row_blocks : l.split_ctas);
+        plan.grid[1] = static_cast<unsigned>(l.balanced ? l.split_ctas : l.row_blocks);
         plan.grid[2] = static_cast<unsigned>(p_.batch);
         plan.block[0] = static_cast<unsigned>(l.threads);
         plan.shared_bytes = static_cast<unsigned>(l.shared_bytes);
-        if (l.grid_x > 1) {  // the merge: a block of 128 threads per (row, sequence)
+        if (l.split_ctas > 1) {  // the merge: a block of 128 threads per (row, sequence)
             plan.after.name_expression = fmt::format("tileops::mla_merge_kernel<{}, {}, {}>", type, l.block_m, l.block_n);
             plan.after.grid[0] = static_cast<unsigned>(p_.q_len * p_.num_heads);
             plan.after.grid[1] = static_cast<unsigned>(p_.batch);
@@ -208,8 +209,8 @@ void MlaDecodeModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs
     args.q_len = static_cast<int>(p.q_len);
     args.num_pages = static_cast<int>(p.num_pages);
     args.max_kv_len = static_cast<int>(p.max_kv_len);
-    args.num_splits = static_cast<int>(launch.grid[0]);
     args.balanced = p.batch > 1 ? 1 : 0;  // as mla_launch decides
+    args.num_splits = static_cast<int>(args.balanced ? launch.grid[1] : launch.grid[0]);
     args.scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
     args.scale = p.scale;
     void* params[] = {&args};

@@ -57,7 +57,7 @@ MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
     l.stages = static_cast<int>(config_value(config, "stages", op));
     l.splits = static_cast<int>(config_value(config, "splits", op));
     l.balanced = shape.batch > 1;
-    l.grid_x = l.balanced ? l.splits + 1LL : l.splits;
+    l.split_ctas = l.balanced ? l.splits + 1LL : l.splits;
     l.row_blocks = l.block_m > 0 ? (shape.rows() + l.block_m - 1) / l.block_m : 0;
     if (l.kernel == 2) {  // mla_decode_seesaw.cuh: two warpgroups, fixed tiles
         l.threads = 256;
@@ -157,9 +157,9 @@ std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& c
 }
 
 size_t mla_workspace_bytes(const MlaShape& s, const MlaLaunch& l) {
-    if (l.grid_x <= 1) return 0;
+    if (l.split_ctas <= 1) return 0;
     const size_t slots = static_cast<size_t>(s.batch * l.row_blocks);
-    const size_t partial_rows = slots * static_cast<size_t>(l.grid_x) * l.block_m;
+    const size_t partial_rows = slots * static_cast<size_t>(l.split_ctas) * l.block_m;
     return partial_rows * (MlaDecode::kLatentDim + 1) * sizeof(float);  // partial outputs, then their lse
 }
 

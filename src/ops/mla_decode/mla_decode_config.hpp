@@ -34,7 +34,7 @@ MlaShape mla_shape(const MlaDecodeProblem& problem);
 struct MlaLaunch {
     int kernel, block_m, block_n, stages, splits;
     bool balanced;          // chunks sized by the lengths (batch > 1)
-    long long grid_x;       // CTAs per (row block, sequence): splits, or splits + 1 balanced
+    long long split_ctas;       // CTAs per (row block, sequence): splits, or splits + 1 balanced
     long long row_blocks;   // CTAs along the rows of one sequence
     int threads;
     size_t shared_bytes;    // dynamic shared memory
