@@ -146,6 +146,19 @@ std::vector<double> row_prefixes(const std::vector<double>& stored, int64_t rows
     return out;
 }
 
+SkewedBatches skewed_batches(int batch, int longest, uint32_t seed) {
+    std::mt19937 rng(seed);
+    SkewedBatches b;
+    b.first.resize(static_cast<size_t>(batch));
+    for (int& len : b.first) len = static_cast<int>(rng() % 300);
+    b.second = b.first;
+    b.first[5] = longest, b.first[9] = 0, b.first[batch - 1] = 10 * longest;
+    b.second[5] = 40, b.second[batch - 7] = longest - longest / 12, b.second[0] = -3;
+    for (size_t i = 0; i < b.first.size(); ++i)
+        b.capacity.push_back(std::clamp(std::max(b.first[i], b.second[i]), 0, longest));
+    return b;
+}
+
 double lse_error(const std::vector<double>& lse, const std::vector<double>& ref) {
     double worst = lse.size() == ref.size() ? 0.0 : INFINITY;
     for (size_t i = 0; i < std::min(lse.size(), ref.size()); ++i) {

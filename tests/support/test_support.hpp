@@ -94,6 +94,15 @@ double lse_error(const std::vector<double>& lse, const std::vector<double>& ref)
 // The project's tolerances: fp32 1e-5, fp16 1e-3, bf16 1.6e-2 (relative, norm-wise).
 double tolerance(DType dtype);
 
+// Two decode batches of `batch` (>= 16) sequences for one launch, seeded: short ones (0-299
+// tokens) and in `first` one of `longest` tokens, an empty one and one past the cache (clamped);
+// in `second` another sequence is the long one and one length is negative. `capacity` holds what
+// each sequence needs in either, clamped to [0, longest]: build the case's cache over it.
+struct SkewedBatches {
+    std::vector<int> first, second, capacity;
+};
+SkewedBatches skewed_batches(int batch, int longest, uint32_t seed);
+
 // Runs this test program again in a child process with `args` (e.g. a hidden test's name) and
 // the extra environment; returns its exit status.
 int run_self(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env);

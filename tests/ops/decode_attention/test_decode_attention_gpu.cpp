@@ -390,18 +390,10 @@ TEST_CASE("DecodeAttention cuts a skewed batch by the lengths it reads at each l
     DecodeAttentionProblem p = problem(DType::bf16, 16, 2, 128, 1, 6000);
     p.page_size = GENERATE(0, 16);
     p.return_lse = true;
-    std::mt19937 rng(2024);
-    std::vector<int> first(70), second(70);
-    for (int& len : first) len = static_cast<int>(rng() % 300);
-    second = first;
-    first[5] = 6000, first[9] = 0, first[69] = 99999;
-    second[5] = 40, second[63] = 5500, second[0] = -3;
-    // Pages for the longest either run needs: build the case over the larger lengths.
-    std::vector<int> capacity(70);
-    for (size_t i = 0; i < capacity.size(); ++i) capacity[i] = std::clamp(std::max(first[i], second[i]), 0, 6000);
-    DecodeCase a(p, capacity, 77);
+    const test::SkewedBatches batches = test::skewed_batches(70, 6000, 2024);
+    DecodeCase a(p, batches.capacity, 77);
     DecodeCase b = a;
-    a.lengths = first, b.lengths = second;
+    a.lengths = batches.first, b.lengths = batches.second;
     a.ref_out_.clear(), b.ref_out_.clear();
     DecodeAttention op(a.p);
     DecodeBuffers buffers(a);

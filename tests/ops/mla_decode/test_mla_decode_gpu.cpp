@@ -263,17 +263,10 @@ TEST_CASE("MlaDecode cuts a skewed batch by the lengths it reads at each launch"
     // another sequence the long one, as a CUDA graph replays it.
     MlaDecodeProblem p = problem(DType::bf16, 16, 1, 9000);
     p.page_size = GENERATE(0, 64);
-    std::mt19937 rng(4048);
-    std::vector<int> first(40), second(40);
-    for (int& len : first) len = static_cast<int>(rng() % 300);
-    second = first;
-    first[3] = 9000, first[7] = 0, first[39] = 50000;
-    second[3] = 10, second[33] = 8500, second[0] = -4;
-    std::vector<int> capacity(40);
-    for (size_t i = 0; i < capacity.size(); ++i) capacity[i] = std::clamp(std::max(first[i], second[i]), 0, 9000);
-    MlaCase a(p, capacity, 99);
+    const test::SkewedBatches batches = test::skewed_batches(40, 9000, 4048);
+    MlaCase a(p, batches.capacity, 99);
     MlaCase b = a;
-    a.lengths = first, b.lengths = second;
+    a.lengths = batches.first, b.lengths = batches.second;
     std::vector<double> ref_a, lse_a, ref_b, lse_b;
     a.reference(ref_a, lse_a);
     b.reference(ref_b, lse_b);
