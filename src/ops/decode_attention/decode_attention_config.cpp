@@ -45,7 +45,7 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
     l.warps = static_cast<int>(config_value(config, "warps", op));
     l.stages = static_cast<int>(config_value(config, "stages", op));
     l.splits = static_cast<int>(config_value(config, "splits", op));
-    l.balanced = shape.batch > 1;
+    l.balanced = decode_balanced(shape);
     l.split_ctas = l.balanced ? l.splits + 1LL : l.splits;
     size_t ring = 0;
     if (l.kernel == kDecodeTensorCores) {

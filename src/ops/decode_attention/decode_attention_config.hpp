@@ -37,6 +37,10 @@ struct DecodeShape {
 };
 DecodeShape decode_shape(const DecodeAttentionProblem& problem);
 
+// Whether the kernels cut the batch's keys by the lengths (decode.cuh, template flag BALANCED):
+// every batch but a single sequence.
+inline bool decode_balanced(const DecodeShape& shape) { return shape.batch > 1; }
+
 constexpr int kDecodeCudaCores = 0, kDecodeTensorCores = 1;
 
 // Which of the two kernels a launch runs (LaunchPlan::details): they take different parameters.

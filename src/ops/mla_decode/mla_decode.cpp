@@ -209,7 +209,7 @@ void MlaDecodeModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs
     args.q_len = static_cast<int>(p.q_len);
     args.num_pages = static_cast<int>(p.num_pages);
     args.max_kv_len = static_cast<int>(p.max_kv_len);
-    args.balanced = p.batch > 1 ? 1 : 0;  // as mla_launch decides
+    args.balanced = mla_balanced(shape_) ? 1 : 0;
     args.num_splits = static_cast<int>(args.balanced ? launch.grid[1] : launch.grid[0]);
     args.scale_log2 = static_cast<float>(p.scale * 1.4426950408889634);
     args.scale = p.scale;

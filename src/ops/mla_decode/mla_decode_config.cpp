@@ -56,7 +56,7 @@ MlaLaunch mla_launch(const MlaShape& shape, const Config& config) {
     l.block_n = static_cast<int>(config_value(config, "block_n", op));
     l.stages = static_cast<int>(config_value(config, "stages", op));
     l.splits = static_cast<int>(config_value(config, "splits", op));
-    l.balanced = shape.batch > 1;
+    l.balanced = mla_balanced(shape);
     l.split_ctas = l.balanced ? l.splits + 1LL : l.splits;
     l.row_blocks = l.block_m > 0 ? (shape.rows() + l.block_m - 1) / l.block_m : 0;
     if (l.kernel == 2) {  // mla_decode_seesaw.cuh: two warpgroups, fixed tiles

@@ -31,6 +31,10 @@ struct MlaShape {
 };
 MlaShape mla_shape(const MlaDecodeProblem& problem);
 
+// Whether the kernels cut the batch's keys by the lengths (common/kv_chunks.cuh): every batch
+// but a single sequence. The launch plan (grid) and the kernel arguments both follow it.
+inline bool mla_balanced(const MlaShape& shape) { return shape.batch > 1; }
+
 struct MlaLaunch {
     int kernel, block_m, block_n, stages, splits;
     bool balanced;          // chunks sized by the lengths (batch > 1)
