@@ -24,6 +24,10 @@ import time
 
 FAMILIES = {
     "gemm": "[gpu][gemm]",
+    "gemm_fp8": "[gpu][gemm_fp8],[gpu][gemm_fp8_grouped]",
+    "gemm_grouped": "[gpu][gemm_grouped]",
+    "quantize": "[gpu][quantize]",
+    "moe_routing": "[gpu][moe_routing]",
     "rows": "[gpu][rmsnorm],[gpu][layernorm],[gpu][softmax]",
     "elementwise": "[gpu][elementwise]",
     "decode": "[gpu][decode]",
