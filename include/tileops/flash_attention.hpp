@@ -17,7 +17,8 @@ struct FlashAttentionProblem {
     int64_t batch = 1;
     int64_t num_heads = 16;      // query heads
     int64_t num_kv_heads = 0;    // 0: num_heads (MHA); else num_heads must be a multiple (GQA/MQA)
-    int64_t head_dim = 128;      // 64, 128 or 256
+    int64_t head_dim = 128;      // of q and k: a multiple of 16 up to 256
+    int64_t head_dim_v = 0;      // of v and the output; 0: head_dim (DeepSeek's prefill: 192 and 128)
     int64_t seqlen_q = 0;        // rows per sequence (varlen: the longest sequence)
     int64_t seqlen_k = 0;        // keys per sequence; 0: seqlen_q (varlen: the longest)
     DType dtype = DType::bf16;   // q, k, v and the output: fp16 or bf16
@@ -28,7 +29,8 @@ struct FlashAttentionProblem {
     AttentionLayout layout = AttentionLayout::bshd;
 
     // Varlen: sequences of different lengths packed one after another. q and out are
-    // [total_q, num_heads, head_dim], k and v [total_k, num_kv_heads, head_dim] (layout and batch
+    // [total_q, num_heads, head_dim], k and v [total_k, num_kv_heads, head_dim] (v and out with
+    // head_dim_v; layout and batch
     // strides are ignored), and run() takes cu_seqlens_q and cu_seqlens_k ([batch + 1] int32 on
     // the device: sequence b owns rows cu[b] .. cu[b + 1] - 1). seqlen_q/seqlen_k bound every
     // sequence's length: the query rows of a longer sequence past seqlen_q are not computed (an

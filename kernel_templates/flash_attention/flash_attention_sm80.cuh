@@ -23,16 +23,21 @@
 // Rows past a sequence's end (queries, keys and values) are zero-filled by cp.async and never
 // stored; key tiles outside the range the block's rows may see are not loaded at all.
 //
-// Shared memory: (BM + 2 * STAGES * BN) * HEAD_DIM * sizeof(T) bytes, dynamic: the Q tile, STAGES
-// K tiles, STAGES V tiles, each row-major with XOR-swizzled 16-byte chunks (swizzled_offset), so
-// ldmatrix (plain and transposed) and the cp.async stores are free of bank conflicts without padding.
+// Shared memory: (BM * Q pitch + STAGES * BN * (K pitch + V pitch)) * sizeof(T) bytes, dynamic: the
+// Q tile, STAGES K tiles, STAGES V tiles, each row-major with XOR-swizzled 16-byte chunks
+// (flash_sm80_offset), so ldmatrix (plain and transposed) and the cp.async stores are free of bank
+// conflicts. A row's pitch is its head dim rounded up to 64 elements (the swizzle permutes the
+// chunks of 128-byte lines); the columns past the head dim are never written nor read. The Q tile
+// also stages the output rows: its pitch is the larger of the two.
 //
-// Template parameters: T (__half, __nv_bfloat16), HEAD_DIM (64, 128, 256), BM (query rows per
+// Template parameters: T (__half, __nv_bfloat16), HEAD_DIM (of Q and K) and HEAD_DIM_V (of V and
+// O): multiples of 16 up to 256, BM (query rows per
 // block; BM / WARPS a multiple of 16), BN (keys per tile: 32, 64, 128), WARPS, STAGES (1 to 3 K/V
 // buffers; 2 is the main case), CAUSAL, WINDOW (mask options; see common/attention.cuh).
 //
 // Intended configurations, HEAD_DIM: BM x BN, WARPS, STAGES (registers per thread, sm_80, ptxas of
-// CUDA 13; fp32 O accumulators per thread = (BM / WARPS / 16) * HEAD_DIM / 2):
+// CUDA 13; fp32 O accumulators per thread = (BM / WARPS / 16) * HEAD_DIM_V / 2; head dims between
+// these behave like the next one up):
 //   64:  128 x 64, 8 warps, 2 or 3 stages (123); 128 x 128, 8 warps (158); 128 x 64, 4 warps of 32 rows
 //        (198); 64 x 64, 4 warps (123); 128 x 32, 8 warps (98); all without spills.
 //   128: 128 x 64, 8 warps, 2 stages, the default (158, no spills); 64 x 64 and 64 x 128, 4 warps (162,
@@ -66,55 +71,83 @@ __device__ __forceinline__ void flash_sm80_ldmatrix_x4_trans(unsigned (&r)[4], u
                  : "r"(address));
 }
 
-// Fragment addresses in a swizzled tile of HEAD_DIM-element rows (swizzled_offset<HEAD_DIM>). Every
+// Row pitch, in elements, of a shared tile holding rows of `dim` elements: whole 128-byte lines.
+__host__ __device__ constexpr int flash_sm80_pitch(int dim) { return (dim + 63) / 64 * 64; }
+
+// Element offset of (row, col) in a shared tile of PITCH-element rows (a multiple of 64): the 16-byte
+// chunks of each 128-byte line permuted (XOR with the row's low bits) so that the 8 rows one
+// ldmatrix reads at the same column fall into 8 different bank groups.
+template <int PITCH>
+__device__ __forceinline__ int flash_sm80_offset(int row, int col) {
+    static_assert(PITCH % 64 == 0, "rows of whole 128-byte lines");
+    return row * PITCH + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
+}
+
+// Fragment addresses in a swizzled tile of PITCH-element rows (flash_sm80_offset<PITCH>). Every
 // ldmatrix of a lane reads a row r with r % 8 == lane % 8 (the swizzle's phase) at chunk C + bit,
 // where C (the chunk a matrix pair starts at) is even and `bit` (0 or 1) depends on the lane only.
 // Its chunk in shared memory is (C + bit) ^ phase = (C & ~7) + ((C & 7) ^ bit ^ phase). Rows start
-// at multiples of 128 bytes (the shared buffer is 128-byte aligned and rows are HEAD_DIM * 2 >= 128
-// bytes), so address bits 4-6 are the chunk within a 128-byte line: the address is the lane's base
+// at multiples of 128 bytes (the shared buffer is 128-byte aligned and rows are whole 128-byte
+// lines), so address bits 4-6 are the chunk within a line: the address is the lane's base
 // (its row, chunk bit ^ phase) XOR ((C & 7) << 4), plus constant multiples of 128 bytes: one
-// register per operand (K and V share one), one XOR per load.
-template <int HEAD_DIM>
+// register per operand (K and V share one where their pitches agree), one XOR per load.
+template <int PITCH>
 struct FlashSm80Fragments {
     unsigned base;
 
     __device__ __forceinline__ FlashSm80Fragments(const void* tile, int lane_row, int chunk_bit) {
-        base = shared_address(tile) + static_cast<unsigned>(lane_row * HEAD_DIM * 2 + ((chunk_bit ^ (lane_row & 7)) << 4));
+        base = shared_address(tile) + static_cast<unsigned>(lane_row * PITCH * 2 + ((chunk_bit ^ (lane_row & 7)) << 4));
     }
     // The byte address of (the lane's row + row, chunk + the lane's chunk bit), for a compile-time
     // even chunk and a row multiple of 8, `extra` bytes (a multiple of 128) further.
     __device__ __forceinline__ unsigned at(int row, int chunk, unsigned extra = 0) const {
         return ((base + extra) ^ static_cast<unsigned>((chunk & 7) << 4)) +
-               static_cast<unsigned>((row * HEAD_DIM + (chunk & ~7) * 8) * 2);
+               static_cast<unsigned>((row * PITCH + (chunk & ~7) * 8) * 2);
     }
 };
 
-// Starts the copy of ROWS x HEAD_DIM elements, rows [row0, row0 + ROWS) of a sequence whose row 0
-// is `rows` (rows `stride` elements apart), into the swizzled shared tile; rows >= `valid_rows` are
-// zero-filled. `any` is a valid global address for the copies that read nothing.
-template <typename T, int ROWS, int HEAD_DIM, int THREADS>
+// Starts the copy of ROWS x DIM elements, rows [row0, row0 + ROWS) of a sequence whose row 0
+// is `rows` (rows `stride` elements apart), into the swizzled shared tile of PITCH-element rows;
+// rows >= `valid_rows` are zero-filled. `any` is a valid global address for the copies that read nothing.
+template <typename T, int ROWS, int DIM, int PITCH, int THREADS>
 __device__ __forceinline__ void flash_sm80_load_tile(T* tile, const T* rows, long long stride, int row0,
                                                      int valid_rows, const void* any) {
-    constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
-    static_assert(THREADS % kChunks == 0, "every thread copies chunks of one column");
-    constexpr int kRowsPerPass = THREADS / kChunks;
-    static_assert(ROWS % kRowsPerPass == 0, "the tile is copied in whole passes");
-    const int r0 = static_cast<int>(threadIdx.x) / kChunks;
-    const int c = (static_cast<int>(threadIdx.x) % kChunks) * 8;
-    const T* src = rows + static_cast<long long>(row0 + r0) * stride + c;
+    constexpr int kChunks = DIM / 8;  // 16-byte chunks per row
+    if constexpr (THREADS % kChunks == 0 && ROWS % (THREADS / kChunks) == 0) {
+        // Every thread copies chunks of one column, a pass covering whole rows.
+        constexpr int kRowsPerPass = THREADS / kChunks;
+        const int r0 = static_cast<int>(threadIdx.x) / kChunks;
+        const int c = (static_cast<int>(threadIdx.x) % kChunks) * 8;
+        const T* src = rows + static_cast<long long>(row0 + r0) * stride + c;
 #pragma unroll
-    for (int pass = 0; pass < ROWS / kRowsPerPass; ++pass) {
-        const int r = pass * kRowsPerPass + r0;
-        const bool valid = row0 + r < valid_rows;
-        cp_async<16>(tile + swizzled_offset<HEAD_DIM>(r, c),
-                     valid ? static_cast<const void*>(src + static_cast<long long>(pass * kRowsPerPass) * stride) : any,
-                     valid ? 16 : 0);
+        for (int pass = 0; pass < ROWS / kRowsPerPass; ++pass) {
+            const int r = pass * kRowsPerPass + r0;
+            const bool valid = row0 + r < valid_rows;
+            cp_async<16>(tile + flash_sm80_offset<PITCH>(r, c),
+                         valid ? static_cast<const void*>(src + static_cast<long long>(pass * kRowsPerPass) * stride) : any,
+                         valid ? 16 : 0);
+        }
+    } else {
+        // A chunk count that does not divide the threads (head dim 80: 10 chunks), or a pass
+        // longer than the tile: each pass copies the next THREADS chunks of the tile, in row order.
+        constexpr int kTotal = ROWS * kChunks;
+#pragma unroll
+        for (int pass = 0; pass < (kTotal + THREADS - 1) / THREADS; ++pass) {
+            const int index = pass * THREADS + static_cast<int>(threadIdx.x);
+            if (kTotal % THREADS != 0 && index >= kTotal) break;
+            const int r = index / kChunks, c = (index % kChunks) * 8;
+            const bool valid = row0 + r < valid_rows;
+            cp_async<16>(tile + flash_sm80_offset<PITCH>(r, c),
+                         valid ? static_cast<const void*>(rows + static_cast<long long>(row0 + r) * stride + c) : any,
+                         valid ? 16 : 0);
+        }
     }
 }
 
-template <typename T, int HEAD_DIM, int BM, int BN, int WARPS, int STAGES, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int HEAD_DIM_V, int BM, int BN, int WARPS, int STAGES, bool CAUSAL, bool WINDOW>
 __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const FlashAttentionArgs p, const FlashPackedRows rows) {
-    static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "head dims 64, 128, 256");
+    static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256, "Q/K head dims: multiples of 16 up to 256");
+    static_assert(HEAD_DIM_V % 16 == 0 && HEAD_DIM_V >= 16 && HEAD_DIM_V <= 256, "V head dims: multiples of 16 up to 256");
     static_assert(BN == 32 || BN == 64 || BN == 128, "key tiles of 32, 64 or 128");
     static_assert(WARPS >= 1 && BM % WARPS == 0 && (BM / WARPS) % 16 == 0, "each warp owns a multiple of 16 rows");
     static_assert(STAGES >= 1 && STAGES <= 3, "1 to 3 K/V buffers");
@@ -122,8 +155,10 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
     constexpr int kWarpRows = BM / WARPS;
     constexpr int kMmaM = kWarpRows / 16;     // m16 tiles per warp
     constexpr int kBlocksN = BN / 8;          // n8 blocks of scores per m tile
-    constexpr int kBlocksD = HEAD_DIM / 8;    // n8 blocks of output per m tile
-    constexpr int kTileKV = BN * HEAD_DIM;    // elements of one K or V buffer
+    constexpr int kBlocksD = HEAD_DIM_V / 8;  // n8 blocks of output per m tile
+    constexpr int kPitchK = flash_sm80_pitch(HEAD_DIM), kPitchV = flash_sm80_pitch(HEAD_DIM_V);
+    constexpr int kPitchQ = kPitchK > kPitchV ? kPitchK : kPitchV;  // Q, then the output rows
+    constexpr int kTileK = BN * kPitchK, kTileV = BN * kPitchV;  // elements of one K or V buffer
     // Groups that may still be in flight when a tile's K (or V) must have landed: the ring's loads
     // of later tiles (see the order above).
     constexpr int kPending = 2 * STAGES - 2;
@@ -132,8 +167,8 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
     // addressing relies on it.
     extern __shared__ __align__(128) unsigned char flash_sm80_shared[];
     T* q_tile = reinterpret_cast<T*>(flash_sm80_shared);
-    T* k_ring = q_tile + BM * HEAD_DIM;
-    T* v_ring = k_ring + STAGES * kTileKV;
+    T* k_ring = q_tile + BM * kPitchQ;
+    T* v_ring = k_ring + STAGES * kTileK;
 
     const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
     const int m_block = CAUSAL ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
@@ -173,17 +208,17 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
 
     if (num_tiles > 0) {
         auto load_k = [&](int index, int stage) {
-            flash_sm80_load_tile<T, BN, HEAD_DIM, kThreads>(k_ring + stage * kTileKV, k_rows, p.k_row_stride,
-                                                            (first_tile + index) * BN, seq.len_k, p.k);
+            flash_sm80_load_tile<T, BN, HEAD_DIM, kPitchK, kThreads>(k_ring + stage * kTileK, k_rows, p.k_row_stride,
+                                                                     (first_tile + index) * BN, seq.len_k, p.k);
         };
         auto load_v = [&](int index, int stage) {
-            flash_sm80_load_tile<T, BN, HEAD_DIM, kThreads>(v_ring + stage * kTileKV, v_rows, p.v_row_stride,
-                                                            (first_tile + index) * BN, seq.len_k, p.v);
+            flash_sm80_load_tile<T, BN, HEAD_DIM_V, kPitchV, kThreads>(v_ring + stage * kTileV, v_rows, p.v_row_stride,
+                                                                       (first_tile + index) * BN, seq.len_k, p.v);
         };
 
         // Prologue: [Q, K0], V0, K1, V1, ..., V(STAGES-2), K(STAGES-1): 2 * STAGES - 1 groups. Every
         // group is committed, empty or not, so that the waits below count the same for every tile.
-        flash_sm80_load_tile<T, BM, HEAD_DIM, kThreads>(q_tile, q_rows, p.q_row_stride, m0, seq.len_q, p.q);
+        flash_sm80_load_tile<T, BM, HEAD_DIM, kPitchQ, kThreads>(q_tile, q_rows, p.q_row_stride, m0, seq.len_q, p.q);
         load_k(0, 0);
         cp_async_commit();
 #pragma unroll
@@ -195,10 +230,12 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
         }
 
         // Per-lane ldmatrix addresses (see each load below for the lanes' rows and chunks).
-        const FlashSm80Fragments<HEAD_DIM> q_frag(q_tile, warp_row0 + lane % 16, lane / 16);
-        // K and V: the same lanes' rows and chunks, one base (V's ring is a constant further).
-        const FlashSm80Fragments<HEAD_DIM> kv_frag(k_ring, lane % 16, lane / 16);
-        constexpr unsigned kRingBytes = STAGES * kTileKV * sizeof(T);
+        const FlashSm80Fragments<kPitchQ> q_frag(q_tile, warp_row0 + lane % 16, lane / 16);
+        // K and V: the same lanes' rows and chunks. Where their pitches agree they share K's base
+        // (V's ring is a constant further): one register.
+        const FlashSm80Fragments<kPitchK> k_frag(k_ring, lane % 16, lane / 16);
+        const FlashSm80Fragments<kPitchV> v_frag(kPitchK == kPitchV ? k_ring : v_ring, lane % 16, lane / 16);
+        constexpr unsigned kVRingBytes = kPitchK == kPitchV ? STAGES * kTileK * sizeof(T) : 0;
 
         int stage = 0;  // index % STAGES: the buffers of this tile
         for (int index = 0; index < num_tiles; ++index) {
@@ -221,7 +258,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
                 for (int j = 0; j < kBlocksN; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) s[i][j][e] = 0.0f;
-            const unsigned stage_bytes = static_cast<unsigned>(stage * kTileKV * sizeof(T));
+            const unsigned stage_bytes = static_cast<unsigned>(stage * kTileK * sizeof(T));
 #pragma unroll
             for (int kk = 0; kk < HEAD_DIM; kk += 16) {
                 // A (Q rows x head dims 16): matrices (rows 0-7, k 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15).
@@ -233,7 +270,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
                     // B (head dims 16 x keys 8) of key blocks j and j + 1, from the keys x head dims
                     // tile: matrices (keys 0-7, k 0-7), (keys 8-15, k 0-7), (keys 0-7, k 8-15), (keys 8-15, k 8-15).
                     unsigned r[4];
-                    flash_sm80_ldmatrix_x4(r, kv_frag.at(j * 8, kk / 8, stage_bytes));
+                    flash_sm80_ldmatrix_x4(r, k_frag.at(j * 8, kk / 8, stage_bytes));
                     const unsigned b0[2] = {r[0], r[2]}, b1[2] = {r[1], r[3]};
 #pragma unroll
                     for (int i = 0; i < kMmaM; ++i) {
@@ -333,7 +370,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
                     // tile, transposed: matrices (keys 0-7, dims 0-7), (keys 8-15, dims 0-7),
                     // (keys 0-7, dims 8-15), (keys 8-15, dims 8-15).
                     unsigned r[4];
-                    flash_sm80_ldmatrix_x4_trans(r, kv_frag.at(kk * 16, j, kRingBytes + stage_bytes));
+                    flash_sm80_ldmatrix_x4_trans(r, v_frag.at(kk * 16, j, kVRingBytes + static_cast<unsigned>(stage * kTileV * sizeof(T))));
                     const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
 #pragma unroll
                     for (int i = 0; i < kMmaM; ++i) {
@@ -361,7 +398,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
             const int local = warp_row0 + i * 16 + quad_row + half * 8;
 #pragma unroll
             for (int j = 0; j < kBlocksD; ++j)
-                *reinterpret_cast<unsigned*>(q_tile + swizzled_offset<HEAD_DIM>(local, j * 8 + quad_col)) =
+                *reinterpret_cast<unsigned*>(q_tile + flash_sm80_offset<kPitchQ>(local, j * 8 + quad_col)) =
                     pack_pair<T>(o[i][j][2 * half] * inverse, o[i][j][2 * half + 1] * inverse);
             const int row = m0 + local;
             if (p.lse != nullptr && lane % 4 == 0 && row < seq.len_q)
@@ -373,7 +410,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
 
     T* o_rows = static_cast<T*>(p.o) + b * p.o_batch_stride + static_cast<long long>(q_first) * p.o_row_stride +
               h * p.o_head_stride;
-    constexpr int kChunks = HEAD_DIM / 8;  // 16-byte chunks per row
+    constexpr int kChunks = HEAD_DIM_V / 8;  // 16-byte chunks per output row
     static_assert((kWarpRows * kChunks) % 32 == 0, "the warp's rows are stored in whole passes");
 #pragma unroll
     for (int pass = 0; pass < kWarpRows * kChunks / 32; ++pass) {
@@ -382,7 +419,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_attention_sm80_kernel(const 
         const int row = m0 + local;
         if (row < seq.len_q)
             *reinterpret_cast<uint4*>(o_rows + static_cast<long long>(row) * p.o_row_stride + c) =
-                *reinterpret_cast<const uint4*>(q_tile + swizzled_offset<HEAD_DIM>(local, c));
+                *reinterpret_cast<const uint4*>(q_tile + flash_sm80_offset<kPitchQ>(local, c));
     }
 }
 

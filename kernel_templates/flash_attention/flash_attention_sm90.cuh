@@ -5,7 +5,9 @@
 // tiles (causal: from a global counter, longest first; see flash_sm90_work), so that one tile's
 // epilogue overlaps the next one's loads.
 // Warpgroup 0 is the producer: one thread loads each work tile's Q, then K and V tiles of BN keys into
-// a ring of STAGES shared buffers with TMA (128-byte swizzled boxes of 64 head-dim columns), each
+// a ring of STAGES shared buffers with TMA (128-byte swizzled boxes of 64 head-dim columns; a head
+// dim that is not a multiple of 64 ends in a box whose columns past it TMA fills with zeros and
+// no MMA reads), each
 // K and V buffer guarded by a "full" mbarrier (bytes landed) and an "empty" one (every consumer
 // warp is done with it); Q has the same pair. With two Q buffers the next work tile's Q loads
 // while the consumers finish this one, so no work tile starts by waiting for its queries. Warpgroups 1.. are consumers, 64 query rows each:
@@ -25,24 +27,28 @@
 // loaded (causal: above the diagonal; window: below it). Masks per element only on the tiles that
 // need them.
 //
-// Template parameters: T (__half, __nv_bfloat16), HEAD_DIM (64, 128, 256), BN (keys per tile: 64
-// or 128), STAGES (K/V buffers in the ring), CONSUMERS (2, or 3 at head dim 64, where the MMAs
+// Template parameters: T (__half, __nv_bfloat16), HEAD_DIM (of Q and K) and HEAD_DIM_V (of V and
+// O): multiples of 16 up to 256, BN (keys per tile: 64
+// or 128), STAGES (K/V buffers in the ring), CONSUMERS (2, or 3 at head dims up to 64, where the MMAs
 // per tile are cheap next to the softmax), Q_BUFFERS (1 or 2: the host picks 2 where they fit),
 // PINGPONG, CAUSAL, WINDOW. Shared memory:
 // flash_sm90_shared_bytes below (host: ops/flash_attention_config.cpp computes the same).
 #pragma once
 
 #include "arch/hopper.cuh"
-#include "arch/wgmma_rs.cuh"
+#include "arch/wgmma_rs_widths.cuh"
 #include "common/attention.cuh"
 #include "flash_attention/flash_varlen.cuh"
 
 namespace tileops {
 
 
+// Boxes of 64 columns (128 bytes) that hold a row of `dim` elements.
+__host__ __device__ constexpr int flash_sm90_boxes(int dim) { return (dim + 63) / 64; }
+
 // Byte offsets of the descriptors' K steps of 16 elements, in 16-byte units. A K-major tile of
-// ROWS x HEAD_DIM is stored as HEAD_DIM / 64 boxes of ROWS rows x 128 bytes: step kk lies in box
-// kk / 4, 32 bytes into its rows.
+// ROWS x HEAD_DIM is stored as flash_sm90_boxes(HEAD_DIM) boxes of ROWS rows x 128 bytes: step kk
+// lies in box kk / 4, 32 bytes into its rows.
 template <int ROWS>
 __device__ __forceinline__ unsigned k_major_step(int kk) {
     return static_cast<unsigned>((kk / 4) * ROWS * 128 + (kk % 4) * 32) >> 4;
@@ -124,11 +130,28 @@ __device__ __forceinline__ void fence_fragments(unsigned (&p)[BN / 16][4]) {
         for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(p[kk][r])::"memory");
 }
 
-template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS>
+// O (64 x HEAD_DIM_V) += P V for one step of 16 keys, P in registers, `desc_v` the step's V
+// (N-major boxes of 64 columns, BN rows each): the whole boxes in one MMA, the columns left (16,
+// 32 or 48 of the last box) in another, so that no MMA reads the zeros past the head dim.
+template <typename T, int HEAD_DIM_V, int BN>
+__device__ __forceinline__ void flash_sm90_pv_step(float (&o)[HEAD_DIM_V / 2], const unsigned (&p)[4],
+                                                   unsigned long long desc_v) {
+    constexpr int kWhole = HEAD_DIM_V / 64 * 64, kRest = HEAD_DIM_V % 64;
+    if constexpr (kWhole > 0) wgmma_rs_m64k16<T, kWhole, 1>(reinterpret_cast<float(&)[kWhole / 2]>(o[0]), p, desc_v, 1);
+    if constexpr (kRest > 0)
+        wgmma_rs_m64k16<T, kRest, 1>(reinterpret_cast<float(&)[kRest / 2]>(o[kWhole / 2]), p,
+                                     desc_v + (kWhole / 64) * BN * 128 / 16, 1);
+}
+
+template <typename T, int HEAD_DIM, int HEAD_DIM_V, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS>
 struct FlashSm90Layout {
-    static constexpr int kQ = 64 * CONSUMERS * HEAD_DIM;  // elements of one Q buffer: 64 query rows per consumer
-    static constexpr int kKV = BN * HEAD_DIM;
-    static constexpr size_t kBarrierOffset = (static_cast<size_t>(Q_BUFFERS) * kQ + 2 * STAGES * kKV) * sizeof(T);
+    // A Q buffer also stages the output rows (HEAD_DIM_V wide) on their way out.
+    static constexpr int kQBoxes = flash_sm90_boxes(HEAD_DIM) > flash_sm90_boxes(HEAD_DIM_V) ? flash_sm90_boxes(HEAD_DIM)
+                                                                                             : flash_sm90_boxes(HEAD_DIM_V);
+    static constexpr int kQ = 64 * CONSUMERS * 64 * kQBoxes;  // elements of one Q buffer: 64 query rows per consumer
+    static constexpr int kK = BN * 64 * flash_sm90_boxes(HEAD_DIM);
+    static constexpr int kV = BN * 64 * flash_sm90_boxes(HEAD_DIM_V);
+    static constexpr size_t kBarrierOffset = (static_cast<size_t>(Q_BUFFERS) * kQ + STAGES * (kK + kV)) * sizeof(T);
     // The Q buffers, the K ring, the V ring, then barriers: q_full, q_empty (one per Q buffer),
     // full_k, full_v, empty_k, empty_v, work_full, work_empty, and the work slot; plus 1024 bytes
     // so the tiles can start on a 1024-byte boundary (the swizzle's period).
@@ -271,12 +294,16 @@ struct RingPosition {
 };
 
 // The producer's single thread: Q, then K and V tiles, of every work tile of this block.
-template <typename T, int HEAD_DIM, int BM, int BN, int STAGES, int Q_BUFFERS, bool CAUSAL, bool WINDOW>
+template <typename T, int HEAD_DIM, int HEAD_DIM_V, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool CAUSAL,
+          bool WINDOW>
 __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, const FlashPackedRows& rows,
                                                    const TensorMap* map_q, const TensorMap* map_k, const TensorMap* map_v,
                                                    const FlashSm90Shared<T>& sh, const FlashSm90Schedule& schedule) {
-    constexpr int kKV = BN * HEAD_DIM;
-    constexpr unsigned kTileBytes = kKV * sizeof(T);
+    using Layout = FlashSm90Layout<T, HEAD_DIM, HEAD_DIM_V, BN, STAGES, CONSUMERS, Q_BUFFERS>;
+    constexpr int BM = 64 * CONSUMERS;
+    constexpr int kBoxesK = flash_sm90_boxes(HEAD_DIM), kBoxesV = flash_sm90_boxes(HEAD_DIM_V);
+    // Boxes count in full, the zeros TMA writes past the head dim included.
+    constexpr unsigned kTileBytesK = Layout::kK * sizeof(T), kTileBytesV = Layout::kV * sizeof(T);
     tma_prefetch_descriptor(map_q);
     tma_prefetch_descriptor(map_k);
     tma_prefetch_descriptor(map_v);
@@ -292,25 +319,27 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
         // The consumers' last S of the work tile that used this buffer before is done.
         unsigned long long* q_full = &sh.q_full[q_ring.stage];
         mbarrier_wait(&sh.q_empty[q_ring.stage], q_ring.phase ^ 1);
-        mbarrier_arrive_expect_tx(q_full, BM * HEAD_DIM * sizeof(T));
+        mbarrier_arrive_expect_tx(q_full, BM * 64 * kBoxesK * sizeof(T));
 #pragma unroll
-        for (int box = 0; box < HEAD_DIM / 64; ++box)
-            tma_load_4d(sh.q + q_ring.stage * BM * HEAD_DIM + box * BM * 64, map_q, q_full, box * 64,
+        for (int box = 0; box < kBoxesK; ++box)
+            tma_load_4d(sh.q + q_ring.stage * Layout::kQ + box * BM * 64, map_q, q_full, box * 64,
                         static_cast<int>(work.seq.q_first) + work.m0, work.h, batch_index);
         q_ring.advance();
         for (int tile = work.first_tile; tile < work.end_tile; ++tile) {
             const int key_row = static_cast<int>(work.seq.k_first) + tile * BN;
             const int s = ring.stage;
             mbarrier_wait(&sh.empty_k[s], ring.phase ^ 1);
-            mbarrier_arrive_expect_tx(&sh.full_k[s], kTileBytes);
+            mbarrier_arrive_expect_tx(&sh.full_k[s], kTileBytesK);
 #pragma unroll
-            for (int box = 0; box < HEAD_DIM / 64; ++box)
-                tma_load_4d(sh.ring_k + s * kKV + box * BN * 64, map_k, &sh.full_k[s], box * 64, key_row, kv_head, batch_index);
+            for (int box = 0; box < kBoxesK; ++box)
+                tma_load_4d(sh.ring_k + s * Layout::kK + box * BN * 64, map_k, &sh.full_k[s], box * 64, key_row, kv_head,
+                            batch_index);
             mbarrier_wait(&sh.empty_v[s], ring.phase ^ 1);
-            mbarrier_arrive_expect_tx(&sh.full_v[s], kTileBytes);
+            mbarrier_arrive_expect_tx(&sh.full_v[s], kTileBytesV);
 #pragma unroll
-            for (int box = 0; box < HEAD_DIM / 64; ++box)
-                tma_load_4d(sh.ring_v + s * kKV + box * BN * 64, map_v, &sh.full_v[s], box * 64, key_row, kv_head, batch_index);
+            for (int box = 0; box < kBoxesV; ++box)
+                tma_load_4d(sh.ring_v + s * Layout::kV + box * BN * 64, map_v, &sh.full_v[s], box * 64, key_row, kv_head,
+                            batch_index);
             ring.advance();
         }
     }
@@ -318,12 +347,12 @@ __device__ __forceinline__ void flash_sm90_produce(const FlashAttentionArgs& p, 
 }
 
 // A consumer warpgroup: 64 query rows of every work tile of this block.
-template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool PINGPONG, bool CAUSAL,
-          bool WINDOW>
+template <typename T, int HEAD_DIM, int HEAD_DIM_V, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool PINGPONG,
+          bool CAUSAL, bool WINDOW>
 __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, const FlashPackedRows& rows,
                                                    const FlashSm90Shared<T>& sh,
                                                    int consumer, const FlashSm90Schedule& schedule) {
-    constexpr int kKV = BN * HEAD_DIM;
+    using Layout = FlashSm90Layout<T, HEAD_DIM, HEAD_DIM_V, BN, STAGES, CONSUMERS, Q_BUFFERS>;
     const int t = static_cast<int>(threadIdx.x) % 128;
     const bool warp_leader = t % 32 == 0;
     constexpr int BM = 64 * CONSUMERS;
@@ -341,7 +370,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     // K and V buffers are filled in the same order; V is consumed one tile behind K.
     RingPosition<STAGES> k_ring, v_ring;
     RingPosition<Q_BUFFERS> q_ring;  // advanced for the work tiles that see keys, as the producer's
-    float o[HEAD_DIM / 2];
+    float o[HEAD_DIM_V / 2];
     float s[BN / 2];
     unsigned pv[BN / 16][4];
 
@@ -354,14 +383,14 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
         const int rows0 = work.m0 + consumer * 64;  // this warpgroup's first row
         const int row = rows0 + (t / 32) * 16 + (t % 32) / 4;
 #pragma unroll
-        for (int i = 0; i < HEAD_DIM / 2; ++i) o[i] = 0.0f;
+        for (int i = 0; i < HEAD_DIM_V / 2; ++i) o[i] = 0.0f;
         float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
         // This warpgroup's rows of the work tile's Q buffer: 64 rows into each 64-column box.
-        const T* q_rows = sh.q + q_ring.stage * BM * HEAD_DIM + consumer * 64 * 64;
+        const T* q_rows = sh.q + q_ring.stage * Layout::kQ + consumer * 64 * 64;
 
         // S = Q K^T of the tile in `stage`, issued (not waited for).
         auto issue_scores = [&](int stage) {
-            const T* k = sh.ring_k + stage * kKV;
+            const T* k = sh.ring_k + stage * Layout::kK;
             // Three consumers (160 registers each): opaque to the compiler, so that it rebuilds the
             // descriptors here instead of keeping them for every stage in registers across the
             // loop (the causal kernel spilled 80 bytes for them). Two consumers have the registers
@@ -377,12 +406,12 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
         };
         // O += P V of the tile in `stage`, issued.
         auto issue_values = [&](int stage) {
-            const T* v = sh.ring_v + stage * kKV;
-            // V is BN keys (K of this product) x HEAD_DIM (N), N-major, in boxes of 64 columns.
+            const T* v = sh.ring_v + stage * Layout::kV;
+            // V is BN keys (K of this product) x HEAD_DIM_V (N), N-major, in boxes of 64 columns.
             const unsigned long long desc_v = wgmma_descriptor_sw128_mn(v, BN * 128);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs_m64k16<T, HEAD_DIM, 1>(o, pv[kk], desc_v + kk * 128, 1);
+            for (int kk = 0; kk < BN / 16; ++kk) flash_sm90_pv_step<T, HEAD_DIM_V, BN>(o, pv[kk], desc_v + kk * 128);
             wgmma_commit();
         };
         // The tile's S has landed in registers: its K buffer is free. (The Q buffer is freed after
@@ -440,7 +469,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
                 wgmma_wait<0>();
                 values_done();
 #pragma unroll
-                for (int j = 0; j < HEAD_DIM / 8; ++j) {
+                for (int j = 0; j < HEAD_DIM_V / 8; ++j) {
                     o[4 * j + 0] *= scale[0];
                     o[4 * j + 1] *= scale[0];
                     o[4 * j + 2] *= scale[1];
@@ -492,12 +521,12 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
             // 4-byte writes of the accumulator layout are free of bank conflicts, then stores
             // whole 16-byte pieces of rows: a store instruction covers full rows instead of
             // 16 bytes of eight rows.
-            constexpr int kChunks = HEAD_DIM / 8;  // 16-byte pieces of a row
+            constexpr int kChunks = HEAD_DIM_V / 8;  // 16-byte pieces of a row
             // Opaque, so that the compiler computes the addresses below here rather than hoisting
             // them out of the work loop into registers that the loop needs.
             int lane = t % 32;
             asm volatile("" : "+r"(lane));
-            unsigned char* staging = reinterpret_cast<unsigned char*>(sh.q + q_ring.stage * BM * HEAD_DIM) +
+            unsigned char* staging = reinterpret_cast<unsigned char*>(sh.q + q_ring.stage * Layout::kQ) +
                                      (consumer * 64 + (t / 32) * 16) * 128;
             auto piece = [&](int warp_row, int chunk) {  // byte offset of a 16-byte piece in the staging rows
                 return (chunk / 8) * (BM * 128) + warp_row * 128 + (((chunk % 8) ^ (warp_row % 8)) * 16);
@@ -531,7 +560,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
                 if (r >= work.seq.len_q) continue;
                 T* out = out_tile + r * p.o_row_stride + (t % 4) * 2;
 #pragma unroll
-                for (int j = 0; j < HEAD_DIM / 8; ++j) *reinterpret_cast<unsigned*>(out + 8 * j) = normalized_pair(j, half);
+                for (int j = 0; j < HEAD_DIM_V / 8; ++j) *reinterpret_cast<unsigned*>(out + 8 * j) = normalized_pair(j, half);
             }
         }
         if (has_keys) {
@@ -544,18 +573,20 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
     if (PINGPONG && consumer == 0) named_barrier_sync(1, 256);
 }
 
-template <typename T, int HEAD_DIM, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool PINGPONG, bool CAUSAL,
-          bool WINDOW>
+template <typename T, int HEAD_DIM, int HEAD_DIM_V, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool PINGPONG,
+          bool CAUSAL, bool WINDOW>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     flash_attention_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                                 const __grid_constant__ TensorMap map_v, const FlashAttentionArgs p,
                                 const FlashPackedRows rows) {
-    static_assert(HEAD_DIM == 64 || HEAD_DIM == 128 || HEAD_DIM == 256, "head dims 64, 128, 256");
+    static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256, "Q/K head dims: multiples of 16 up to 256");
+    static_assert(HEAD_DIM_V % 16 == 0 && HEAD_DIM_V >= 16 && HEAD_DIM_V <= 256, "V head dims: multiples of 16 up to 256");
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
     static_assert(STAGES >= 2, "K/V tiles are double-buffered at least");
-    static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM == 64), "two consumers, or three at head dim 64");
+    static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM <= 64 && HEAD_DIM_V <= 64),
+                  "two consumers, or three at head dims up to 64");
     static_assert(Q_BUFFERS == 1 || Q_BUFFERS == 2, "one or two Q buffers");
-    using Layout = FlashSm90Layout<T, HEAD_DIM, BN, STAGES, CONSUMERS, Q_BUFFERS>;
+    using Layout = FlashSm90Layout<T, HEAD_DIM, HEAD_DIM_V, BN, STAGES, CONSUMERS, Q_BUFFERS>;
     constexpr int BM = 64 * CONSUMERS;
     constexpr unsigned kConsumerWarps = 4 * CONSUMERS;
 
@@ -564,7 +595,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     FlashSm90Shared<T> sh;
     sh.q = reinterpret_cast<T*>(base);
     sh.ring_k = sh.q + Q_BUFFERS * Layout::kQ;
-    sh.ring_v = sh.ring_k + STAGES * Layout::kKV;
+    sh.ring_v = sh.ring_k + STAGES * Layout::kK;
     sh.q_full = reinterpret_cast<unsigned long long*>(base + Layout::kBarrierOffset);
     sh.q_empty = sh.q_full + Q_BUFFERS;
     sh.full_k = sh.q_empty + Q_BUFFERS;
@@ -595,25 +626,29 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     FlashSm90Schedule schedule;
     schedule.q_tiles = (p.seqlen_q + BM - 1) / BM;
     schedule.work_count = schedule.q_tiles * p.num_heads * p.batch;
-    schedule.group_heads = CAUSAL ? flash_sm90_group_heads(p, schedule.q_tiles, 2 * HEAD_DIM * static_cast<int>(sizeof(T))) : 1;
+    schedule.group_heads =
+        CAUSAL ? flash_sm90_group_heads(p, schedule.q_tiles, (HEAD_DIM + HEAD_DIM_V) * static_cast<int>(sizeof(T))) : 1;
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     // Registers per thread after the producer gives its share away. The block keeps what it was
     // launched with (the launch bound's per-thread cap x threads), so 128 x producer + consumers
-    // x 128 x consumer must not exceed it (a claim beyond it waits forever). Head dim 256 needs
-    // 240 in the consumers (128 output accumulators); its producer then has 24 (its causal work
-    // queue spills a few bytes). Three consumers (head dim 64) get 160 each.
-    constexpr int kProducerRegisters = CONSUMERS == 3 ? 32 : HEAD_DIM == 256 ? 24 : 40;
-    constexpr int kConsumerRegisters = CONSUMERS == 3 ? 160 : HEAD_DIM == 256 ? 240 : 232;
+    // x 128 x consumer must not exceed it (a claim beyond it waits forever). Value head dims past
+    // 192 need 240 in the consumers (up to 128 output accumulators); the producer then has 24 (its
+    // work queue spills about 124 bytes). Three consumers (head dims up to 64) get 160 each.
+    constexpr bool kWideV = HEAD_DIM_V > 192;
+    constexpr int kProducerRegisters = CONSUMERS == 3 ? 32 : kWideV ? 24 : 40;
+    constexpr int kConsumerRegisters = CONSUMERS == 3 ? 160 : kWideV ? 240 : 232;
     constexpr int kLaunchRegisters = CONSUMERS == 3 ? 128 : 168;
     static_assert(128 * kProducerRegisters + 128 * CONSUMERS * kConsumerRegisters <= kLaunchRegisters * 128 * (CONSUMERS + 1),
                   "register budget");
     if (warpgroup == 0) {
         warpgroup_registers_release<kProducerRegisters>();
         if (threadIdx.x == 0)
-            flash_sm90_produce<T, HEAD_DIM, BM, BN, STAGES, Q_BUFFERS, CAUSAL, WINDOW>(p, rows, &map_q, &map_k, &map_v, sh, schedule);
+            flash_sm90_produce<T, HEAD_DIM, HEAD_DIM_V, BN, STAGES, CONSUMERS, Q_BUFFERS, CAUSAL, WINDOW>(p, rows, &map_q, &map_k,
+                                                                                                  &map_v, sh, schedule);
     } else {
         warpgroup_registers_claim<kConsumerRegisters>();
-        flash_sm90_consume<T, HEAD_DIM, BN, STAGES, CONSUMERS, Q_BUFFERS, PINGPONG, CAUSAL, WINDOW>(p, rows, sh, warpgroup - 1, schedule);
+        flash_sm90_consume<T, HEAD_DIM, HEAD_DIM_V, BN, STAGES, CONSUMERS, Q_BUFFERS, PINGPONG, CAUSAL, WINDOW>(
+            p, rows, sh, warpgroup - 1, schedule);
     }
 }
 

@@ -97,11 +97,12 @@ py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg,
     const int head = varlen ? 1 : layout == AttentionLayout::bshd ? 2 : 1;
     const char* dims = varlen ? "[total, heads, head_dim]"
                               : layout == AttentionLayout::bshd ? "[batch, seqlen, heads, head_dim]"
-                                                                : "[batch, heads, seqlen, head_dim]";
+                                                                : "[batch, heads, seqlen, head_dim]";  // v, out: head_dim_v
     for (const PyTensor* t : {&q, &k, &v, &out}) require_rank(*t, varlen ? 3 : 4, "flash_attention", dims);
     p.num_heads = q.size(head);
     p.num_kv_heads = k.size(head);
     p.head_dim = q.size(-1);
+    p.head_dim_v = v.size(-1);
     if (varlen) {
         if (cu_q->rank != 1 || cu_q->size(0) < 2)
             throw InvalidArgument("tileops_jit.flash_attention: cu_seqlens_q must be [batch + 1] with batch >= 1");

@@ -172,8 +172,9 @@ def flash_attention(q, k, v, *, causal=False, scale=None, window_left=-1, layout
                     stream=None):
     """softmax(scale q k^T) v (prefill). q, k, v: [batch, seqlen, heads, head_dim] ("bshd") or
     [batch, heads, seqlen, head_dim] ("bhsd"); varlen: [total, heads, head_dim] with cu_seqlens_q/k
-    ([batch + 1] int32) and max_seqlen_q/k. Returns out, or (out, lse) with return_lse (lse: fp32
-    [batch, heads, seqlen_q], varlen [heads, total_q])."""
+    ([batch + 1] int32) and max_seqlen_q/k. Head dims: multiples of 16 up to 256; v (and out) may
+    have its own (DeepSeek's prefill: q, k 192, v 128). Returns out, or (out, lse) with return_lse
+    (lse: fp32 [batch, heads, seqlen_q], varlen [heads, total_q])."""
     if layout not in _LAYOUTS:
         raise _C.InvalidArgument(f"tileops_jit.flash_attention: layout must be 'bshd' or 'bhsd', got {layout!r}")
     if _compiling():
@@ -181,12 +182,17 @@ def flash_attention(q, k, v, *, causal=False, scale=None, window_left=-1, layout
                                             scale or 0.0, window_left, layout, return_lse)
         return (o, l) if return_lse else o
     if out is None:
-        out = _new(q, q.shape)
+        out = _new(q, _flash_out_shape(q, v))
     if return_lse and lse is None:
         lse = _new(q, _flash_lse_shape(q, layout, cu_seqlens_q), "float32", "lse")
     _C.flash_attention(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                        max_seqlen_k, causal, scale or 0.0, window_left, _LAYOUTS[layout], stream)
     return (out, lse) if return_lse else out
+
+
+def _flash_out_shape(q, v):
+    """q's shape with v's head dim."""
+    return tuple(q.shape[:-1]) + (v.shape[-1],)
 
 
 def _flash_lse_shape(q, layout, cu_seqlens_q):

@@ -108,7 +108,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Optional[Tens
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window_left, layout,
       return_lse):
     lse_shape = _ops._flash_lse_shape(q, layout, cu_seqlens_q) if return_lse else _NO_LSE
-    return q.new_empty(q.shape), q.new_empty(lse_shape, dtype=torch.float32)
+    return q.new_empty(_ops._flash_out_shape(q, v)), q.new_empty(lse_shape, dtype=torch.float32)
 
 
 @torch.library.custom_op("tileops::decode_attention", mutates_args=())

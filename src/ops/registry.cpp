@@ -61,7 +61,7 @@ std::unique_ptr<Op> make_op(const ProblemSpec& spec) {
     if (kind == nullptr)
         throw InvalidArgument(fmt::format("tileops: unknown op '{}' (known: {})", spec.op, fmt::join(known_ops(), ", ")));
     // Every family's numbered flags (pageN, rotN, windowN, positionsN): two of one kind contradict.
-    check_flags_distinct(spec.op, split_flags(spec.flags), {"page", "rot", "window", "positions"});
+    check_flags_distinct(spec.op, split_flags(spec.flags), {"page", "rot", "window", "positions", "dv"});
     return kind->make(spec);
 }
 

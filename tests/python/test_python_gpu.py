@@ -140,6 +140,19 @@ class AttentionTest(Close):
         self.assertClose(out, want, torch.bfloat16)
         self.assertClose(lse, want_lse, torch.float16)
 
+    def test_flash_value_head_dim_of_its_own(self):
+        # DeepSeek's prefill: q and k of 192, v of 128; the output takes v's head dim. Also a head
+        # dim that is not a multiple of 64, under torch.compile (the fake infers the same shape).
+        q, k, v = rand(1, 257, 4, 192, seed=1), rand(1, 257, 4, 192, seed=2), rand(1, 257, 4, 128, seed=3)
+        out = tj.flash_attention(q, k, v, causal=True)
+        self.assertEqual(tuple(out.shape), (1, 257, 4, 128))
+        want, _ = attention_reference(q.double(), k.double(), v.double(), True, 192 ** -0.5)
+        self.assertClose(out, want, torch.bfloat16)
+        q, k, v = (rand(2, 100, 2, 80, seed=s) for s in (4, 5, 6))
+        compiled = torch.compile(lambda a, b, c: tj.flash_attention(a, b, c), fullgraph=True)
+        want, _ = attention_reference(q.double(), k.double(), v.double(), False, 80 ** -0.5)
+        self.assertClose(compiled(q, k, v), want, torch.bfloat16)
+
     def test_flash_varlen(self):
         lengths = [17, 200, 64]
         cu = torch.tensor([0, 17, 217, 281], dtype=torch.int32, device=DEV)

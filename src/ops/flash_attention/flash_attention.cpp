@@ -36,10 +36,10 @@ int64_t stride_or(const char* name, int64_t given, int64_t packed) {
     return stride;
 }
 
-// Fills in the packed strides of one tensor of `rows` rows per sequence and `heads` heads.
-void normalize_strides(const FlashAttentionProblem& p, const char* tensor, int64_t rows, int64_t heads,
+// Fills in the packed strides of one tensor of `rows` rows per sequence, `heads` heads and rows of
+// `d` elements.
+void normalize_strides(const FlashAttentionProblem& p, const char* tensor, int64_t rows, int64_t heads, int64_t d,
                        int64_t& batch_stride, int64_t& seq_stride, int64_t& head_stride) {
-    const int64_t d = p.head_dim;
     const bool bhsd = p.layout == AttentionLayout::bhsd && !p.varlen;
     const std::string name = tensor;
     seq_stride = stride_or((name + "_seq_stride").c_str(), seq_stride, bhsd ? d : heads * d);
@@ -57,8 +57,10 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
     if (p.num_heads % p.num_kv_heads != 0)
         throw InvalidArgument(fmt::format("tileops::{}: num_heads ({}) must be a multiple of num_kv_heads ({})", kOp,
                                           p.num_heads, p.num_kv_heads));
-    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-        throw Unsupported(fmt::format("tileops::{}: head_dim must be 64, 128 or 256, got {}", kOp, p.head_dim));
+    if (p.head_dim_v == 0) p.head_dim_v = p.head_dim;
+    for (auto [name, dim] : {std::pair{"head_dim", p.head_dim}, {"head_dim_v", p.head_dim_v}})
+        if (dim < 16 || dim > 256 || dim % 16 != 0)
+            throw Unsupported(fmt::format("tileops::{}: {} must be a multiple of 16 from 16 to 256, got {}", kOp, name, dim));
     check_range("seqlen_q", p.seqlen_q, 1, kIntMax / 2);
     check_range("seqlen_k", p.seqlen_k, 1, kIntMax / 2);
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)
@@ -79,12 +81,12 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
         throw InvalidArgument(fmt::format("tileops::{}: batch x num_heads x seqlen_q ({} x {} x {}) is larger than supported",
                                           kOp, p.batch, p.num_heads, p.seqlen_q));
     const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
-    normalize_strides(p, "q", rows_q, p.num_heads, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-    normalize_strides(p, "k", rows_k, p.num_kv_heads, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    normalize_strides(p, "v", rows_k, p.num_kv_heads, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    normalize_strides(p, "o", rows_q, p.num_heads, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
+    normalize_strides(p, "q", rows_q, p.num_heads, p.head_dim, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
+    normalize_strides(p, "k", rows_k, p.num_kv_heads, p.head_dim, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+    normalize_strides(p, "v", rows_k, p.num_kv_heads, p.head_dim_v, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+    normalize_strides(p, "o", rows_q, p.num_heads, p.head_dim_v, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
     // Distinct output rows must not share elements (their blocks would race).
-    check_rows_disjoint(kOp, p.head_dim, {{"o_batch_stride", p.varlen ? 1 : p.batch, p.o_batch_stride},
+    check_rows_disjoint(kOp, p.head_dim_v, {{"o_batch_stride", p.varlen ? 1 : p.batch, p.o_batch_stride},
                                           {"o_seq_stride", rows_q, p.o_seq_stride}, {"o_head_stride", p.num_heads, p.o_head_stride}});
     // Offsets are 64-bit in the kernels and TMA strides must stay below 2^40 bytes.
     const int64_t limit = int64_t{1} << 38;
@@ -99,13 +101,13 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
 }
 
 FlashShape flash_shape(const FlashAttentionProblem& p) {
-    return {p.head_dim, static_cast<int>(dtype_size(p.dtype)), p.causal, p.seqlen_q};
+    return {p.head_dim, p.head_dim_v, static_cast<int>(dtype_size(p.dtype)), p.causal, p.seqlen_q};
 }
 
-// Elements spanned by a tensor of `outer` x `rows` x `heads` rows of head_dim with these strides.
-long long span(const FlashAttentionProblem& p, long long outer, long long outer_stride, long long rows,
-               long long row_stride, long long heads, long long head_stride) {
-    return (outer - 1) * outer_stride + (rows - 1) * row_stride + (heads - 1) * head_stride + p.head_dim;
+// Elements spanned by a tensor of `outer` x `rows` x `heads` rows of `dim` elements with these strides.
+long long span(long long dim, long long outer, long long outer_stride, long long rows, long long row_stride,
+               long long heads, long long head_stride) {
+    return (outer - 1) * outer_stride + (rows - 1) * row_stride + (heads - 1) * head_stride + dim;
 }
 
 }  // namespace
@@ -122,13 +124,15 @@ public:
         return {p_.batch, p_.num_heads, p_.num_kv_heads, p_.head_dim, p_.seqlen_q, p_.seqlen_k};
     }
     std::string dtype_key() const override { return dtype_name(p_.dtype); }
-    // Options that change the kernel or its work: "causal,window,varlen".
+    // Options that change the kernel or its work: "causal,window,varlen", and "dvN" for a value
+    // head dim N other than head_dim.
     std::string flags() const override {
         std::string text;
-        auto add = [&](const char* flag) { text += (text.empty() ? "" : ",") + std::string(flag); };
+        auto add = [&](const std::string& flag) { text += (text.empty() ? "" : ",") + flag; };
         if (p_.causal) add("causal");
         if (p_.window_left >= 0) add("window");
         if (p_.varlen) add("varlen");
+        if (p_.head_dim_v != p_.head_dim) add(fmt::format("dv{}", p_.head_dim_v));
         return text;
     }
 
@@ -154,13 +158,14 @@ public:
         const char* causal = p_.causal ? "true" : "false";
         const char* window = p_.window_left >= 0 ? "true" : "false";
         if (c.kernel == kFlashSm90) {
-            plan.name_expression = fmt::format("tileops::flash_attention_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                                               type, p_.head_dim, c.block_n, c.stages, c.block_m / 64,
+            plan.name_expression = fmt::format("tileops::flash_attention_sm90_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                               type, p_.head_dim, p_.head_dim_v, c.block_n, c.stages, c.block_m / 64,
                                                c.q_buffers(shape_), c.pingpong ? "true" : "false", causal, window);
             plan.details = FlashTmaLaunch{c.block_m, c.block_n};
         } else {
-            plan.name_expression = fmt::format("tileops::flash_attention_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", type,
-                                               p_.head_dim, c.block_m, c.block_n, c.warps, c.stages, causal, window);
+            plan.name_expression = fmt::format("tileops::flash_attention_sm80_kernel<{}, {}, {}, {}, {}, {}, {}, {}, {}>", type,
+                                               p_.head_dim, p_.head_dim_v, c.block_m, c.block_n, c.warps, c.stages, causal,
+                                               window);
         }
         const int64_t q_tiles = (p_.seqlen_q + c.block_m - 1) / c.block_m;
         if (c.kernel == kFlashSm90) {
@@ -181,9 +186,13 @@ public:
         const long long outer = p_.varlen ? 1 : p_.batch;
         const long long rows_q = p_.varlen ? p_.total_q : p_.seqlen_q, rows_k = p_.varlen ? p_.total_k : p_.seqlen_k;
         std::vector<OperandSpec> list{
-            {"q", p_.dtype, 0, span(p_, outer, p_.q_batch_stride, rows_q, p_.q_seq_stride, p_.num_heads, p_.q_head_stride), 0, false},
-            {"k", p_.dtype, 0, span(p_, outer, p_.k_batch_stride, rows_k, p_.k_seq_stride, p_.num_kv_heads, p_.k_head_stride), 0, false},
-            {"v", p_.dtype, 0, span(p_, outer, p_.v_batch_stride, rows_k, p_.v_seq_stride, p_.num_kv_heads, p_.v_head_stride), 0, false},
+            {"q", p_.dtype, 0,
+             span(p_.head_dim, outer, p_.q_batch_stride, rows_q, p_.q_seq_stride, p_.num_heads, p_.q_head_stride), 0, false},
+            {"k", p_.dtype, 0,
+             span(p_.head_dim, outer, p_.k_batch_stride, rows_k, p_.k_seq_stride, p_.num_kv_heads, p_.k_head_stride), 0, false},
+            {"v", p_.dtype, 0,
+             span(p_.head_dim_v, outer, p_.v_batch_stride, rows_k, p_.v_seq_stride, p_.num_kv_heads, p_.v_head_stride), 0,
+             false},
         };
         if (p_.varlen) {
             // Tools run varlen problems as sequences of the longest length, packed.
@@ -193,7 +202,8 @@ public:
                             std::min<long long>(p_.seqlen_k, p_.total_k / p_.batch)});
         }
         list.push_back({"out", p_.dtype, 0,
-                        span(p_, outer, p_.o_batch_stride, rows_q, p_.o_seq_stride, p_.num_heads, p_.o_head_stride), 0, true});
+                        span(p_.head_dim_v, outer, p_.o_batch_stride, rows_q, p_.o_seq_stride, p_.num_heads, p_.o_head_stride),
+                        0, true});
         if (p_.return_lse) list.push_back({"lse", DType::fp32, 0, lse_elements(), 0, true});
         return list;
     }
@@ -207,18 +217,20 @@ private:
 
 namespace {
 
-// One of q, k, v, out: a pointer, or a view of the problem's shape and strides.
+// One of q, k, v, out (rows of `dim` elements): a pointer, or a view of the problem's shape and strides.
 void check_attention_tensor(const FlashAttentionProblem& p, const char* name, const void* data, const TensorView* view,
-                            int64_t rows, int64_t heads, int64_t batch_stride, int64_t seq_stride, int64_t head_stride) {
+                            int64_t rows, int64_t heads, int64_t dim, int64_t batch_stride, int64_t seq_stride,
+                            int64_t head_stride) {
+    const char* dim_name = dim == p.head_dim ? "head_dim" : "head_dim_v";
     if (p.varlen) {
-        check_tensor(kOp, name, data, view, p.dtype, {rows, heads, p.head_dim}, {seq_stride, head_stride, 1}, 16,
-                     "[total_rows, heads, head_dim]");
+        check_tensor(kOp, name, data, view, p.dtype, {rows, heads, dim}, {seq_stride, head_stride, 1}, 16,
+                     fmt::format("[total_rows, heads, {}]", dim_name).c_str());
     } else if (p.layout == AttentionLayout::bhsd) {
-        check_tensor(kOp, name, data, view, p.dtype, {p.batch, heads, rows, p.head_dim},
-                     {batch_stride, head_stride, seq_stride, 1}, 16, "[batch, heads, seqlen, head_dim]");
+        check_tensor(kOp, name, data, view, p.dtype, {p.batch, heads, rows, dim}, {batch_stride, head_stride, seq_stride, 1},
+                     16, fmt::format("[batch, heads, seqlen, {}]", dim_name).c_str());
     } else {
-        check_tensor(kOp, name, data, view, p.dtype, {p.batch, rows, heads, p.head_dim},
-                     {batch_stride, seq_stride, head_stride, 1}, 16, "[batch, seqlen, heads, head_dim]");
+        check_tensor(kOp, name, data, view, p.dtype, {p.batch, rows, heads, dim}, {batch_stride, seq_stride, head_stride, 1},
+                     16, fmt::format("[batch, seqlen, heads, {}]", dim_name).c_str());
     }
 }
 
@@ -226,18 +238,18 @@ void bind(const FlashAttentionProblem& p, Inputs inputs, Outputs outputs) {
     check_count(kOp, "inputs", inputs.size(), p.varlen ? 5 : 3, p.varlen ? "q, k, v, cu_seqlens_q, cu_seqlens_k" : "q, k, v");
     check_count(kOp, "outputs", outputs.size(), p.return_lse ? 2 : 1, p.return_lse ? "out, lse" : "out");
     const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
-    check_attention_tensor(p, "q", inputs[0].data(), inputs[0].view(), rows_q, p.num_heads, p.q_batch_stride,
+    check_attention_tensor(p, "q", inputs[0].data(), inputs[0].view(), rows_q, p.num_heads, p.head_dim, p.q_batch_stride,
                            p.q_seq_stride, p.q_head_stride);
-    check_attention_tensor(p, "k", inputs[1].data(), inputs[1].view(), rows_k, p.num_kv_heads, p.k_batch_stride,
+    check_attention_tensor(p, "k", inputs[1].data(), inputs[1].view(), rows_k, p.num_kv_heads, p.head_dim, p.k_batch_stride,
                            p.k_seq_stride, p.k_head_stride);
-    check_attention_tensor(p, "v", inputs[2].data(), inputs[2].view(), rows_k, p.num_kv_heads, p.v_batch_stride,
-                           p.v_seq_stride, p.v_head_stride);
+    check_attention_tensor(p, "v", inputs[2].data(), inputs[2].view(), rows_k, p.num_kv_heads, p.head_dim_v,
+                           p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
     if (p.varlen) {
         check_tensor(kOp, "cu_seqlens_q", inputs[3].data(), inputs[3].view(), DType::int32, {p.batch + 1}, {1}, 4, "[batch + 1]");
         check_tensor(kOp, "cu_seqlens_k", inputs[4].data(), inputs[4].view(), DType::int32, {p.batch + 1}, {1}, 4, "[batch + 1]");
     }
-    check_attention_tensor(p, "out", outputs[0].data(), outputs[0].view(), rows_q, p.num_heads, p.o_batch_stride,
-                           p.o_seq_stride, p.o_head_stride);
+    check_attention_tensor(p, "out", outputs[0].data(), outputs[0].view(), rows_q, p.num_heads, p.head_dim_v,
+                           p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
     if (p.return_lse) {
         if (p.varlen)
             check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.num_heads, p.total_q},
@@ -250,6 +262,7 @@ void bind(const FlashAttentionProblem& p, Inputs inputs, Outputs outputs) {
 
 // A 4-D (head dim, rows, heads, batch) tensor map of 16-bit elements, loaded in boxes of 64 head-dim
 // columns (128 bytes, swizzled to match wgmma's shared-memory layout) x box_rows rows of one head.
+// A head dim that is not a multiple of 64 ends in a box partly past it, which TMA fills with zeros.
 CUtensorMap attention_tensor_map(const void* data, DType dtype, int64_t head_dim, int64_t rows, int64_t heads,
                                  int64_t batch, int64_t seq_stride, int64_t head_stride, int64_t batch_stride,
                                  unsigned box_rows) {
@@ -324,7 +337,7 @@ void FlashAttentionModel::launch(const ResolvedLaunch& launch, Inputs inputs, Ou
                                                                  p.q_seq_stride, p.q_head_stride, p.q_batch_stride, block_m);
     alignas(64) CUtensorMap map_k = detail::attention_tensor_map(args.k, p.dtype, p.head_dim, rows_k, p.num_kv_heads, batch,
                                                                  p.k_seq_stride, p.k_head_stride, p.k_batch_stride, block_n);
-    alignas(64) CUtensorMap map_v = detail::attention_tensor_map(args.v, p.dtype, p.head_dim, rows_k, p.num_kv_heads, batch,
+    alignas(64) CUtensorMap map_v = detail::attention_tensor_map(args.v, p.dtype, p.head_dim_v, rows_k, p.num_kv_heads, batch,
                                                                  p.v_seq_stride, p.v_head_stride, p.v_batch_stride, block_n);
     void* params[] = {&map_q, &map_k, &map_v, &args, &rows};
     detail::launch(launch, params, stream, *this);

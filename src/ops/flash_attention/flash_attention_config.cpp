@@ -1,5 +1,7 @@
 #include "ops/flash_attention/flash_attention_config.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "core/op_model.hpp"
@@ -10,12 +12,23 @@ namespace {
 // The sm_90 kernel: 64 query rows per consumer warpgroup, plus a producer warpgroup.
 int sm90_warps(int block_m) { return block_m / 16 + 4; }
 
+// Shared memory holds rows of a head dim in whole 128-byte lines (64 elements): the sm_90 kernel's
+// TMA boxes, the sm_80 kernel's swizzled rows.
+size_t padded(long long head_dim) { return static_cast<size_t>((head_dim + 63) / 64 * 64); }
+
+// Both head dims up to 64: the sm_90 kernel may run three consumers (192-row tiles).
+bool small_head(const FlashShape& s) { return s.head_dim <= 64 && s.head_dim_v <= 64; }
+
+// Head dims past these hold too many accumulators (V) or too much shared memory (Q and K) for
+// 128-key tiles.
+bool wide_head(const FlashShape& s) { return s.head_dim_v > 128 || s.head_dim > 192; }
+
 // The heuristic's config for the sm_80 kernel.
 FlashConfig flash_sm80_heuristic(const FlashShape& s) {
     FlashConfig c;
     c.kernel = kFlashSm80;
     c.stages = 2;
-    if (s.head_dim == 256) {
+    if (wide_head(s)) {
         c.block_m = 64, c.block_n = 64, c.warps = 4;
     } else {
         c.block_m = 128, c.block_n = 64, c.warps = 8;
@@ -43,8 +56,12 @@ Config FlashConfig::to_config() const {
     return c;
 }
 
+// The Q tile (whose rows also stage the output rows), then the K and V rings.
 size_t FlashConfig::shared_bytes(const FlashShape& s) const {
-    if (kernel != kFlashSm90) return static_cast<size_t>(block_m + 2 * stages * block_n) * s.head_dim * s.element_bytes;
+    if (kernel != kFlashSm90) {
+        const size_t q_row = std::max(padded(s.head_dim), padded(s.head_dim_v));
+        return (block_m * q_row + stages * block_n * (padded(s.head_dim) + padded(s.head_dim_v))) * s.element_bytes;
+    }
     return sm90_shared_bytes(s, q_buffers(s));
 }
 
@@ -52,7 +69,9 @@ size_t FlashConfig::shared_bytes(const FlashShape& s) const {
 // V buffer, full/empty for the work slot) and the slot, and 1024 bytes to align the tiles to the
 // swizzle's period (FlashSm90Layout::kBytes).
 size_t FlashConfig::sm90_shared_bytes(const FlashShape& s, int q_tiles) const {
-    const size_t tiles = static_cast<size_t>(q_tiles * block_m + 2 * stages * block_n) * s.head_dim * s.element_bytes;
+    const size_t q_row = std::max(padded(s.head_dim), padded(s.head_dim_v));
+    const size_t tiles =
+        (q_tiles * block_m * q_row + stages * block_n * (padded(s.head_dim) + padded(s.head_dim_v))) * s.element_bytes;
     return tiles + (2 * q_tiles + 3 + 4 * stages) * 8 + 1024;
 }
 
@@ -69,10 +88,10 @@ Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {
     // Head dim 64: three consumers hide the softmax better, except on short causal sequences,
     // where 192-row tiles waste more on the diagonal and past the end (H100, 1k causal: 128 rows
     // and three stages took 127 us, 192 rows 136-147).
-    const bool short_causal_d64 = s.head_dim == 64 && s.causal && s.seqlen_q <= 1024;
-    c.block_m = s.head_dim == 64 && !short_causal_d64 ? 192 : 128;
+    const bool short_causal_d64 = small_head(s) && s.causal && s.seqlen_q <= 1024;
+    c.block_m = small_head(s) && !short_causal_d64 ? 192 : 128;
     c.warps = sm90_warps(c.block_m);
-    c.block_n = s.head_dim == 256 ? 64 : 128;
+    c.block_n = wide_head(s) ? 64 : 128;
     c.stages = short_causal_d64 ? 3 : 2;
     c.pingpong = 1;
     return c.to_config();
@@ -109,8 +128,8 @@ std::optional<std::string> flash_invalid_reason(const FlashShape& s, const Confi
     }
     if (c.kernel == kFlashSm90) {
         if (device.sm() != 90) return fmt::format("kernel 1 (TMA, wgmma) needs sm_90, the device is {}", device.arch());
-        if (c.block_m != 128 && !(c.block_m == 192 && s.head_dim == 64))
-            return fmt::format("kernel 1: block_m = {} is not 128 (or 192 at head dim 64)", c.block_m);
+        if (c.block_m != 128 && !(c.block_m == 192 && small_head(s)))
+            return fmt::format("kernel 1: block_m = {} is not 128 (or 192 at head dims up to 64)", c.block_m);
         if (c.warps != sm90_warps(c.block_m))
             return fmt::format("kernel 1 runs {} query rows with {} warps, not {}", c.block_m, sm90_warps(c.block_m), c.warps);
         if (c.block_n != 64 && c.block_n != 128) return fmt::format("kernel 1: block_n = {} is not 64 or 128", c.block_n);
@@ -125,10 +144,11 @@ std::optional<std::string> flash_invalid_reason(const FlashShape& s, const Confi
         if (c.block_m % (16 * c.warps) != 0)
             return fmt::format("kernel 0: block_m = {} is not a multiple of 16 rows per warp ({} warps)", c.block_m, c.warps);
         if (c.stages < 2 || c.stages > 3) return fmt::format("kernel 0: stages = {} is not 2 or 3", c.stages);
-        // Warps of 32 rows hold twice the accumulators: with 128-key tiles or head dim 256 they spill.
-        if (c.block_m / c.warps == 32 && (c.block_n == 128 || s.head_dim == 256))
-            return fmt::format("kernel 0: warps of 32 rows spill registers with block_n = {} at head dim {}", c.block_n,
-                               s.head_dim);
+        // Warps of 32 rows hold twice the accumulators: with 128-key tiles or value head dims past
+        // 128 they spill.
+        if (c.block_m / c.warps == 32 && (c.block_n == 128 || s.head_dim_v > 128))
+            return fmt::format("kernel 0: warps of 32 rows spill registers with block_n = {} at value head dim {}",
+                               c.block_n, s.head_dim_v);
     } else {
         return fmt::format("kernel = {} is not 0 (sm_80) or 1 (sm_90)", c.kernel);
     }

@@ -24,10 +24,11 @@ constexpr int kFlashSm90 = 1;
 // Shared memory a block may opt into on every sm_90 part (H100, H200, GH200): 227 KB.
 constexpr size_t kSm90SharedBytes = 227 * 1024;
 
-// What the config choice needs to know about a problem (tile sizes depend on the head dim only;
+// What the config choice needs to know about a problem (tile sizes depend on the head dims only;
 // sequence lengths and masks change the grid, not the config).
 struct FlashShape {
-    long long head_dim;
+    long long head_dim;    // of Q and K
+    long long head_dim_v;  // of V and O
     int element_bytes;
     bool causal = false;
     long long seqlen_q = 0;  // the longest query sequence

@@ -1,6 +1,7 @@
 // FlashAttention against a double-precision reference on the CPU: random inputs (scores spread
 // enough that the softmax is far from uniform), poisoned outputs, sequence lengths that are not
-// tile multiples (1, 17, 1000, 4097, ...), head dims 64/128/256, MHA and GQA, causal or not,
+// tile multiples (1, 17, 1000, 4097, ...), head dims 64/128/256 and ones that are not multiples of
+// 64 (80, 96, 112, 160, 192, ...), a value head dim other than Q/K's, MHA and GQA, causal or not,
 // windows, seqlen_q != seqlen_k, both layouts, padded strides, varlen batches and the LSE. Every
 // case runs the heuristic's kernel and, where the device runs the sm_90 kernel, the sm_80 kernel
 // too. Long sequences are checked on a sample of rows (the first and last rows of the sequence and
@@ -47,12 +48,16 @@ struct Strides {
     int64_t at(int64_t b, int64_t row, int64_t h) const { return b * batch + row * seq + h * head; }
 };
 
+// The value (and output) head dim.
+int64_t value_dim(const FlashAttentionProblem& p) { return p.head_dim_v == 0 ? p.head_dim : p.head_dim_v; }
+
 // The strides normalized() would choose, with `pad` added to the row stride.
 void fill_strides(FlashCase& c) {
     FlashAttentionProblem& p = c.p;
-    const int64_t d = p.head_dim, pad = c.seq_pad;
+    const int64_t pad = c.seq_pad;
     const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
     const int64_t kv_heads = p.num_kv_heads == 0 ? p.num_heads : p.num_kv_heads;
+    int64_t d = p.head_dim;
     auto set = [&](int64_t rows, int64_t heads, int64_t& bs, int64_t& ss, int64_t& hs) {
         if (p.layout == AttentionLayout::bhsd && !p.varlen) {
             ss = d + pad, hs = rows * ss, bs = heads * hs;
@@ -62,13 +67,15 @@ void fill_strides(FlashCase& c) {
     };
     set(rows_q, p.num_heads, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
     set(rows_k, kv_heads, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+    d = value_dim(p);
     set(rows_k, kv_heads, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
     set(rows_q, p.num_heads, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
 }
 
-int64_t tensor_elements(const FlashAttentionProblem& p, const Strides& s, int64_t rows, int64_t heads) {
+// Elements of a tensor of rows of `dim` elements with these strides.
+int64_t tensor_elements(const FlashAttentionProblem& p, const Strides& s, int64_t rows, int64_t heads, int64_t dim) {
     const int64_t outer = p.varlen ? 1 : p.batch;
-    return (outer - 1) * s.batch + (rows - 1) * s.seq + (heads - 1) * s.head + p.head_dim;
+    return (outer - 1) * s.batch + (rows - 1) * s.seq + (heads - 1) * s.head + dim;
 }
 
 struct Result {
@@ -88,10 +95,13 @@ public:
         os_ = {p_.o_batch_stride, p_.o_seq_stride, p_.o_head_stride};
         const uint64_t seed = static_cast<uint64_t>(p_.seqlen_q * 7 + p_.seqlen_k * 13 + p_.head_dim + p_.causal);
         // q spread wider than k: scores of a few units, a peaked softmax.
-        q_ = test::round_to(p_.dtype, test::random_values(tensor_elements(p_, qs_, rows_q, p_.num_heads), seed + 1, -4, 4));
-        k_ = test::round_to(p_.dtype, test::random_values(tensor_elements(p_, ks_, rows_k, p_.num_kv_heads), seed + 2));
-        v_ = test::round_to(p_.dtype, test::random_values(tensor_elements(p_, vs_, rows_k, p_.num_kv_heads), seed + 3));
-        out_elements_ = tensor_elements(p_, os_, rows_q, p_.num_heads);
+        dv_dim_ = value_dim(p_);
+        const int64_t q_elements = tensor_elements(p_, qs_, rows_q, p_.num_heads, p_.head_dim);
+        q_ = test::round_to(p_.dtype, test::random_values(q_elements, seed + 1, -4, 4));
+        k_ = test::round_to(p_.dtype,
+                            test::random_values(tensor_elements(p_, ks_, rows_k, p_.num_kv_heads, p_.head_dim), seed + 2));
+        v_ = test::round_to(p_.dtype, test::random_values(tensor_elements(p_, vs_, rows_k, p_.num_kv_heads, dv_dim_), seed + 3));
+        out_elements_ = tensor_elements(p_, os_, rows_q, p_.num_heads, dv_dim_);
         dq_ = std::make_unique<DeviceMatrix>(p_.dtype, 1, static_cast<int64_t>(q_.size()));
         dk_ = std::make_unique<DeviceMatrix>(p_.dtype, 1, static_cast<int64_t>(k_.size()));
         dv_ = std::make_unique<DeviceMatrix>(p_.dtype, 1, static_cast<int64_t>(v_.size()));
@@ -109,7 +119,7 @@ public:
     // Runs with the heuristic (config empty) or the given config; returns what the GPU wrote.
     Result run(FlashAttention& op, const Config* config) {
         const int64_t guard = c_.guard_rows * p_.num_heads;  // elements of poison after each output (x head_dim for O)
-        DeviceMatrix out(p_.dtype, 1, out_elements_ + guard * p_.head_dim);  // poisoned
+        DeviceMatrix out(p_.dtype, 1, out_elements_ + guard * dv_dim_);  // poisoned
         const int64_t lse_count = p_.varlen ? p_.num_heads * p_.total_q : p_.batch * p_.num_heads * p_.seqlen_q;
         DeviceMatrix lse(DType::fp32, 1, lse_count + guard);
         std::vector<TensorArg> in{dq_->data(), dk_->data(), dv_->data()};
@@ -146,13 +156,13 @@ public:
             const int64_t tb = p_.varlen ? 0 : b;
             for (int64_t h = 0; h < p_.num_heads; ++h) {
                 for (int64_t i = 0; i < len_q; ++i)
-                    for (int64_t d = 0; d < p_.head_dim; d += 17)
+                    for (int64_t d = 0; d < dv_dim_; d += 17)
                         all_written = all_written && std::isfinite(r.out[os_.at(tb, q0 + i, h) + d]);
                 for (int64_t i : sampled_rows(len_q, b * 977 + h)) {
-                    std::vector<double> ref(p_.head_dim);
+                    std::vector<double> ref(dv_dim_);
                     const double lse = reference_row(tb, q0 + i, k0, i, len_q, len_k, h, ref);
                     const int64_t at = os_.at(tb, q0 + i, h);
-                    for (int64_t d = 0; d < p_.head_dim; ++d) {
+                    for (int64_t d = 0; d < dv_dim_; ++d) {
                         got.push_back(r.out[at + d]);
                         want.push_back(ref[d]);
                     }
@@ -233,7 +243,7 @@ private:
             const double w = std::exp(scores[n] - max);
             sum += w;
             const double* v = v_.data() + vs_.at(tb, k0 + keys[n], kv_head);
-            for (int64_t d = 0; d < p_.head_dim; ++d) out[d] += w * v[d];
+            for (int64_t d = 0; d < dv_dim_; ++d) out[d] += w * v[d];
         }
         for (double& x : out) x /= sum;
         return max + std::log(sum);
@@ -242,6 +252,7 @@ private:
     FlashCase c_;
     FlashAttentionProblem p_;
     Strides qs_{}, ks_{}, vs_{}, os_{};
+    int64_t dv_dim_ = 0;  // the value head dim
     std::vector<double> q_, k_, v_;
     int64_t out_elements_ = 0;
     std::unique_ptr<DeviceMatrix> dq_, dk_, dv_, dcu_q_, dcu_k_;
@@ -250,8 +261,8 @@ private:
 
 std::string describe(const FlashCase& c) {
     const FlashAttentionProblem& p = c.p;
-    return fmt::format("batch {} heads {}/{} d {} q {} k {} {} causal {} window {} {} {} pad {}", p.batch, p.num_heads,
-                       p.num_kv_heads, p.head_dim, p.seqlen_q, p.seqlen_k, dtype_name(p.dtype), p.causal, p.window_left,
+    return fmt::format("batch {} heads {}/{} d {}/{} q {} k {} {} causal {} window {} {} {} pad {}", p.batch, p.num_heads,
+                       p.num_kv_heads, p.head_dim, value_dim(p), p.seqlen_q, p.seqlen_k, dtype_name(p.dtype), p.causal, p.window_left,
                        p.varlen ? "varlen" : p.layout == AttentionLayout::bhsd ? "bhsd" : "bshd", p.return_lse ? "lse" : "",
                        c.seq_pad);
 }
@@ -265,9 +276,7 @@ void run_and_check(FlashCase c) {
     run.check(run.run(op, nullptr));
     const Config heuristic = op.model().heuristic(shared_runtime().device());
     if (heuristic.at("kernel") == 1) {
-        const int64_t d = c.p.head_dim;
-        const Config sm80{{"kernel", 0}, {"block_m", d == 256 ? 64 : 128}, {"block_n", 64}, {"warps", d == 256 ? 4 : 8},
-                          {"stages", 2}};
+        const Config sm80 = op.model().heuristic(DeviceInfo::for_arch("sm_80"));
         INFO("forced sm_80 kernel");
         run.check(run.run(op, &sm80));
     }
@@ -307,6 +316,32 @@ TEST_CASE("FlashAttention matches a double-precision reference across lengths an
         c.max_rows_checked = len >= 4097 ? 48 : 160;
         run_and_check(c);
     }
+}
+
+// Head dims that are not multiples of 64 end in a TMA box the kernel fills past the dim (sm_90) or
+// a shared row it pads (sm_80); a value head dim of its own sizes V, O and the P V product apart
+// from Q K^T (DeepSeek's prefill: 192 / 128).
+TEST_CASE("FlashAttention head dims that are not multiples of 64, and distinct Q/K and V head dims", "[gpu][flash]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const auto [d, dv] = GENERATE(table<int64_t, int64_t>(
+        {{80, 80}, {96, 96}, {112, 112}, {160, 160}, {192, 192}, {16, 16}, {48, 48}, {192, 128}, {128, 192}, {64, 128}}));
+    const bool causal = GENERATE(false, true);
+    for (int64_t len : {1, 17, 1000, 4097}) {
+        FlashCase c{problem(DType::bf16, len > 1000 ? 1 : 2, 4, 2, d, len, len, causal)};
+        c.p.head_dim_v = dv;
+        c.max_rows_checked = len >= 4097 ? 32 : 96;
+        run_and_check(c);
+    }
+    FlashCase fp16{problem(DType::fp16, 1, 2, 1, d, 300, 700, causal)};
+    fp16.p.head_dim_v = dv;
+    fp16.p.window_left = 200;
+    fp16.seq_pad = 8;  // rows 16 bytes apart beyond packed
+    run_and_check(fp16);
+    FlashCase varlen = varlen_case(causal, d, {1, 130, 777}, {64, 130, 1500});
+    varlen.p.head_dim_v = dv;
+    varlen.max_rows_checked = 48;
+    run_and_check(varlen);
 }
 
 TEST_CASE("FlashAttention fp16, GQA/MQA and the BHSD layout", "[gpu][flash]") {
@@ -383,8 +418,9 @@ TEST_CASE("Every FlashAttention config in the search space is correct", "[gpu][f
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
     const bool causal = GENERATE(false, true);
-    const int64_t d = GENERATE(64, 128, 256);
+    const auto [d, dv] = GENERATE(table<int64_t, int64_t>({{64, 64}, {128, 128}, {256, 256}, {80, 80}, {192, 128}}));
     FlashCase c{problem(DType::bf16, 1, 2, 1, d, 700, 900, causal)};
+    c.p.head_dim_v = dv;
     fill_strides(c);
     FlashAttention op(c.p);
     FlashRun run(c);

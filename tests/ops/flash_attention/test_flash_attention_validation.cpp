@@ -1,5 +1,8 @@
 // FlashAttention refuses bad problems and bad operands before any launch, naming what was wrong;
 // its configs and the problem factory behave as documented. No GPU needed.
+#include <cmath>
+
+#include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -44,8 +47,14 @@ FlashAttentionProblem with(Edit edit, FlashAttentionProblem p = gqa()) {
 TEST_CASE("FlashAttention refuses bad problems by name", "[validation][flash]") {
     CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.num_heads = 18; })),
                       ContainsSubstring("num_heads (18) must be a multiple of num_kv_heads (4)"));
-    CHECK_THROWS_AS(FlashAttention(with([](auto& p) { p.head_dim = 96; })), Unsupported);
-    CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.head_dim = 96; })), ContainsSubstring("head_dim must be 64, 128 or 256, got 96"));
+    CHECK_THROWS_AS(FlashAttention(with([](auto& p) { p.head_dim = 72; })), Unsupported);
+    CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.head_dim = 72; })),
+                      ContainsSubstring("head_dim must be a multiple of 16 from 16 to 256, got 72"));
+    CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.head_dim = 272; })), ContainsSubstring("got 272"));
+    CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.head_dim = 0; })), ContainsSubstring("head_dim must be"));
+    CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.head_dim_v = 100; })),
+                      ContainsSubstring("head_dim_v must be a multiple of 16 from 16 to 256, got 100"));
+    CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.head_dim_v = -16; })), ContainsSubstring("head_dim_v must be"));
     CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.dtype = DType::fp32; })), ContainsSubstring("dtype must be fp16 or bf16, got fp32"));
     CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.seqlen_q = 0; })), ContainsSubstring("seqlen_q must be in [1,"));
     CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.seqlen_k = -5; })), ContainsSubstring("seqlen_k must be in [1,"));
@@ -120,7 +129,7 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK_THAT(*model.invalid_reason(tma, a100), ContainsSubstring("needs sm_90"));
     Config odd = tma;
     odd["block_m"] = 64;
-    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 64 is not 128 (or 192 at head dim 64)"));
+    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 64 is not 128 (or 192 at head dims up to 64)"));
     odd["block_m"] = 192;
     CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 192 is not 128"));
     odd["warps"] = 16;
@@ -150,11 +159,51 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK(plan80.grid[1] == 16);
     CHECK(plan80.grid[2] == 2);
     CHECK(plan80.block[0] == 256);
-    CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 2, 2, 2, true, true, true>");
+    CHECK(plan.name_expression == "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 128, 2, 2, 2, true, true, true>");
     // The sm_90 kernel takes its work tiles from two counters, causal or not; the sm_80 one has none.
     CHECK(model.workspace_bytes(tma, 1) == 2 * sizeof(int));
     CHECK(d64.model().workspace_bytes(d64.model().heuristic(h100), 1) == 2 * sizeof(int));  // non-causal
     CHECK(model.workspace_bytes(sm80, 1) == 0);
+}
+
+TEST_CASE("FlashAttention head dims that are not multiples of 64, and a value head dim of its own", "[validation][flash]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    const DeviceInfo a100 = DeviceInfo::for_arch("sm_80");
+    // DeepSeek's prefill: Q and K of 192, V and the output of 128; packed strides follow each dim.
+    const FlashAttention mla(with([](auto& p) { p.head_dim = 192, p.head_dim_v = 128; }));
+    const FlashAttentionProblem& normalized = mla.problem();
+    CHECK(normalized.q_seq_stride == 16 * 192);  // bshd: 16 query heads, 4 KV heads
+    CHECK(normalized.k_seq_stride == 4 * 192);
+    CHECK(normalized.v_seq_stride == 4 * 128);
+    CHECK(normalized.o_seq_stride == 16 * 128);
+    CHECK(normalized.scale == Catch::Approx(1.0 / std::sqrt(192.0)));
+    CHECK(mla.model().describe() == "flash_attention 2x16x4x192x1000x1000 bf16 [dv128]");
+    const Config mla_config = mla.model().heuristic(h100);
+    CHECK_FALSE(mla.model().invalid_reason(mla_config, h100).has_value());
+    CHECK(mla.model().plan(mla_config, 1, h100).name_expression ==
+          "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 192, 128, 128, 2, 2, 1, true, false, false>");
+    CHECK_FALSE(mla.model().invalid_reason(mla.model().heuristic(a100), a100).has_value());
+    // An equal value head dim adds no flag: the tuning key of head dims 64/128/256 is unchanged.
+    const FlashAttention same(with([](auto& p) { p.head_dim = 80, p.head_dim_v = 80; }));
+    CHECK(same.model().describe() == "flash_attention 2x16x4x80x1000x1000 bf16");
+    for (int64_t d = 16; d <= 256; d += 16) {
+        CAPTURE(d);
+        const FlashAttention op(with([d](auto& p) { p.head_dim = d; }));
+        for (const DeviceInfo& device : {h100, a100}) {
+            CHECK_FALSE(op.model().invalid_reason(op.model().heuristic(device), device).has_value());
+            CHECK_FALSE(op.model().search_space(device).empty());
+        }
+    }
+    // Shared memory counts rows in whole 128-byte lines: head dim 80 costs what 128 does.
+    const Config sm80{{"kernel", 0}, {"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"stages", 2}};
+    CHECK(same.model().plan(sm80, 1, a100).shared_bytes == (128 * 128 + 2 * 64 * (128 + 128)) * 2);
+    CHECK(mla.model().plan(sm80, 1, a100).shared_bytes == (128 * 192 + 2 * 64 * (192 + 128)) * 2);
+    // v and out are checked against the value head dim.
+    CHECK_NOTHROW(mla.check({kQ, kK, TensorView::contiguous(kV, DType::bf16, {2, 1000, 4, 128})}, {kOut}));
+    CHECK_THROWS_WITH(mla.check({kQ, kK, TensorView::contiguous(kV, DType::bf16, {2, 1000, 4, 192})}, {kOut}),
+                      ContainsSubstring("argument 'v'"));
+    CHECK_THROWS_WITH(mla.check({kQ, kK, kV}, {TensorView::contiguous(kOut, DType::bf16, {2, 1000, 16, 192})}),
+                      ContainsSubstring("argument 'out'"));
 }
 
 TEST_CASE("flash_attention through the problem factory", "[validation][flash]") {
@@ -171,4 +220,14 @@ TEST_CASE("flash_attention through the problem factory", "[validation][flash]") 
                       ContainsSubstring("batch x heads x kv_heads x head_dim x seqlen_q x seqlen_k"));
     CHECK_THROWS_WITH(detail::make_op({"flash_attention", {1, 1, 1, 64, 8, 8}, "bf16", "windowx"}),
                       ContainsSubstring("flag 'windowx' does not apply to flash_attention"));
+    // dvN: a value head dim of its own; the key names it, so its entries never serve head_dim_v = head_dim.
+    auto deepseek = detail::make_op({"flash_attention", {1, 128, 128, 192, 4096, 4096}, "bf16", "causal,dv128"});
+    CHECK(deepseek->describe() == "flash_attention 1x128x128x192x4096x4096 bf16 [causal,dv128]");
+    CHECK(deepseek->model().operands()[2].cols == (4096 - 1) * 128 * 128 + (128 - 1) * 128 + 128);  // v
+    CHECK_THROWS_WITH(detail::make_op({"flash_attention", {1, 1, 1, 64, 8, 8}, "bf16", "dv0"}),
+                      ContainsSubstring("flag 'dv0' does not apply"));
+    CHECK_THROWS_WITH(detail::make_op({"flash_attention", {1, 1, 1, 64, 8, 8}, "bf16", "dv72"}),
+                      ContainsSubstring("head_dim_v must be a multiple of 16"));
+    CHECK_THROWS_WITH(detail::make_op({"flash_attention", {1, 1, 1, 64, 8, 8}, "bf16", "dv64,dv128"}),
+                      ContainsSubstring("dv"));
 }
