@@ -424,9 +424,11 @@ TEST_CASE("Every FlashAttention config in the search space is correct", "[gpu][f
     fill_strides(c);
     FlashAttention op(c.p);
     FlashRun run(c);
-    // The device's search space and, on sm_90, the sm_80 kernel's (which runs there too).
+    // The device's search space and, on sm_90, the sm_80 kernel's (which runs there too) at the
+    // common head dims; at the others the sm_80 kernel runs its heuristic's config in the tests
+    // above, and every config of its search space compiles (test_flash_attention_compile.cpp).
     std::vector<Config> configs = op.model().search_space(runtime.device());
-    if (runtime.device().sm() == 90)
+    if (runtime.device().sm() == 90 && d == dv && (d == 64 || d == 128 || d == 256))
         for (const Config& config : op.model().search_space(DeviceInfo::for_arch("sm_80"))) configs.push_back(config);
     for (const Config& config : test::this_shard(configs)) {
         INFO(fmt::format("config {}", config));
