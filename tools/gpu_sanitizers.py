@@ -11,7 +11,8 @@ tool reported, the tests that failed, or that it ran out of time (a job still ru
 deadline is killed and reported as such; one not started is "not run").
 --done skips the jobs an earlier summary finished, so a long pass can be split over several runs.
 --shards N runs each [search_space] test as N jobs, each on its share of the configs;
---search-space-only leaves the families' other tests out.
+--search-space-only leaves the families' other tests out; otherwise the search-space tests run
+after all the others.
 The [cli] family is left out: its [gpu] test runs deliberately faulty kernels in the tuning worker.
 """
 import argparse
@@ -121,6 +122,9 @@ def main():
         for family in names:
             jobs += [(tool, family, name, shard) for name in names[family]
                      for shard in (shards if name in sharded else [None]) if (tool, name, shard) not in finished]
+    # The search-space tests last: they take the longest (minutes each under a tool), so a
+    # deadline cuts them rather than the families' other tests.
+    jobs.sort(key=lambda job: job[2] in search_space)
 
     start = time.monotonic()
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else list(range(gpu_count()))
