@@ -13,7 +13,7 @@ struct DecodeAttentionProblem {
     int64_t batch = 1;           // sequences
     int64_t num_heads = 32;      // query heads; a multiple of num_kv_heads (GQA/MQA)
     int64_t num_kv_heads = 8;
-    int64_t head_dim = 128;      // 64, 128 or 256
+    int64_t head_dim = 128;      // a multiple of 16 from 16 to 256
     int64_t q_len = 1;           // query tokens per sequence, 1..8: the last q_len positions
     int64_t max_kv_len = 0;      // lengths[b] above this are clamped to it (contiguous: k/v's token extent)
     DType dtype = DType::bf16;   // q and the output; k and v too unless kv_dtype says otherwise

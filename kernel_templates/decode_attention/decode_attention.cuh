@@ -9,7 +9,7 @@
 //
 // One CTA = (split, kv head x row block, batch); which keys a split holds: decode.cuh. A row is one (query token, query head) of the KV
 // head; ROWS of them share the CTA. Each warp walks its own stride of KV tokens with its own
-// online softmax; LANES lanes hold one token's row (16 bytes each), so a warp covers
+// online softmax; LANES lanes hold one token's row (16 bytes each, DecodeLanes), so a warp covers
 // 32 / LANES tokens per 16-byte load and UNROLL such steps per iteration (loads issued first).
 // The warps are merged through shared memory; with splits, each CTA writes its normalized
 // partial output and log-sum-exp to the workspace and the last CTA of a (batch, kv head, row
@@ -18,10 +18,10 @@
 // An fp8 cache (TKV = __nv_fp8_e4m3) is read as e4m3 codes: the host folds the key scale into
 // `scale`, and `v_scale` multiplies the values (applied once to the accumulated output).
 //
-// Template parameters: T query/output type, TKV key/value type, HEAD_DIM, ROWS rows per CTA,
-// WARPS, UNROLL steps per iteration, STAGES iterations of loads in the shared-memory ring (loads
-// run STAGES - 1 iterations ahead), PAGE_SIZE tokens per page (0: contiguous KV), BALANCED the
-// batch's keys cut into chunks by the lengths (decode.cuh).
+// Template parameters: T query/output type, TKV key/value type, HEAD_DIM (a multiple of 16 up to
+// 256), ROWS rows per CTA, WARPS, UNROLL steps per iteration, STAGES iterations of loads in the
+// shared-memory ring (loads run STAGES - 1 iterations ahead), PAGE_SIZE tokens per page (0:
+// contiguous KV), BALANCED the batch's keys cut into chunks by the lengths (decode.cuh).
 //
 // Dynamic shared memory: the larger of the ring (WARPS * 32 * STAGES * (UNROLL * 32 + 1) bytes)
 // and the warps' partial results (WARPS * ROWS * (HEAD_DIM + 2) floats).
@@ -35,12 +35,27 @@
 
 namespace tileops {
 
+constexpr int decode_power_of_two_at_least(int n) {
+    int p = 1;
+    while (p < n) p *= 2;
+    return p;
+}
+
+// How a token's row of keys or values is spread over the lanes: a 16-byte slice per lane, on a
+// power-of-two number of lanes so that a token's lanes sum its dot product with xor shuffles and
+// 32 / LANES tokens fill a warp. Where the slices are not a power of two (bf16 at head dim 80: 10
+// slices on 16 lanes), the lanes past them idle: they read nothing (their ring slots are
+// zero-filled), their slices of the query tile are zeros, so they add 0 to the dot products, and
+// they store nothing. Narrower slices would not keep them busy: the odd factor of such a head dim
+// (80 = 5 x 16, 96 = 3 x 32) stays in the slice count whatever the slice's width, and loads under
+// 16 bytes only add instructions.
 template <typename TKV, int HEAD_DIM>
 struct DecodeLanes {
     static constexpr int VEC = 16 / static_cast<int>(sizeof(TKV));  // elements per 16-byte load
-    static constexpr int LANES = HEAD_DIM / VEC;                     // lanes holding one token
+    static constexpr int SLICES = HEAD_DIM / VEC;                    // lanes with a slice of a token
+    static constexpr int LANES = decode_power_of_two_at_least(SLICES);  // lanes holding one token
     static constexpr int TOKENS_PER_STEP = 32 / LANES;
-    static_assert(HEAD_DIM % VEC == 0 && LANES <= 32 && 32 % LANES == 0, "unsupported head dim");
+    static_assert(HEAD_DIM % VEC == 0 && LANES <= 32, "head dim a multiple of 16 bytes, 32 slices at most");
 };
 
 template <typename T, typename TKV, int HEAD_DIM, int ROWS, int WARPS, int UNROLL, int STAGES, int PAGE_SIZE, bool BALANCED = false>
@@ -56,6 +71,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     using Lanes = DecodeLanes<TKV, HEAD_DIM>;
     constexpr int VEC = Lanes::VEC, LANES = Lanes::LANES, TPS = Lanes::TOKENS_PER_STEP;
     constexpr int WARP_TOKENS = TPS * UNROLL;  // tokens a warp covers per iteration
+    constexpr int Q_DIM = LANES * VEC;         // the head dim and the idle lanes' slices (zeros) of the query tile
 
     const KvChunk work = decode_work<BALANCED, 16>(lengths, max_kv_len, q_len, window_left);
     if (!work.active) return;
@@ -68,12 +84,13 @@ __global__ void __launch_bounds__(WARPS * 32)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int slot = lane / LANES;       // which token of a step this lane loads
     const int dim0 = (lane % LANES) * VEC;  // which slice of the head dim
+    const bool has_slice = Lanes::SLICES == LANES || dim0 < HEAD_DIM;  // false: an idle lane (DecodeLanes)
 
     // Lengths past the cache's capacity are clamped so that no read leaves it.
     int len = lengths[batch];
     len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
 
-    __shared__ float q_tile[ROWS][HEAD_DIM];
+    __shared__ float q_tile[ROWS][Q_DIM];
     // The load ring while the warps stream the keys and values; afterwards the warps' partial
     // results: [WARPS][ROWS][HEAD_DIM], then m and l: [WARPS][ROWS] each.
     extern __shared__ __align__(16) float warp_out[];
@@ -147,10 +164,11 @@ __global__ void __launch_bounds__(WARPS * 32)
             } else {
                 offset = batch * kv_outer_stride + static_cast<long long>(token) * kv_token_stride;
             }
-            const long long at = valid ? offset + head_offset : 0;
+            const bool read = valid && has_slice;
+            const long long at = read ? offset + head_offset : 0;
             int4* slot_k = ring + ((stage * UNROLL + u) * 2) * 32;
-            cp_async_16(slot_k, k + at, valid);
-            cp_async_16(slot_k + 32, v + at, valid);
+            cp_async_16(slot_k, k + at, read);
+            cp_async_16(slot_k + 32, v + at, read);
             valid_bits |= valid ? 1u << u : 0u;
         }
         ring_valid[stage * 32] = static_cast<unsigned char>(valid_bits);
@@ -165,10 +183,10 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
     for (int it = 0; it < STAGES - 1; ++it) issue(it);
 
-    for (int idx = threadIdx.x; idx < ROWS * HEAD_DIM; idx += WARPS * 32) {
-        const int r = idx / HEAD_DIM, d = idx % HEAD_DIM, row = row0 + r;
+    for (int idx = threadIdx.x; idx < ROWS * Q_DIM; idx += WARPS * 32) {
+        const int r = idx / Q_DIM, d = idx % Q_DIM, row = row0 + r;
         float value = 0.0f;
-        if (row < total_rows) {
+        if (row < total_rows && d < HEAD_DIM) {
             const int token = row / group, head = kv_head * group + row % group;
             value = to_float(q[batch * q_batch_stride + token * q_token_stride + head * q_head_stride + d]);
         }
@@ -287,7 +305,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int e = 0; e < VEC; ++e) acc[r][e] += __shfl_xor_sync(0xffffffffu, acc[r][e], offset);
         }
-    if (slot == 0) {
+    if (slot == 0 && has_slice) {
 #pragma unroll
         for (int r = 0; r < ROWS; ++r)
 #pragma unroll

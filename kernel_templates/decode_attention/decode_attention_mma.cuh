@@ -18,16 +18,17 @@
 // cache, a warp loads the page numbers of 16-32 tiles at once, a batch ahead, so that it never
 // waits for the page table in front of a copy.
 //
-// Rows of the ring are swizzled (arch/mma_sm80.cuh: swizzled_offset) so that ldmatrix reads
-// without bank conflicts; keys feed S as the column operand, values feed O through ldmatrix.trans,
-// P goes from S's accumulators to O's row operand in registers (the FlashAttention-2 layout).
+// Rows of the ring are laid out for ldmatrix without bank conflicts (DecodeTileRows); keys feed S
+// as the column operand, values feed O through ldmatrix.trans, P goes from S's accumulators to O's
+// row operand in registers (the FlashAttention-2 layout).
 //
-// Template parameters: T query/key/value/output type (__half or __nv_bfloat16), HEAD_DIM, WARPS,
-// TILE keys per warp iteration (16 or 32), STAGES, PAGE_SIZE tokens per page (0: contiguous),
-// BALANCED the batch's keys cut into chunks by the lengths (decode.cuh).
-// Shared memory: the query tile (static, 16 x HEAD_DIM) and, dynamic, the larger of the rings
-// (WARPS * STAGES * 2 * TILE * HEAD_DIM elements plus a word per warp and stage) and the warps'
-// partial results (WARPS * 16 * (HEAD_DIM + 2) floats).
+// Template parameters: T query/key/value/output type (__half or __nv_bfloat16), HEAD_DIM (a
+// multiple of 16 up to 256), WARPS, TILE keys per warp iteration (16 or 32), STAGES, PAGE_SIZE
+// tokens per page (0: contiguous), BALANCED the batch's keys cut into chunks by the lengths
+// (decode.cuh).
+// Shared memory: the query tile (static, 16 x STRIDE elements, STRIDE = DecodeTileRows::STRIDE)
+// and, dynamic, the larger of the rings (WARPS * STAGES * 2 * TILE * STRIDE elements plus a word
+// per warp and stage) and the warps' partial results (WARPS * 16 * (HEAD_DIM + 2) floats).
 #pragma once
 
 #include "arch/mma_sm80.cuh"
@@ -37,6 +38,26 @@
 #include "decode_attention/decode.cuh"
 
 namespace tileops {
+
+// How a tile of rows of HEAD_DIM 16-bit elements (queries, keys or values) lies in shared memory,
+// where ldmatrix reads 8 rows at a time at the same 16-byte chunk of each: those 8 chunks must fall
+// into 8 different bank groups (16 bytes of the 128-byte bank line each). Rows of 4, 8, 16 or 32
+// chunks are XOR-swizzled (swizzled_offset), unpadded. An XOR permutes a row only when its chunks
+// are a power of two, so any other row (head dims 16, 48, 80, 96, 112, 160, 192, ...: an even
+// number of chunks) is padded by one chunk instead: with an odd stride in chunks, 8 consecutive
+// rows put the same chunk into 8 different bank groups, at the cost of one chunk a row.
+template <int HEAD_DIM>
+struct DecodeTileRows {
+    static constexpr int CHUNKS = HEAD_DIM / 8;  // 16-byte chunks of a row
+    static constexpr bool SWIZZLED = CHUNKS >= 4 && (CHUNKS & (CHUNKS - 1)) == 0;
+    static constexpr int STRIDE = SWIZZLED ? HEAD_DIM : HEAD_DIM + 8;  // elements from a row to the next
+
+    // Element offset of (row, col) in the tile.
+    static __device__ __forceinline__ int offset(int row, int col) {
+        if constexpr (SWIZZLED) return swizzled_offset<HEAD_DIM>(row, col);
+        return row * STRIDE + col;
+    }
+};
 
 template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false>
 __global__ void __launch_bounds__(WARPS * 32)
@@ -49,18 +70,25 @@ __global__ void __launch_bounds__(WARPS * 32)
                                 long long o_head_stride, float* __restrict__ lse, int group, int q_len,
                                 int window_left, float scale, float softcap, float* workspace) {
     constexpr int ROWS = 16;
-    constexpr int CHUNKS = HEAD_DIM / 8;             // 16-byte chunks of a key row
-    constexpr int COPIES = TILE * CHUNKS / 32;       // chunks a lane copies per tile, of keys and of values
-    constexpr int ROWS_PER_COPY = 32 / CHUNKS;       // key rows one pass of the warp's lanes covers
+    using Rows = DecodeTileRows<HEAD_DIM>;
+    constexpr int CHUNKS = Rows::CHUNKS;             // 16-byte chunks of a key row
+    // A copy (one 16-byte chunk per lane) moves BLOCK_CHUNKS consecutive chunks of ROWS_PER_COPY
+    // key rows: a row's whole width where it is a power of two (head dims 16, 32, 64, 128, 256),
+    // else its widest power-of-two divisor (80: 2 chunks of 16 rows, five blocks a row). So a lane
+    // has the same place in every copy, only constants vary, and each row's piece is 32 bytes or
+    // more: whole sectors.
+    constexpr int BLOCK_CHUNKS = CHUNKS & -CHUNKS;
+    constexpr int BLOCKS = CHUNKS / BLOCK_CHUNKS;   // blocks of a row
+    constexpr int ROWS_PER_COPY = 32 / BLOCK_CHUNKS;
+    constexpr int COPIES = TILE / ROWS_PER_COPY * BLOCKS;  // chunks a lane copies per tile, of keys and of values
     constexpr int PAGE_SPAN = PAGE_SIZE > 0 && PAGE_SIZE < TILE ? PAGE_SIZE : TILE;  // keys sharing a page lookup
     constexpr int PAGES = TILE / PAGE_SPAN;          // page lookups per tile
     constexpr int S_TILES = TILE / 8;                // n-tiles of S
     constexpr int D_STEPS = HEAD_DIM / 16;           // k-steps of Q K^T
     constexpr int O_TILES = HEAD_DIM / 8;            // n-tiles of O
-    constexpr int TILE_ELEMS = TILE * HEAD_DIM;
+    constexpr int TILE_ELEMS = TILE * Rows::STRIDE;
     static_assert(TILE == 16 || TILE == 32, "TILE is 16 or 32 keys");
-    static_assert(HEAD_DIM % 16 == 0 && CHUNKS <= 32 && 32 % CHUNKS == 0, "head dim 64, 128 or 256");
-    static_assert(TILE * CHUNKS % 32 == 0, "a tile is a whole number of copies per lane");
+    static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256, "head dim a multiple of 16 up to 256");
 
     const KvChunk work = decode_work<BALANCED, TILE>(lengths, max_kv_len, q_len, window_left);
     if (!work.active) return;
@@ -77,8 +105,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     int len = lengths[batch];
     len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
 
-    __shared__ __align__(128) T q_tile[ROWS * HEAD_DIM];
-    // The warps' load rings, [WARPS][STAGES][keys, values][TILE][HEAD_DIM], then a word of valid
+    __shared__ __align__(128) T q_tile[ROWS * Rows::STRIDE];
+    // The warps' load rings, [WARPS][STAGES][keys, values][TILE][Rows::STRIDE], then a word of valid
     // pages per warp and stage; after the loop, the warps' partial results (decode_finish).
     extern __shared__ __align__(128) unsigned char shared[];
     T* ring = reinterpret_cast<T*>(shared) + warp * STAGES * 2 * TILE_ELEMS;
@@ -103,9 +131,11 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float score_scale = scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
 
     const int* pages_of_sequence = PAGE_SIZE > 0 ? page_table + batch * page_table_stride : nullptr;
-    // This lane's element offset inside a tile's keys: its row of the first copy, its chunk and the
-    // KV head. Copy i is ROWS_PER_COPY rows further; only the tile's (or page span's) start varies.
-    const long long lane_offset = (lane / CHUNKS) * kv_token_stride + (lane % CHUNKS) * 8 + kv_head * kv_head_stride;
+    // This lane's element offset inside a tile's keys: its row and chunk of the first copy, and the
+    // KV head. Copy i is a constant number of copy_steps (ROWS_PER_COPY rows) and chunks further;
+    // only the tile's (or page span's) start varies.
+    const int lane_row = lane / BLOCK_CHUNKS, lane_chunk = lane % BLOCK_CHUNKS;
+    const long long lane_offset = lane_row * kv_token_stride + lane_chunk * 8 + kv_head * kv_head_stride;
     const long long copy_step = ROWS_PER_COPY * kv_token_stride;
     static_assert(PAGE_SPAN % ROWS_PER_COPY == 0, "a copy's rows lie in one page span");
 
@@ -133,7 +163,7 @@ __global__ void __launch_bounds__(WARPS * 32)
     // which of the tile's pages are valid: a bad page table entry reads nothing and is masked.
     // Iterations are issued in order, by the whole warp (the shuffles need every lane). The address
     // of each page span is computed once per tile (a tile lies in one page, or spans whole pages), so
-    // a copy adds only a constant multiple of copy_step.
+    // a copy adds only constants (a multiple of copy_step and a chunk offset).
     auto issue = [&](int it) {
         const int stage = it % STAGES;
         const int base = (tile_begin + warp + it * WARPS) * TILE;
@@ -163,12 +193,14 @@ __global__ void __launch_bounds__(WARPS * 32)
         T* stage_k = ring + stage * 2 * TILE_ELEMS;
 #pragma unroll
         for (int i = 0; i < COPIES; ++i) {
-            const int first_row = i * ROWS_PER_COPY, p = first_row / PAGE_SPAN;
-            const int row = first_row + lane / CHUNKS, chunk = lane % CHUNKS;
+            const int first_row = i / BLOCKS * ROWS_PER_COPY, first_chunk = i % BLOCKS * BLOCK_CHUNKS;
+            const int p = first_row / PAGE_SPAN;
+            const int row = first_row + lane_row, chunk = first_chunk + lane_chunk;
             const int token = base + row;
             const bool valid = ((valid_pages >> p) & 1u) && token >= kv_begin && token < kv_end;
-            const long long at = valid ? span_offset[p] + (first_row % PAGE_SPAN / ROWS_PER_COPY) * copy_step : 0;
-            const int offset = swizzled_offset<HEAD_DIM>(row, chunk * 8);
+            const long long at =
+                valid ? span_offset[p] + (first_row % PAGE_SPAN / ROWS_PER_COPY) * copy_step + first_chunk * 8 : 0;
+            const int offset = Rows::offset(row, chunk * 8);
             cp_async<16>(stage_k + offset, k + at, valid ? 16 : 0);
             cp_async<16>(stage_k + TILE_ELEMS + offset, v + at, valid ? 16 : 0);
         }
@@ -194,17 +226,19 @@ __global__ void __launch_bounds__(WARPS * 32)
             for (int e = 0; e < 8; ++e) values[e] = src[e];
         }
 #pragma unroll
-        for (int e = 0; e < 8; ++e) q_tile[swizzled_offset<HEAD_DIM>(r, c * 8) + e] = values[e];
+        for (int e = 0; e < 8; ++e) q_tile[Rows::offset(r, c * 8) + e] = values[e];
     }
 
     __syncthreads();  // q_tile
 
-    // Q as the row operand of S = Q K^T: held in registers for the whole loop, except at head dim
-    // 256, where its 64 registers would make the accumulators spill; there it is read per tile.
-    constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 128;
+    // Q as the row operand of S = Q K^T: held in registers for the whole loop (HEAD_DIM / 4 of
+    // them) up to head dim 192, where ptxas still fits it beside O's accumulators at about 240
+    // registers; above, the register file is full (208: 248-255) and the accumulators would spill,
+    // so there it is read per tile.
+    constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 192;
     auto load_q = [&](unsigned (&frag)[4], int kk) {
         const int matrix = lane / 8;
-        ldmatrix_x4(frag, q_tile + swizzled_offset<HEAD_DIM>((matrix & 1) * 8 + lane % 8, kk * 16 + (matrix >> 1) * 8));
+        ldmatrix_x4(frag, q_tile + Rows::offset((matrix & 1) * 8 + lane % 8, kk * 16 + (matrix >> 1) * 8));
     };
     unsigned q_frag[Q_IN_REGISTERS ? D_STEPS : 2][4];
     if constexpr (Q_IN_REGISTERS) {
@@ -236,7 +270,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < D_STEPS; kk += 2) {
+        for (int kk = 0; kk + 1 < D_STEPS; kk += 2) {
             const unsigned(&qa)[4] = q_frag[Q_IN_REGISTERS ? kk : 0];
             const unsigned(&qb)[4] = q_frag[Q_IN_REGISTERS ? kk + 1 : 1];
             if constexpr (!Q_IN_REGISTERS) {
@@ -246,9 +280,21 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int j = 0; j < S_TILES; ++j) {
                 unsigned b[4];  // k-steps kk (b[0], b[1]) and kk + 1 (b[2], b[3])
-                ldmatrix_x4(b, keys + swizzled_offset<HEAD_DIM>(j * 8 + lane % 8, kk * 16 + (lane / 8) * 8));
+                ldmatrix_x4(b, keys + Rows::offset(j * 8 + lane % 8, kk * 16 + (lane / 8) * 8));
                 mma_16816<T>(s[j], qa, {b[0], b[1]});
                 mma_16816<T>(s[j], qb, {b[2], b[3]});
+            }
+        }
+        if constexpr (D_STEPS % 2 == 1) {  // the last k-step alone (head dims 16, 48, 80, 112, ...)
+            constexpr int kk = D_STEPS - 1;
+            const unsigned(&qa)[4] = q_frag[Q_IN_REGISTERS ? kk : 0];
+            if constexpr (!Q_IN_REGISTERS) load_q(q_frag[0], kk);
+#pragma unroll
+            for (int j = 0; j < S_TILES; j += 2) {
+                unsigned b[4];  // n-tiles j (b[0], b[1]) and j + 1 (b[2], b[3])
+                ldmatrix_x4(b, keys + Rows::offset((j + lane / 16) * 8 + lane % 8, kk * 16 + (lane / 8 % 2) * 8));
+                mma_16816<T>(s[j], qa, {b[0], b[1]});
+                mma_16816<T>(s[j + 1], qa, {b[2], b[3]});
             }
         }
 
@@ -323,8 +369,7 @@ __global__ void __launch_bounds__(WARPS * 32)
 #pragma unroll
             for (int n = 0; n < O_TILES; n += 2) {
                 unsigned b[4];  // n-tiles n (b[0], b[1]) and n + 1 (b[2], b[3])
-                ldmatrix_x4_trans(b, values + swizzled_offset<HEAD_DIM>(ks * 16 + (matrix & 1) * 8 + lane % 8,
-                                                                        n * 8 + (matrix >> 1) * 8));
+                ldmatrix_x4_trans(b, values + Rows::offset(ks * 16 + (matrix & 1) * 8 + lane % 8, n * 8 + (matrix >> 1) * 8));
                 mma_16816<T>(o[n], p, {b[0], b[1]});
                 mma_16816<T>(o[n + 1], p, {b[2], b[3]});
             }

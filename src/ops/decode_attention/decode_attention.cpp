@@ -133,8 +133,9 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
     if (p.num_heads % p.num_kv_heads != 0)
         throw InvalidArgument(fmt::format("tileops::{}: num_heads ({}) must be a multiple of num_kv_heads ({})", kOp,
                                           p.num_heads, p.num_kv_heads));
-    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-        throw InvalidArgument(fmt::format("tileops::{}: head_dim must be 64, 128 or 256, got {}", kOp, p.head_dim));
+    if (p.head_dim < 16 || p.head_dim > 256 || p.head_dim % 16 != 0)
+        throw InvalidArgument(
+            fmt::format("tileops::{}: head_dim must be a multiple of 16 from 16 to 256, got {}", kOp, p.head_dim));
     check_range("q_len", p.q_len, 1, 8);
     check_range("max_kv_len", p.max_kv_len, 1, kIntMax / 2);
     if (p.dtype != DType::fp16 && p.dtype != DType::bf16)

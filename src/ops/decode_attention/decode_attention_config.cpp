@@ -21,6 +21,21 @@ bool is_power_of_two_up_to(long long value, long long limit) {
     return value >= 1 && value <= limit && (value & (value - 1)) == 0;
 }
 
+// Must match decode_attention_mma.cuh (DecodeTileRows): elements from one row of the tensor-core
+// kernel's shared tiles to the next, the head dim padded by a 16-byte chunk unless its chunks are
+// a power of two from 4 to 32 (swizzled instead).
+long long mma_row_stride(long long head_dim) {
+    const long long chunks = head_dim / 8;
+    return chunks >= 4 && is_power_of_two_up_to(chunks, 32) ? head_dim : head_dim + 8;
+}
+
+// Must match decode_attention.cuh (DecodeLanes): the width of the CUDA-core kernel's query tile,
+// the head dim rounded up to a power-of-two number of 16-byte slices of the cache.
+long long cuda_core_query_width(const DecodeShape& s) {
+    const long long vec = 16 / (s.fp8_cache ? 1 : s.element_bytes);
+    return next_power_of_two(s.head_dim / vec) * vec;
+}
+
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 128;
 constexpr long long kMaxSplits = 256;
@@ -53,15 +68,16 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
         l.tile = static_cast<int>(config_value(config, "tile", op));
         // Must match decode_attention_mma.cuh: per warp and stage, a tile of keys and one of
         // values, and a word of valid pages; the query tile is static.
-        ring = static_cast<size_t>(l.warps) * l.stages * (2 * l.tile * shape.head_dim * shape.element_bytes + 4);
-        l.static_shared_bytes = static_cast<size_t>(kDecodeMmaRows) * shape.head_dim * shape.element_bytes;
+        const long long row_stride = mma_row_stride(shape.head_dim);
+        ring = static_cast<size_t>(l.warps) * l.stages * (2 * l.tile * row_stride * shape.element_bytes + 4);
+        l.static_shared_bytes = static_cast<size_t>(kDecodeMmaRows) * row_stride * shape.element_bytes;
     } else {
         l.rows = static_cast<int>(config_value(config, "rows", op));
         l.unroll = static_cast<int>(config_value(config, "unroll", op));
         // Must match decode_attention.cuh: 16 bytes per lane, key and value, per unroll step and
         // stage, plus a byte of flags per lane and stage; the query tile (fp32) is static.
         ring = static_cast<size_t>(l.warps) * l.stages * 32 * (l.unroll * 2 * 16 + 1);
-        l.static_shared_bytes = static_cast<size_t>(l.rows) * shape.head_dim * sizeof(float);
+        l.static_shared_bytes = static_cast<size_t>(l.rows) * cuda_core_query_width(shape) * sizeof(float);
     }
     l.static_shared_bytes += 32;  // a CTA's chunk of a balanced batch (common/kv_chunks.cuh)
     l.row_blocks = l.rows > 0 ? (shape.rows_per_kv_head() + l.rows - 1) / l.rows : 0;
@@ -89,9 +105,9 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     // 177 us against 205 on CUDA cores; 1 x 32 x 16k kept the CUDA cores, 100 us).
     const bool mma = s.rows_per_kv_head() >= 2 || s.batch * s.num_kv_heads >= device.sm_count;
     if (mma && device.sm() >= 80 && !s.fp8_cache) {
-        // A ring of about 96 KB: three stages of 16 keys for four warps at head dim <= 128, for two
-        // warps at 256.
-        const long long warps = s.head_dim == 256 ? 2 : 4;
+        // A ring of about 96 KB or less: three stages of 16 keys for four warps up to head dim 128,
+        // for two warps above.
+        const long long warps = s.head_dim <= 128 ? 4 : 2;
         const Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
         const DecodeLaunch l = decode_launch(s, config);
         Config with_splits = config;

@@ -42,8 +42,10 @@ void page_cache(DecodeAttentionProblem& p, int64_t page_size) {
 
 std::vector<std::unique_ptr<Op>> representative_ops() {
     std::vector<std::unique_ptr<Op>> ops;
+    // The power-of-two head dims and a few between them (models' 80, 96, 192): an odd number of
+    // k-steps, padded shared-memory rows, idle lanes on the CUDA cores, Q in registers at its limit.
     for (DType dtype : {DType::fp16, DType::bf16})
-        for (int64_t head_dim : {64, 128, 256})
+        for (int64_t head_dim : {64, 80, 96, 128, 192, 256})
             for (auto [heads, kv_heads, q_len] : {std::tuple{32, 8, 1}, {32, 32, 1}, {32, 8, 4}, {64, 8, 8}, {16, 16, 2}})
                 for (int64_t page_size : {0, 16, 256}) {
                     DecodeAttentionProblem p;
@@ -57,8 +59,8 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
                     page_cache(p, page_size);
                     ops.push_back(std::make_unique<DecodeAttention>(p));
                 }
-    // An fp8 e4m3 cache (the CUDA-core kernel): each head dim, GQA and MHA, paged.
-    for (int64_t head_dim : {64, 128, 256})
+    // An fp8 e4m3 cache (the CUDA-core kernel): GQA and MHA, paged, over 4 to 16 lanes a token.
+    for (int64_t head_dim : {64, 80, 128, 192, 256})
         for (auto [heads, kv_heads, page_size] : {std::tuple{32, 8, 0}, {32, 32, 16}, {64, 8, 64}}) {
             DecodeAttentionProblem p;
             p.batch = 3;

@@ -2,7 +2,8 @@
 // the softmax is far from uniform, poisoned outputs, mixed sequence lengths (0, 1, 7, 255, 256,
 // 257, 4097, 100k), GQA ratios 1/4/8, 1-4 query tokens, every page size with a shuffled page
 // table, windows, soft-capping, the log-sum-exp, every config of the search space, the
-// tensor-core kernel on one row per KV head, and fp8 e4m3 caches with key and value scales.
+// tensor-core kernel on one row per KV head, fp8 e4m3 caches with key and value scales, and head
+// dims between the powers of two on both kernels.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -341,6 +342,34 @@ TEST_CASE("The tensor-core DecodeAttention kernel with one row per KV head (MHA)
     check_configs(c, {{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}},
                       {{"kernel", 1}, {"warps", 2}, {"tile", 32}, {"stages", 2}, {"splits", 5}},
                       {{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 16}}});
+}
+
+TEST_CASE("DecodeAttention at head dims between the powers of two, on both kernels", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    // The tensor cores: padded shared-memory rows, an odd number of k-steps (80, 112), Q in
+    // registers at its limit (192), pages of 16 under tiles of 32. The CUDA cores: idle lanes past
+    // the head dim (bf16: 10-14 slices on 16 lanes, 20-24 on 32; fp8: 5-7 on 8, 10-12 on 16).
+    // A batch of odd lengths (one empty, one shorter than q_len) over a paged cache, and a single
+    // sequence (fixed splits) over a contiguous one.
+    const int64_t head_dim = GENERATE(80, 96, 112, 160, 192);
+    const bool fp8 = GENERATE(false, true);
+    DecodeAttentionProblem p = problem(fp8 ? DType::fp16 : DType::bf16, 8, 2, head_dim, 2, 1100);
+    p.return_lse = true;
+    std::vector<Config> configs{{{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 3}},
+                                {{"kernel", 0}, {"rows", 8}, {"warps", 8}, {"unroll", 1}, {"stages", 3}, {"splits", 1}}};
+    if (fp8) {  // the CUDA-core kernel only
+        p.kv_dtype = DType::fp8_e4m3;
+        p.k_scale = 0.37f;
+        p.v_scale = 1.9f;
+    } else {
+        configs.push_back({{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}});
+        configs.push_back({{"kernel", 1}, {"warps", 2}, {"tile", 32}, {"stages", 2}, {"splits", 3}});
+    }
+    const uint64_t seed = 10 * static_cast<uint64_t>(head_dim) + (fp8 ? 1 : 0);
+    DecodeAttentionProblem paged = p;
+    paged.page_size = 16;
+    check_configs(DecodeCase(paged, {1027, 0, 1, 333, 77}, seed, 8), configs);
+    check_configs(DecodeCase(p, {1037}, seed + 5, 8), configs);
 }
 
 TEST_CASE("DecodeAttention over an fp8 e4m3 cache with key and value scales", "[gpu][decode]") {

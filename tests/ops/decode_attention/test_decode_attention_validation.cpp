@@ -58,7 +58,9 @@ DecodeAttentionProblem with(Edit edit, DecodeAttentionProblem p = gqa()) {
 TEST_CASE("DecodeAttention refuses bad problems by name", "[validation][decode]") {
     CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.num_heads = 30; })),
                       ContainsSubstring("num_heads (30) must be a multiple of num_kv_heads (8)"));
-    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.head_dim = 96; })), ContainsSubstring("head_dim must be 64, 128 or 256"));
+    for (int64_t head_dim : {0, 8, 72, 120, 264, 512, -16})
+        CHECK_THROWS_WITH(DecodeAttention(with([&](auto& p) { p.head_dim = head_dim; })),
+                          ContainsSubstring("head_dim must be a multiple of 16 from 16 to 256, got " + std::to_string(head_dim)));
     CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.q_len = 9; })), ContainsSubstring("q_len must be in [1, 8]"));
     CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.batch = 0; })), ContainsSubstring("batch must be in [1, 65535]"));
     CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.max_kv_len = 0; })), ContainsSubstring("max_kv_len"));
@@ -75,6 +77,7 @@ TEST_CASE("DecodeAttention refuses bad problems by name", "[validation][decode]"
     CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_token_stride = 1028; })),
                       ContainsSubstring("kv_token_stride = 1028 must be a multiple of 8 elements"));
     CHECK_THROWS_AS(DecodeAttention(with([](auto& p) { p.head_dim = 0; })), InvalidArgument);
+    CHECK_THROWS_AS(DecodeAttention(with([](auto& p) { p.head_dim = 72; })), InvalidArgument);
     // An fp8 cache: only e4m3 beside dtype itself, positive finite scales, strides of whole 16-byte pieces.
     CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp32; })),
                       ContainsSubstring("kv_dtype must be dtype (bf16) or fp8_e4m3, got fp32"));
@@ -240,20 +243,74 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only where keys a
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'kernel'") != std::string::npos);
 }
 
-TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_80 and sm_90a", "[compile][decode]") {
+TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 256", "[validation][decode]") {
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+        const DeviceInfo device = DeviceInfo::for_arch(arch);
+        for (int64_t head_dim = 16; head_dim <= 256; head_dim += 16)
+            for (auto p : {with([&](auto& q) { q.head_dim = head_dim; }),
+                           with([&](auto& q) { q.head_dim = head_dim, q.num_heads = 8, q.batch = 1; }),  // MHA: CUDA cores
+                           with([&](auto& q) { q.head_dim = head_dim, q.kv_dtype = DType::fp8_e4m3; }, paged())}) {
+                DecodeAttention op(p);
+                const detail::OpModel& model = op.model();
+                INFO(arch << ": " << model.describe());
+                const Config heuristic = model.heuristic(device);
+                CHECK_FALSE(model.invalid_reason(heuristic, device).has_value());
+                // The head dim follows the cache's element type in both kernels' template arguments.
+                const std::string kv_type = p.kv_dtype == DType::fp8_e4m3 ? "__nv_fp8_e4m3" : "__nv_bfloat16";
+                CHECK_THAT(model.plan(heuristic, 1, device).name_expression,
+                           ContainsSubstring(kv_type + ", " + std::to_string(head_dim) + ", "));
+                CHECK_FALSE(model.search_space(device).empty());
+            }
+    }
+    // Shared memory as the kernels lay it out. Tensor cores at head dim 80: rows of 10 16-byte
+    // chunks are padded to 11 (88 elements); at 128 they are swizzled, unpadded.
+    const auto launch = [](const DecodeAttentionProblem& p, const Config& config) {
+        return detail::decode_launch(detail::decode_shape(DecodeAttention(p).problem()), config);
+    };
+    const Config mma{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
+    const detail::DecodeLaunch mma80 = launch(with([](auto& q) { q.head_dim = 80; }), mma);
+    CHECK(mma80.dynamic_shared_bytes == 4 * 3 * (2 * 16 * 88 * 2 + 4));
+    CHECK(mma80.static_shared_bytes == 16 * 88 * 2 + 32);
+    CHECK(launch(gqa(), mma).dynamic_shared_bytes == 4 * 3 * (2 * 16 * 128 * 2 + 4));
+    // CUDA cores: the fp32 query tile spans the idle lanes too (fp8 at 80: 5 slices on 8 lanes).
+    const Config cuda_cores{{"kernel", 0}, {"rows", 4}, {"warps", 8}, {"unroll", 2}, {"stages", 2}, {"splits", 1}};
+    CHECK(launch(with([](auto& q) { q.head_dim = 80, q.kv_dtype = DType::fp8_e4m3; }), cuda_cores).static_shared_bytes ==
+          4 * 128 * 4 + 32);
+    CHECK(launch(with([](auto& q) { q.head_dim = 80; }), cuda_cores).static_shared_bytes == 4 * 128 * 4 + 32);
+    CHECK(launch(with([](auto& q) { q.head_dim = 96; }), cuda_cores).static_shared_bytes == 4 * 128 * 4 + 32);
+    CHECK(launch(with([](auto& q) { q.head_dim = 192; }), cuda_cores).static_shared_bytes == 4 * 256 * 4 + 32);
+    // The tensor-core default keeps a ring of about 96 KB or less: four warps up to 128, two above.
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    for (int64_t head_dim : {80, 96, 112, 128, 160, 192, 256}) {
+        const Config heuristic = DecodeAttention(with([&](auto& q) { q.head_dim = head_dim; })).model().heuristic(h100);
+        CHECK(heuristic.at("kernel") == detail::kDecodeTensorCores);
+        CHECK(heuristic.at("warps") == (head_dim <= 128 ? 4 : 2));
+    }
+}
+
+TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_80 and sm_90a without spilling",
+          "[compile][decode]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     test::KernelsByFile kernels;
-    // Batches (keys cut by the lengths on the device) and a single sequence (fixed splits).
+    // Batches (keys cut by the lengths on the device) and a single sequence (fixed splits); head
+    // dims between the powers of two: 80 (an odd number of k-steps, pages of 16 under tiles of
+    // 32), 192 (Q in registers at its limit) and 96 over an fp8 cache (6 slices on 8 lanes).
     for (auto p : {gqa(), with([](auto& q) { q.batch = 1; }), with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 64; }, paged()),
                    with([](auto& q) { q.head_dim = 256, q.page_size = 64, q.max_pages_per_seq = 64; }, paged()),
                    with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.dtype = DType::fp16; }),
-                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 256, q.num_heads = 8; }, paged())}) {
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 256, q.num_heads = 8; }, paged()),
+                   with([](auto& q) { q.head_dim = 80; }, paged()),
+                   with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 192, q.batch = 1; }),
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 96; }, paged())}) {
         DecodeAttention op(p);
         for (const Config& config : op.model().search_space(device)) test::add_kernels(kernels, op.model(), config, 1, device);
     }
     CHECK(kernels.size() == 2);  // CUDA-core and tensor-core kernels (files)
-    test::compile_all(kernels, arch);
+    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
+        INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores");
+        CHECK(report.spill_bytes == 0);
+    }
 }
 
 TEST_CASE("decode_attention problems parse from tileops-tune's text form", "[decode]") {
