@@ -97,6 +97,14 @@ long long heuristic_splits(const DecodeShape& s, long long ctas, const DeviceInf
     return std::clamp<long long>(std::max(device.sm_count, 1) / std::max(ctas, 1LL), 1, max_useful_splits(s));
 }
 
+// The tensor-core kernel copies rows whose chunks are not a power of two chunk by chunk, each
+// copy's row and column computed: past head dim 128 that and 32-key tiles overflow the registers
+// (ptxas, sm_90a: 8-96 bytes of spills over a contiguous cache, 68-312 paged).
+bool tile_spills(const DecodeShape& s, long long tile) {
+    const long long chunks = s.head_dim / 8;
+    return tile == 32 && s.head_dim > 128 && (chunks & (chunks - 1)) != 0;
+}
+
 }  // namespace
 
 Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
@@ -148,8 +156,9 @@ std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& 
             for (long long tile : {16, 32})
                 for (long long stages : {2, 3, 4})
                     for (long long splits : split_options)
-                        configs.push_back({{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile},
-                                           {"stages", stages}, {"splits", splits}});
+                        if (!tile_spills(s, tile))
+                            configs.push_back({{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile},
+                                               {"stages", stages}, {"splits", splits}});
     return configs;
 }
 
@@ -170,6 +179,7 @@ std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Con
         if (device.sm() < 80) return fmt::format("kernel 1 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
         if (s.fp8_cache) return "kernel 1 (mma.sync) takes 16-bit keys and values, not an fp8 cache: use kernel 0";
         if (l.tile != 16 && l.tile != 32) return fmt::format("tile = {} is not 16 or 32", l.tile);
+        if (tile_spills(s, l.tile)) return fmt::format("kernel 1: tiles of 32 keys spill registers at head dim {}", s.head_dim);
         if (l.warps > 8) return fmt::format("kernel 1: warps = {} is more than 8 (registers)", l.warps);
     } else {
         if (device.sm() < 80) return fmt::format("kernel 0 (cp.async) needs sm_80 or newer, the device is {}", device.arch());
