@@ -72,13 +72,18 @@ __global__ void __launch_bounds__(WARPS * 32)
     constexpr int ROWS = 16;
     using Rows = DecodeTileRows<HEAD_DIM>;
     constexpr int CHUNKS = Rows::CHUNKS;             // 16-byte chunks of a key row
-    // A copy (one 16-byte chunk per lane) moves the next 32 chunks of the tile in row order. Where a
-    // row's chunks are a power of two (head dims 16, 32, 64, 128, 256) that is whole rows and a lane
-    // keeps its column in every copy: only constants vary. Elsewhere (80: 10 chunks) a lane's row
-    // and column change from copy to copy, a few integer operations, so that every row is still read
-    // whole (pieces of rows of 32 or 64 bytes ran at 63-78% of copy bandwidth, whole rows at 94%).
-    constexpr bool WHOLE_ROWS = Rows::SWIZZLED;
-    constexpr int ROWS_PER_COPY = WHOLE_ROWS ? 32 / CHUNKS : 1;
+    // A copy (one 16-byte chunk per lane) moves BLOCK_CHUNKS consecutive chunks of ROWS_PER_COPY
+    // key rows: a row's whole width where it is a power of two (head dims 16, 32, 64, 128, 256),
+    // else 8 chunks (whole 128-byte lines: 192 is three of them) where they divide the row. So a
+    // lane has the same place in every copy and only constants vary. Other rows (80: 10 chunks)
+    // would leave pieces of 32 or 64 bytes, which streamed at 63-78% of the copy bandwidth against
+    // 94% for lines (H200, GQA 32/8): there a copy moves the tile's next 32 chunks in row order,
+    // each lane's row and column computed per copy, and rows are read whole.
+    constexpr int LINE_CHUNKS = CHUNKS & -CHUNKS;  // the widest power of two dividing a row's chunks
+    constexpr bool BLOCKED = LINE_CHUNKS == CHUNKS || LINE_CHUNKS >= 8;
+    constexpr int BLOCK_CHUNKS = LINE_CHUNKS == CHUNKS ? CHUNKS : 8;
+    constexpr int BLOCKS = CHUNKS / BLOCK_CHUNKS;   // blocks of a row
+    constexpr int ROWS_PER_COPY = BLOCKED ? 32 / BLOCK_CHUNKS : 1;
     constexpr int COPIES = TILE * CHUNKS / 32;       // chunks a lane copies per tile, of keys and of values
     constexpr int PAGE_SPAN = PAGE_SIZE > 0 && PAGE_SIZE < TILE ? PAGE_SIZE : TILE;  // keys sharing a page lookup
     constexpr int PAGES = TILE / PAGE_SPAN;          // page lookups per tile
@@ -132,11 +137,12 @@ __global__ void __launch_bounds__(WARPS * 32)
     const float score_scale = scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
 
     const int* pages_of_sequence = PAGE_SIZE > 0 ? page_table + batch * page_table_stride : nullptr;
-    // Whole rows: this lane's element offset inside a tile's keys (its row and chunk of the first
-    // copy, and the KV head). Copy i is ROWS_PER_COPY rows further; only the tile's (or page
-    // span's) start varies. Otherwise only the KV head's offset is fixed.
-    const long long lane_offset = (WHOLE_ROWS ? (lane / CHUNKS) * kv_token_stride + (lane % CHUNKS) * 8 : 0) +
-                                  kv_head * kv_head_stride;
+    // Blocked copies: this lane's element offset inside a tile's keys (its row and chunk of the
+    // first copy, and the KV head). Copy i is a constant number of copy_steps (ROWS_PER_COPY rows)
+    // and chunks further; only the tile's (or page span's) start varies. Otherwise only the KV
+    // head's offset is fixed.
+    const int lane_row = lane / BLOCK_CHUNKS, lane_chunk = lane % BLOCK_CHUNKS;
+    const long long lane_offset = (BLOCKED ? lane_row * kv_token_stride + lane_chunk * 8 : 0) + kv_head * kv_head_stride;
     const long long copy_step = ROWS_PER_COPY * kv_token_stride;
     static_assert(PAGE_SPAN % ROWS_PER_COPY == 0, "a copy's rows lie in one page span");
 
@@ -194,12 +200,14 @@ __global__ void __launch_bounds__(WARPS * 32)
         T* stage_k = ring + stage * 2 * TILE_ELEMS;
 #pragma unroll
         for (int i = 0; i < COPIES; ++i) {
-            if constexpr (WHOLE_ROWS) {
-                const int first_row = i * ROWS_PER_COPY, p = first_row / PAGE_SPAN;
-                const int row = first_row + lane / CHUNKS, chunk = lane % CHUNKS;
+            if constexpr (BLOCKED) {
+                const int first_row = i / BLOCKS * ROWS_PER_COPY, first_chunk = i % BLOCKS * BLOCK_CHUNKS;
+                const int p = first_row / PAGE_SPAN;
+                const int row = first_row + lane_row, chunk = first_chunk + lane_chunk;
                 const int token = base + row;
                 const bool valid = ((valid_pages >> p) & 1u) && token >= kv_begin && token < kv_end;
-                const long long at = valid ? span_offset[p] + (first_row % PAGE_SPAN / ROWS_PER_COPY) * copy_step : 0;
+                const long long at =
+                    valid ? span_offset[p] + (first_row % PAGE_SPAN / ROWS_PER_COPY) * copy_step + first_chunk * 8 : 0;
                 const int offset = Rows::offset(row, chunk * 8);
                 cp_async<16>(stage_k + offset, k + at, valid ? 16 : 0);
                 cp_async<16>(stage_k + TILE_ELEMS + offset, v + at, valid ? 16 : 0);

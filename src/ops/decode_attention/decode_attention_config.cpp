@@ -97,12 +97,13 @@ long long heuristic_splits(const DecodeShape& s, long long ctas, const DeviceInf
     return std::clamp<long long>(std::max(device.sm_count, 1) / std::max(ctas, 1LL), 1, max_useful_splits(s));
 }
 
-// The tensor-core kernel copies rows whose chunks are not a power of two chunk by chunk, each
-// copy's row and column computed: past head dim 128 that and 32-key tiles overflow the registers
-// (ptxas, sm_90a: 8-96 bytes of spills over a contiguous cache, 68-312 paged).
+// The tensor-core kernel copies rows whose 16-byte chunks are neither a power of two nor a multiple
+// of 8 (decode_attention_mma.cuh: 80, 96, 112, 160, ...) chunk by chunk, each copy's row and column
+// computed: past head dim 128 that and 32-key tiles overflow the registers (ptxas, sm_90a: 8-96
+// bytes of spills over a contiguous cache, 68-312 paged).
 bool tile_spills(const DecodeShape& s, long long tile) {
-    const long long chunks = s.head_dim / 8;
-    return tile == 32 && s.head_dim > 128 && (chunks & (chunks - 1)) != 0;
+    const long long chunks = s.head_dim / 8, line_chunks = chunks & -chunks;
+    return tile == 32 && s.head_dim > 128 && line_chunks != chunks && line_chunks < 8;
 }
 
 }  // namespace

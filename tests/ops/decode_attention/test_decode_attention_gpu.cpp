@@ -346,8 +346,9 @@ TEST_CASE("The tensor-core DecodeAttention kernel with one row per KV head (MHA)
 
 TEST_CASE("DecodeAttention at head dims between the powers of two, on both kernels", "[gpu][decode]") {
     TILEOPS_REQUIRE_GPU();
-    // The tensor cores: padded shared-memory rows copied chunk by chunk, an odd number of k-steps
-    // (80, 112), Q in registers at its limit (192), pages of 16 under tiles of 32. The CUDA cores: idle lanes past
+    // The tensor cores: padded shared-memory rows copied chunk by chunk (80, 96, 112, 160) or in
+    // 128-byte lines (192), an odd number of k-steps (80, 112), Q in registers at its limit (192),
+    // pages of 16 under tiles of 32. The CUDA cores: idle lanes past
     // the head dim (bf16: 10-14 slices on 16 lanes, 20-24 on 32; fp8: 5-7 on 8, 10-12 on 16).
     // A batch of odd lengths (one empty, one shorter than q_len) over a paged cache, and a single
     // sequence (fixed splits) over a contiguous one.
@@ -364,7 +365,7 @@ TEST_CASE("DecodeAttention at head dims between the powers of two, on both kerne
     } else {
         configs.push_back({{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}});
         // Tiles of 32 keys where they fit in the registers (decode_invalid_reason).
-        configs.push_back({{"kernel", 1}, {"warps", 2}, {"tile", head_dim <= 128 ? 32 : 16}, {"stages", 2}, {"splits", 3}});
+        configs.push_back({{"kernel", 1}, {"warps", 2}, {"tile", head_dim == 160 ? 16 : 32}, {"stages", 2}, {"splits", 3}});
     }
     const uint64_t seed = 10 * static_cast<uint64_t>(head_dim) + (fp8 ? 1 : 0);
     DecodeAttentionProblem paged = p;
