@@ -32,7 +32,8 @@ refuse("model config" --config ${WORK_DIR} --random-weights 1 --prompt-lengths 5
 refuse("header length .* does not fit" --config ${llama} --weights ${WORK_DIR}/truncated.safetensors --prompt-lengths 5)
 refuse("prompt 1 holds 1999" --config ${llama} --random-weights 1 --prompts ${WORK_DIR}/bad_prompts.json)
 refuse("not valid JSON" --config ${llama} --random-weights 1 --prompts ${WORK_DIR}/not_json.json)
-refuse("head_dim must be 64, 128 or 256, got 16" --config ${DATA}/tiny_llama_config.json --random-weights 1 --prompt-lengths 5)
+refuse("head_dim must be a multiple of 16 from 16 to 256, got 18" --config ${DATA}/odd_head_dim_config.json --random-weights 1
+       --prompt-lengths 5)
 refuse("passes GPT-2's 512 learned positions" --config ${gpt2} --random-weights 1 --prompt-lengths 500 --steps 20)
 refuse("pass --max-context 64" --config ${llama} --random-weights 1 --prompt-lengths 60 --steps 8 --max-context 64)
 refuse("page size must be >= 1|--page-size must be" --config ${llama} --random-weights 1 --prompt-lengths 5 --page-size 0)
