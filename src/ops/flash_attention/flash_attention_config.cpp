@@ -16,6 +16,12 @@ int sm90_warps(int block_m) { return block_m / 16 + 4; }
 // TMA boxes, the sm_80 kernel's swizzled rows.
 size_t padded(long long head_dim) { return static_cast<size_t>((head_dim + 63) / 64 * 64); }
 
+// Elements of q_tiles Q tiles (whose rows also stage the output rows) and the K and V rings.
+size_t tile_elements(const FlashShape& s, const FlashConfig& c, int q_tiles) {
+    const size_t q_row = std::max(padded(s.head_dim), padded(s.head_dim_v));
+    return q_tiles * c.block_m * q_row + c.stages * c.block_n * (padded(s.head_dim) + padded(s.head_dim_v));
+}
+
 // Both head dims up to 64: the sm_90 kernel may run three consumers (192-row tiles).
 bool small_head(const FlashShape& s) { return s.head_dim <= 64 && s.head_dim_v <= 64; }
 
@@ -56,12 +62,9 @@ Config FlashConfig::to_config() const {
     return c;
 }
 
-// The Q tile (whose rows also stage the output rows), then the K and V rings.
+// The sm_80 kernel: one Q tile and the K and V rings.
 size_t FlashConfig::shared_bytes(const FlashShape& s) const {
-    if (kernel != kFlashSm90) {
-        const size_t q_row = std::max(padded(s.head_dim), padded(s.head_dim_v));
-        return (block_m * q_row + stages * block_n * (padded(s.head_dim) + padded(s.head_dim_v))) * s.element_bytes;
-    }
+    if (kernel != kFlashSm90) return tile_elements(s, *this, 1) * s.element_bytes;
     return sm90_shared_bytes(s, q_buffers(s));
 }
 
@@ -69,10 +72,7 @@ size_t FlashConfig::shared_bytes(const FlashShape& s) const {
 // V buffer, full/empty for the work slot) and the slot, and 1024 bytes to align the tiles to the
 // swizzle's period (FlashSm90Layout::kBytes).
 size_t FlashConfig::sm90_shared_bytes(const FlashShape& s, int q_tiles) const {
-    const size_t q_row = std::max(padded(s.head_dim), padded(s.head_dim_v));
-    const size_t tiles =
-        (q_tiles * block_m * q_row + stages * block_n * (padded(s.head_dim) + padded(s.head_dim_v))) * s.element_bytes;
-    return tiles + (2 * q_tiles + 3 + 4 * stages) * 8 + 1024;
+    return tile_elements(s, *this, q_tiles) * s.element_bytes + (2 * q_tiles + 3 + 4 * stages) * 8 + 1024;
 }
 
 // Two Q buffers let the producer load the next work tile's queries while the consumers still

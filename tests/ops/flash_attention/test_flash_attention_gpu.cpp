@@ -57,19 +57,18 @@ void fill_strides(FlashCase& c) {
     const int64_t pad = c.seq_pad;
     const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
     const int64_t kv_heads = p.num_kv_heads == 0 ? p.num_heads : p.num_kv_heads;
-    int64_t d = p.head_dim;
-    auto set = [&](int64_t rows, int64_t heads, int64_t& bs, int64_t& ss, int64_t& hs) {
+    auto set = [&](int64_t rows, int64_t heads, int64_t d, int64_t& bs, int64_t& ss, int64_t& hs) {
         if (p.layout == AttentionLayout::bhsd && !p.varlen) {
             ss = d + pad, hs = rows * ss, bs = heads * hs;
         } else {
             hs = d, ss = heads * d + pad, bs = p.varlen ? 0 : rows * ss;
         }
     };
-    set(rows_q, p.num_heads, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
-    set(rows_k, kv_heads, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
-    d = value_dim(p);
-    set(rows_k, kv_heads, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
-    set(rows_q, p.num_heads, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
+    const int64_t dv = value_dim(p);
+    set(rows_q, p.num_heads, p.head_dim, p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
+    set(rows_k, kv_heads, p.head_dim, p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+    set(rows_k, kv_heads, dv, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+    set(rows_q, p.num_heads, dv, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
 }
 
 // Elements of a tensor of rows of `dim` elements with these strides.
