@@ -4,6 +4,7 @@ the bytes of keys and values the batch holds (each sequence's own length, not th
 the time, as a fraction of what a device-to-device copy reaches in the same run.
 
     PYTHONPATH=build-gpu/python python3 bench/bench_decode_lengths.py [--seed 1] [--repeats 20] [--mla] [--json out.json]
+    PYTHONPATH=build-gpu/python python3 bench/bench_decode_lengths.py --problem P [--problem P ...] --json F
 
 Decode attention: GQA 32/8, head dim 128, bf16, one query token; contiguous and paged (pages of 16,
 shuffled over the pool) caches; batches of 8, 32 and 128 with their longest sequence at 16k or 64k
@@ -15,6 +16,10 @@ batches of 32 and 128, longest 16k or 64k. Lengths:
   ragged    lengths uniform between 1 and the longest, one at the longest
 Seeded (--seed). The target (issue: every case with >= 64 MB of KV at >= 85% of copy) is shown
 per case.
+
+--problem "decode_attention BxHxKVHxDxQxLONGEST bf16 [page16,kv_fp8] KIND" (repeatable, KIND one of
+the four above, its lengths drawn from --seed and the text) times those problems instead, for
+sweep_peers.py --family decode.
 """
 import argparse
 import json
@@ -65,29 +70,33 @@ def page_table(lens, page, rng):
     return table.cuda(), len(pool)
 
 
-def cache(*shape):
-    return (torch.rand(shape, device="cuda") * 4 - 2).to(torch.bfloat16)
+def cache(*shape, dtype=torch.bfloat16):
+    return (torch.rand(shape, device="cuda") * 4 - 2).to(dtype)
 
 
-def run_case(lens, paged, repeats, rng):
+def run_case(lens, page, repeats, rng, heads=HEADS, kv_heads=KV_HEADS, head_dim=HEAD_DIM, q_len=1,
+             dtype=torch.bfloat16, kv_fp8=False):
+    """Times one batch (a contiguous cache where page is 0); returns (ms, bytes of KV it holds)."""
     batch, longest = len(lens), max(lens)
-    q = torch.randn(batch, HEADS, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    kv_dtype = torch.float8_e4m3fn if kv_fp8 else dtype
+    scales = {"k_scale": 0.5, "v_scale": 0.25} if kv_fp8 else {}
+    q = torch.randn(batch, q_len, heads, head_dim, device="cuda", dtype=dtype)
     lengths = torch.tensor(lens, dtype=torch.int32, device="cuda")
-    if paged:
-        table, pages = page_table(lens, PAGE, rng)
-        k, v = cache(pages, PAGE, KV_HEADS, HEAD_DIM), cache(pages, PAGE, KV_HEADS, HEAD_DIM)
-        run = lambda: tj.decode_attention(q, k, v, lengths, page_table=table, max_kv_len=longest)
+    if page:
+        table, pages = page_table(lens, page, rng)
+        k, v = (cache(pages, page, kv_heads, head_dim, dtype=dtype).to(kv_dtype) for _ in range(2))
+        run = lambda: tj.decode_attention(q, k, v, lengths, page_table=table, max_kv_len=longest, **scales)
     else:
-        shape = (batch, longest, KV_HEADS, HEAD_DIM)
-        k = torch.empty(shape, device="cuda", dtype=torch.bfloat16)
+        shape = (batch, longest, kv_heads, head_dim)
+        k = torch.empty(shape, device="cuda", dtype=kv_dtype)
         v = torch.empty_like(k)
         for b in range(batch):  # one sequence at a time: an fp32 intermediate of the whole cache may not fit
-            k[b] = (torch.rand(shape[1:], device="cuda") * 4 - 2).to(torch.bfloat16)
-            v[b] = (torch.rand(shape[1:], device="cuda") * 4 - 2).to(torch.bfloat16)
-        run = lambda: tj.decode_attention(q, k, v, lengths, max_kv_len=longest)
+            k[b] = cache(*shape[1:], dtype=dtype).to(kv_dtype)
+            v[b] = cache(*shape[1:], dtype=dtype).to(kv_dtype)
+        run = lambda: tj.decode_attention(q, k, v, lengths, max_kv_len=longest, **scales)
     run()  # compiles, outside the timing
     ms = time_ms(run, repeats)
-    return ms, sum(lens) * TOKEN_BYTES
+    return ms, sum(lens) * 2 * kv_heads * head_dim * k.element_size()
 
 
 def run_mla_case(lens, repeats, rng):
@@ -108,7 +117,7 @@ def report(rows, row, copy):
           f"{row['us']:>8.1f} {row['gbps']:>6.0f} {100 * frac:>5.1f}%{target}", flush=True)
 
 
-def summary(name, rows):
+def target_summary(name, rows):
     big = [r for r in rows if r["kv_bytes"] >= 64e6]
     if big:
         worst = min(big, key=lambda r: r["fraction_of_copy"])
@@ -117,34 +126,68 @@ def summary(name, rows):
               f"{sum(r['fraction_of_copy'] >= 0.85 for r in big)} at >= 85%")
 
 
+KINDS = ("uniform", "one_long", "long_tail", "ragged")
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def run_problems(problems, seed, repeats, copy):
+    """Times each "decode_attention SHAPE DTYPE [FLAGS] KIND" problem; its lengths are drawn from
+    the seed and the problem's text, so a problem keeps its batch from run to run."""
+    rows = []
+    for text in problems:
+        words = text.split()
+        if words[0] != "decode_attention" or len(words) not in (4, 5) or words[-1] not in KINDS or words[2] not in DTYPES:
+            raise ValueError(f"not 'decode_attention BxHxKVHxDxQxLONGEST bf16|fp16 [FLAGS] KIND': {text!r}")
+        batch, heads, kv_heads, head_dim, q_len, longest = (int(x) for x in words[1].split("x"))
+        flags = words[3].split(",") if len(words) == 5 else []
+        page = next((int(f[4:]) for f in flags if f.startswith("page")), 0)
+        rng = random.Random(f"{seed}:{text}")
+        lens = lengths_of(words[-1], batch, longest, rng)
+        ms, kv_bytes = run_case(lens, page, repeats, rng, heads, kv_heads, head_dim, q_len, DTYPES[words[2]],
+                                "kv_fp8" in flags)
+        gbps = kv_bytes / (ms * 1e-3) / 1e9
+        rows.append({"problem": text, "lengths": lens, "kv_bytes": kv_bytes, "us": ms * 1e3, "gbps": gbps,
+                     "fraction_of_copy": gbps / copy})
+        print(f"{text:<64} {kv_bytes / 1e6:>9.1f} MB {ms * 1e3:>9.1f} us {100 * gbps / copy:>6.1f}% of copy", flush=True)
+        torch.cuda.empty_cache()
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json", default="")
     parser.add_argument("--mla", action="store_true", help="MLA decode too")
+    parser.add_argument("--problem", action="append", default=[], help="times these problems only (repeatable)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     copy = copy_gbps(args.repeats)
+    if args.problem:
+        rows = run_problems(args.problem, args.seed, args.repeats, copy)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": copy, "seed": args.seed,
+                           "results": rows}, f, indent=2)
+        return
     print(f"{torch.cuda.get_device_name()}: copy {copy:.0f} GB/s")
     print(f"{'cache':<10} {'lengths':<9} {'batch':>5} {'longest':>7} {'KV MB':>8} {'us':>8} {'GB/s':>6} {'% copy':>6}")
-    kinds = ("uniform", "one_long", "long_tail", "ragged")
     rows, mla_rows = [], []
     for paged in (False, True):
-        for kind in kinds:
+        for kind in KINDS:
             for batch in (8, 32, 128):
                 for longest in (16384, 65536):
                     lens = lengths_of(kind, batch, longest, rng)
                     if sum(lens) * TOKEN_BYTES > (24e9 if paged else 12e9) or batch * longest * TOKEN_BYTES > 24e9:
                         continue
-                    ms, kv_bytes = run_case(lens, paged, args.repeats, rng)
+                    ms, kv_bytes = run_case(lens, PAGE if paged else 0, args.repeats, rng)
                     gbps = kv_bytes / (ms * 1e-3) / 1e9
                     report(rows, {"op": "decode_attention", "cache": "paged16" if paged else "contiguous", "lengths": kind,
                                   "batch": batch, "longest": longest, "kv_bytes": kv_bytes, "us": ms * 1e3, "gbps": gbps,
                                   "fraction_of_copy": gbps / copy}, copy)
                     torch.cuda.empty_cache()
     if args.mla:
-        for kind in kinds:
+        for kind in KINDS:
             for batch in (32, 128):
                 for longest in (16384, 65536):
                     lens = lengths_of(kind, batch, longest, rng)
@@ -156,8 +199,8 @@ def main():
                                       "longest": longest, "kv_bytes": kv_bytes, "us": ms * 1e3, "gbps": gbps,
                                       "fraction_of_copy": gbps / copy}, copy)
                     torch.cuda.empty_cache()
-    summary("decode_attention", rows)
-    summary("mla_decode", mla_rows)
+    target_summary("decode_attention", rows)
+    target_summary("mla_decode", mla_rows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": copy, "seed": args.seed,

@@ -33,6 +33,9 @@ import random
 import subprocess
 import sys
 
+from model_configs import ATTENTION_MODELS, MODELS
+from sweep_report import plot, print_summary, summary
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 ROPE_MODELS = [  # heads, kv heads, head dim, flags besides the append
@@ -82,18 +85,6 @@ def embedding_problems(rng):
     return problems
 
 
-# (hidden, intermediate, vocabulary) of 25 public model families.
-ROW_MODELS = {
-    "llama-3-8b": (4096, 14336, 128256), "llama-3-70b": (8192, 28672, 128256), "llama-2-7b": (4096, 11008, 32000),
-    "mistral-7b": (4096, 14336, 32000), "qwen2.5-7b": (3584, 18944, 152064), "qwen2.5-0.5b": (896, 4864, 151936),
-    "qwen2.5-72b": (8192, 29568, 152064), "phi-3-mini": (3072, 8192, 32064), "phi-2": (2560, 10240, 51200),
-    "gemma-2-9b": (3584, 14336, 256000), "gemma-2b": (2048, 16384, 256000), "gpt-2": (768, 3072, 50257),
-    "gpt-2-xl": (1600, 6400, 50257), "gpt-neox-20b": (6144, 24576, 50432), "falcon-7b": (4544, 18176, 65024),
-    "bloom-7b": (4096, 16384, 250880), "opt-6.7b": (4096, 16384, 50272), "flan-t5-xl": (2048, 5120, 32128),
-    "whisper-large": (1280, 5120, 51865), "deepseek-v2-lite": (2048, 10944, 102400),
-    "starcoder2-15b": (6144, 24576, 49152), "yi-34b": (7168, 20480, 64000), "mpt-7b": (4096, 16384, 50432),
-    "bert-large": (1024, 4096, 30522), "internlm2-7b": (4096, 14336, 92544),
-}
 ROW_TOKENS = [1, 3, 17, 64, 255, 1000, 2048, 4097, 8192, 16384]  # decode steps to long prefills
 LOGIT_ROWS = [1, 2, 5, 16, 48, 100, 256, 1024]  # sampled sequences: the vocabulary's softmax rows
 
@@ -118,7 +109,8 @@ def rows_problems(rng):
     """Ten problems a model: norms over the hidden size, the gated activation over the
     intermediate size, softmax over the vocabulary, each at a drawn token count and dtype."""
     problems = []
-    for hidden, intermediate, vocab in ROW_MODELS.values():
+    for m in MODELS.values():
+        hidden, intermediate, vocab = m.hidden, m.intermediate, m.vocab
         for _ in range(10):
             op = rng.choice(["rmsnorm", "rmsnorm", "layernorm", "rmsnorm_residual", "silu_mul", "gelu", "add",
                              "softmax", "softmax", "log_softmax"])
@@ -170,34 +162,125 @@ def moe_routing_problems(rng):
     return problems
 
 
+def add_distinct(problems, draw, count):
+    """Appends `count` problems from draw() that `problems` does not hold yet (a seeded draw may
+    repeat itself, and models share layers)."""
+    goal = len(problems) + count
+    while len(problems) < goal:
+        problem = draw()  # None: drawn too large
+        if problem and problem not in problems:
+            problems.append(problem)
+
+
+GEMM_TOKENS = [1, 3, 16, 64, 128, 255, 512, 1000, 2048, 4097, 8192, 16384]  # decode batches to long prefills
+
+
+def gemm_layers(m):
+    """N x K of a model's linear layers, weights N x K as nn.Linear holds them."""
+    qkv = m.heads * m.head_dim + m.kv_heads * (m.head_dim + m.head_dim_v)
+    return {"qkv": (qkv, m.hidden), "o": (m.hidden, m.heads * m.head_dim_v), "up": (m.intermediate, m.hidden),
+            "gate_up": (2 * m.intermediate, m.hidden), "down": (m.hidden, m.intermediate), "lm_head": (m.vocab, m.hidden)}
+
+
+def gemm_problems(rng):
+    """Eight problems a model: a drawn linear layer (x W^T, B as N x K) at a drawn token count."""
+    problems = []
+    for m in MODELS.values():
+        layers = gemm_layers(m)
+
+        def draw():
+            n, k = layers[rng.choice(sorted(layers))]
+            return f"gemm {rng.choice(GEMM_TOKENS)}x{n}x{k} {rng.choice(['bf16', 'bf16', 'bf16', 'fp16'])} nt"
+        add_distinct(problems, draw, 8)
+    return problems
+
+
+PREFILL_MIXES = [(1, 16384), (2, 8192), (4, 4096), (8, 2048), (16, 1024), (32, 512), (64, 256), (1, 1000), (3, 3001),
+                 (2, 777), (1, 128), (8, 200)]  # batch x prompt length
+ENCODERS = {"bert-large", "eva02-clip-e", "qwen2-vl-vision"}  # bidirectional attention only
+
+
+def prefill_problems(rng):
+    """Seven problems a model: its heads at a drawn batch x prompt length, causal (decoders, mostly)
+    or not."""
+    problems = []
+    for name, m in ATTENTION_MODELS.items():
+        def draw():
+            batch, seqlen = rng.choice(PREFILL_MIXES)
+            flags = [] if name in ENCODERS or rng.random() < 0.25 else ["causal"]
+            if m.head_dim_v != m.head_dim:
+                flags.append(f"dv{m.head_dim_v}")
+            dtype = rng.choice(["bf16", "bf16", "bf16", "fp16"])
+            return (f"flash_attention {batch}x{m.heads}x{m.kv_heads}x{m.head_dim}x{seqlen}x{seqlen} {dtype} "
+                    f"{','.join(flags)}".strip())
+        add_distinct(problems, draw, 7)
+    return problems
+
+
+DECODE_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+DECODE_LONGEST = [512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]  # the longest sequence of a batch
+DECODE_KINDS = ["uniform", "one_long", "long_tail", "ragged"]  # bench_decode_lengths.py draws the lengths
+
+
+def decode_problems(rng):
+    """Eight problems a decoder model (DeepSeek's 192/128 heads decode through MLA): a drawn batch,
+    longest sequence and spread of lengths, cache layout (contiguous, pages of 16 or 64, fp8 at
+    times), 1 or 4 query tokens; at most 16 GB of KV."""
+    problems = []
+    for name, m in ATTENTION_MODELS.items():
+        if name in ENCODERS or m.head_dim_v != m.head_dim:
+            continue
+
+        def draw():
+            batch, longest = rng.choice(DECODE_BATCHES), rng.choice(DECODE_LONGEST)
+            kv_fp8 = rng.random() < 0.15
+            if batch * longest * 2 * m.kv_heads * m.head_dim * (1 if kv_fp8 else 2) > 16e9:
+                return None
+            flags = [rng.choice(["", "", "page16", "page16", "page64"])] + (["kv_fp8"] if kv_fp8 else [])
+            q_len = rng.choice([1, 1, 1, 1, 1, 4])
+            dtype = rng.choice(["bf16", "bf16", "bf16", "fp16"])
+            return (f"decode_attention {batch}x{m.heads}x{m.kv_heads}x{m.head_dim}x{q_len}x{longest} {dtype} "
+                    f"{','.join(f for f in flags if f)} {rng.choice(DECODE_KINDS)}").replace("  ", " ")
+        add_distinct(problems, draw, 8)
+    return problems
+
+
 PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems,
             "rows": rows_problems, "gemm_fp8": gemm_fp8_problems, "quantize": quantize_problems,
-            "moe_routing": moe_routing_problems}
+            "moe_routing": moe_routing_problems, "gemm": gemm_problems, "prefill": prefill_problems,
+            "decode": decode_problems}
 # The peer's figure each family compares with.
 PEER = {"rope": ("compile_us", "torch.compile"), "sampling": ("torch_us", "torch"),
         "embedding": ("compile_us", "torch.compile"), "rows": ("best_us", "the faster of torch eager and torch.compile"),
         "gemm_fp8": ("scaled_mm_us", "torch._scaled_mm"), "quantize": ("compile_us", "torch.compile"),
-        "moe_routing": ("best_us", "the faster of torch eager and torch.compile")}
+        "moe_routing": ("best_us", "the faster of torch eager and torch.compile"),
+        "gemm": ("cublas_us", "cuBLAS (torch F.linear)"), "prefill": ("cudnn_us", "SDPA cuDNN"),
+        "decode": ("copy_us", "a copy of the same bytes")}
+# Each family's target as the issue states it: the least speed-up on any shape.
+TARGET = {"gemm": 0.95, "prefill": 0.9, "decode": 0.85}
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--family", required=True, choices=sorted(PROBLEMS))
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--bench", default="build-gpu/bench/bench_problems")
-    parser.add_argument("--json", default="")
-    parser.add_argument("--list", action="store_true", help="print the problems and stop")
-    args = parser.parse_args()
-    rng = random.Random(args.seed)
-    problems = PROBLEMS[args.family](rng)
-    if args.list:
-        print("\n".join(problems))
-        return
-    flags = [a for p in problems for a in ("--problem", p)]
-    ours_json, peer_json = args.json + ".ours.tmp", args.json + ".peer.tmp"
-    subprocess.run([args.bench, *flags, "--json", ours_json], check=True, stdout=subprocess.DEVNULL)
+def tflops(family, problem, us):
+    """Tensor-core throughput of a GEMM (M x N x K) or prefill problem (causal halves it), else None."""
+    words = problem.split()
+    dims = [int(x) for x in words[1].split("x")]
+    if family.startswith("gemm"):
+        m, n, k = dims[-3:]
+        return 2.0 * m * n * k / us / 1e6
+    if family == "prefill":
+        batch, heads, _, head_dim, seqlen_q, seqlen_k = dims
+        flags = words[3].split(",") if len(words) > 3 else []
+        head_dim_v = next((int(f[2:]) for f in flags if f.startswith("dv")), head_dim)
+        flops = 2.0 * batch * heads * seqlen_q * seqlen_k * (head_dim + head_dim_v) * (0.5 if "causal" in flags else 1.0)
+        return flops / us / 1e6
+    return None
+
+
+def peer_rows(args, problems, flags, repeats, ours_json, peer_json):
+    """Ours through bench_problems, the peer through its torch script, each on every problem."""
+    subprocess.run([args.bench, *flags, *repeats, "--json", ours_json], check=True, stdout=sys.stderr)
     peer = os.path.join(HERE, f"torch_{args.family}_peers.py")
-    subprocess.run([sys.executable, peer, *flags, "--json", peer_json], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, peer, *flags, *repeats, "--json", peer_json], check=True, stdout=sys.stderr)
     ours = json.load(open(ours_json))
     peers = {c["problem"]: c for c in json.load(open(peer_json))["cases"]}
     rows = []
@@ -209,25 +292,68 @@ def main():
             continue
         rows.append({"problem": text, "us": result["median_us"], "peer_us": peer_us,
                      "speedup": peer_us / result["median_us"], "fraction_of_copy": result["fraction_of_copy"],
-                     "config": result.get("config", "")})
+                     "tflops": tflops(args.family, text, result["median_us"]), "config": result.get("config", ""),
+                     "peer": peer_case})
+    return rows
+
+
+def decode_rows(args, problems, flags, repeats, ours_json, _):
+    """Decode through the Python bindings (bench_decode_lengths.py draws each batch's lengths); the
+    peer is a copy of the bytes of KV the batch holds at the copy bandwidth of the same run."""
+    script = os.path.join(HERE, "bench_decode_lengths.py")
+    subprocess.run([sys.executable, script, *flags, *repeats, "--seed", str(args.seed), "--json", ours_json], check=True,
+                   stdout=sys.stderr)
+    ours = json.load(open(ours_json))
+    return [{"problem": r["problem"], "us": r["us"], "peer_us": r["kv_bytes"] / ours["copy_gbps"] / 1e3,
+             "speedup": r["fraction_of_copy"], "fraction_of_copy": r["fraction_of_copy"], "kv_bytes": r["kv_bytes"],
+             "tflops": None} for r in ours["results"]]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--family", required=True, choices=sorted(PROBLEMS))
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--bench", default="build-gpu/bench/bench_problems")
+    parser.add_argument("--repeats", type=int, default=30, help="timed runs a problem, ours and the peer's")
+    parser.add_argument("--json", default="")
+    parser.add_argument("--plot", default="", help="a PNG of the speed-up per shape (SVG without matplotlib)")
+    parser.add_argument("--list", action="store_true", help="print the problems and stop")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    problems = PROBLEMS[args.family](rng)
+    if args.list:
+        print("\n".join(problems))
+        return
+    flags = [a for p in problems for a in ("--problem", p)]
+    ours_json, peer_json = args.json + ".ours.tmp", args.json + ".peer.tmp"
+    repeats = ["--repeats", str(args.repeats)]
+    rows = (decode_rows if args.family == "decode" else peer_rows)(args, problems, flags, repeats, ours_json, peer_json)
+    ours = json.load(open(ours_json))
     rows.sort(key=lambda r: r["speedup"])
     peer_name = PEER[args.family][1]
     print(f"{ours['device']}, copy {ours['copy_gbps']:.0f} GB/s; seed {args.seed}; peer {peer_name}, same run")
-    # GEMMs are measured in TFLOP/s (M x N x K from the shape), the others against the copy bandwidth.
-    gemm = args.family.startswith("gemm")
-    print(f"| problem | ours us | {peer_name} us | speed-up | {'TFLOP/s' if gemm else '% of copy'} |\n|---|---|---|---|---|")
+    # Tensor-core families are measured in TFLOP/s, the others against the copy bandwidth.
+    compute = rows and rows[0]["tflops"] is not None
+    print(f"| problem | ours us | {peer_name} us | speed-up | {'TFLOP/s' if compute else '% of copy'} |\n|---|---|---|---|---|")
     for r in rows:
-        if gemm:
-            m, n, k = (int(x) for x in r["problem"].split()[1].split("x")[-3:])
-            last = f"{2.0 * m * n * k / r['us'] / 1e6:.0f}"
-        else:
-            last = f"{100 * r['fraction_of_copy']:.1f}%"
+        last = f"{r['tflops']:.0f}" if compute else f"{100 * r['fraction_of_copy']:.1f}%"
         print(f"| {r['problem']} | {r['us']:.1f} | {r['peer_us']:.1f} | {r['speedup']:.2f}x | {last} |")
+    stats = summary(rows, peer_name)
+    print_summary(stats)
+    if args.family == "decode":  # the issue's target: every batch of >= 64 MB of KV at >= 85% of copy
+        big = [r for r in rows if r["kv_bytes"] >= 64e6]
+        stats["at_least_64mb"] = {"problems": len(big), "below_85_percent": sum(r["speedup"] < 0.85 for r in big)}
+        print(f"batches of >= 64 MB of KV: {len(big)}, {stats['at_least_64mb']['below_85_percent']} below 85% of copy")
+    if args.plot:
+        written = plot(rows, args.plot, f"{args.family}: {len(rows)} model shapes, {ours['device']}, seed {args.seed}",
+                       f"speed-up over {peer_name}", TARGET.get(args.family))
+        print(f"plot: {written}")
     if args.json:
-        json.dump({"device": ours["device"], "seed": args.seed, "family": args.family, "rows": rows},
+        json.dump({"device": ours["device"], "seed": args.seed, "family": args.family, "summary": stats, "rows": rows},
                   open(args.json, "w"), indent=2)
     for path in (ours_json, peer_json):
-        os.remove(path)
+        if os.path.exists(path):
+            os.remove(path)
 
 
 if __name__ == "__main__":
