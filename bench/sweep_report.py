@@ -50,6 +50,10 @@ def plot(rows, path, title, ylabel, target=None):
         ax.axhline(target, color="#c53030", linewidth=0.8, linestyle="--", label=f"target {target:g}")
         ax.legend(loc="upper left", fontsize=8)
     ax.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+    ax.set_yticks([t for t in (0.01, 0.03, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8) if values[0] / 1.2 <= t <= values[-1] * 1.2])
     ax.set_xlim(-0.5, len(values) - 0.5)
     ax.set_xlabel(f"{len(values)} shapes, slowest first")
     ax.set_ylabel(ylabel)
