@@ -103,6 +103,13 @@ public:
     virtual std::vector<Config> search_space(const DeviceInfo& device) const = 0;
     // Why `config` cannot run this problem on `device`, or nullopt when it can.
     virtual std::optional<std::string> invalid_reason(const Config& config, const DeviceInfo& device) const = 0;
+    // Why `config`, tuned for `tuned_shape` (a near shape of this op), should not serve this
+    // problem although it can run it, or nullopt when it may (the lookup of the nearest tuned
+    // shape then takes the next nearest, else the heuristic).
+    virtual std::optional<std::string> neighbour_misfit(const std::vector<long long>& /*tuned_shape*/,
+                                                        const Config& /*config*/, const DeviceInfo& /*device*/) const {
+        return std::nullopt;
+    }
     // Launch widths run() may launch with for `config` (so `warm` can compile all of them): the
     // widest vector for aligned pointers, and narrower ones or a ragged kernel (ragged_width) for
     // misaligned pointers and odd shapes.

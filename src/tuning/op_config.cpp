@@ -51,7 +51,11 @@ Config heuristic_that_fits(const detail::OpModel& model, const DeviceInfo& devic
 ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& model, const DeviceInfo& device) {
     return resolver.choose(
         tuning_key_for(model, device), [&] { return heuristic_that_fits(model, device); },
-        [&](const TuningEntry& entry) { return model.invalid_reason(entry.config, device); },
+        [&](const TuningEntry& entry) -> std::optional<std::string> {
+            if (auto why = model.invalid_reason(entry.config, device)) return why;
+            if (entry.key.shape != model.shape()) return model.neighbour_misfit(entry.key.shape, entry.config, device);
+            return std::nullopt;
+        },
         [&](const Config& config) { return kernel_template_hash(model, config, device); });
 }
 

@@ -111,6 +111,15 @@ int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
     return ceil_div(s.m, c.block_m) * ceil_div(s.n, c.block_n) * s.batch;
 }
 
+double gemm_slot_fill(const GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
+    const int64_t slots = int64_t{std::max(device.sm_count, 1)} * (c.pingpong ? 2 : 1);
+    const int64_t units = gemm_tiles(c, s) * std::max(c.split_k, 1);
+    const double waves = static_cast<double>(ceil_div(units, slots));
+    const double area = static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.batch) /
+                        (static_cast<double>(gemm_tiles(c, s)) * c.block_m * c.block_n);
+    return static_cast<double>(units) / (waves * static_cast<double>(slots)) * area;
+}
+
 std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
     if (c.kernel != kGemmSm80 && c.kernel != kGemmSm90 && c.kernel != kGemmSkinny)
         return fmt::format("kernel = {} is not 0 (sm_80), 1 (sm_90) or 2 (skinny)", c.kernel);

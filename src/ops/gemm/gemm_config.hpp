@@ -103,6 +103,12 @@ struct GemmLaunch {
 // Blocks of a launch: tiles x batch for kernels 0 and 2; kernel 1 is persistent (at most one block per SM).
 int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);
 
+// The share of the GPU's tile slots a launch keeps busy, from 0 to 1: its work units (tiles x
+// split_k) over the whole waves they take (a slot is an SM, two with ping-pong), times the share
+// of the tiles' area inside the matrix. A config tuned on one shape keeps its speed on a near
+// one only where this stays put: 144 tiles on 132 SMs take two waves where 128 took one.
+double gemm_slot_fill(const GemmConfig& config, const GemmShape& shape, const DeviceInfo& device);
+
 // The name expression of kernel 0 or 1 (gemm_sm80_kernel, gemm_sm90_kernel) for a config:
 // `types` is "T, TOut, B_NT", `epilogue` "HAS_C, BIAS, ACT" (C++ template arguments); `groups`
 // the grouped schedule (gemm_groups.cuh; 0, batched, leaves the argument at its default so that

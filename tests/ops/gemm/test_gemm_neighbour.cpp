@@ -1,0 +1,98 @@
+// A GEMM config tuned for one shape serves a near untuned shape only where its tiles fill the GPU's
+// waves about as well there: the lookup of the nearest tuned shape asks the op
+// (OpModel::neighbour_misfit) and falls back to the heuristic otherwise. CPU only.
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch_approx.hpp>
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include "ops/gemm/gemm_config.hpp"
+#include "support/test_support.hpp"
+#include "tileops/tileops.hpp"
+#include "tileops/tuning_db.hpp"
+#include "tuning/op_config.hpp"
+
+using namespace tileops;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+
+Gemm nt_gemm(int64_t m, int64_t n, int64_t k) {
+    GemmProblem p;
+    p.m = m, p.n = n, p.k = k;
+    p.layout = GemmLayout::nt;
+    return Gemm(p);
+}
+
+// The 64 x 32 TMA tiles the H200's database holds for 64 x 4096 x 4096: 128 tiles, one wave.
+Config narrow_tiles() {
+    return {{"kernel", 1}, {"block_m", 64}, {"block_n", 32}, {"block_k", 64}, {"stages", 16}, {"consumers", 1},
+            {"pingpong", 0}, {"cluster", 1}, {"split_k", 1}, {"group_m", 8}, {"vec", 8}};
+}
+
+}  // namespace
+
+TEST_CASE("slot fill: work units over whole waves, times the tiles' area inside the matrix", "[gemm][tuning]") {
+    using detail::GemmConfig;
+    using detail::GemmShape;
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    REQUIRE(hopper.sm_count == 132);
+    const GemmConfig c = GemmConfig::from(narrow_tiles());
+    const auto shape = [](int64_t m, int64_t n) { return GemmShape{1, m, n, 4096, 2, true, 2}; };
+    CHECK(detail::gemm_slot_fill(c, shape(64, 4096), hopper) == Catch::Approx(128.0 / 132));
+    CHECK(detail::gemm_slot_fill(c, shape(64, 4608), hopper) == Catch::Approx(144.0 / 264));  // two waves
+    CHECK(detail::gemm_slot_fill(c, shape(64, 4080), hopper) == Catch::Approx(128.0 / 132 * 4080 / 4096));
+    GemmConfig split = c;
+    split.split_k = 2;
+    CHECK(detail::gemm_slot_fill(split, shape(64, 2048), hopper) == Catch::Approx(128.0 / 132));
+    GemmConfig pingpong = c;
+    pingpong.pingpong = 1;
+    CHECK(detail::gemm_slot_fill(pingpong, shape(64, 8192), hopper) == Catch::Approx(256.0 / 264));
+}
+
+TEST_CASE("a near shape's GEMM config is reused only where it fills the waves as well", "[gemm][tuning]") {
+    test::TempDir dir;
+    test::ScopedEnv no_env_dbs("TILEOPS_TUNING_DB", "");
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    const Gemm tuned = nt_gemm(64, 4096, 4096);
+    REQUIRE_FALSE(tuned.model().invalid_reason(narrow_tiles(), hopper));
+
+    TuningDb db;
+    db.meta().arch = "sm_90a";
+    TuningEntry entry;
+    entry.key = tuning::tuned_key_for(tuned.model(), narrow_tiles(), hopper);
+    entry.config = narrow_tiles();
+    entry.median_us = 14.0;
+    entry.device = "Test GPU";
+    entry.tuned_at = "2026-12-02T00:00:00Z";
+    db.upsert(entry);
+    const std::filesystem::path path = dir.path() / "fleet.json";
+    std::ofstream(path) << db.to_json();
+
+    tuning::ResolverOptions options;
+    options.arch = "sm_90a";
+    options.user_dbs = {path.string()};
+    options.shipped_dirs = {(dir.path() / "none").string()};
+    options.max_distance = 1.0;
+    tuning::ConfigResolver resolver(options);
+
+    // 4096 x 4000: 128 tiles still, the entry serves it.
+    const Gemm same_waves = nt_gemm(64, 4000, 4096);
+    const tuning::ConfigChoice near = tuning::choose_config(resolver, same_waves.model(), hopper);
+    CHECK(near.source == tuning::ConfigSource::nearest);
+    CHECK(near.config == narrow_tiles());
+
+    // Falcon's 4608 x 3584 (log2 distance 0.26): 144 tiles in two waves; the heuristic serves it.
+    const Gemm two_waves = nt_gemm(64, 4608, 3584);
+    REQUIRE_FALSE(two_waves.model().invalid_reason(narrow_tiles(), hopper));
+    const tuning::ConfigChoice far = tuning::choose_config(resolver, two_waves.model(), hopper);
+    CHECK(far.source == tuning::ConfigSource::heuristic);
+    CHECK(far.config == two_waves.model().heuristic(hopper));
+    const auto why = two_waves.model().neighbour_misfit({64, 4096, 4096}, narrow_tiles(), hopper);
+    REQUIRE(why);
+    CHECK_THAT(*why, ContainsSubstring("64 x 32 tiles") && ContainsSubstring("55%") && ContainsSubstring("97%"));
+    // The exact shape is never second-guessed.
+    CHECK(tuning::choose_config(resolver, tuned.model(), hopper).source == tuning::ConfigSource::user_db);
+}
