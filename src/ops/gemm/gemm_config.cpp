@@ -112,7 +112,9 @@ int64_t gemm_tiles(const GemmConfig& c, const GemmShape& s) {
 }
 
 double gemm_slot_fill(const GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
-    const int64_t slots = int64_t{std::max(device.sm_count, 1)} * (c.pingpong ? 2 : 1);
+    // Ping-pong's two tiles a block share the SM's tensor cores: a block holding two takes about
+    // twice as long as one holding one, so a slot is an SM either way.
+    const int64_t slots = std::max(device.sm_count, 1);
     const int64_t units = gemm_tiles(c, s) * std::max(c.split_k, 1);
     const double waves = static_cast<double>(ceil_div(units, slots));
     const double area = static_cast<double>(s.m) * static_cast<double>(s.n) * static_cast<double>(s.batch) /

@@ -104,9 +104,9 @@ struct GemmLaunch {
 int64_t gemm_tiles(const GemmConfig& config, const GemmShape& shape);
 
 // The share of the GPU's tile slots a launch keeps busy, from 0 to 1: its work units (tiles x
-// split_k) over the whole waves they take (a slot is an SM, two with ping-pong), times the share
-// of the tiles' area inside the matrix. A config tuned on one shape keeps its speed on a near
-// one only where this stays put: 144 tiles on 132 SMs take two waves where 128 took one.
+// split_k) over the whole waves they take at one unit an SM, times the share of the tiles' area
+// inside the matrix. A config tuned on one shape keeps its speed on a near one only where this
+// stays put: 144 tiles on 132 SMs take two waves where 128 took one.
 double gemm_slot_fill(const GemmConfig& config, const GemmShape& shape, const DeviceInfo& device);
 
 // The name expression of kernel 0 or 1 (gemm_sm80_kernel, gemm_sm90_kernel) for a config:
