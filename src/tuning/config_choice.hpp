@@ -6,7 +6,9 @@
 //      this GPU model's fleet (metadata gpu_name) first, then of the nearest other fleet of the
 //      arch (an H200 without its own entry gets the H100's),
 //   4. the nearest tuned shape of the same op/dtype/flags/arch (log2-space distance, at most
-//      TILEOPS_TUNING_MAX_DISTANCE, default 1.0: e.g. one dimension off by a factor of two),
+//      TILEOPS_TUNING_MAX_DISTANCE, default 1.0: e.g. one dimension off by a factor of two)
+//      whose config the op accepts for this shape (the validator: OpModel::invalid_reason, and
+//      neighbour_misfit for a config that runs but would serve this shape badly),
 //   5. the op's heuristic.
 // Entries tuned with another version of the kernel template their config selects (content hash),
 // another NVRTC (the entry's nvrtc_version,
