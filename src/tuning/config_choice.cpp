@@ -218,7 +218,7 @@ ConfigChoice ConfigResolver::choose(const TuningKey& key, const std::function<Co
         choice.emplace();
         choice->source = ConfigSource::heuristic;
         if (heuristic) choice->config = heuristic();
-        choice->explanation = "no tuned entry for this shape or a near one";
+        choice->explanation = "no tuned entry for this shape, nor a near one whose config suits it";
     }
     util::logger().debug("tileops: {}: config from {}{}{}; {}", key.to_string(), to_string(choice->source),
                             choice->origin.empty() ? "" : " ", choice->origin, choice->explanation);
