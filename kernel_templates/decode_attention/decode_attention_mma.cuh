@@ -22,17 +22,26 @@
 // as the column operand, values feed O through ldmatrix.trans, P goes from S's accumulators to O's
 // row operand in registers (the FlashAttention-2 layout).
 //
-// Template parameters: T query/key/value/output type (__half or __nv_bfloat16), HEAD_DIM (a
-// multiple of 16 up to 256), WARPS, TILE keys per warp iteration (16 or 32), STAGES, PAGE_SIZE
-// tokens per page (0: contiguous), BALANCED the batch's keys cut into chunks by the lengths
-// (decode.cuh).
+// An fp8 e4m3 cache (decode_attention_mma_fp8_kernel) streams its codes through the ring, half the
+// bytes, and each warp widens a tile to T in a tile of its own (DecodeTileRows) before the MMAs
+// read it: e4m3 values are exact in fp16 and bf16, so the products are those of the 16-bit kernel
+// on the dequantized cache. The host folds the key scale into `scale`; `v_scale` multiplies the
+// accumulated output once.
+//
+// Template parameters: T query/output type, and key/value type of a 16-bit cache (__half or
+// __nv_bfloat16), HEAD_DIM (a multiple of 16 up to 256), WARPS, TILE keys per warp iteration (16
+// or 32), STAGES, PAGE_SIZE tokens per page (0: contiguous), BALANCED the batch's keys cut into
+// chunks by the lengths (decode.cuh).
 // Shared memory: the query tile (static, 16 x STRIDE elements, STRIDE = DecodeTileRows::STRIDE)
 // and, dynamic, the larger of the rings (WARPS * STAGES * 2 * TILE * STRIDE elements plus a word
-// per warp and stage) and the warps' partial results (WARPS * 16 * (HEAD_DIM + 2) floats).
+// per warp and stage; fp8: WARPS * STAGES * 2 * TILE * HEAD_DIM codes, then the warps' widened
+// tiles, WARPS * 2 * TILE * STRIDE elements, then the words) and the warps' partial results
+// (WARPS * 16 * (HEAD_DIM + 2) floats).
 #pragma once
 
 #include "arch/mma_sm80.cuh"
 #include "common/attention.cuh"
+#include "common/fp8.cuh"
 #include "common/infinity.cuh"
 #include "common/types.cuh"
 #include "decode_attention/decode.cuh"
@@ -59,19 +68,47 @@ struct DecodeTileRows {
     }
 };
 
-template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false>
-__global__ void __launch_bounds__(WARPS * 32)
-    decode_attention_mma_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
-                                long long q_head_stride, const T* __restrict__ k, const T* __restrict__ v,
-                                long long kv_outer_stride,  // between sequences, or between pages when paged
-                                long long kv_token_stride, long long kv_head_stride, const int* __restrict__ lengths,
-                                const int* __restrict__ page_table, long long page_table_stride, int num_pages,
-                                int max_kv_len, T* __restrict__ out, long long o_batch_stride, long long o_token_stride,
-                                long long o_head_stride, float* __restrict__ lse, int group, int q_len,
-                                int window_left, float scale, float softcap, float* workspace) {
+// Two values from a half pair, as a pair of T: e4m3 values are exact in both 16-bit types.
+template <typename T>
+__device__ __forceinline__ unsigned from_half_pair(__half2 h);
+template <>
+__device__ __forceinline__ unsigned from_half_pair<__half>(__half2 h) {
+    return *reinterpret_cast<const unsigned*>(&h);
+}
+template <>
+__device__ __forceinline__ unsigned from_half_pair<__nv_bfloat16>(__half2 h) {
+    const float2 f = __half22float2(h);
+    return pack_pair<__nv_bfloat16>(f.x, f.y);
+}
+
+// Widens 8 e4m3 codes to T, a pair at a time (one cvt per pair to halves on sm_89 and newer).
+template <typename T>
+__device__ __forceinline__ uint4 widen_e4m3(uint2 codes) {
+    const unsigned words[2] = {codes.x, codes.y};
+    unsigned out[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const auto pair = static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2)));
+        out[i] = from_half_pair<T>(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+    }
+    return {out[0], out[1], out[2], out[3]};
+}
+
+// The kernels' body; TKV is T for a 16-bit cache, __nv_fp8_e4m3 for an fp8 one.
+template <typename T, typename TKV, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED>
+__device__ __forceinline__ void decode_attention_mma(
+    const T* __restrict__ q, long long q_batch_stride, long long q_token_stride, long long q_head_stride,
+    const TKV* __restrict__ k, const TKV* __restrict__ v, long long kv_outer_stride, long long kv_token_stride,
+    long long kv_head_stride, const int* __restrict__ lengths, const int* __restrict__ page_table,
+    long long page_table_stride, int num_pages, int max_kv_len, T* __restrict__ out, long long o_batch_stride,
+    long long o_token_stride, long long o_head_stride, float* __restrict__ lse, int group, int q_len, int window_left,
+    float scale, float softcap, float* workspace, float v_scale) {
     constexpr int ROWS = 16;
     using Rows = DecodeTileRows<HEAD_DIM>;
-    constexpr int CHUNKS = Rows::CHUNKS;             // 16-byte chunks of a key row
+    constexpr int CHUNKS = Rows::CHUNKS;             // 16-byte chunks of a row of T (the query tile's, the MMAs')
+    constexpr bool FP8 = sizeof(TKV) == 1;
+    constexpr int CHUNK_ELEMS = 16 / sizeof(TKV);    // cache elements in 16 bytes
+    constexpr int KV_CHUNKS = HEAD_DIM / CHUNK_ELEMS;  // 16-byte chunks of a key row in the cache
     // A copy (one 16-byte chunk per lane) moves BLOCK_CHUNKS consecutive chunks of ROWS_PER_COPY
     // key rows: a row's whole width where it is a power of two (head dims 16, 32, 64, 128, 256),
     // else 8 chunks (whole 128-byte lines: 192 is three of them) where they divide the row. So a
@@ -79,21 +116,23 @@ __global__ void __launch_bounds__(WARPS * 32)
     // would leave pieces of 32 or 64 bytes, which streamed at 63-78% of the copy bandwidth against
     // 94% for lines (H200, GQA 32/8): there a copy moves the tile's next 32 chunks in row order,
     // each lane's row and column computed per copy, and rows are read whole.
-    constexpr int LINE_CHUNKS = CHUNKS & -CHUNKS;  // the widest power of two dividing a row's chunks
-    constexpr bool BLOCKED = LINE_CHUNKS == CHUNKS || LINE_CHUNKS >= 8;
-    constexpr int BLOCK_CHUNKS = LINE_CHUNKS == CHUNKS ? CHUNKS : 8;
-    constexpr int BLOCKS = CHUNKS / BLOCK_CHUNKS;   // blocks of a row
+    constexpr int LINE_CHUNKS = KV_CHUNKS & -KV_CHUNKS;  // the widest power of two dividing a row's chunks
+    constexpr bool BLOCKED = LINE_CHUNKS == KV_CHUNKS || LINE_CHUNKS >= 8;
+    constexpr int BLOCK_CHUNKS = LINE_CHUNKS == KV_CHUNKS ? KV_CHUNKS : 8;
+    constexpr int BLOCKS = KV_CHUNKS / BLOCK_CHUNKS;  // blocks of a row
     constexpr int ROWS_PER_COPY = BLOCKED ? 32 / BLOCK_CHUNKS : 1;
-    constexpr int COPIES = TILE * CHUNKS / 32;       // chunks a lane copies per tile, of keys and of values
+    constexpr int COPIES = TILE * KV_CHUNKS / 32;    // chunks a lane copies per tile, of keys and of values
     constexpr int PAGE_SPAN = PAGE_SIZE > 0 && PAGE_SIZE < TILE ? PAGE_SIZE : TILE;  // keys sharing a page lookup
     constexpr int PAGES = TILE / PAGE_SPAN;          // page lookups per tile
     constexpr int S_TILES = TILE / 8;                // n-tiles of S
     constexpr int D_STEPS = HEAD_DIM / 16;           // k-steps of Q K^T
     constexpr int O_TILES = HEAD_DIM / 8;            // n-tiles of O
-    constexpr int TILE_ELEMS = TILE * Rows::STRIDE;
+    constexpr int TILE_ELEMS = TILE * Rows::STRIDE;  // a tile of T for the MMAs
+    constexpr int RING_TILE = FP8 ? TILE * HEAD_DIM : TILE_ELEMS;  // a tile in the ring (fp8: dense codes)
     static_assert(TILE == 16 || TILE == 32, "TILE is 16 or 32 keys");
     static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256, "head dim a multiple of 16 up to 256");
-    static_assert(TILE * CHUNKS % 32 == 0, "a tile is a whole number of copies per lane");
+    static_assert(TILE * KV_CHUNKS % 32 == 0, "a tile is a whole number of copies per lane");
+    static_assert(ROWS_PER_COPY <= TILE, "a copy stays in one tile");
     static_assert(PAGES <= 2, "a tile spans at most two page spans (pages of 16 keys or more)");
 
     const KvChunk work = decode_work<BALANCED, TILE>(lengths, max_kv_len, q_len, window_left);
@@ -112,11 +151,15 @@ __global__ void __launch_bounds__(WARPS * 32)
     len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
 
     __shared__ __align__(128) T q_tile[ROWS * Rows::STRIDE];
-    // The warps' load rings, [WARPS][STAGES][keys, values][TILE][Rows::STRIDE], then a word of valid
-    // pages per warp and stage; after the loop, the warps' partial results (decode_finish).
+    // The warps' load rings, [WARPS][STAGES][keys, values][RING_TILE], (fp8) the warps' widened
+    // tiles, [WARPS][keys, values][TILE_ELEMS], then a word of valid pages per warp and stage;
+    // after the loop, the warps' partial results (decode_finish).
     extern __shared__ __align__(128) unsigned char shared[];
-    T* ring = reinterpret_cast<T*>(shared) + warp * STAGES * 2 * TILE_ELEMS;
-    unsigned* page_flags = reinterpret_cast<unsigned*>(reinterpret_cast<T*>(shared) + WARPS * STAGES * 2 * TILE_ELEMS) +
+    TKV* ring = reinterpret_cast<TKV*>(shared) + warp * STAGES * 2 * RING_TILE;
+    T* widened = reinterpret_cast<T*>(reinterpret_cast<TKV*>(shared) + WARPS * STAGES * 2 * RING_TILE) + warp * 2 * TILE_ELEMS;
+    unsigned* page_flags = reinterpret_cast<unsigned*>(reinterpret_cast<T*>(reinterpret_cast<TKV*>(shared) +
+                                                                            WARPS * STAGES * 2 * RING_TILE) +
+                                                       (FP8 ? WARPS * 2 * TILE_ELEMS : 0)) +
                            warp * STAGES;
     float* warp_out = reinterpret_cast<float*>(shared);
 
@@ -142,7 +185,8 @@ __global__ void __launch_bounds__(WARPS * 32)
     // and chunks further; only the tile's (or page span's) start varies. Otherwise only the KV
     // head's offset is fixed.
     const int lane_row = lane / BLOCK_CHUNKS, lane_chunk = lane % BLOCK_CHUNKS;
-    const long long lane_offset = (BLOCKED ? lane_row * kv_token_stride + lane_chunk * 8 : 0) + kv_head * kv_head_stride;
+    const long long lane_offset =
+        (BLOCKED ? lane_row * kv_token_stride + lane_chunk * CHUNK_ELEMS : 0) + kv_head * kv_head_stride;
     const long long copy_step = ROWS_PER_COPY * kv_token_stride;
     static_assert(PAGE_SPAN % ROWS_PER_COPY == 0, "a copy's rows lie in one page span");
 
@@ -197,7 +241,11 @@ __global__ void __launch_bounds__(WARPS * 32)
             span_offset[p] += lane_offset;
             valid_pages |= ok ? 1u << p : 0u;
         }
-        T* stage_k = ring + stage * 2 * TILE_ELEMS;
+        TKV* stage_k = ring + stage * 2 * RING_TILE;
+        // Where chunk `chunk` of key row `row` lies in the ring: fp8 codes densely, T for the MMAs.
+        auto ring_offset = [](int row, int chunk) {
+            return FP8 ? row * HEAD_DIM + chunk * CHUNK_ELEMS : Rows::offset(row, chunk * 8);
+        };
 #pragma unroll
         for (int i = 0; i < COPIES; ++i) {
             if constexpr (BLOCKED) {
@@ -206,21 +254,22 @@ __global__ void __launch_bounds__(WARPS * 32)
                 const int row = first_row + lane_row, chunk = first_chunk + lane_chunk;
                 const int token = base + row;
                 const bool valid = ((valid_pages >> p) & 1u) && token >= kv_begin && token < kv_end;
-                const long long at =
-                    valid ? span_offset[p] + (first_row % PAGE_SPAN / ROWS_PER_COPY) * copy_step + first_chunk * 8 : 0;
-                const int offset = Rows::offset(row, chunk * 8);
+                const long long at = valid ? span_offset[p] + (first_row % PAGE_SPAN / ROWS_PER_COPY) * copy_step +
+                                                 first_chunk * CHUNK_ELEMS
+                                           : 0;
+                const int offset = ring_offset(row, chunk);
                 cp_async<16>(stage_k + offset, k + at, valid ? 16 : 0);
-                cp_async<16>(stage_k + TILE_ELEMS + offset, v + at, valid ? 16 : 0);
+                cp_async<16>(stage_k + RING_TILE + offset, v + at, valid ? 16 : 0);
             } else {
-                const int index = i * 32 + lane, row = index / CHUNKS, chunk = index % CHUNKS;
+                const int index = i * 32 + lane, row = index / KV_CHUNKS, chunk = index % KV_CHUNKS;
                 const int p = PAGES > 1 && row >= PAGE_SPAN ? 1 : 0;
                 const int token = base + row;
                 const bool valid = ((valid_pages >> p) & 1u) && token >= kv_begin && token < kv_end;
                 const long long span = p ? span_offset[PAGES - 1] : span_offset[0];
-                const long long at = valid ? span + (row % PAGE_SPAN) * kv_token_stride + chunk * 8 : 0;
-                const int offset = Rows::offset(row, chunk * 8);
+                const long long at = valid ? span + (row % PAGE_SPAN) * kv_token_stride + chunk * CHUNK_ELEMS : 0;
+                const int offset = ring_offset(row, chunk);
                 cp_async<16>(stage_k + offset, k + at, valid ? 16 : 0);
-                cp_async<16>(stage_k + TILE_ELEMS + offset, v + at, valid ? 16 : 0);
+                cp_async<16>(stage_k + RING_TILE + offset, v + at, valid ? 16 : 0);
             }
         }
         if (lane == 0) page_flags[stage] = valid_pages;
@@ -278,7 +327,25 @@ __global__ void __launch_bounds__(WARPS * 32)
         __syncwarp();  // the other lanes' copies of this tile are visible
         const int stage = it % STAGES;
         const int base = (tile_begin + warp + it * WARPS) * TILE;
-        const T* keys = ring + stage * 2 * TILE_ELEMS;
+        const T* keys;
+        if constexpr (FP8) {
+            // Widen the stage's keys and values: 8 codes a lane at a time, read in order, written
+            // as one 16-byte chunk of T.
+            const TKV* codes = ring + stage * 2 * RING_TILE;
+            constexpr int PIECES = 2 * TILE * HEAD_DIM / 8;  // of keys, then of values
+            static_assert(PIECES % 32 == 0, "a tile widens in whole steps of the warp");
+#pragma unroll
+            for (int i = 0; i < PIECES / 32; ++i) {
+                const int piece = i * 32 + lane, half = piece / (PIECES / 2), in_half = piece % (PIECES / 2);
+                const int row = in_half / (HEAD_DIM / 8), col = in_half % (HEAD_DIM / 8) * 8;
+                const uint2 packed = *reinterpret_cast<const uint2*>(codes + piece * 8);
+                *reinterpret_cast<uint4*>(widened + half * TILE_ELEMS + Rows::offset(row, col)) = widen_e4m3<T>(packed);
+            }
+            __syncwarp();  // the widened tile is visible to every lane
+            keys = widened;
+        } else {
+            keys = ring + stage * 2 * TILE_ELEMS;
+        }
         const T* values = keys + TILE_ELEMS;
         const unsigned valid_pages = page_flags[stage];
 
@@ -404,6 +471,12 @@ __global__ void __launch_bounds__(WARPS * 32)
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
     }
+    if constexpr (FP8) {
+#pragma unroll
+        for (int n = 0; n < O_TILES; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[n][e] *= v_scale;
+    }
     float* my_out = warp_out + warp * ROWS * HEAD_DIM;
 #pragma unroll
     for (int n = 0; n < O_TILES; ++n) {
@@ -424,6 +497,41 @@ __global__ void __launch_bounds__(WARPS * 32)
 
     decode_finish<T, HEAD_DIM, ROWS, WARPS>(warp_out, {out, o_batch_stride, o_token_stride, o_head_stride, lse, workspace,
                                                       group, q_len, row0, total_rows, kv_head, row_blocks, work});
+}
+
+// A 16-bit cache.
+template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false>
+__global__ void __launch_bounds__(WARPS * 32)
+    decode_attention_mma_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
+                                long long q_head_stride, const T* __restrict__ k, const T* __restrict__ v,
+                                long long kv_outer_stride,  // between sequences, or between pages when paged
+                                long long kv_token_stride, long long kv_head_stride, const int* __restrict__ lengths,
+                                const int* __restrict__ page_table, long long page_table_stride, int num_pages,
+                                int max_kv_len, T* __restrict__ out, long long o_batch_stride, long long o_token_stride,
+                                long long o_head_stride, float* __restrict__ lse, int group, int q_len,
+                                int window_left, float scale, float softcap, float* workspace) {
+    decode_attention_mma<T, T, HEAD_DIM, WARPS, TILE, STAGES, PAGE_SIZE, BALANCED>(
+        q, q_batch_stride, q_token_stride, q_head_stride, k, v, kv_outer_stride, kv_token_stride, kv_head_stride,
+        lengths, page_table, page_table_stride, num_pages, max_kv_len, out, o_batch_stride, o_token_stride,
+        o_head_stride, lse, group, q_len, window_left, scale, softcap, workspace, 1.0f);
+}
+
+// An fp8 e4m3 cache; the key scale is folded into `scale`, v_scale multiplies the output.
+template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false>
+__global__ void __launch_bounds__(WARPS * 32)
+    decode_attention_mma_fp8_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
+                                    long long q_head_stride, const __nv_fp8_e4m3* __restrict__ k,
+                                    const __nv_fp8_e4m3* __restrict__ v, long long kv_outer_stride,
+                                    long long kv_token_stride, long long kv_head_stride, const int* __restrict__ lengths,
+                                    const int* __restrict__ page_table, long long page_table_stride, int num_pages,
+                                    int max_kv_len, T* __restrict__ out, long long o_batch_stride,
+                                    long long o_token_stride, long long o_head_stride, float* __restrict__ lse,
+                                    int group, int q_len, int window_left, float scale, float softcap,
+                                    float* workspace, float v_scale) {
+    decode_attention_mma<T, __nv_fp8_e4m3, HEAD_DIM, WARPS, TILE, STAGES, PAGE_SIZE, BALANCED>(
+        q, q_batch_stride, q_token_stride, q_head_stride, k, v, kv_outer_stride, kv_token_stride, kv_head_stride,
+        lengths, page_table, page_table_stride, num_pages, max_kv_len, out, o_batch_stride, o_token_stride,
+        o_head_stride, lse, group, q_len, window_left, scale, softcap, workspace, v_scale);
 }
 
 }  // namespace tileops

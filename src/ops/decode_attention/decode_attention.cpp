@@ -63,8 +63,9 @@ public:
         plan.details = DecodeKernelChoice{l.kernel};  // launch_with passes each kernel its own parameters
         if (l.kernel == kDecodeTensorCores) {
             plan.template_file = kTensorCoreTemplate;
-            plan.name_expression = fmt::format("tileops::decode_attention_mma_kernel<{}, {}, {}, {}, {}, {}{}>", type,
-                                               p_.head_dim, l.warps, l.tile, l.stages, p_.page_size, balanced);
+            plan.name_expression = fmt::format("tileops::decode_attention_mma{}_kernel<{}, {}, {}, {}, {}, {}{}>",
+                                               fp8_cache() ? "_fp8" : "", type, p_.head_dim, l.warps, l.tile, l.stages,
+                                               p_.page_size, balanced);
         } else {
             plan.template_file = kCudaCoreTemplate;
             plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}{}>", type,
@@ -254,12 +255,12 @@ void DecodeAttentionModel::launch(const ResolvedLaunch& launch, Inputs inputs, O
     const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
     float scale = fp8 ? p.scale * p.k_scale : p.scale, softcap = p.softcap, v_scale = fp8 ? p.v_scale : 1.0f;
     void* workspace = launch.workspace_data();  // null without splits
-    // The CUDA-core kernel takes v_scale after the workspace; the tensor-core kernel does not.
+    // v_scale comes after the workspace, for the CUDA-core kernel and the tensor cores' fp8 one.
     const bool cuda_cores = std::any_cast<detail::DecodeKernelChoice>(launch.details).kernel == detail::kDecodeCudaCores;
     void* args[] = {&q,     &q_bs,    &q_ts,       &q_hs,      &k,         &v,          &kv_os, &kv_ts,
                     &kv_hs, &lengths, &page_table, &pt_stride, &num_pages, &max_kv_len, &out,   &o_bs,
                     &o_ts,  &o_hs,    &lse,        &group,     &q_len,     &window,     &scale, &softcap,
-                    &workspace, cuda_cores ? static_cast<void*>(&v_scale) : nullptr};
+                    &workspace, cuda_cores || fp8 ? static_cast<void*>(&v_scale) : nullptr};
     detail::launch(launch, args, stream, *this);
 }
 

@@ -67,9 +67,12 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
         l.rows = kDecodeMmaRows;
         l.tile = static_cast<int>(config_value(config, "tile", op));
         // Must match decode_attention_mma.cuh: per warp and stage, a tile of keys and one of
-        // values, and a word of valid pages; the query tile is static.
+        // values, and a word of valid pages; an fp8 cache's tiles are dense codes, and each warp
+        // has a tile of keys and one of values widened to 16 bits. The query tile is static.
         const long long row_stride = mma_row_stride(shape.head_dim);
-        ring = static_cast<size_t>(l.warps) * l.stages * (2 * l.tile * row_stride * shape.element_bytes + 4);
+        const long long tile_bytes = l.tile * row_stride * shape.element_bytes;
+        ring = shape.fp8_cache ? static_cast<size_t>(l.warps) * (l.stages * (2 * l.tile * shape.head_dim + 4) + 2 * tile_bytes)
+                               : static_cast<size_t>(l.warps) * l.stages * (2 * tile_bytes + 4);
         l.static_shared_bytes = static_cast<size_t>(kDecodeMmaRows) * row_stride * shape.element_bytes;
     } else {
         l.rows = static_cast<int>(config_value(config, "rows", op));
@@ -98,12 +101,26 @@ long long heuristic_splits(const DecodeShape& s, long long ctas, const DeviceInf
 }
 
 // The tensor-core kernel copies rows whose 16-byte chunks are neither a power of two nor a multiple
-// of 8 (decode_attention_mma.cuh: 80, 96, 112, 160, ...) chunk by chunk, each copy's row and column
-// computed: past head dim 128 that and 32-key tiles overflow the registers (ptxas, sm_90a: 8-96
-// bytes of spills over a contiguous cache, 68-312 paged).
+// of 8 (decode_attention_mma.cuh: 80, 96, 112, 160, ...; fp8 codes: 96, 160, 192, ...) chunk by
+// chunk, each copy's row and column computed: past head dim 128 that and 32-key tiles overflow the
+// registers (ptxas, sm_90a: 8-96 bytes of spills over a contiguous 16-bit cache, 68-312 paged;
+// 120-128 at 192 over fp8).
 bool tile_spills(const DecodeShape& s, long long tile) {
-    const long long chunks = s.head_dim / 8, line_chunks = chunks & -chunks;
+    const long long chunks = s.head_dim / (s.fp8_cache ? 16 : 8), line_chunks = chunks & -chunks;
     return tile == 32 && s.head_dim > 128 && line_chunks != chunks && line_chunks < 8;
+}
+
+// Why the tensor-core kernel cannot stream an fp8 cache in tiles of `tile` keys (nullopt: it can).
+// Must match decode_attention_mma.cuh: a tile's 16-byte chunks of codes are a whole number of
+// copies of the warp, and a copy of whole rows stays in one tile.
+std::optional<std::string> fp8_tile_refusal(const DecodeShape& s, long long tile) {
+    if (!s.fp8_cache) return std::nullopt;
+    if (s.head_dim < 32) return fmt::format("kernel 1 over an fp8 cache needs head dim 32 or more, not {}", s.head_dim);
+    if (tile * s.head_dim / 16 % 32 != 0)
+        return fmt::format("kernel 1 over an fp8 cache: {} keys of head dim {} are not whole 16-byte copies of a warp "
+                           "(tile = 32 is)",
+                           tile, s.head_dim);
+    return std::nullopt;
 }
 
 }  // namespace
@@ -113,11 +130,13 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     // row (MHA) once batch x kv heads fills the GPU without splits (H100, tuned: 8 x 32 x 4k MHA
     // 177 us against 205 on CUDA cores; 1 x 32 x 16k kept the CUDA cores, 100 us).
     const bool mma = s.rows_per_kv_head() >= 2 || s.batch * s.num_kv_heads >= device.sm_count;
-    if (mma && device.sm() >= 80 && !s.fp8_cache) {
+    // Tiles of 16 keys, or of 32 where an fp8 cache's 16 keys are not whole copies (head dims 80, 112).
+    const long long tile = fp8_tile_refusal(s, 16) ? 32 : 16;
+    if (mma && device.sm() >= 80 && !fp8_tile_refusal(s, tile) && !tile_spills(s, tile)) {
         // A ring of about 96 KB or less: three stages of 16 keys for four warps up to head dim 128,
         // for two warps above.
         const long long warps = s.head_dim <= 128 ? 4 : 2;
-        const Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
+        const Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile}, {"stages", 3}, {"splits", 1}};
         const DecodeLaunch l = decode_launch(s, config);
         Config with_splits = config;
         with_splits["splits"] = heuristic_splits(s, s.batch * s.num_kv_heads * l.row_blocks, device);
@@ -152,12 +171,12 @@ std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& 
                                            {"stages", stages}, {"splits", splits}});
     // The tensor-core kernel pads a KV head's rows to 16; the MMAs per key are the same for one
     // row as for sixteen, so it is tried for MHA too.
-    if (device.sm() >= 80 && !s.fp8_cache)
+    if (device.sm() >= 80)
         for (long long warps : {2, 4, 8})
             for (long long tile : {16, 32})
                 for (long long stages : {2, 3, 4})
                     for (long long splits : split_options)
-                        if (!tile_spills(s, tile))
+                        if (!tile_spills(s, tile) && !fp8_tile_refusal(s, tile))
                             configs.push_back({{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile},
                                                {"stages", stages}, {"splits", splits}});
     return configs;
@@ -178,8 +197,8 @@ std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Con
     if (l.stages < 2 || l.stages > 8) return fmt::format("stages = {} is not in [2, 8]", l.stages);
     if (kernel == kDecodeTensorCores) {
         if (device.sm() < 80) return fmt::format("kernel 1 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
-        if (s.fp8_cache) return "kernel 1 (mma.sync) takes 16-bit keys and values, not an fp8 cache: use kernel 0";
         if (l.tile != 16 && l.tile != 32) return fmt::format("tile = {} is not 16 or 32", l.tile);
+        if (auto refusal = fp8_tile_refusal(s, l.tile)) return refusal;
         if (tile_spills(s, l.tile)) return fmt::format("kernel 1: tiles of 32 keys spill registers at head dim {}", s.head_dim);
         if (l.warps > 8) return fmt::format("kernel 1: warps = {} is more than 8 (registers)", l.warps);
     } else {

@@ -7,7 +7,8 @@
 //      per lane and iteration), stages (iterations in the shared-memory load ring; loads run
 //      stages - 1 iterations ahead);
 //   1, tensor cores (decode_attention_mma.cuh, sm_80+): 16 query rows per CTA, warps, tile (keys
-//      per warp iteration, 16 or 32), stages. Not for an fp8 cache (its MMAs take 16-bit K and V).
+//      per warp iteration, 16 or 32), stages. An fp8 cache streams its codes and each warp widens
+//      a tile to 16 bits before its MMAs read it.
 // Both: splits. At batch 1, the CTAs sharing the sequence's keys (1: no workspace, no merge); for
 // a batch, the kernel cuts the keys of the whole batch into about batch x splits chunks of equal
 // tokens by the lengths it reads on the device (decode.cuh), so a skewed batch keeps every SM
@@ -32,7 +33,7 @@ namespace tileops::detail {
 struct DecodeShape {
     long long batch, num_heads, num_kv_heads, head_dim, q_len, max_kv_len, page_size;
     int element_bytes;  // of q and the output
-    bool fp8_cache;     // k and v are fp8 e4m3 (kernel 0 only)
+    bool fp8_cache;     // k and v are fp8 e4m3
     long long rows_per_kv_head() const { return num_heads / num_kv_heads * q_len; }
 };
 DecodeShape decode_shape(const DecodeAttentionProblem& problem);

@@ -59,7 +59,7 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
                     page_cache(p, page_size);
                     ops.push_back(std::make_unique<DecodeAttention>(p));
                 }
-    // An fp8 e4m3 cache (the CUDA-core kernel): GQA and MHA, paged, over 4 to 16 lanes a token.
+    // An fp8 e4m3 cache: GQA (the tensor cores) and MHA (the CUDA cores), paged, over 4 to 16 lanes a token.
     for (int64_t head_dim : {64, 80, 128, 192, 256})
         for (auto [heads, kv_heads, page_size] : {std::tuple{32, 8, 0}, {32, 32, 16}, {64, 8, 64}}) {
             DecodeAttentionProblem p;

@@ -348,8 +348,9 @@ TEST_CASE("DecodeAttention at head dims between the powers of two, on both kerne
     TILEOPS_REQUIRE_GPU();
     // The tensor cores: padded shared-memory rows copied chunk by chunk (80, 96, 112, 160) or in
     // 128-byte lines (192), an odd number of k-steps (80, 112), Q in registers at its limit (192),
-    // pages of 16 under tiles of 32. The CUDA cores: idle lanes past
-    // the head dim (bf16: 10-14 slices on 16 lanes, 20-24 on 32; fp8: 5-7 on 8, 10-12 on 16).
+    // pages of 16 under tiles of 32; over an fp8 cache, codes copied in row order and widened. The
+    // CUDA cores: idle lanes past the head dim (bf16: 10-14 slices on 16 lanes, 20-24 on 32; fp8:
+    // 5-7 on 8, 10-12 on 16).
     // A batch of odd lengths (one empty, one shorter than q_len) over a paged cache, and a single
     // sequence (fixed splits) over a contiguous one.
     const int64_t head_dim = GENERATE(80, 96, 112, 160, 192);
@@ -358,15 +359,18 @@ TEST_CASE("DecodeAttention at head dims between the powers of two, on both kerne
     p.return_lse = true;
     std::vector<Config> configs{{{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 3}},
                                 {{"kernel", 0}, {"rows", 8}, {"warps", 8}, {"unroll", 1}, {"stages", 3}, {"splits", 1}}};
-    if (fp8) {  // the CUDA-core kernel only
+    if (fp8) {
         p.kv_dtype = DType::fp8_e4m3;
         p.k_scale = 0.37f;
         p.v_scale = 1.9f;
-    } else {
-        configs.push_back({{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}});
-        // Tiles of 32 keys where they fit in the registers (decode_invalid_reason).
-        configs.push_back({{"kernel", 1}, {"warps", 2}, {"tile", head_dim == 160 ? 16 : 32}, {"stages", 2}, {"splits", 3}});
     }
+    // Over an fp8 cache, tiles of 16 keys at 80 and 112 are not whole copies of a warp; tiles of 32
+    // keys past head dim 128 spill where rows are copied chunk by chunk (decode_invalid_reason).
+    const bool tile16 = !fp8 || (head_dim != 80 && head_dim != 112);
+    const bool tile32 = head_dim != 160 && !(fp8 && head_dim == 192);
+    if (tile16) configs.push_back({{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}});
+    if (tile32) configs.push_back({{"kernel", 1}, {"warps", 2}, {"tile", 32}, {"stages", 2}, {"splits", 3}});
+    for (const Config& config : configs) REQUIRE_FALSE(DecodeAttention(p).model().invalid_reason(config, shared_runtime().device()));
     const uint64_t seed = 10 * static_cast<uint64_t>(head_dim) + (fp8 ? 1 : 0);
     DecodeAttentionProblem paged = p;
     paged.page_size = 16;
@@ -377,7 +381,8 @@ TEST_CASE("DecodeAttention at head dims between the powers of two, on both kerne
 TEST_CASE("DecodeAttention over an fp8 e4m3 cache with key and value scales", "[gpu][decode]") {
     TILEOPS_REQUIRE_GPU();
     shared_runtime();
-    // Each head dim once, GQA and MHA, contiguous and paged (each section compiles its own kernel).
+    // Each head dim once, GQA (the tensor cores) and MHA (the CUDA cores), contiguous and paged
+    // (each section compiles its own kernel).
     const auto [kv_heads, head_dim, page_size] =
         GENERATE(std::tuple{8, 128, 0}, std::tuple{32, 64, 16}, std::tuple{8, 256, 64}, std::tuple{32, 128, 0});
     DecodeAttentionProblem p = problem(GENERATE(DType::fp16, DType::bf16), 32, kv_heads, head_dim, 1, 5000);
@@ -403,8 +408,9 @@ TEST_CASE("DecodeAttention over an fp8 cache: speculative tokens, a window, soft
     const DecodeCase c(p, {2500, 1, 700}, 556);
     std::vector<Config> configs = DecodeAttention(c.p).model().search_space(shared_runtime().device());
     REQUIRE(!configs.empty());
-    for (const Config& config : configs) CHECK(config.at("kernel") == 0);  // fp8: the CUDA-core kernel only
     configs.push_back({{"kernel", 0}, {"rows", 8}, {"warps", 16}, {"unroll", 4}, {"stages", 2}, {"splits", 1000}});  // most splits empty
+    configs.push_back({{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 1000}});
+    configs.push_back({{"kernel", 1}, {"warps", 1}, {"tile", 32}, {"stages", 5}, {"splits", 3}});
     check_configs(c, test::this_shard(configs));
 }
 

@@ -179,7 +179,7 @@ TEST_CASE("DecodeAttention checks its operands by name", "[validation][decode]")
                       ContainsSubstring("'page_table' must have shape [batch, max_pages_per_seq] = [4, 256]"));
 }
 
-TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, the CUDA-core kernel only", "[validation][decode]") {
+TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, on either kernel", "[validation][decode]") {
     const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
     DecodeAttentionProblem p = gqa();
     p.kv_dtype = DType::fp8_e4m3;
@@ -192,12 +192,27 @@ TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, the CUDA-cor
     const detail::OpModel& model = op.model();
     CHECK(model.flags() == "kv_fp8");
     CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3; }, paged())).model().flags() == "page16,kv_fp8");
-    CHECK(model.heuristic(h100).at("kernel") == detail::kDecodeCudaCores);
+    // GQA: the tensor cores widen the codes; the fp8 kernel takes v_scale.
+    CHECK(model.heuristic(h100).at("kernel") == detail::kDecodeTensorCores);
     CHECK_FALSE(model.invalid_reason(model.heuristic(h100), h100).has_value());
-    for (const Config& config : model.search_space(h100)) CHECK(config.at("kernel") == detail::kDecodeCudaCores);
-    const Config mma{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
-    CHECK(model.invalid_reason(mma, h100).value_or("").find("not an fp8 cache") != std::string::npos);
-    CHECK(model.plan(model.heuristic(h100), 1, h100).name_expression.find("__nv_fp8_e4m3") != std::string::npos);
+    CHECK(model.plan(model.heuristic(h100), 1, h100).name_expression.find("decode_attention_mma_fp8_kernel<__nv_bfloat16, 128") !=
+          std::string::npos);
+    int kernels[2] = {0, 0};
+    for (const Config& config : model.search_space(h100)) ++kernels[config.at("kernel")];
+    CHECK(kernels[detail::kDecodeCudaCores] > 0);
+    CHECK(kernels[detail::kDecodeTensorCores] > 0);
+    const Config cuda_cores{{"kernel", 0}, {"rows", 4}, {"warps", 8}, {"unroll", 2}, {"stages", 2}, {"splits", 1}};
+    CHECK(model.plan(cuda_cores, 1, h100).name_expression.find("__nv_fp8_e4m3") != std::string::npos);
+    // Tiles of 16 keys at head dim 80 are 80 chunks of codes, not whole copies of a warp: 32 keys are.
+    DecodeAttention dim80(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 80; }));
+    const Config tile16{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
+    CHECK(dim80.model().invalid_reason(tile16, h100).value_or("").find("not whole 16-byte copies") != std::string::npos);
+    CHECK(dim80.model().heuristic(h100).at("tile") == 32);
+    CHECK_FALSE(dim80.model().invalid_reason(dim80.model().heuristic(h100), h100).has_value());
+    // Head dim 16: a row is one copy; the tensor cores refuse it, the heuristic keeps the CUDA cores.
+    DecodeAttention dim16(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 16; }));
+    CHECK(dim16.model().invalid_reason(tile16, h100).value_or("").find("head dim 32 or more") != std::string::npos);
+    CHECK(dim16.model().heuristic(h100).at("kernel") == detail::kDecodeCudaCores);
 }
 
 TEST_CASE("DecodeAttention configs: heuristic valid, workspace only where keys are split", "[decode]") {
@@ -255,10 +270,15 @@ TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 2
                 INFO(arch << ": " << model.describe());
                 const Config heuristic = model.heuristic(device);
                 CHECK_FALSE(model.invalid_reason(heuristic, device).has_value());
-                // The head dim follows the cache's element type in both kernels' template arguments.
-                const std::string kv_type = p.kv_dtype == DType::fp8_e4m3 ? "__nv_fp8_e4m3" : "__nv_bfloat16";
+                // The head dim follows the element types in the template arguments: the CUDA-core
+                // kernel names the cache's, the tensor cores' kernels only the query's (the fp8 one
+                // says so in its name).
+                const bool fp8 = p.kv_dtype == DType::fp8_e4m3;
+                const std::string types = heuristic.at("kernel") == detail::kDecodeCudaCores
+                                              ? std::string("_kernel<__nv_bfloat16, ") + (fp8 ? "__nv_fp8_e4m3" : "__nv_bfloat16")
+                                              : std::string(fp8 ? "_fp8" : "") + "_kernel<__nv_bfloat16";
                 CHECK_THAT(model.plan(heuristic, 1, device).name_expression,
-                           ContainsSubstring(kv_type + ", " + std::to_string(head_dim) + ", "));
+                           ContainsSubstring(types + ", " + std::to_string(head_dim) + ", "));
                 CHECK_FALSE(model.search_space(device).empty());
             }
     }
@@ -272,6 +292,9 @@ TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 2
     CHECK(mma80.dynamic_shared_bytes == 4 * 3 * (2 * 16 * 88 * 2 + 4));
     CHECK(mma80.static_shared_bytes == 16 * 88 * 2 + 32);
     CHECK(launch(gqa(), mma).dynamic_shared_bytes == 4 * 3 * (2 * 16 * 128 * 2 + 4));
+    // fp8: a ring of codes, then a widened tile of keys and one of values per warp.
+    CHECK(launch(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3; }), mma).dynamic_shared_bytes ==
+          4 * (3 * (2 * 16 * 128 + 4) + 2 * 16 * 128 * 2));
     // CUDA cores: the fp32 query tile spans the idle lanes too (fp8 at 80: 5 slices on 8 lanes).
     const Config cuda_cores{{"kernel", 0}, {"rows", 4}, {"warps", 8}, {"unroll", 2}, {"stages", 2}, {"splits", 1}};
     CHECK(launch(with([](auto& q) { q.head_dim = 80, q.kv_dtype = DType::fp8_e4m3; }), cuda_cores).static_shared_bytes ==
@@ -306,14 +329,17 @@ TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_80 
     test::KernelsByFile kernels;
     // Batches (keys cut by the lengths on the device) and a single sequence (fixed splits); head
     // dims between the powers of two: 80 (an odd number of k-steps, pages of 16 under tiles of
-    // 32), 192 (Q in registers at its limit) and 96 over an fp8 cache (6 slices on 8 lanes).
+    // 32), 192 (Q in registers at its limit) and 96 over an fp8 cache (6 slices on 8 lanes; codes
+    // copied in row order on the tensor cores).
     for (auto p : {gqa(), with([](auto& q) { q.batch = 1; }), with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 64; }, paged()),
                    with([](auto& q) { q.head_dim = 256, q.page_size = 64, q.max_pages_per_seq = 64; }, paged()),
                    with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.dtype = DType::fp16; }),
                    with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 256, q.num_heads = 8; }, paged()),
                    with([](auto& q) { q.head_dim = 80; }, paged()),
                    with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 192, q.batch = 1; }),
-                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 96; }, paged())}) {
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 96; }, paged()),
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 160; }, paged()),
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 192; })}) {
         DecodeAttention op(p);
         for (const Config& config : op.model().search_space(device)) test::add_kernels(kernels, op.model(), config, 1, device);
     }
