@@ -129,7 +129,15 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     // The tensor-core kernel for several rows per KV head (GQA, speculative tokens), and for one
     // row (MHA) once batch x kv heads fills the GPU without splits (H100, tuned: 8 x 32 x 4k MHA
     // 177 us against 205 on CUDA cores; 1 x 32 x 16k kept the CUDA cores, 100 us).
-    const bool mma = s.rows_per_kv_head() >= 2 || s.batch * s.num_kv_heads >= device.sm_count;
+    //
+    // Over an fp8 cache the tensor cores widen every tile first, and win only where the CUDA-core
+    // kernel would re-read the keys for several row blocks (more than 8 rows a KV head), or where
+    // GQA batches fill the GPU without splits (H200, tuned: 32 x 32/8 x 4k 122 us and 64 x 32/8 x 8k
+    // 456 us on tensor cores; 1 x 32/8 x 64k 69 us and 8 x 32/8 x 16k 133 us on CUDA cores, against
+    // 100 and 186 on tensor cores; MHA at batch 16-64 3-8% faster on CUDA cores).
+    const bool fills = s.batch * s.num_kv_heads >= device.sm_count;
+    const bool mma = s.fp8_cache ? s.rows_per_kv_head() > 8 || (s.rows_per_kv_head() >= 2 && fills)
+                                 : s.rows_per_kv_head() >= 2 || fills;
     // Tiles of 16 keys, or of 32 where an fp8 cache's 16 keys are not whole copies (head dims 80, 112).
     const long long tile = fp8_tile_refusal(s, 16) ? 32 : 16;
     if (mma && device.sm() >= 80 && !fp8_tile_refusal(s, tile) && !tile_spills(s, tile)) {

@@ -192,10 +192,21 @@ TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, on either ke
     const detail::OpModel& model = op.model();
     CHECK(model.flags() == "kv_fp8");
     CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3; }, paged())).model().flags() == "page16,kv_fp8");
-    // GQA: the tensor cores widen the codes; the fp8 kernel takes v_scale.
-    CHECK(model.heuristic(h100).at("kernel") == detail::kDecodeTensorCores);
+    // GQA 4 at batch 4: the CUDA cores; at batch 64 (filling the GPU) or with more than 8 rows a KV
+    // head, the tensor cores, which widen the codes in a kernel that takes v_scale.
+    CHECK(model.heuristic(h100).at("kernel") == detail::kDecodeCudaCores);
+    CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.batch = 64; })).model().heuristic(h100).at("kernel") ==
+          detail::kDecodeTensorCores);
+    CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.num_kv_heads = 2; })).model().heuristic(h100).at(
+              "kernel") == detail::kDecodeTensorCores);
+    CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.batch = 64, q.num_kv_heads = 32; }))
+              .model()
+              .heuristic(h100)
+              .at("kernel") == detail::kDecodeCudaCores);  // MHA
+    const Config tensor_cores{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
+    CHECK_FALSE(model.invalid_reason(tensor_cores, h100).has_value());
     CHECK_FALSE(model.invalid_reason(model.heuristic(h100), h100).has_value());
-    CHECK(model.plan(model.heuristic(h100), 1, h100).name_expression.find("decode_attention_mma_fp8_kernel<__nv_bfloat16, 128") !=
+    CHECK(model.plan(tensor_cores, 1, h100).name_expression.find("decode_attention_mma_fp8_kernel<__nv_bfloat16, 128") !=
           std::string::npos);
     int kernels[2] = {0, 0};
     for (const Config& config : model.search_space(h100)) ++kernels[config.at("kernel")];
@@ -207,10 +218,11 @@ TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, on either ke
     DecodeAttention dim80(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 80; }));
     const Config tile16{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
     CHECK(dim80.model().invalid_reason(tile16, h100).value_or("").find("not whole 16-byte copies") != std::string::npos);
-    CHECK(dim80.model().heuristic(h100).at("tile") == 32);
-    CHECK_FALSE(dim80.model().invalid_reason(dim80.model().heuristic(h100), h100).has_value());
+    DecodeAttention dim80_batch(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 80, q.batch = 64; }));
+    CHECK(dim80_batch.model().heuristic(h100).at("tile") == 32);
+    CHECK_FALSE(dim80_batch.model().invalid_reason(dim80_batch.model().heuristic(h100), h100).has_value());
     // Head dim 16: a row is one copy; the tensor cores refuse it, the heuristic keeps the CUDA cores.
-    DecodeAttention dim16(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 16; }));
+    DecodeAttention dim16(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 16, q.batch = 64; }));
     CHECK(dim16.model().invalid_reason(tile16, h100).value_or("").find("head dim 32 or more") != std::string::npos);
     CHECK(dim16.model().heuristic(h100).at("kernel") == detail::kDecodeCudaCores);
 }
