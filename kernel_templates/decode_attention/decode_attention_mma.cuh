@@ -261,10 +261,6 @@ __device__ __forceinline__ void decode_attention_mma(
             valid_pages |= ok ? 1u << p : 0u;
         }
         TKV* stage_k = ring + stage * 2 * RING_TILE;
-        // Where chunk `chunk` of key row `row` lies in the ring: fp8 codes densely, T for the MMAs.
-        auto ring_offset = [](int row, int chunk) {
-            return FP8 ? row * HEAD_DIM + chunk * CHUNK_ELEMS : Rows::offset(row, chunk * 8);
-        };
 #pragma unroll
         for (int i = 0; i < COPIES; ++i) {
             if constexpr (BLOCKED) {
@@ -276,7 +272,9 @@ __device__ __forceinline__ void decode_attention_mma(
                 const long long at = valid ? span_offset[p] + (first_row % PAGE_SPAN / ROWS_PER_COPY) * copy_step +
                                                  first_chunk * CHUNK_ELEMS
                                            : 0;
-                const int offset = ring_offset(row, chunk);
+                // fp8 codes lie densely in the ring; T lies as the MMAs read it. (Written out, not
+                // as a lambda: a lambda here changed the 16-bit kernels' instruction schedule.)
+                const int offset = FP8 ? row * HEAD_DIM + chunk * CHUNK_ELEMS : Rows::offset(row, chunk * 8);
                 cp_async<16>(stage_k + offset, k + at, valid ? 16 : 0);
                 cp_async<16>(stage_k + RING_TILE + offset, v + at, valid ? 16 : 0);
             } else {
@@ -286,7 +284,7 @@ __device__ __forceinline__ void decode_attention_mma(
                 const bool valid = ((valid_pages >> p) & 1u) && token >= kv_begin && token < kv_end;
                 const long long span = p ? span_offset[PAGES - 1] : span_offset[0];
                 const long long at = valid ? span + (row % PAGE_SPAN) * kv_token_stride + chunk * CHUNK_ELEMS : 0;
-                const int offset = ring_offset(row, chunk);
+                const int offset = FP8 ? row * HEAD_DIM + chunk * CHUNK_ELEMS : Rows::offset(row, chunk * 8);
                 cp_async<16>(stage_k + offset, k + at, valid ? 16 : 0);
                 cp_async<16>(stage_k + RING_TILE + offset, v + at, valid ? 16 : 0);
             }
@@ -346,7 +344,6 @@ __device__ __forceinline__ void decode_attention_mma(
         __syncwarp();  // the other lanes' copies of this tile are visible
         const int stage = it % STAGES;
         const int base = (tile_begin + warp + it * WARPS) * TILE;
-        const T* keys;
         if constexpr (FP8) {
             // Widen the stage's keys and values: 8 codes a lane at a time, read in order, written
             // as one 16-byte chunk of T.
@@ -361,10 +358,8 @@ __device__ __forceinline__ void decode_attention_mma(
                 *reinterpret_cast<uint4*>(widened + half * TILE_ELEMS + Rows::offset(row, col)) = widen_e4m3<T>(packed);
             }
             __syncwarp();  // the widened tile is visible to every lane
-            keys = widened;
-        } else {
-            keys = ring + stage * 2 * TILE_ELEMS;
         }
+        const T* keys = FP8 ? widened : reinterpret_cast<const T*>(ring + stage * 2 * RING_TILE);
         const T* values = keys + TILE_ELEMS;
         const unsigned valid_pages = page_flags[stage];
 
