@@ -68,47 +68,30 @@ struct DecodeTileRows {
     }
 };
 
-// e4m3 codes to 16-bit values with integer operations and one multiply per pair: conversion
-// instructions (cvt) issue at a quarter of the integer rate, and a warp widening a tile per
-// 250 cycles (an SM's share of the bandwidth) would wait on them.
-//
-// A code's exponent and mantissa bits, shifted into a 16-bit type's (below its sign bit), read as
-// that type's value times 2^-(BIAS - 7), BIAS the type's exponent bias: fp16 15, bf16 127. One
-// multiply by 2^(BIAS - 7) rescales exactly, subnormal codes included. (The NaN codes 0x7f and 0xff
-// widen to +-480; a cache holds none.)
+// Two values from a half pair, as a pair of T: e4m3 values are exact in both 16-bit types.
 template <typename T>
-struct E4m3Widening;
+__device__ __forceinline__ unsigned from_half_pair(__half2 h);
 template <>
-struct E4m3Widening<__half> {
-    static constexpr int SHIFT = 1;  // 10 mantissa bits against 3: the code's bits 0-6 go to 7-13
-    static __device__ __forceinline__ unsigned rescale(unsigned pair) {
-        const __half2 x = *reinterpret_cast<const __half2*>(&pair), two_8 = __half2(256.0f, 256.0f);
-        const __half2 y = __hmul2(x, two_8);
-        return *reinterpret_cast<const unsigned*>(&y);
-    }
-};
+__device__ __forceinline__ unsigned from_half_pair<__half>(__half2 h) {
+    return *reinterpret_cast<const unsigned*>(&h);
+}
 template <>
-struct E4m3Widening<__nv_bfloat16> {
-    static constexpr int SHIFT = 4;  // 7 mantissa bits against 3: the code's bits 0-6 go to 4-10
-    static __device__ __forceinline__ unsigned rescale(unsigned pair) {
-        const __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(&pair);
-        const __nv_bfloat162 two_120 = __floats2bfloat162_rn(0x1p120f, 0x1p120f);
-        const __nv_bfloat162 y = __hmul2(x, two_120);
-        return *reinterpret_cast<const unsigned*>(&y);
-    }
-};
+__device__ __forceinline__ unsigned from_half_pair<__nv_bfloat16>(__half2 h) {
+    const float2 f = __half22float2(h);
+    return pack_pair<__nv_bfloat16>(f.x, f.y);
+}
 
-// Widens 8 e4m3 codes (bytes in memory order) to 8 values of T, a pair per register.
+// Widens 8 e4m3 codes to T, a pair at a time (one cvt per pair to halves on sm_89 and newer).
+// Integer bit moves and one multiply per pair instead (no cvt) measured no faster: the widening
+// is not what bounds the kernel (docs/perf/decode_attention.md).
 template <typename T>
 __device__ __forceinline__ uint4 widen_e4m3(uint2 codes) {
     const unsigned words[2] = {codes.x, codes.y};
     unsigned out[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        // Codes 2i and 2i + 1 into the high bytes of the two 16-bit halves (sign bits in place).
-        const unsigned high = __byte_perm(words[i / 2], 0u, i % 2 == 0 ? 0x1404u : 0x3424u);
-        const unsigned bits = (high & 0x80008000u) | ((high & 0x7f007f00u) >> E4m3Widening<T>::SHIFT);
-        out[i] = E4m3Widening<T>::rescale(bits);
+        const auto pair = static_cast<__nv_fp8x2_storage_t>(words[i / 2] >> (16 * (i % 2)));
+        out[i] = from_half_pair<T>(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
     }
     return {out[0], out[1], out[2], out[3]};
 }
