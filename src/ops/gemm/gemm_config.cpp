@@ -265,6 +265,15 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     GemmConfig widest;
     widest.block_m = 128, widest.block_n = 256;
     const bool one_wave = gemm_tiles(widest, s) <= sm_count;
+    // One wave of a problem with many FLOPs a byte (past the ~250 where an H100's or H200's
+    // tensor cores and HBM balance) is bound by the tensor cores of the SMs it holds, and one
+    // consumer warpgroup alone on an SM issues about half of what two do: one-consumer tiles
+    // count half there (H200, 2048 x 896 x 4864: 64 x 256 tiles with one consumer, 128 blocks,
+    // 50.1 us; 128 x 128 with two, 112 blocks, 29.2).
+    const double flops = 2.0 * static_cast<double>(s.m) * s.n * s.k * s.batch;
+    const double bytes = (static_cast<double>(s.m) * s.k + static_cast<double>(s.n) * s.k) * s.in_bytes * s.batch +
+                         static_cast<double>(s.m) * s.n * s.out_bytes * s.batch;
+    const bool tensor_bound = flops >= 256.0 * bytes;
     GemmConfig best;
     double best_score = 0;
     for (const auto& t : tiles) {
@@ -285,7 +294,8 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
             if (one_wave) {
                 if (units > sm_count) break;
                 // Ties (same blocks): the tile that loads fewer bytes per MMA, the first listed.
-                score = static_cast<double>(units) / sm_count - (split > 1 ? 0.3 : 0.0);
+                score = static_cast<double>(units) / sm_count * (tensor_bound && t.consumers == 1 ? 0.5 : 1.0) -
+                        (split > 1 ? 0.3 : 0.0);
             } else {
                 if (split > 1 && 2 * tile_count > sm_count) break;
                 const double waves = static_cast<double>(ceil_div(units, sm_count)) / split;
