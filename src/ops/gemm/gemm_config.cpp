@@ -253,7 +253,8 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         double efficiency;
     } tiles[] = {{128, 2, 256, 0, 1.0},  {128, 2, 224, 0, 0.85}, {128, 2, 192, 0, 0.96}, {128, 2, 160, 0, 0.92},
                  {128, 2, 128, 0, 0.9},  {128, 2, 128, 1, 0.94}, {64, 1, 256, 0, 0.85},  {64, 1, 192, 0, 0.8},
-                 {64, 1, 128, 0, 0.75},  {64, 1, 96, 0, 0.65},   {64, 1, 64, 0, 0.55},   {64, 1, 32, 0, 0.2}};
+                 {64, 1, 128, 0, 0.75},  {64, 1, 96, 0, 0.65},   {64, 1, 64, 0, 0.55},   {64, 1, 32, 0, 0.2},
+                 {128, 2, 64, 0, 0.0}};  // efficiency 0: only for one tensor-bound wave (below)
     const int max_m = std::max(64, useful_block_m(s.m));
     const int64_t sm_count = device.sm_count, k_steps = ceil_div(s.k, 64);
     // When the widest tiles leave SMs idle the problem is bound by how many SMs stream operands
@@ -266,10 +267,11 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     widest.block_m = 128, widest.block_n = 256;
     const bool one_wave = gemm_tiles(widest, s) <= sm_count;
     // One wave of a problem with many FLOPs a byte (past the ~250 where an H100's or H200's
-    // tensor cores and HBM balance) is bound by the tensor cores of the SMs it holds, and one
-    // consumer warpgroup alone on an SM issues about half of what two do: one-consumer tiles
-    // count half there (H200, 2048 x 896 x 4864: 64 x 256 tiles with one consumer, 128 blocks,
-    // 50.1 us; 128 x 128 with two, 112 blocks, 29.2).
+    // tensor cores and HBM balance) takes as long as one block's tile: the smallest MMA work a
+    // block wins, and a consumer warpgroup alone on an SM issues about half of what two do
+    // (H200: 2048 x 896 x 4864, 64 x 256 tiles with one consumer, 128 blocks, 50.1 us; 128 x 128
+    // with two, 112 blocks, 29.2. 512 x 1600 x 6400: 128 x 64 with two consumers, 100 blocks,
+    // 22.7 us; 64 x 128 with one, 104 blocks, 24.8; 128 x 128 with two, 52 blocks, 35.1).
     const double flops = 2.0 * static_cast<double>(s.m) * s.n * s.k * s.batch;
     const double bytes = (static_cast<double>(s.m) * s.k + static_cast<double>(s.n) * s.k) * s.in_bytes * s.batch +
                          static_cast<double>(s.m) * s.n * s.out_bytes * s.batch;
@@ -277,7 +279,7 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     GemmConfig best;
     double best_score = 0;
     for (const auto& t : tiles) {
-        if (t.bm > max_m || (t.pingpong && one_wave)) continue;
+        if (t.bm > max_m || (t.pingpong && one_wave) || (t.efficiency == 0 && !(one_wave && tensor_bound))) continue;
         GemmConfig c;
         c.kernel = kGemmSm90;
         c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn, c.block_k = 64, c.group_m = 8;
@@ -293,9 +295,12 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
             double score;  // higher is better
             if (one_wave) {
                 if (units > sm_count) break;
-                // Ties (same blocks): the tile that loads fewer bytes per MMA, the first listed.
-                score = static_cast<double>(units) / sm_count * (tensor_bound && t.consumers == 1 ? 0.5 : 1.0) -
-                        (split > 1 ? 0.3 : 0.0);
+                // Ties: the tile that loads fewer bytes per MMA, the first listed.
+                if (tensor_bound)
+                    score = -static_cast<double>(t.bm) * t.bn / (t.consumers == 2 ? 1.0 : 0.5) / split *
+                            (split > 1 ? 1.3 : 1.0);
+                else
+                    score = static_cast<double>(units) / sm_count - (split > 1 ? 0.3 : 0.0);
             } else {
                 if (split > 1 && 2 * tile_count > sm_count) break;
                 const double waves = static_cast<double>(ceil_div(units, sm_count)) / split;
