@@ -3,6 +3,7 @@
 // (OpModel::neighbour_misfit) and falls back to the heuristic otherwise. CPU only.
 #include <filesystem>
 #include <fstream>
+#include <tuple>
 
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
@@ -98,4 +99,25 @@ TEST_CASE("a near shape's GEMM config is reused only where it fills the waves as
     CHECK_THAT(*why, ContainsSubstring("64 x 32 tiles") && ContainsSubstring("55%") && ContainsSubstring("97%"));
     // The exact shape is never second-guessed.
     CHECK(tuning::choose_config(resolver, tuned.model(), hopper).source == tuning::ConfigSource::user_db);
+}
+
+// In one wave a tensor-bound problem takes one block's time: the smallest tile work over its
+// consumers wins; a memory-bound one takes the most blocks (tiles timed on an H200, docs/perf/gemm.md).
+TEST_CASE("one wave: tensor-bound problems take the least work a block, memory-bound ones the most blocks",
+          "[gemm][tuning]") {
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    const auto tiles = [&](int64_t m, int64_t n, int64_t k) {
+        const detail::GemmConfig c = detail::GemmConfig::from(nt_gemm(m, n, k).model().heuristic(hopper));
+        REQUIRE(c.kernel == detail::kGemmSm90);
+        return std::make_tuple(c.block_m, c.block_n, c.consumers, c.split_k);
+    };
+    // 64 x 256 with one consumer ran 48.9 us, 128 x 128 with two 29.9.
+    CHECK(tiles(2048, 896, 4864) == std::make_tuple(128, 128, 2, 1));
+    // 128 x 64 with two consumers, 100 blocks: 22.7 us, against 24.8 for 64 x 128 with one and
+    // 35.1 for 128 x 128 with two (52 blocks).
+    CHECK(tiles(512, 1600, 6400) == std::make_tuple(128, 64, 2, 1));
+    // Memory-bound: 128 blocks of 64 x 32 (H100 tuned) whatever the work a block.
+    CHECK(tiles(64, 4096, 4096) == std::make_tuple(64, 32, 1, 1));
+    // Several waves: the big tiles, unchanged by the one-wave rules.
+    CHECK(tiles(4096, 4096, 4096) == std::make_tuple(128, 256, 2, 1));
 }
