@@ -513,9 +513,13 @@ __global__ void __launch_bounds__(WARPS * 32)
         o_head_stride, lse, group, q_len, window_left, scale, softcap, workspace, 1.0f);
 }
 
-// An fp8 e4m3 cache; the key scale is folded into `scale`, v_scale multiplies the output.
+// An fp8 e4m3 cache; the key scale is folded into `scale`, v_scale multiplies the output. Four
+// warps on 16-key tiles up to head dim 128 are held to 168 registers (164-167 used, no spill; tiles
+// of 32 keys would spill) so that three CTAs share an SM: the widening's shared-memory round trips
+// want more warps in flight (H200, 256 x 32/8 x 4k contiguous with a 2-stage ring: 734 us against
+// 870 at two CTAs an SM).
 template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(WARPS * 32, WARPS == 4 && TILE == 16 && HEAD_DIM <= 128 ? 3 : 1)
     decode_attention_mma_fp8_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
                                     long long q_head_stride, const __nv_fp8_e4m3* __restrict__ k,
                                     const __nv_fp8_e4m3* __restrict__ v, long long kv_outer_stride,
