@@ -28,14 +28,6 @@ import sweep_peers  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def gflop(op, shape):
-    if op == "gemm":
-        return 2 * math.prod(shape) / 1e9
-    if op == "flash_attention":  # batch x heads x kv_heads x head_dim x seqlen_q x seqlen_k
-        return 4 * shape[0] * shape[1] * shape[3] * shape[4] * shape[5] / 1e9
-    return 0.0
-
-
 def parse(problem):
     """'op AxB dtype [flags] [length spread]' -> a workload problem."""
     words = problem.split()
@@ -63,7 +55,8 @@ def workload(args):
         for text in drawn:
             p = parse(text)
             key = (p["op"], tuple(p["shape"]), p["dtype"], p["flags"])
-            if text in sweep or key in seen or key in shipped or gflop(p["op"], p["shape"]) > args.max_gflop:
+            gflop = sweep_peers.tflops(args.family, text, 1e3) or 0.0  # TFLOP/s over 1 ms: GFLOP
+            if text in sweep or key in seen or key in shipped or gflop > args.max_gflop:
                 continue
             seen.add(key)
             chosen.append(p)
