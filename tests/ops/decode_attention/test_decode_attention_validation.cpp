@@ -270,6 +270,23 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only where keys a
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'kernel'") != std::string::npos);
 }
 
+// The fp8 kernel's launch bounds hold four warps on 16-key tiles up to head dim 128 to the registers
+// of three CTAs an SM; the heuristic's ring must leave room for three in an H100's or H200's 228 KB
+// of shared memory (1 KB of each CTA's is the driver's).
+TEST_CASE("DecodeAttention over an fp8 cache: the heuristic's tensor-core CTAs fit three an SM", "[validation][decode]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    for (int64_t head_dim : {64, 96, 128}) {
+        CAPTURE(head_dim);
+        const DecodeAttention op(with([&](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.batch = 64, q.head_dim = head_dim; }));
+        const Config config = op.model().heuristic(h100);
+        REQUIRE(config.at("kernel") == detail::kDecodeTensorCores);
+        CHECK(config.at("warps") == 4);
+        CHECK(config.at("tile") == 16);
+        const detail::DecodeLaunch l = detail::decode_launch(detail::decode_shape(op.problem()), config);
+        CHECK(3 * (l.dynamic_shared_bytes + l.static_shared_bytes + 1024) <= 228 * 1024);
+    }
+}
+
 TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 256", "[validation][decode]") {
     for (const char* arch : {"sm_80", "sm_90a"}) {
         const DeviceInfo device = DeviceInfo::for_arch(arch);
