@@ -217,6 +217,10 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
                 }
                 out_slot ^= 1;
             }
+            if constexpr (BN % 64 != 0) {
+#pragma unroll
+                for (int atom = 0; atom < kAtoms; ++atom) store_from_registers(tensor_scale, atom, BN / 64 * 64, BN);
+            }
             continue;
         }
 #pragma unroll

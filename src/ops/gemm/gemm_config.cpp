@@ -16,6 +16,8 @@ bool is_pow2(int v) { return v > 0 && (v & (v - 1)) == 0; }
 // boundary (the 128-byte TMA swizzle repeats every 8 rows of 128 bytes); then two 8-byte barriers
 // per stage (up to kGemmSm90MaxStages) and the split-K flag.
 constexpr unsigned kSm90SharedExtra = 1024 + 2 * 8 * kGemmSm90MaxStages + 16;
+// What an sm_90 block may opt in to (H100 and H200 alike).
+constexpr size_t kSm90MaxSharedBytes = 227 * 1024;
 
 // The smallest block_m worth using for m rows: a tile much taller than the matrix wastes MMAs.
 int useful_block_m(int64_t m) {
@@ -85,7 +87,15 @@ unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
     return static_cast<unsigned>(ring + out_boxes + kSm90SharedExtra);
 }
 
-bool gemm_sm90_stores_with_tma(const GemmShape& s, const GemmConfig& c) { return s.out_bytes == 2 && c.block_n % 64 == 0; }
+bool gemm_sm90_stores_with_tma(const GemmShape& s, const GemmConfig& c) {
+    if (c.kernel != kGemmSm90 || s.out_bytes != 2 || c.block_n < 64) return false;
+    if (c.block_n % 64 == 0) return true;
+    // 96, 160 or 224 columns: their whole boxes go through TMA where the boxes fit beside the ring
+    // in sm_90's 227 KB; a ring too deep for them keeps every store in registers.
+    const size_t ring = static_cast<size_t>(c.stages) * (c.block_m + c.block_n) * c.block_k * s.in_bytes;
+    const size_t out_boxes = static_cast<size_t>(c.consumers) * 2 * 64 * 64 * s.out_bytes;
+    return ring + out_boxes + kSm90SharedExtra <= kSm90MaxSharedBytes;
+}
 
 GemmSplitWorkspace GemmSplitWorkspace::of(const GemmConfig& c, const GemmShape& s) {
     GemmSplitWorkspace w;
@@ -262,7 +272,12 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     // and by each block's latency, not by MMA efficiency: the most blocks that still fit in one
     // wave win, tile size aside (H100, tuned: 1024^3 64 x 128, 128 blocks; M = 128, N = 10240:
     // 64 x 192, 108 blocks; M = 64, N = 4096: 64 x 32, 128 blocks). Splitting K (64-row tiles
-    // only: splitting taller ones was slower) costs about 30% of a wave for the partial sums.
+    // only: splitting taller ones was slower) costs about 30% of a wave for the partial sums, a
+    // little more the more splits, and pays only where each split keeps 24 K steps or more; tiles
+    // 32 wide cost 30-40% of a wave, the more the longer K: their 4 KB stages keep too few bytes in
+    // flight (H200, 16 x 4096 x 16384: 64 x 32 45.0 us, 64 x 64 split in two 39.1; at K = 4096 the
+    // two tie). Fitted to 27 such problems tuned on an H200 (heuristic over tuned: geomean 1.039 ->
+    // 1.008, worst 1.27 -> 1.08; 1 x 5120 x 2048: 64 x 128 split in three 13.8 us, 64 x 64 10.9).
     // Otherwise the modelled time is waves x tile area / efficiency; the smallest wins.
     GemmConfig widest;
     widest.block_m = 128, widest.block_n = 256;
@@ -291,6 +306,12 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
         // N = K = 4096, 64 x 32 tiles: cuBLAS runs the same tiles with 16 stages).
         c.stages = kGemmSm90MaxStages;
         if (!shorten_ring_to_fit(c, s, device)) continue;
+        // Tiles of 96-224 columns give stages up for the output boxes: from registers, their stores
+        // were what held short-K problems back (H200, 4097 x 1152 x 896, 128 x 160 tiles: 25.7 us
+        // against cuBLAS's 17.7).
+        while (s.out_bytes == 2 && c.block_n > 64 && c.block_n % 64 != 0 && !gemm_sm90_stores_with_tma(s, c) &&
+               c.stages > 2)
+            --c.stages;
         const int64_t tile_count = gemm_tiles(c, s);
         for (int split : {1, 2, 3, 4, 6, 8}) {
             if (split > 1 && (t.bm > 64 || t.pingpong || k_steps < 8 * split)) break;
@@ -302,8 +323,11 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
                 if (tensor_bound)
                     score = -static_cast<double>(t.bm) * t.bn / (t.consumers == 2 ? 1.0 : 0.5) / split *
                             (split > 1 ? 1.3 : 1.0);
+                else if (split > 1 && k_steps < 24 * split)
+                    continue;
                 else
-                    score = static_cast<double>(units) / sm_count - (split > 1 ? 0.3 : 0.0);
+                    score = static_cast<double>(units) / sm_count - (split > 1 ? 0.3 + 0.02 * split : 0.0) -
+                            (t.bn == 32 ? 0.3 + 0.1 * static_cast<double>(k_steps) / 256 : 0.0);
             } else {
                 if (split > 1 && 2 * tile_count > sm_count) break;
                 const double waves = static_cast<double>(ceil_div(units, sm_count)) / split;

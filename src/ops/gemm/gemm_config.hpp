@@ -66,9 +66,11 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& shape, const DeviceIn
 std::optional<std::string> gemm_invalid_reason(const GemmConfig& config, const GemmShape& shape,
                                                const DeviceInfo& device);
 
-// Whether kernel 1 stages the output tile in shared memory and stores it with TMA: 16-bit outputs
-// in tiles of a multiple of 64 columns (gemm_sm90_tma_store in gemm_sm90.cuh); others are stored
-// from registers. A 16-bit D must have 16-byte aligned rows for kernel 1 (GemmModel's vec).
+// Whether kernel 1 stages the output tile in shared memory and stores it with TMA, in boxes of 64
+// columns (gemm_sm90_tma_store in gemm_sm90.cuh): 16-bit outputs in tiles of a multiple of 64
+// columns, and tiles of 96, 160 or 224 (their last 32 columns from registers) whose ring leaves
+// room for the boxes; other tiles are stored from registers. A 16-bit D must have 16-byte aligned
+// rows for kernel 1 (GemmModel's vec).
 bool gemm_sm90_stores_with_tma(const GemmShape& shape, const GemmConfig& config);
 
 // The workspace of kernel 1 with split_k > 1: a counter per tile (padded to 256 bytes), then

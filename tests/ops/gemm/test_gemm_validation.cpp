@@ -353,3 +353,43 @@ TEST_CASE("Gemm refuses D over its operands, C read at beta = 0, and the skinny 
     aligned.k = 4096;
     CHECK_FALSE(Gemm(aligned).model().invalid_reason(skinny, h100).has_value());
 }
+
+TEST_CASE("Gemm tiles of 96-224 columns store their whole boxes with TMA where the ring leaves room",
+          "[validation][gemm]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    GemmProblem short_k = problem(4097, 1152, 896);
+    short_k.layout = GemmLayout::nt;
+    const Gemm gemm(short_k);
+    const detail::GemmShape shape{1, 4097, 1152, 896, 2, true, 2};
+    detail::GemmConfig c;
+    c.kernel = detail::kGemmSm90, c.block_m = 128, c.consumers = 2, c.block_k = 64, c.vec = 8;
+    // 128 x 224 stages are 44 KB: four leave room for two 64 x 64 boxes per consumer, five do not
+    // (kept, with every store from registers, so that configs tuned that way stay what they were).
+    c.block_n = 224, c.stages = 4;
+    CHECK(detail::gemm_sm90_stores_with_tma(shape, c));
+    c.stages = 5;
+    CHECK_FALSE(detail::gemm_sm90_stores_with_tma(shape, c));
+    CHECK_FALSE(detail::gemm_invalid_reason(c, shape, h100));
+    c.block_n = 160, c.stages = 5;
+    CHECK(detail::gemm_sm90_stores_with_tma(shape, c));
+    c.block_n = 32, c.stages = 4;
+    CHECK_FALSE(detail::gemm_sm90_stores_with_tma(shape, c));
+    c.block_n = 192, c.stages = 4;
+    CHECK(detail::gemm_sm90_stores_with_tma(shape, c));
+    CHECK_FALSE(detail::gemm_sm90_stores_with_tma({1, 4097, 1152, 896, 2, true, 4}, c));  // fp32 D
+
+    // The heuristic gives such tiles the stages the boxes need, and the kernel is named with TMA
+    // stores (TMA_STORE, then SPLIT_K, end its arguments).
+    const Config config = gemm.model().heuristic(h100);
+    const detail::GemmConfig chosen = detail::GemmConfig::from(config);
+    INFO(chosen.block_m << " x " << chosen.block_n << ", " << chosen.stages << " stages");
+    REQUIRE(chosen.block_n % 64 == 32);
+    CHECK(detail::gemm_sm90_stores_with_tma(shape, chosen));
+    CHECK_THAT(gemm.model().plan(config, 8, h100).name_expression, ContainsSubstring(", true, false>"));
+    // Tiles of 32 columns store from registers whatever their ring: they keep the deepest.
+    GemmProblem skinny = problem(64, 4096, 4096);
+    skinny.layout = GemmLayout::nt;
+    const detail::GemmConfig narrow = detail::GemmConfig::from(Gemm(skinny).model().heuristic(h100));
+    REQUIRE(narrow.block_n == 32);
+    CHECK(narrow.stages == detail::kGemmSm90MaxStages);
+}
