@@ -89,6 +89,11 @@ struct MoePermuteProblem {
     int64_t capacity = 0;            // masked: rows an expert holds (>= 1); unused when contiguous
     int64_t x_stride = 0;            // elements between rows of x; 0: hidden
     int64_t out_stride = 0;          // elements between permuted rows; 0: hidden
+    // fp8 x only: the fp32 scales of each row, permuted along with it. 0: none; 1: one a token
+    // (Quantize's per-token scales); ceil(hidden / 128): one per 128 elements (its 1 x 128 block
+    // scales, which GemmFp8 and GemmFp8Grouped read).
+    int64_t scale_blocks = 0;
+    int64_t scales_stride = 0;       // elements between x_scales' blocks (Quantize's scale_stride); 0: tokens
 };
 
 // Gathers x's rows into expert order for a grouped GEMM. Entry (t, j) of topk_ids sends row t of
@@ -110,7 +115,11 @@ struct MoePermuteProblem {
 //
 // Operands of run(): inputs {x, topk_ids} (x [tokens, hidden], x_stride; topk_ids int32 [tokens, k]
 // contiguous); outputs {x_perm, expert_offsets, row_map} (contiguous) or {x_masked, expert_counts,
-// row_map} (masked).
+// row_map} (masked). With scale_blocks, also the input x_scales fp32 [scale_blocks, tokens]
+// (row stride scales_stride) and the output perm_scales fp32 [scale_blocks, rows] (contiguous;
+// rows: tokens * k, or experts * capacity), both block-major (a block's scales of consecutive rows
+// adjacent) and plain vectors when scale_blocks is 1: perm_scales[b, row_map[t, j]] =
+// x_scales[b, t], the rows no entry reaches untouched.
 //
 // Two kernels on the caller's stream: the first counts each expert's entries in groups of
 // entries, ranks every entry within its group (stably), and its last CTA turns the counts into

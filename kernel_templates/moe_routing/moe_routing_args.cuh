@@ -37,16 +37,20 @@ struct MoePermuteArgs {
     int* expert_info;       // contiguous: offsets [experts + 1]; masked: counts [experts]
     int* row_map;           // [tokens, k]
     int* workspace;         // kMoeWorkspaceHeader ints, then counts [groups][experts]
+    const float* scales;    // x's scales [scale_blocks, tokens] (a token's adjacent), or null
+    float* out_scales;      // the permuted rows' scales [scale_blocks, out_rows], or null
     long long tokens, hidden;
     long long x_stride, out_stride;  // elements
+    long long out_rows;     // tokens * k (contiguous) or experts * capacity (masked)
+    long long scales_stride;  // elements between x's scale blocks
     int experts, k;
     int capacity;           // masked: rows an expert holds; 0: contiguous
     int group_entries;      // entries (of tokens x k) a routing CTA takes: a multiple of kMoeRouteThreads
     int groups;             // routing CTAs
-    int unused;
+    int scale_blocks;       // scales a row of x: 0 (none), 1 (per token) or one per 128 elements
 };
 
-static_assert(sizeof(MoePermuteArgs) == 6 * 8 + 4 * 8 + 6 * 4, "MoePermuteArgs: the kernels' parameter block changed size");
+static_assert(sizeof(MoePermuteArgs) == 8 * 8 + 6 * 8 + 6 * 4, "MoePermuteArgs: the kernels' parameter block changed size");
 
 struct MoeUnpermuteArgs {
     const void* y;          // [y_rows, hidden], y_stride

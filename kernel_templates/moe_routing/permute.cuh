@@ -14,7 +14,9 @@
 // moe_permute_gather_kernel: a team of THREADS_PER_ROW threads a token (ROWS_PER_BLOCK tokens a
 // block) finds the rows of the token's k entries (offset of the expert + start of the run + rank),
 // writes them to row_map, and copies the token's row of x to each of them: x is read once, each
-// permuted row written once. Elements are copied as raw bits (U: 16-bit or 8-bit unsigned).
+// permuted row written once. Elements are copied as raw bits (U: 16-bit or 8-bit unsigned). The
+// scales of fp8 rows (scale_blocks a row, stored block-major as Quantize writes them and
+// GemmFp8's block scaling reads them) go along with their rows.
 //
 // Ids outside [0, experts) are ranked nowhere, counted nowhere and get row_map -1; so do masked
 // entries past their expert's capacity.
@@ -166,6 +168,14 @@ __global__ void __launch_bounds__(THREADS_PER_ROW* ROWS_PER_BLOCK, 1) moe_permut
         }
     __syncthreads();
     if (!live) return;
+
+    if (args.scale_blocks > 0)
+        for (int j = 0; j < k; ++j) {
+            const long long row = dest[slot][j];
+            if (row < 0) continue;
+            for (int b = lane; b < args.scale_blocks; b += THREADS_PER_ROW)
+                args.out_scales[b * args.out_rows + row] = args.scales[b * args.scales_stride + token];
+        }
 
     const U* __restrict__ x = static_cast<const U*>(args.x) + token * args.x_stride + lane * VEC;
     U* __restrict__ out = static_cast<U*>(args.out) + lane * VEC;

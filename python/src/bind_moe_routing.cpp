@@ -43,10 +43,22 @@ py::object moe_topk(py::handle logits_arg, py::handle weights_arg, py::handle id
 }
 
 // capacity 0: the contiguous layout (out [tokens * k, hidden], expert_info the offsets); else
-// masked (out [experts, capacity, hidden], expert_info the counts).
+// masked (out [experts, capacity, hidden], expert_info the counts). x_scales and perm_scales, both
+// or neither: fp8 rows' scales, [tokens] and [rows] (one a token), or [blocks, tokens] and
+// [blocks, rows] (1 x 128 blocks, block-major as quantize writes them).
 py::object moe_permute(py::handle x_arg, py::handle ids_arg, py::handle out_arg, py::handle info_arg,
-                       py::handle row_map_arg, int64_t num_experts, int64_t capacity, py::handle stream) {
+                       py::handle row_map_arg, py::handle scales_arg, py::handle perm_scales_arg, int64_t num_experts,
+                       int64_t capacity, py::handle stream) {
     Call call(stream);
+    const PyTensor* scales = call.optional(scales_arg, "x_scales");
+    const PyTensor* perm_scales = call.optional(perm_scales_arg, "perm_scales");
+    if ((scales == nullptr) != (perm_scales == nullptr))
+        throw InvalidArgument("tileops_jit.moe_permute: give x_scales and perm_scales together, or neither");
+    if (scales != nullptr && (scales->rank > 2 || scales->rank != perm_scales->rank))
+        throw InvalidArgument(fmt::format("tileops_jit.moe_permute: x_scales and perm_scales must both be [tokens] and "
+                                          "[rows] (a scale a token) or [blocks, tokens] and [blocks, rows], got ranks "
+                                          "{} and {}",
+                                          scales->rank, perm_scales->rank));
     const PyTensor& x = call.tensor(x_arg, "x");
     const PyTensor& ids = call.tensor(ids_arg, "topk_ids");
     const PyTensor& out = call.tensor(out_arg, capacity > 0 ? "x_masked" : "x_perm");
@@ -67,9 +79,18 @@ py::object moe_permute(py::handle x_arg, py::handle ids_arg, py::handle out_arg,
     p.capacity = capacity;
     p.x_stride = x.row_stride();
     p.out_stride = capacity > 0 ? out.stride(-2) : out.row_stride();
+    if (scales != nullptr) {
+        p.scale_blocks = scales->rank == 2 ? scales->size(0) : 1;
+        if (scales->rank == 2 && scales->size(0) > 1) p.scales_stride = scales->stride(0);
+    }
     MoePermute& op = call.op<MoePermute>(key);
-    return call.finish(op, {x.rows_view(), ids.rows_view()},
-                       {capacity > 0 ? out.view() : out.rows_view(), info.vector_view(), row_map.rows_view()});
+    const TensorView out_view = capacity > 0 ? out.view() : out.rows_view();
+    if (scales == nullptr)
+        return call.finish(op, {x.rows_view(), ids.rows_view()}, {out_view, info.vector_view(), row_map.rows_view()});
+    const bool blocks = scales->rank == 2;
+    return call.finish(op, {x.rows_view(), ids.rows_view(), blocks ? scales->view() : scales->vector_view()},
+                       {out_view, info.vector_view(), row_map.rows_view(),
+                        blocks ? perm_scales->view() : perm_scales->vector_view()});
 }
 
 // y: [tokens * k, hidden], or the masked [experts, capacity, hidden] (its rows folded).
@@ -101,7 +122,8 @@ void bind_moe_routing(py::module_& m) {
           py::arg("correction_bias"), py::arg("k"), py::arg("scoring"), py::arg("renormalize"),
           py::arg("routed_scaling_factor"), py::arg("n_group"), py::arg("topk_group"), TILEOPS_PY_CALL_ARGS);
     m.def("moe_permute", &moe_permute, py::arg("x"), py::arg("topk_ids"), py::arg("out"), py::arg("expert_info"),
-          py::arg("row_map"), py::arg("num_experts"), py::arg("capacity"), TILEOPS_PY_CALL_ARGS);
+          py::arg("row_map"), py::arg("x_scales"), py::arg("perm_scales"), py::arg("num_experts"), py::arg("capacity"),
+          TILEOPS_PY_CALL_ARGS);
     m.def("moe_unpermute", &moe_unpermute, py::arg("y"), py::arg("row_map"), py::arg("topk_weights"), py::arg("out"),
           py::arg("accumulate"), TILEOPS_PY_CALL_ARGS);
 }

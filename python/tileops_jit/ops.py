@@ -458,7 +458,7 @@ def moe_topk(logits, k, scoring="softmax", *, renormalize=False, routed_scaling_
     return weights, ids
 
 
-def moe_permute(x, topk_ids, num_experts, *, capacity=None, out=None, stream=None):
+def moe_permute(x, topk_ids, num_experts, *, capacity=None, x_scales=None, out=None, stream=None):
     """x [..., hidden] (bf16 / fp16 / float8_e4m3fn; leading dims are the tokens) gathered in expert
     order by topk_ids int32 [..., k], on the device (no sync, graph-safe); within an expert, entries in the order of
     topk_ids read flat. Returns:
@@ -467,17 +467,30 @@ def moe_permute(x, topk_ids, num_experts, *, capacity=None, out=None, stream=Non
       capacity N: (x_masked [num_experts, N, hidden], expert_counts int32 [num_experts], row_map):
         expert e's rows are x_masked[e, :counts[e]]; entries past an expert's capacity are dropped.
     row_map (topk_ids' shape): row_map[t, j] is the permuted row of x_perm (or of x_masked viewed as rows) that token t's j-th
-    choice went to, -1 when dropped; ids outside [0, num_experts) are dropped. out: the triple to
-    write into."""
+    choice went to, -1 when dropped; ids outside [0, num_experts) are dropped.
+    x_scales (float8 x only, float32): x's scales, [tokens] (one a token) or [blocks, tokens] (one
+    per 128 elements, as quantize writes them); then a fourth result, perm_scales [rows] or
+    [blocks, rows] (rows: tokens x k, or num_experts x capacity), the scales of the permuted rows
+    as gemm_fp8_grouped reads them. out: the triple (or, with x_scales, the four) to write into."""
     masked = capacity is not None
     if _compiling():
+        if x_scales is not None:
+            return _torch_ops().moe_permute_scaled(x, topk_ids, x_scales, num_experts, capacity or 0)
         return _torch_ops().moe_permute(x, topk_ids, num_experts, capacity or 0)
     if out is None:
         entries = topk_ids.numel()  # tokens x k, the tokens folded from x's leading dims
+        rows = num_experts * capacity if masked else entries
         out = (_new(x, (num_experts, capacity, x.shape[-1]) if masked else (entries, x.shape[-1])),
                _new(x, (num_experts,) if masked else (num_experts + 1,), "int32"),
                _new(x, topk_ids.shape, "int32"))
-    _C.moe_permute(x, topk_ids, out[0], out[1], out[2], num_experts, capacity or 0, stream)
+        if x_scales is not None:
+            out += (_new(x, (*x_scales.shape[:-1], rows), "float32"),)
+    if len(out) != (3 if x_scales is None else 4):
+        raise _C.InvalidArgument(f"tileops_jit.moe_permute: out must hold {3 if x_scales is None else 4} tensors "
+                                 f"(x_perm or x_masked, expert_info, row_map{'' if x_scales is None else ', perm_scales'}), "
+                                 f"got {len(out)}")
+    _C.moe_permute(x, topk_ids, out[0], out[1], out[2], x_scales, out[3] if x_scales is not None else None,
+                   num_experts, capacity or 0, stream)
     return out
 
 

@@ -297,6 +297,25 @@ def moe_permute(x, topk_ids, num_experts, capacity):
     return _moe_permute(x, topk_ids, num_experts, capacity)
 
 
+@torch.library.custom_op("tileops::moe_permute_scaled", mutates_args=())
+def _moe_permute_scaled(x: Tensor, topk_ids: Tensor, x_scales: Tensor, num_experts: int,
+                        capacity: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    return _ops.moe_permute(x, topk_ids, num_experts, capacity=capacity or None, x_scales=x_scales)
+
+
+@_moe_permute_scaled.register_fake
+def _(x, topk_ids, x_scales, num_experts, capacity):
+    rows = (num_experts, capacity, x.shape[-1]) if capacity else (topk_ids.numel(), x.shape[-1])
+    scale_rows = num_experts * capacity if capacity else topk_ids.numel()
+    return (x.new_empty(rows), x.new_empty((num_experts,) if capacity else (num_experts + 1,), dtype=torch.int32),
+            x.new_empty(topk_ids.shape, dtype=torch.int32),
+            x.new_empty((*x_scales.shape[:-1], scale_rows), dtype=torch.float32))
+
+
+def moe_permute_scaled(x, topk_ids, x_scales, num_experts, capacity):
+    return _moe_permute_scaled(x, topk_ids, x_scales, num_experts, capacity)
+
+
 @torch.library.custom_op("tileops::moe_unpermute", mutates_args=())
 def moe_unpermute(y: Tensor, row_map: Tensor, topk_weights: Tensor) -> Tensor:
     return _ops.moe_unpermute(y, row_map, topk_weights)

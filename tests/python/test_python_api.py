@@ -184,6 +184,17 @@ class OpArgumentTest(Released):
                            x, ids, 16, capacity=4, out=outs)
         self.assertRefused(r"dtype must be bf16, fp16 or fp8_e4m3, got fp32", tj.moe_permute,
                            FakeTensor((4, 64), "float32"), ids, 16, out=outs)
+        # Scales: four outputs, ranks that agree, fp8 rows only (these fakes have no fp8 dtype: bf16
+        # rows are refused for it, after the shape checks).
+        self.assertRefused(r"out must hold 4 tensors", tj.moe_permute, x, ids, 16, x_scales=FakeTensor((4,), "float32"),
+                           out=outs)
+        self.assertRefused(r"x_scales and perm_scales must both be", tj.moe_permute, x, ids, 16,
+                           x_scales=FakeTensor((1, 4), "float32"), out=(*outs, FakeTensor((8,), "float32")))
+        self.assertRefused(r"scale_blocks needs fp8_e4m3 rows, x is bf16", tj.moe_permute, x, ids, 16,
+                           x_scales=FakeTensor((4,), "float32"), out=(*outs, FakeTensor((8,), "float32")))
+        self.assertRefused(r"scale_blocks must be 0 \(no scales\), 1 \(a scale a token\) or 5", tj.moe_permute,
+                           FakeTensor((4, 640)), ids, 16, x_scales=FakeTensor((3, 4), "float32"),
+                           out=(FakeTensor((8, 640)), outs[1], outs[2], FakeTensor((3, 8), "float32")))
         y, row_map, weights = FakeTensor((8, 64)), FakeTensor((4, 2), "int32"), FakeTensor((4, 2), "float32")
         self.assertRefused(r"accumulate adds into out=, which is missing", tj.moe_unpermute, y, row_map, weights,
                            accumulate=True)

@@ -347,6 +347,24 @@ class MoeRoutingTest(Close):
         self.check_permute(rand(4, 64), hostile, 8)
         self.check_permute(rand(4, 64), hostile, 8, capacity=2)
 
+    def test_permute_carries_fp8_scales(self):
+        # quantize's scales of the fp8 rows go along with them: per token, and 1 x 128 blocks.
+        tokens, hidden, experts, k = 300, 1000, 64, 6
+        x = rand(tokens, hidden, seed=9)
+        ids = rand(tokens, experts, dtype=torch.float32, seed=10).topk(k, -1).indices.int()
+        for scaling, capacity in (("per_token", None), ("block_1x128", None), ("block_1x128", 20)):
+            q, scales = tj.quantize(x, scaling)
+            out, info, row_map, perm_scales = tj.moe_permute(q, ids, experts, capacity=capacity, x_scales=scales)
+            self.assertEqual(perm_scales.shape[:-1], scales.shape[:-1])
+            flat = row_map.flatten().long()
+            hit = flat >= 0
+            token = torch.arange(flat.numel(), device=DEV)[hit] // k
+            self.assertTrue(torch.equal(perm_scales[..., flat[hit]], scales[..., token]))
+            # Dequantized, the permuted rows are x's rows within fp8's rounding.
+            blocks = perm_scales.unsqueeze(-1) if scaling == "per_token" else perm_scales.t().repeat_interleave(128, 1)
+            rows = out.reshape(-1, hidden)[flat[hit]].float() * blocks[flat[hit]][:, :hidden]
+            torch.testing.assert_close(rows, x[token].float(), rtol=0.07, atol=1e-3)
+
     def test_unpermute_against_index_add(self):
         tokens, hidden, experts, k = 300, 1024, 64, 6
         x = rand(tokens, hidden)

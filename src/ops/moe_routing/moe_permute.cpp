@@ -29,6 +29,9 @@ namespace {
 constexpr const char* kOp = "MoePermute";
 constexpr long long kMaxHeld = 64;  // bytes of x a thread holds: items x vec x element size
 
+// The rows of a scales operand: one scale a row is a vector (rows 0), as Quantize writes it.
+long long scale_rows(long long scale_blocks) { return scale_blocks == 1 ? 0 : scale_blocks; }
+
 // Elements of x a thread may hold; elements of x a 16-byte vector.
 long long held_elements(DType dtype) { return kMaxHeld / static_cast<long long>(dtype_size(dtype)); }
 int max_vec(DType dtype) { return 16 / static_cast<int>(dtype_size(dtype)); }
@@ -48,13 +51,19 @@ public:
     std::string op_name() const override { return "moe_permute"; }
     std::vector<long long> shape() const override { return {p_.tokens, p_.hidden, p_.experts, p_.k}; }
     std::string dtype_key() const override { return dtype_name(p_.dtype); }
-    // "" (contiguous) or "capacityN" (masked).
-    std::string flags() const override { return masked() ? fmt::format("capacity{}", p_.capacity) : ""; }
+    // "capacityN" (masked) and "scalesN" (scale_blocks), comma-separated; "" for neither.
+    std::string flags() const override {
+        std::string f = masked() ? fmt::format("capacity{}", p_.capacity) : "";
+        if (p_.scale_blocks > 0) f += fmt::format("{}scales{}", f.empty() ? "" : ",", p_.scale_blocks);
+        return f;
+    }
 
     std::vector<OperandSpec> operands() const override {
         std::vector<OperandSpec> list{
             {"x", p_.dtype, p_.tokens, p_.hidden, p_.x_stride, false},
             {"topk_ids", DType::int32, p_.tokens, p_.k, p_.k, false, OperandFill::scrambled_index, p_.experts}};
+        if (p_.scale_blocks > 0)
+            list.push_back({"x_scales", DType::fp32, scale_rows(p_.scale_blocks), p_.tokens, p_.scales_stride, false});
         if (masked()) {
             list.push_back({"x_masked", p_.dtype, p_.experts * p_.capacity, p_.hidden, p_.out_stride, true});
             list.back().rows_read = std::min<long long>(entries(), p_.experts * p_.capacity);  // the rows written
@@ -65,6 +74,10 @@ public:
             list.push_back({"expert_offsets", DType::int32, 0, p_.experts + 1, p_.experts + 1, true});
         }
         list.push_back({"row_map", DType::int32, p_.tokens, p_.k, p_.k, true});
+        if (p_.scale_blocks > 0) {
+            list.push_back({"perm_scales", DType::fp32, scale_rows(p_.scale_blocks), out_rows(), out_rows(), true});
+            list.back().partial = masked();
+        }
         return list;
     }
 
@@ -93,6 +106,7 @@ public:
 private:
     bool masked() const { return p_.layout == MoeLayout::masked; }
     long long entries() const { return p_.tokens * p_.k; }
+    long long out_rows() const { return masked() ? p_.experts * p_.capacity : entries(); }
     // Elements are copied as raw bits.
     const char* bits_type() const { return dtype_size(p_.dtype) == 1 ? "unsigned char" : "unsigned short"; }
     // Entries a routing CTA ranks: whole rounds of its block, enough that at most
@@ -127,7 +141,17 @@ MoePermuteProblem normalized(MoePermuteProblem p) {
         throw InvalidArgument(
             fmt::format("tileops::{}: layout must be contiguous or masked, got {}", kOp, static_cast<int>(p.layout)));
     }
+    const int64_t blocks_1x128 = (p.hidden + 127) / 128;
+    if (p.scale_blocks != 0 && p.scale_blocks != 1 && p.scale_blocks != blocks_1x128)
+        throw InvalidArgument(fmt::format(
+            "tileops::{}: scale_blocks must be 0 (no scales), 1 (a scale a token) or {} (one per 128 of the "
+            "hidden size {}), got {}",
+            kOp, blocks_1x128, p.hidden, p.scale_blocks));
+    if (p.scale_blocks > 0 && p.dtype != DType::fp8_e4m3)
+        throw InvalidArgument(fmt::format("tileops::{}: scale_blocks needs fp8_e4m3 rows, x is {}", kOp, dtype_name(p.dtype)));
     p.x_stride = row_stride(kOp, "x_stride", p.x_stride, p.hidden);
+    p.scales_stride = p.scale_blocks > 1 ? row_stride(kOp, "scales_stride", p.scales_stride, p.tokens) : p.tokens;
+    check_offsets_fit(kOp, "scale_blocks", p.scale_blocks, "scales_stride", p.scales_stride);
     p.out_stride = row_stride(kOp, "out_stride", p.out_stride, p.hidden);
     check_offsets_fit(kOp, "tokens", p.tokens, "x_stride", p.x_stride);
     check_offsets_fit(kOp, "permuted rows", p.layout == MoeLayout::masked ? p.experts * p.capacity : p.tokens * p.k,
@@ -137,10 +161,11 @@ MoePermuteProblem normalized(MoePermuteProblem p) {
 
 // Checks run()'s operands; returns the widest vector width the shape and both row pointers allow.
 int bind(const MoePermuteProblem& p, int shape_vec, Inputs inputs, Outputs outputs) {
-    const bool masked = p.layout == MoeLayout::masked;
-    check_count(kOp, "inputs", inputs.size(), 2, "x, topk_ids");
-    check_count(kOp, "outputs", outputs.size(), 3,
-                masked ? "x_masked, expert_counts, row_map" : "x_perm, expert_offsets, row_map");
+    const bool masked = p.layout == MoeLayout::masked, scaled = p.scale_blocks > 0;
+    check_count(kOp, "inputs", inputs.size(), scaled ? 3 : 2, scaled ? "x, topk_ids, x_scales" : "x, topk_ids");
+    check_count(kOp, "outputs", outputs.size(), scaled ? 4 : 3,
+                masked ? (scaled ? "x_masked, expert_counts, row_map, perm_scales" : "x_masked, expert_counts, row_map")
+                       : (scaled ? "x_perm, expert_offsets, row_map, perm_scales" : "x_perm, expert_offsets, row_map"));
     const TensorArg& x = inputs.begin()[0];
     const TensorArg& ids = inputs.begin()[1];
     const OutputArg& out = outputs.begin()[0];
@@ -165,6 +190,21 @@ int bind(const MoePermuteProblem& p, int shape_vec, Inputs inputs, Outputs outpu
     check_output_overlap(kOp, info_span, out_span, false);
     check_output_overlap(kOp, map_span, out_span, false);
     check_output_overlap(kOp, map_span, info_span, false);
+    if (scaled) {
+        const TensorArg& scales = inputs.begin()[2];
+        const OutputArg& perm_scales = outputs.begin()[3];
+        const long long rows = masked ? p.experts * p.capacity : p.tokens * p.k;
+        const RowsSpan scales_span = check_operand(kOp, "x_scales", scales.data(), scales.view(), DType::fp32,
+                                                   scale_rows(p.scale_blocks), p.tokens, p.scales_stride);
+        const RowsSpan perm_span = check_operand(kOp, "perm_scales", perm_scales.data(), perm_scales.view(), DType::fp32,
+                                                 scale_rows(p.scale_blocks), rows, rows);
+        for (const RowsSpan* input : {&x_span, &ids_span, &scales_span})
+            check_output_overlap(kOp, perm_span, *input, false);
+        for (const RowsSpan* output : {&out_span, &info_span, &map_span}) {
+            check_output_overlap(kOp, *output, scales_span, false);
+            check_output_overlap(kOp, perm_span, *output, false);
+        }
+    }
     const int vec = widest_aligned_vector(shape_vec, x.data(), dtype_size(p.dtype));
     return widest_aligned_vector(vec, out.data(), dtype_size(p.dtype));
 }
@@ -199,6 +239,13 @@ void MoePermuteModel::launch(const ResolvedLaunch& launch, Inputs inputs, Output
     args.capacity = static_cast<int>(p_.capacity);
     args.group_entries = static_cast<int>(group_entries());
     args.groups = static_cast<int>(groups());
+    args.out_rows = out_rows();
+    if (p_.scale_blocks > 0) {
+        args.scales = static_cast<const float*>(inputs.begin()[2].data());
+        args.out_scales = static_cast<float*>(outputs.begin()[3].data());
+        args.scale_blocks = static_cast<int>(p_.scale_blocks);
+        args.scales_stride = p_.scales_stride;
+    }
     void* params[] = {&args};
     detail::launch(launch, params, stream, *this);
 }

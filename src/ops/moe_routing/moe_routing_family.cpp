@@ -14,7 +14,9 @@ constexpr const char* kTopKFlags =
     "softmax or sigmoid (the scoring, one of them), renorm, groupN,topk_groupM (DeepSeek-V3's grouped choice), "
     "bias (sigmoid: a correction bias input)";
 constexpr const char* kPermuteShape = "tokens x hidden x experts x k";
-constexpr const char* kPermuteFlags = "capacityN (the masked layout: N rows an expert)";
+constexpr const char* kPermuteFlags =
+    "capacityN (the masked layout: N rows an expert), scalesN (fp8 rows' scales carried along: 1 a token, or one "
+    "per 128 elements)";
 constexpr const char* kUnpermuteShape = "tokens x hidden x k";
 constexpr const char* kUnpermuteFlags = "rowsN (y's rows when not tokens x k: experts x capacity), accumulate";
 
@@ -72,6 +74,11 @@ std::unique_ptr<Op> make_permute(const ProblemSpec& spec) {
     p.k = spec.shape[3];
     p.dtype = parse_dtype(spec.dtype);
     for (const std::string& flag : split_flags(spec.flags)) {
+        if (const auto scales = flag_number(flag, "scales")) {
+            refuse_repeat(spec.op, flag, p.scale_blocks != 0);
+            p.scale_blocks = *scales;
+            continue;
+        }
         const auto capacity = flag_number(flag, "capacity");
         if (!capacity) refuse_flag(spec.op, flag, kPermuteFlags);
         refuse_repeat(spec.op, flag, p.layout == MoeLayout::masked);
@@ -111,8 +118,9 @@ MoeTopKProblem topk(int64_t tokens, int64_t experts, int64_t k, DType dtype, Moe
 }
 
 // Mixtral, Qwen3-30B-A3B and DeepSeek-V3's routers (grouped, biased), odd expert counts, fp32 and
-// fp16 logits, a decode step; the permute of a serving batch (contiguous and masked, fp8 codes,
-// a row of odd length, 512 experts) and the unpermute of the same.
+// fp16 logits, a decode step; the permute of a serving batch (contiguous and masked, fp8 codes
+// with their 1 x 128 block or per-token scales, a row of odd length, 512 experts) and the
+// unpermute of the same.
 std::vector<std::unique_ptr<Op>> representative_ops() {
     std::vector<std::unique_ptr<Op>> ops;
     ops.push_back(std::make_unique<MoeTopK>(topk(4096, 8, 2, DType::bf16, MoeScoring::softmax, true)));
@@ -127,6 +135,12 @@ std::vector<std::unique_ptr<Op>> representative_ops() {
     ops.push_back(std::make_unique<MoePermute>(MoePermuteProblem{4096, 7168, 256, 8, DType::bf16}));
     ops.push_back(std::make_unique<MoePermute>(
         MoePermuteProblem{64, 7168, 256, 8, DType::fp8_e4m3, MoeLayout::masked, 128}));
+    MoePermuteProblem blocks{4096, 7168, 256, 8, DType::fp8_e4m3};
+    blocks.scale_blocks = 56;
+    ops.push_back(std::make_unique<MoePermute>(blocks));
+    MoePermuteProblem per_token{64, 7168, 256, 8, DType::fp8_e4m3, MoeLayout::masked, 128};
+    per_token.scale_blocks = 1;
+    ops.push_back(std::make_unique<MoePermute>(per_token));
     ops.push_back(std::make_unique<MoePermute>(MoePermuteProblem{100, 2050, 8, 2, DType::fp16}));
     ops.push_back(std::make_unique<MoePermute>(MoePermuteProblem{16384, 2048, 512, 8, DType::bf16}));
 

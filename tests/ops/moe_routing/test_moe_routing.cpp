@@ -117,6 +117,23 @@ TEST_CASE("MoePermute and MoeUnpermute refuse bad problems by name", "[validatio
     p = {4, 64, 8, 2};
     p.capacity = 77;  // contiguous: unused
     CHECK(MoePermute(p).problem().capacity == 0);
+    // Scales go with fp8 rows only, one a token or one per 128 elements.
+    p = {4, 7168, 8, 2, DType::bf16};
+    p.scale_blocks = 56;
+    CHECK_THROWS_WITH(MoePermute(p), ContainsSubstring("scale_blocks needs fp8_e4m3 rows, x is bf16"));
+    p.dtype = DType::fp8_e4m3;
+    CHECK_NOTHROW(MoePermute(p));
+    p.scale_blocks = 1;
+    CHECK_NOTHROW(MoePermute(p));
+    for (const int64_t bad : {int64_t{-1}, int64_t{2}, int64_t{55}, int64_t{57}, int64_t{7168}}) {
+        p.scale_blocks = bad;
+        CHECK_THROWS_WITH(MoePermute(p), ContainsSubstring("scale_blocks must be 0 (no scales), 1 (a scale a token) or 56"));
+    }
+    p.scale_blocks = 56;
+    p.scales_stride = 3;  // fewer than the 4 tokens
+    CHECK_THROWS_WITH(MoePermute(p), ContainsSubstring("scales_stride = 3 is smaller than a row"));
+    p.scales_stride = 0;
+    CHECK(MoePermute(p).problem().scales_stride == 4);
 
     CHECK_THROWS_WITH(MoeUnpermute({4, 64, 0}), ContainsSubstring("MoeUnpermute") && ContainsSubstring("k must be in"));
     CHECK_THROWS_WITH(MoeUnpermute({4, 64, 2, DType::fp8_e4m3}), ContainsSubstring("dtype must be bf16 or fp16, got fp8_e4m3"));
@@ -161,6 +178,32 @@ TEST_CASE("MoE routing ops check their operands by name and narrow vectors for m
     // An odd row: one element an access.
     CHECK(MoePermute({64, 7167, 256, 8}).vector_width({kA, kB}, {kC, kD, kE}) == 1);
 
+    // With scales: x_scales after topk_ids, perm_scales last; 1 x 128 blocks as [blocks, rows].
+    MoePermuteProblem blocks{64, 7168, 256, 8, DType::fp8_e4m3};
+    blocks.scale_blocks = 56;
+    const MoePermute scaled(blocks);
+    char* const kF = reinterpret_cast<char*>(uintptr_t{6} << 40);
+    char* const kG = reinterpret_cast<char*>(uintptr_t{7} << 40);
+    CHECK_NOTHROW(scaled.check({kA, kB, kF}, {kC, kD, kE, kG}));
+    CHECK_THROWS_WITH(scaled.check({kA, kB}, {kC, kD, kE, kG}), ContainsSubstring("x, topk_ids, x_scales"));
+    CHECK_THROWS_WITH(scaled.check({kA, kB, kF}, {kC, kD, kE}),
+                      ContainsSubstring("x_perm, expert_offsets, row_map, perm_scales"));
+    CHECK_THROWS_WITH(scaled.check({kA, kB, nullptr}, {kC, kD, kE, kG}), ContainsSubstring("'x_scales' is a null pointer"));
+    CHECK_THROWS_WITH(scaled.check({kA, kB, kF}, {kC, kD, kE, kF}), ContainsSubstring("overlaps"));
+    CHECK_THROWS_WITH(scaled.check({kA, kB, kF}, {kC, kD, kE, kE}), ContainsSubstring("overlaps"));
+    const TensorView scales_view = TensorView::rows(kF, DType::fp32, 56, 64, 64);
+    const TensorView perm_view = TensorView::rows(kG, DType::fp32, 56, 512, 512);
+    CHECK_NOTHROW(scaled.check({kA, kB, scales_view}, {kC, kD, kE, perm_view}));
+    const TensorView perm_wrong = TensorView::rows(kG, DType::fp32, 512, 56, 56);  // rows-major: not what GemmFp8 reads
+    CHECK_THROWS_WITH(scaled.check({kA, kB, scales_view}, {kC, kD, kE, perm_wrong}),
+                      ContainsSubstring("'perm_scales' must have shape [56, 512]"));
+    // One scale a token: plain vectors.
+    MoePermuteProblem per_token = masked(64, 7168, 256, 8, 32);
+    per_token.dtype = DType::fp8_e4m3, per_token.scale_blocks = 1;
+    const TensorView token_scales = TensorView::contiguous(kF, DType::fp32, {64});
+    const TensorView slot_scales = TensorView::contiguous(kG, DType::fp32, {256 * 32});
+    CHECK_NOTHROW(MoePermute(per_token).check({kA, kB, token_scales}, {kC, kD, kE, slot_scales}));
+
     const MoePermute drop(masked(64, 512, 16, 8, 40));
     CHECK_THROWS_WITH(drop.check({kA, kB}, {kC, kD}), ContainsSubstring("x_masked, expert_counts, row_map"));
     const TensorView counts_long = TensorView::contiguous(kD, DType::int32, {17});
@@ -181,6 +224,14 @@ TEST_CASE("MoE routing ops check their operands by name and narrow vectors for m
     CHECK_THROWS_WITH(unpermute.check({y_short, kB, kC}, {kD}), ContainsSubstring("'y' must have shape [512, 7168]"));
 }
 
+// DeepSeek-V3's serving batch in fp8: 1 x 128 block scales contiguous, or a scale a token masked.
+MoePermuteProblem scaled_permute(bool masked_layout) {
+    MoePermuteProblem p{4096, 7168, 256, 8, DType::fp8_e4m3};
+    if (masked_layout) p.layout = MoeLayout::masked, p.capacity = 64;
+    p.scale_blocks = masked_layout ? 1 : 56;
+    return p;
+}
+
 TEST_CASE("MoE routing keys round-trip through the registry; bad CLI flags are refused by name", "[config][moe_routing]") {
     struct Case {
         std::unique_ptr<Op> op;
@@ -196,6 +247,9 @@ TEST_CASE("MoE routing keys round-trip through the registry; bad CLI flags are r
         {std::make_unique<MoePermute>(MoePermuteProblem{4096, 7168, 256, 8}), "moe_permute 4096x7168x256x8 bf16 sm_90a"},
         {std::make_unique<MoePermute>(MoePermuteProblem{64, 7168, 256, 8, DType::fp8_e4m3, MoeLayout::masked, 32}),
          "moe_permute 64x7168x256x8 fp8_e4m3 [capacity32] sm_90a"},
+        {std::make_unique<MoePermute>(scaled_permute(false)), "moe_permute 4096x7168x256x8 fp8_e4m3 [scales56] sm_90a"},
+        {std::make_unique<MoePermute>(scaled_permute(true)),
+         "moe_permute 4096x7168x256x8 fp8_e4m3 [capacity64,scales1] sm_90a"},
         {std::make_unique<MoeUnpermute>(MoeUnpermuteProblem{4096, 7168, 8}), "moe_unpermute 4096x7168x8 bf16 sm_90a"},
         {std::make_unique<MoeUnpermute>(residual), "moe_unpermute 16x4096x8 fp16 [rows8192,accumulate] sm_90a"},
     };
@@ -215,6 +269,9 @@ TEST_CASE("MoE routing keys round-trip through the registry; bad CLI flags are r
     CHECK_THROWS_WITH(make_op({"moe_permute", {8, 64, 4}, "bf16", ""}), ContainsSubstring("tokens x hidden x experts x k"));
     CHECK_THROWS_WITH(make_op({"moe_permute", {8, 64, 4, 2}, "bf16", "masked"}), ContainsSubstring("flag 'masked'"));
     CHECK_THROWS_WITH(make_op({"moe_permute", {8, 64, 4, 2}, "bf16", "capacity4,capacity8"}), ContainsSubstring("twice"));
+    CHECK_THROWS_WITH(make_op({"moe_permute", {8, 64, 4, 2}, "fp8_e4m3", "scales1,scales1"}), ContainsSubstring("twice"));
+    CHECK_THROWS_WITH(make_op({"moe_permute", {8, 640, 4, 2}, "fp8_e4m3", "scales4"}), ContainsSubstring("or 5"));
+    CHECK_THROWS_WITH(make_op({"moe_permute", {8, 640, 4, 2}, "bf16", "scales5"}), ContainsSubstring("needs fp8_e4m3"));
     CHECK_THROWS_WITH(make_op({"moe_unpermute", {8, 64, 2}, "bf16", "beta"}), ContainsSubstring("flag 'beta'"));
     CHECK(make_op({"moe_permute", {8, 64, 4, 2}, "fp8_e4m3", "capacity4"})->describe() ==
           "moe_permute 8x64x4x2 fp8_e4m3 [capacity4]");

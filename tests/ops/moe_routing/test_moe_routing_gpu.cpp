@@ -15,6 +15,7 @@
 // computes them; rows past the last offset (ids out of range), masked rows past a count and the
 // gaps between rows stay poisoned. Hostile ids (-1, experts, INT_MIN, INT_MAX) route nothing.
 // A second run with other ids and a CUDA graph replay check that the workspace comes back reset.
+// fp8 rows' scales (one a token, or one per 128 elements) land beside their rows, exactly.
 //
 // MoeUnpermute: within the dtype's rounding of the double sum (fp32 accumulation), rows -1 and
 // out of range skipped, accumulate into out. The whole chain topk -> permute -> (identity) ->
@@ -360,6 +361,53 @@ void run_permute(const PermuteShape& s, uint64_t seed) {
     }
 }
 
+// fp8 rows with their scales: the rows as run_permute checks them, and perm_scales[b, row] equal
+// to x_scales[b, token] for every routed row, the rest still poison.
+void run_scaled_permute(const PermuteShape& s, int64_t scale_blocks, int64_t scales_pad, uint64_t seed) {
+    Runtime& runtime = shared_runtime();
+    MoePermuteProblem p = permute_problem(s);
+    p.scale_blocks = scale_blocks;
+    p.scales_stride = scale_blocks > 1 ? p.tokens + scales_pad : 0;
+    INFO("moe_permute " << s.tokens << "x" << s.hidden << "x" << s.experts << "x" << s.k << " capacity " << s.capacity
+                        << ", " << scale_blocks << " scales a row, their stride padded by " << scales_pad);
+    PermuteBuffers b(p, s);
+    const int64_t blocks = scale_blocks, rows = PermuteBuffers::rows(p);
+    DeviceMatrix scales(DType::fp32, blocks, p.tokens, blocks > 1 ? p.scales_stride : 0);
+    DeviceMatrix perm_scales(DType::fp32, blocks, rows);
+    const std::vector<double> x = test::round_to(p.dtype, logits_of(DType::fp32, p.tokens, p.hidden, seed, 400.0));
+    const std::vector<double> scale =
+        test::round_to(DType::fp32, test::random_values(static_cast<size_t>(blocks * p.tokens), seed + 1, 1e-4, 1.0));
+    b.x.upload(x);
+    scales.upload(scale);
+    const std::vector<int> ids = ids_of(p.tokens, p.k, p.experts, seed + 10, s.hostile, s.skewed);
+    b.ids.upload(as_doubles(ids));
+    b.reset(p);
+    MoePermute op(p);
+    op.run(runtime, {b.x.data(), b.ids.data(), scales.data()},
+           {b.out.data(), b.info.data(), b.row_map.data(), perm_scales.data()});
+    check_permute(p, b, x, ids);
+
+    const PermuteReference ref = permute_reference(p, ids);
+    std::vector<int64_t> source(static_cast<size_t>(rows), -1);
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ref.row_map[i] >= 0) source[static_cast<size_t>(ref.row_map[i])] = static_cast<int64_t>(i) / p.k;
+    const std::vector<double> got = perm_scales.download();
+    int64_t wrong = 0, written_unrouted = 0;
+    for (int64_t blk = 0; blk < blocks; ++blk)
+        for (int64_t r = 0; r < rows; ++r) {
+            const double value = got[static_cast<size_t>(blk * rows + r)];
+            if (source[r] < 0) {
+                written_unrouted += std::isnan(value) ? 0 : 1;
+            } else if (value != scale[static_cast<size_t>(blk * p.tokens + source[r])] && ++wrong <= 3) {
+                UNSCOPED_INFO("block " << blk << " of row " << r << ": " << value << ", want token " << source[r] << "'s "
+                                       << scale[static_cast<size_t>(blk * p.tokens + source[r])]);
+            }
+        }
+    CHECK(wrong == 0);
+    CHECK(written_unrouted == 0);
+    CHECK(scales.gaps_untouched());
+}
+
 // ---- unpermute ---------------------------------------------------------------------------------
 
 struct UnpermuteShape {
@@ -515,6 +563,22 @@ TEST_CASE("MoePermute places every row as the host does, contiguous and masked, 
              PermuteShape{1000, 512, 8, 2, dtype, 100, 0, 0, 0, 0, false, true},  // masked, skewed: hot experts drop
          })
         run_permute(s, 40 + static_cast<uint64_t>(s.tokens));
+}
+
+TEST_CASE("MoePermute carries fp8 rows' scales along, per token and in 1 x 128 blocks", "[gpu][moe_routing]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    const DType fp8 = DType::fp8_e4m3;
+    // DeepSeek-V3's serving batch and a decode step, contiguous and masked (with drops), a hidden
+    // size that leaves a short last block, hostile ids, padded scale rows.
+    run_scaled_permute(PermuteShape{4096, 7168, 256, 8, fp8}, 56, 0, 1);
+    run_scaled_permute(PermuteShape{4096, 7168, 256, 8, fp8}, 1, 0, 2);
+    run_scaled_permute(PermuteShape{1, 7168, 256, 8, fp8}, 56, 0, 3);
+    run_scaled_permute(PermuteShape{64, 7168, 256, 8, fp8, 4}, 56, 0, 4);
+    run_scaled_permute(PermuteShape{64, 7168, 256, 8, fp8, 128}, 1, 0, 5);
+    run_scaled_permute(PermuteShape{300, 1000, 64, 6, fp8, 0, 8, 24, 0, 0, true}, 8, 5, 6);
+    run_scaled_permute(PermuteShape{33, 2050, 512, 32, fp8}, 17, 3, 7);
+    run_scaled_permute(PermuteShape{7, 3, 5, 5, fp8, 0, 1, 2, 1, 1, true}, 1, 0, 8);
 }
 
 TEST_CASE("MoePermute's workspace comes back reset: run after run and from a CUDA graph", "[gpu][moe_routing]") {
