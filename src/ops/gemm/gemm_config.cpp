@@ -276,8 +276,9 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     // little more the more splits, and pays only where each split keeps 24 K steps or more; tiles
     // 32 wide cost 30-40% of a wave, the more the longer K: their 4 KB stages keep too few bytes in
     // flight (H200, 16 x 4096 x 16384: 64 x 32 45.0 us, 64 x 64 split in two 39.1; at K = 4096 the
-    // two tie). Fitted to 27 such problems tuned on an H200 (heuristic over tuned: geomean 1.039 ->
-    // 1.008, worst 1.27 -> 1.08; 1 x 5120 x 2048: 64 x 128 split in three 13.8 us, 64 x 64 10.9).
+    // two tie). Fitted to 27 such problems tuned on an H200 (heuristic over tuned, each tile at its
+    // best ring: geomean 1.039 -> 1.008, worst 1.27 -> 1.08; 1 x 5120 x 2048: 64 x 128 split in
+    // three 13.8 us, 64 x 64 10.9; docs/perf/gemm.md).
     // Otherwise the modelled time is waves x tile area / efficiency; the smallest wins.
     GemmConfig widest;
     widest.block_m = 128, widest.block_n = 256;
