@@ -87,7 +87,9 @@ py::object moe_permute(py::handle x_arg, py::handle ids_arg, py::handle out_arg,
     const TensorView out_view = capacity > 0 ? out.view() : out.rows_view();
     if (scales == nullptr)
         return call.finish(op, {x.rows_view(), ids.rows_view()}, {out_view, info.vector_view(), row_map.rows_view()});
-    const bool blocks = scales->rank == 2;
+    // One scale a row is a vector to the op, also as quantize's [1, tokens] block scales of rows of
+    // at most 128 elements.
+    const bool blocks = p.scale_blocks > 1;
     return call.finish(op, {x.rows_view(), ids.rows_view(), blocks ? scales->view() : scales->vector_view()},
                        {out_view, info.vector_view(), row_map.rows_view(),
                         blocks ? perm_scales->view() : perm_scales->vector_view()});

@@ -352,8 +352,9 @@ class MoeRoutingTest(Close):
         tokens, hidden, experts, k = 300, 1000, 64, 6
         x = rand(tokens, hidden, seed=9)
         ids = rand(tokens, experts, dtype=torch.float32, seed=10).topk(k, -1).indices.int()
-        for scaling, capacity in (("per_token", None), ("block_1x128", None), ("block_1x128", 20)):
-            q, scales = tj.quantize(x, scaling)
+        for scaling, capacity, cols in (("per_token", None, hidden), ("block_1x128", None, hidden),
+                                        ("block_1x128", 20, hidden), ("block_1x128", None, 100)):
+            q, scales = tj.quantize(x[:, :cols].contiguous(), scaling)  # 100 columns: scales [1, tokens]
             out, info, row_map, perm_scales = tj.moe_permute(q, ids, experts, capacity=capacity, x_scales=scales)
             self.assertEqual(perm_scales.shape[:-1], scales.shape[:-1])
             flat = row_map.flatten().long()
@@ -362,8 +363,8 @@ class MoeRoutingTest(Close):
             self.assertTrue(torch.equal(perm_scales[..., flat[hit]], scales[..., token]))
             # Dequantized, the permuted rows are x's rows within fp8's rounding.
             blocks = perm_scales.unsqueeze(-1) if scaling == "per_token" else perm_scales.t().repeat_interleave(128, 1)
-            rows = out.reshape(-1, hidden)[flat[hit]].float() * blocks[flat[hit]][:, :hidden]
-            torch.testing.assert_close(rows, x[token].float(), rtol=0.07, atol=1e-3)
+            rows = out.reshape(-1, cols)[flat[hit]].float() * blocks[flat[hit]][:, :cols]
+            torch.testing.assert_close(rows, x[token, :cols].float(), rtol=0.07, atol=1e-3)
 
     def test_unpermute_against_index_add(self):
         tokens, hidden, experts, k = 300, 1024, 64, 6
