@@ -217,10 +217,6 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
                 }
                 out_slot ^= 1;
             }
-            if constexpr (BN % 64 != 0) {
-#pragma unroll
-                for (int atom = 0; atom < kAtoms; ++atom) store_from_registers(tensor_scale, atom, BN / 64 * 64, BN);
-            }
             continue;
         }
 #pragma unroll
@@ -237,6 +233,10 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
     static_assert(BM % (64 * CONSUMERS) == 0 && BM / CONSUMERS <= 128, "a consumer owns 64 or 128 rows");
     static_assert(SCALING != kGemmFp8Blocks || 128 % BN == 0, "a tile's columns share one block of B's scales");
+    // Unlike the 16-bit kernel, tiles of 96-224 columns store wholly from registers: beside the K
+    // step's second accumulator set, storing their last 32 columns so after the boxes spilled
+    // (128 x 224: 24-120 bytes).
+    static_assert(!TMA_STORE || BN % 64 == 0, "TMA stores of FP8 tiles need whole 64-column boxes");
     constexpr int kTileA = BM * BK, kTileB = BN * BK;  // bytes
     const unsigned stage_bytes = static_cast<unsigned>(p.a_box_rows * BK + kTileB);
 

@@ -73,15 +73,8 @@ unsigned GemmFp8Config::shared_bytes(const GemmFp8Shape& s) const {
     return static_cast<unsigned>(static_cast<size_t>(stages) * (block_m + block_n) * kStepBytes + out_boxes + kSharedExtra);
 }
 
-bool gemm_fp8_stores_with_tma(const GemmFp8Shape& s, const GemmFp8Config& c) {
-    if (s.out_bytes != 2 || c.block_n < 64) return false;
-    if (c.block_n % 64 == 0) return true;
-    // 96, 160 or 224 columns: as the 16-bit GEMM (gemm_sm90_stores_with_tma), whole boxes through TMA
-    // where they fit beside the ring in sm_90's 227 KB.
-    const size_t ring = static_cast<size_t>(c.stages) * (c.block_m + c.block_n) * kStepBytes;
-    const size_t out_boxes = static_cast<size_t>(c.consumers) * 2 * 64 * 64 * s.out_bytes;
-    return ring + out_boxes + kSharedExtra <= 227 * 1024;
-}
+// Whole 64-column boxes only: see the kernel's static_assert on TMA_STORE.
+bool gemm_fp8_stores_with_tma(const GemmFp8Shape& s, const GemmFp8Config& c) { return s.out_bytes == 2 && c.block_n % 64 == 0; }
 
 std::string gemm_fp8_kernel_name(const GemmFp8Config& c, const std::string& out_type, int scaling,
                                  const std::string& epilogue, bool tma_store, int groups) {

@@ -42,9 +42,8 @@ std::string gemm_fp8_kernel_name(const GemmFp8Config& config, const std::string&
                                  const std::string& epilogue, bool tma_store, int groups);
 
 // Whether a launch whose D rows are 16-byte aligned stores D with TMA (two 64 x 64 boxes per
-// consumer in shared memory): 16-bit outputs in tiles of a multiple of 64 columns, and tiles of 96
-// to 224 (their last 32 columns from registers) whose ring leaves room for the boxes, as
-// gemm_sm90_tma_store in the kernel says.
+// consumer in shared memory): 16-bit outputs in tiles of a multiple of 64 columns (the kernel
+// asserts it; 96-224-wide tiles store from registers).
 bool gemm_fp8_stores_with_tma(const GemmFp8Shape& shape, const GemmFp8Config& config);
 
 }  // namespace tileops::detail
