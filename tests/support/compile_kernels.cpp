@@ -10,6 +10,7 @@
 
 #include "jit/template_registry.hpp"
 #include "jit/compiler.hpp"
+#include "support/test_support.hpp"
 
 namespace tileops::test {
 
@@ -37,8 +38,11 @@ std::map<std::string, PtxasReport> parse_ptxas_log(const std::string& log) {
 
 std::map<std::string, PtxasReport> compile_jobs(const KernelsByFile& kernels, const std::string& arch, bool report) {
     const unsigned workers = std::max(2u, std::thread::hardware_concurrency());
+    const Shard share = test_shard("TILEOPS_TEST_COMPILE_SHARD");
     std::vector<std::pair<std::string, std::vector<std::string>>> jobs;
-    for (const auto& [file, names] : kernels) {
+    for (const auto& [file, all_names] : kernels) {
+        const std::vector<std::string> names =
+            this_shard(std::vector<std::string>(all_names.begin(), all_names.end()), share);
         const size_t per_job = (names.size() + workers - 1) / workers;
         std::vector<std::string> chunk;
         for (const std::string& name : names) {
@@ -55,6 +59,7 @@ std::map<std::string, PtxasReport> compile_jobs(const KernelsByFile& kernels, co
             return jit::compile(request);
         }));
     std::map<std::string, PtxasReport> by_name;
+    size_t names = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
         INFO(jobs[i].first << " for " << arch << ": " << jobs[i].second.size() << " kernels, first "
                            << jobs[i].second.front());
@@ -62,6 +67,7 @@ std::map<std::string, PtxasReport> compile_jobs(const KernelsByFile& kernels, co
         REQUIRE_NOTHROW(result = results[i].get());
         CHECK(result.cubin.size() > 0);
         CHECK(result.lowered_names.size() == jobs[i].second.size());
+        names += jobs[i].second.size();
         if (!report) continue;
         const std::map<std::string, PtxasReport> by_symbol = parse_ptxas_log(result.log);
         for (const auto& [name, symbol] : result.lowered_names) {
@@ -69,6 +75,7 @@ std::map<std::string, PtxasReport> compile_jobs(const KernelsByFile& kernels, co
             by_name[name] = found == by_symbol.end() ? PtxasReport{} : found->second;
         }
     }
+    if (report) CHECK(by_name.size() == names);  // every name compiled has its report
     return by_name;
 }
 

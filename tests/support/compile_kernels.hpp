@@ -18,7 +18,10 @@ void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Con
                  const DeviceInfo& device);
 
 // Compiles every name expression of every template file for `arch`, a few NVRTC programs per file
-// at once (one per core), and CHECKs that each program compiled and lowered all its names.
+// at once (one per core), and CHECKs that each program compiled and lowered all its names. With
+// TILEOPS_TEST_COMPILE_SHARD="i/n" only the names at positions i, i + n, ... of each file compile:
+// the sanitized suite sets it, since NVRTC runs several times slower under AddressSanitizer's
+// allocator and the unsanitized suite compiles every name.
 void compile_all(const KernelsByFile& kernels, const std::string& arch);
 
 // What ptxas said about one kernel: bytes of registers spilled to local memory, and whether its

@@ -38,20 +38,20 @@ TempDir::~TempDir() {
     fs::remove_all(path_, ec);
 }
 
-Shard test_shard() {
-    const char* value = std::getenv("TILEOPS_TEST_SHARD");
+Shard test_shard(const char* variable) {
+    const char* value = std::getenv(variable);
     if (value == nullptr || *value == '\0') return {};
     const std::string text = value;
     const size_t slash = text.find('/');
     auto number = [&](const std::string& part) {
         if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 6)
-            throw std::invalid_argument("TILEOPS_TEST_SHARD='" + text + "' is not i/n with 0 <= i < n");
+            throw std::invalid_argument(std::string(variable) + "='" + text + "' is not i/n with 0 <= i < n");
         return static_cast<size_t>(std::stoul(part));
     };
     if (slash == std::string::npos) number("");
     Shard shard{number(text.substr(0, slash)), number(text.substr(slash + 1))};
     if (shard.count == 0 || shard.index >= shard.count)
-        throw std::invalid_argument("TILEOPS_TEST_SHARD='" + text + "' is not i/n with 0 <= i < n");
+        throw std::invalid_argument(std::string(variable) + "='" + text + "' is not i/n with 0 <= i < n");
     return shard;
 }
 

@@ -56,14 +56,14 @@ private:
 // the items at positions i, i + n, i + 2n, ...; unset, all of them. The search-space tests
 // ([search_space]) shard their configs this way, so that a slow tool (compute-sanitizer racecheck)
 // can cover them as n jobs spread over GPUs (tools/gpu_sanitizers.py --shards). A malformed value
-// throws std::invalid_argument.
+// throws std::invalid_argument. `variable` names another variable of the same form
+// (TILEOPS_TEST_COMPILE_SHARD: the share of kernels the compile tests compile).
 struct Shard {
     size_t index = 0, count = 1;
 };
-Shard test_shard();
+Shard test_shard(const char* variable = "TILEOPS_TEST_SHARD");
 template <typename T>
-std::vector<T> this_shard(const std::vector<T>& items) {
-    const Shard shard = test_shard();
+std::vector<T> this_shard(const std::vector<T>& items, const Shard& shard = test_shard()) {
     std::vector<T> kept;
     for (size_t i = shard.index; i < items.size(); i += shard.count) kept.push_back(items[i]);
     return kept;

@@ -26,6 +26,16 @@ int useful_block_m(int64_t m) {
     return b;
 }
 
+// The ring of A and B stages every kernel keeps in shared memory.
+size_t ring_bytes(const GemmConfig& c, const GemmShape& s) {
+    return static_cast<size_t>(c.stages) * (c.block_m + c.block_n) * c.block_k * s.in_bytes;
+}
+
+// Two 64 x 64 output boxes per consumer warpgroup: the sm_90 kernel's staging for TMA stores.
+size_t tma_out_box_bytes(const GemmConfig& c, const GemmShape& s) {
+    return static_cast<size_t>(c.consumers) * 2 * 64 * 64 * s.out_bytes;
+}
+
 // Drops stages from c's ring (down to 2) until the config is valid: shared memory is what a
 // deeper ring runs out of. False when even 2 stages do not make it valid.
 bool shorten_ring_to_fit(GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
@@ -80,10 +90,9 @@ unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
     if (kernel == kGemmSkinny)  // must match gemm_skinny.cuh
         return static_cast<unsigned>(static_cast<size_t>(warps) * stages * (block_m + block_n) * block_k * s.in_bytes +
                                      static_cast<size_t>(block_m) * block_n * sizeof(float));
-    const size_t ring = static_cast<size_t>(stages) * (block_m + block_n) * block_k * s.in_bytes;
+    const size_t ring = ring_bytes(*this, s);
     if (kernel != kGemmSm90) return static_cast<unsigned>(ring);
-    // Two 64 x 64 output boxes per consumer warpgroup.
-    const size_t out_boxes = gemm_sm90_stores_with_tma(s, *this) ? static_cast<size_t>(consumers) * 2 * 64 * 64 * s.out_bytes : 0;
+    const size_t out_boxes = gemm_sm90_stores_with_tma(s, *this) ? tma_out_box_bytes(*this, s) : 0;
     return static_cast<unsigned>(ring + out_boxes + kSm90SharedExtra);
 }
 
@@ -92,9 +101,7 @@ bool gemm_sm90_stores_with_tma(const GemmShape& s, const GemmConfig& c) {
     if (c.block_n % 64 == 0) return true;
     // 96, 160 or 224 columns: their whole boxes go through TMA where the boxes fit beside the ring
     // in sm_90's 227 KB; a ring too deep for them keeps every store in registers.
-    const size_t ring = static_cast<size_t>(c.stages) * (c.block_m + c.block_n) * c.block_k * s.in_bytes;
-    const size_t out_boxes = static_cast<size_t>(c.consumers) * 2 * 64 * 64 * s.out_bytes;
-    return ring + out_boxes + kSm90SharedExtra <= kSm90MaxSharedBytes;
+    return ring_bytes(c, s) + tma_out_box_bytes(c, s) + kSm90SharedExtra <= kSm90MaxSharedBytes;
 }
 
 GemmSplitWorkspace GemmSplitWorkspace::of(const GemmConfig& c, const GemmShape& s) {

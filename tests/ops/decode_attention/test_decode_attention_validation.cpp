@@ -353,9 +353,10 @@ TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 2
 
 namespace {
 
-// Every kernel of the search spaces of the problems below, compiled for `arch`: none may spill.
-// One test case an arch, so that CTest runs the two (~2.5 min each on 2 cores) side by side.
-void check_decode_kernels_compile_without_spills(const std::string& arch) {
+// Every kernel of the search spaces of the problems below that `template_file` holds, compiled for
+// `arch`: none may spill. One test case an arch and file: together they take 8-9 minutes of two
+// cores, which as one case neared CTest's time limit.
+void check_decode_kernels_compile_without_spills(const std::string& arch, const std::string& template_file) {
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     test::KernelsByFile kernels;
     // Batches (keys cut by the lengths on the device) and a single sequence (fixed splits); head
@@ -375,20 +376,37 @@ void check_decode_kernels_compile_without_spills(const std::string& arch) {
         for (const Config& config : op.model().search_space(device)) test::add_kernels(kernels, op.model(), config, 1, device);
     }
     CHECK(kernels.size() == 2);  // CUDA-core and tensor-core kernels (files)
-    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
+    REQUIRE(kernels.count(template_file) == 1);
+    const test::KernelsByFile of_file{{template_file, kernels.at(template_file)}};
+    for (const auto& [name, report] : test::compile_all_with_report(of_file, arch)) {
         INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores");
         CHECK(report.spill_bytes == 0);
     }
 }
 
+constexpr const char* kCudaCoreKernels = "decode_attention/decode_attention.cuh";
+constexpr const char* kTensorCoreKernels = "decode_attention/decode_attention_mma.cuh";
+
 }  // namespace
 
-TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_80 without spilling", "[compile][decode]") {
-    check_decode_kernels_compile_without_spills("sm_80");
+TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_80", kCudaCoreKernels);
 }
 
-TEST_CASE("every DecodeAttention kernel of the search spaces compiles for sm_90a without spilling", "[compile][decode]") {
-    check_decode_kernels_compile_without_spills("sm_90a");
+TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_90a", kCudaCoreKernels);
+}
+
+TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_80", kTensorCoreKernels);
+}
+
+TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_90a", kTensorCoreKernels);
 }
 
 TEST_CASE("decode_attention problems parse from tileops-tune's text form", "[decode]") {
