@@ -34,3 +34,27 @@ TEST_CASE("TILEOPS_TEST_SHARD=i/n splits a list into n disjoint parts that cover
         CHECK_THROWS_AS(this_shard(items), std::invalid_argument);
     }
 }
+
+TEST_CASE("TILEOPS_TEST_COMPILE_SHARD is read apart from TILEOPS_TEST_SHARD, and as strictly", "[test_support]") {
+    using tileops::test::test_shard;
+    ScopedEnv search_space("TILEOPS_TEST_SHARD", "1/3");
+    {
+        ScopedEnv unset("TILEOPS_TEST_COMPILE_SHARD", "");
+        CHECK(test_shard("TILEOPS_TEST_COMPILE_SHARD").count == 1);
+    }
+    ScopedEnv compile("TILEOPS_TEST_COMPILE_SHARD", "0/32");
+    const tileops::test::Shard share = test_shard("TILEOPS_TEST_COMPILE_SHARD");
+    CHECK(share.index == 0);
+    CHECK(share.count == 32);
+    CHECK(test_shard().count == 3);  // the search-space shard is untouched
+    std::vector<int> items(70);
+    for (int i = 0; i < 70; ++i) items[static_cast<size_t>(i)] = i;
+    CHECK(this_shard(items, share) == std::vector<int>{0, 32, 64});
+    ScopedEnv malformed("TILEOPS_TEST_COMPILE_SHARD", "32/32");
+    try {
+        test_shard("TILEOPS_TEST_COMPILE_SHARD");
+        FAIL("32/32 was accepted");
+    } catch (const std::invalid_argument& e) {
+        CHECK(std::string(e.what()).find("TILEOPS_TEST_COMPILE_SHARD='32/32'") != std::string::npos);
+    }
+}
