@@ -7,12 +7,9 @@
 #include <cuda_fp16.h>
 
 #include "arch/async_copy.cuh"  // cp_async_commit, cp_async_wait
+#include "arch/shared_address.cuh"
 
 namespace tileops {
-
-__device__ __forceinline__ unsigned shared_address(const void* pointer) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(pointer));
-}
 
 // Copies BYTES (4, 8 or 16) from global to shared memory without passing through registers;
 // only the first `valid_bytes` are read, the rest of the destination is zero-filled (so a tile

@@ -3,6 +3,7 @@
 // memory, sm_90+).
 #pragma once
 
+#include "arch/cluster.cuh"
 #include "common/infinity.cuh"
 
 namespace tileops {
@@ -29,21 +30,17 @@ __device__ __forceinline__ float warp_reduce(float v) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 namespace cluster_exchange {
 
-__device__ __forceinline__ unsigned shared_address(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ unsigned rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
 // The address of `local`'s counterpart in the shared memory of CTA `rank` of this cluster.
 __device__ __forceinline__ unsigned peer_address(const void* local, unsigned peer) {
     unsigned remote;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(peer));
     return remote;
+}
+
+// Initialises `barrier` for the one local arrival a phase needs (mbarrier_init with the count in
+// the instruction and a memory clobber: the row kernels' code depends on both).
+__device__ __forceinline__ void barrier_init(unsigned long long* barrier) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(barrier)) : "memory");
 }
 
 // Writes `value` into CTA `peer`'s copy of `slot` and counts its 4 bytes on that CTA's copy of
@@ -54,31 +51,6 @@ __device__ __forceinline__ void push(float* slot, unsigned long long* barrier, u
                  "r"(__float_as_uint(value)), "r"(peer_address(barrier, peer))
                  : "memory");
 }
-
-__device__ __forceinline__ void barrier_init(unsigned long long* barrier) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(barrier)) : "memory");
-}
-
-// The one local arrival a phase needs, and the bytes the peers' pushes must bring before it ends.
-__device__ __forceinline__ void barrier_expect(unsigned long long* barrier, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)), "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void barrier_wait(unsigned long long* barrier, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred done;\n"
-        "wait_%=:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-        "@!done bra wait_%=;\n"
-        "}\n" ::"r"(shared_address(barrier)),
-        "r"(parity)
-        : "memory");
-}
-
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 }  // namespace cluster_exchange
 #endif
@@ -128,7 +100,7 @@ public:
                 cluster_exchange::barrier_init(&shared_.arrived[1]);
                 asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
             }
-            cluster_exchange::cluster_arrive();
+            cluster_arrive();
 #else
             __trap();  // clusters need sm_90; the host never launches this
 #endif
@@ -149,12 +121,12 @@ public:
         }
         if constexpr (CLUSTER > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            if (count_ == 0) cluster_exchange::cluster_wait();  // every peer's barriers are initialised
+            if (count_ == 0) cluster_wait();  // every peer's barriers are initialised
             if (threadIdx.x < CLUSTER)
-                cluster_exchange::push(&shared_.cluster_partial[buffer][cluster_exchange::rank()],
+                cluster_exchange::push(&shared_.cluster_partial[buffer][cluster_rank()],
                                        &shared_.arrived[buffer], threadIdx.x, v);
-            if (threadIdx.x == 0) cluster_exchange::barrier_expect(&shared_.arrived[buffer], CLUSTER * sizeof(float));
-            cluster_exchange::barrier_wait(&shared_.arrived[buffer], (count_ >> 1) & 1u);
+            if (threadIdx.x == 0) mbarrier_arrive_expect_tx(&shared_.arrived[buffer], CLUSTER * sizeof(float));
+            mbarrier_wait(&shared_.arrived[buffer], (count_ >> 1) & 1u);
             v = warp_reduce<Op, CLUSTER>(shared_.cluster_partial[buffer][(threadIdx.x & 31) % CLUSTER]);
 #endif
         }
@@ -166,9 +138,9 @@ public:
     __device__ __forceinline__ void finish() {
         if constexpr (CLUSTER > 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-            if (count_ == 0) cluster_exchange::cluster_wait();
-            cluster_exchange::cluster_arrive();
-            cluster_exchange::cluster_wait();
+            if (count_ == 0) cluster_wait();
+            cluster_arrive();
+            cluster_wait();
 #endif
         }
     }
