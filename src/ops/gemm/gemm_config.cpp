@@ -279,23 +279,27 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     // and by each block's latency, not by MMA efficiency: the most blocks that still fit in one
     // wave win, tile size aside (H100, tuned: 1024^3 64 x 128, 128 blocks; M = 128, N = 10240:
     // 64 x 192, 108 blocks; M = 64, N = 4096: 64 x 32, 128 blocks). Splitting K (64-row tiles
-    // only: splitting taller ones was slower) costs about 30% of a wave for the partial sums, a
-    // little more the more splits, and pays only where each split keeps 24 K steps or more; tiles
-    // 32 wide cost 30-40% of a wave, the more the longer K: their 4 KB stages keep too few bytes in
-    // flight (H200, 16 x 4096 x 16384: 64 x 32 45.0 us, 64 x 64 split in two 39.1; at K = 4096 the
-    // two tie). Fitted to 27 such problems tuned on an H200 (heuristic over tuned, each tile at its
-    // best ring: geomean 1.039 -> 1.008, worst 1.27 -> 1.08; 1 x 5120 x 2048: 64 x 128 split in
-    // three 13.8 us, 64 x 64 10.9; docs/perf/gemm.md).
+    // only: splitting taller ones was slower) adds blocks at the cost of the partial sums, a
+    // fixed time: about 30% of a wave where each split keeps 32 K steps, less the more it keeps
+    // (255 x 2048 x 16384: 64 x 128 tiles split in two, 128 steps each, 32.4 us; 64 x 64 unsplit,
+    // as many blocks, 46.2). A split needs 12 K steps. Each block streams its K steps of A's rows
+    // and B's; past 8192 such rows a block, the bytes one SM streams count too. Tiles 32 wide
+    // cost 30-40% of a wave, the more the longer K: their 4 KB stages keep too few bytes in
+    // flight (H200, 16 x 4096 x 16384: 64 x 32 45.0 us, 64 x 64 split in two 39.1; at K = 4096
+    // the two tie). Fitted to the one-wave problems of 131 tunes on an H200 (91 sweep shapes, 40
+    // held out; heuristic over tuned, each tile at its best timed ring: geomean 1.020 -> 1.012,
+    // within 10% 124 -> 129, worst 1.40 -> 1.24; docs/perf/gemm.md).
     // Otherwise the modelled time is waves x tile area / efficiency; the smallest wins.
     GemmConfig widest;
     widest.block_m = 128, widest.block_n = 256;
     const bool one_wave = gemm_tiles(widest, s) <= sm_count;
     // One wave of a problem with many FLOPs a byte (past the ~250 where an H100's or H200's
     // tensor cores and HBM balance) takes as long as one block's tile: the smallest MMA work a
-    // block wins, and a consumer warpgroup alone on an SM issues about half of what two do
+    // block wins, and a consumer warpgroup alone on an SM does about 0.8 of what two do
     // (H200: 2048 x 896 x 4864, 64 x 256 tiles with one consumer, 128 blocks, 50.1 us; 128 x 128
     // with two, 112 blocks, 29.2. 512 x 1600 x 6400: 128 x 64 with two consumers, 100 blocks,
-    // 22.7 us; 64 x 128 with one, 104 blocks, 24.8; 128 x 128 with two, 52 blocks, 35.1).
+    // 22.7 us; 64 x 128 with one, 104 blocks, 24.8; 128 x 128 with two, 52 blocks, 35.1.
+    // 512 x 3072 x 3072: 64 x 192 with one, 128 blocks, 18.5 us; 128 x 128 with two, 96, 21.0).
     // 128 x 64 tiles compete only there: their efficiency over several waves is not measured.
     const double flops = 2.0 * static_cast<double>(s.m) * s.n * s.k * s.batch;
     const double bytes = (static_cast<double>(s.m) * s.k + static_cast<double>(s.n) * s.k) * s.in_bytes * s.batch +
@@ -328,14 +332,18 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
             if (one_wave) {
                 if (units > sm_count) break;
                 // Ties: the tile that loads fewer bytes per MMA, the first listed.
-                if (tensor_bound)
-                    score = -static_cast<double>(t.bm) * t.bn / (t.consumers == 2 ? 1.0 : 0.5) / split *
+                if (tensor_bound) {
+                    score = -static_cast<double>(t.bm) * t.bn / (t.consumers == 2 ? 1.0 : 0.8) / split *
                             (split > 1 ? 1.3 : 1.0);
-                else if (split > 1 && k_steps < 24 * split)
-                    continue;
-                else
-                    score = static_cast<double>(units) / sm_count - (split > 1 ? 0.3 + 0.02 * split : 0.0) -
+                } else {
+                    if (split > 1 && k_steps < 12 * split) continue;
+                    const double unit_steps = static_cast<double>(k_steps) / split;
+                    const double split_cost = split > 1 ? (0.3 + 0.02 * split) * std::min(1.0, 32.0 / unit_steps) : 0.0;
+                    const double rows_streamed = unit_steps * (std::min<int64_t>(t.bm, ceil_div(s.m, 8) * 8) + t.bn);
+                    score = static_cast<double>(units) / sm_count - split_cost -
+                            0.2 * std::max(0.0, rows_streamed / 8192 - 1.0) -
                             (t.bn == 32 ? 0.3 + 0.1 * static_cast<double>(k_steps) / 256 : 0.0);
+                }
             } else {
                 if (split > 1 && 2 * tile_count > sm_count) break;
                 const double waves = static_cast<double>(ceil_div(units, sm_count)) / split;

@@ -118,9 +118,15 @@ TEST_CASE("one wave: tensor-bound problems take the least work a block, memory-b
     CHECK(tiles(512, 1600, 6400) == std::make_tuple(128, 64, 2, 1));
     // Memory-bound: 128 blocks of 64 x 32 (H100 and H200 tuned) whatever the work a block.
     CHECK(tiles(64, 4096, 4096) == std::make_tuple(64, 32, 1, 1));
-    // Split K only where each split keeps 24 K steps: 64 x 64 tiles unsplit ran 10.9 us, 64 x 128
-    // split in three 13.8.
+    // At short K the partial sums cost a large share of a wave: 64 x 64 tiles unsplit ran 10.9 us,
+    // 64 x 128 split in three 13.8.
     CHECK(tiles(1, 5120, 2048) == std::make_tuple(64, 64, 1, 1));
+    // At long K they cost little and wider tiles stream fewer bytes a block: 64 x 64 unsplit
+    // (128 blocks) 47.0 us, the split 64 x 192 tiles (132 blocks) 33.2.
+    CHECK(tiles(255, 2048, 16384) == std::make_tuple(64, 192, 1, 3));
+    // Tensor-bound with one consumer (0.8 of two): 64 x 192, 128 blocks, 17.8 us; 128 x 128 with
+    // two consumers, 96 blocks, 20.7.
+    CHECK(tiles(512, 3072, 3072) == std::make_tuple(64, 192, 1, 1));
     // At long K, 32-wide tiles keep too few bytes in flight: 64 x 64 split in two, 39.1 us, against 45.0.
     CHECK(tiles(16, 4096, 16384) == std::make_tuple(64, 64, 1, 2));
     // Several waves: the big tiles, unchanged by the one-wave rules.
