@@ -35,7 +35,20 @@ template <typename Arg>
 RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, const Arg& arg, DType dtype, int64_t rows,
                             int64_t cols, int64_t ld, int64_t stride);
 
-// Whether a D at this pointer, whose rows are `rows_aligned` (16 bytes apart), may be stored with
+// Whether the rows of a D with `out_bytes` elements suit TMA stores: each starts 16 bytes after
+// the last (every stride in `strides`, ld and batch or group stride, a multiple of 8 elements), and
+// N's elements end on a 16-byte boundary too. A TMA store writes whole 16-byte chunks: past an N
+// that is not a multiple of 8 it would overwrite what lies beyond D's last column up to the next
+// boundary (a padded row's gap, or another tensor's columns). A D of any other element size is
+// stored from registers anyway.
+inline bool gemm_d_rows_aligned(size_t out_bytes, int64_t n, std::initializer_list<int64_t> strides) {
+    if (out_bytes != 2 || n % 8 != 0) return out_bytes != 2;
+    for (int64_t stride : strides)
+        if (stride % 8 != 0) return false;
+    return true;
+}
+
+// Whether a D at this pointer, whose rows are `rows_aligned` (gemm_d_rows_aligned), may be stored with
 // TMA: a 16-bit D also starting on 16 bytes; a D of any other size stores from registers anyway,
 // so only its rows count.
 inline bool gemm_d_aligned(bool rows_aligned, size_t out_bytes, const void* d) {

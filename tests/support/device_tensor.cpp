@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <catch2/catch_message.hpp>
+
 namespace tileops::test {
 
 DeviceMatrix::DeviceMatrix(DType dtype, int64_t rows, int64_t cols, int64_t stride, size_t byte_offset)
@@ -37,10 +39,19 @@ bool DeviceMatrix::gaps_untouched() const {
     const size_t element = dtype_size(dtype_);
     std::vector<uint8_t> all(buffer_.size() - offset_);
     buffer_.download(all.data(), all.size(), offset_);
+    // Where the gaps were written says which store went astray: the first element and how many.
+    int64_t touched = 0, first_row = -1, first_col = -1;
     for (int64_t r = 0; r + 1 < rows_; ++r)
-        for (size_t b = (r * stride_ + cols_) * element; b < static_cast<size_t>((r + 1) * stride_) * element; ++b)
-            if (all[b] != 0xff) return false;
-    return true;
+        for (int64_t c = cols_; c < stride_; ++c) {
+            const size_t begin = static_cast<size_t>(r * stride_ + c) * element;
+            if (std::all_of(all.begin() + begin, all.begin() + begin + element, [](uint8_t b) { return b == 0xff; }))
+                continue;
+            if (touched++ == 0) first_row = r, first_col = c;
+        }
+    if (touched > 0)
+        UNSCOPED_INFO(touched << " elements written between rows (" << rows_ << " x " << cols_ << ", stride " << stride_
+                              << "); the first at row " << first_row << ", column " << first_col);
+    return touched == 0;
 }
 
 }  // namespace tileops::test

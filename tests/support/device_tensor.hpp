@@ -19,7 +19,8 @@ public:
 
     void upload(const std::vector<double>& values);  // rows*cols values, row-major
     std::vector<double> download() const;            // rows*cols values
-    // True when every element between rows (stride > cols) is still the poison pattern.
+    // True when every element between rows (stride > cols) is still the poison pattern; else says
+    // (UNSCOPED_INFO, printed with the next failed check) where the first written one is and how many.
     bool gaps_untouched() const;
 
     void* data() const { return static_cast<char*>(buffer_.data()) + offset_; }

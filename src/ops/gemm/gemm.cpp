@@ -115,8 +115,7 @@ public:
           // does a TMA store of a 16-bit D.
           ab_rows_aligned_(widest_dividing_vector(8, {p.lda, p.ldb, p.batch > 1 ? p.batch_stride_a : 0,
                                                       p.batch > 1 ? p.batch_stride_b : 0}) == 8),
-          d_rows_aligned_(shape_.out_bytes != 2 ||
-                          widest_dividing_vector(8, {p.ldd, p.batch > 1 ? p.batch_stride_d : 0}) == 8) {}
+          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, p.n, {p.ldd, p.batch > 1 ? p.batch_stride_d : 0})) {}
 
     std::string op_name() const override { return "gemm"; }
     std::vector<long long> shape() const override {
@@ -298,7 +297,7 @@ private:
     GemmProblem p_;
     GemmShape shape_;
     bool ab_rows_aligned_;  // lda, ldb and their batch strides are multiples of 16 bytes
-    bool d_rows_aligned_;   // so are ldd and D's batch stride, or D is not 16-bit
+    bool d_rows_aligned_;   // a 16-bit D may be stored with TMA (gemm_d_rows_aligned), or D is not 16-bit
 };
 
 namespace {

@@ -85,7 +85,7 @@ public:
         : p_(p),
           groups_(groups_of(p)),
           shape_{p.groups, groups_.typical_rows(), p.n, p.k, dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
-          d_rows_aligned_(shape_.out_bytes != 2 || p.ldd % 8 == 0) {}
+          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, p.n, {p.ldd})) {}
 
     std::string op_name() const override { return "gemm_grouped"; }
     std::vector<long long> shape() const override { return {p_.groups, p_.rows, p_.n, p_.k}; }
@@ -225,7 +225,7 @@ private:
     GemmGroupedProblem p_;
     GemmGroups groups_;
     GemmShape shape_;
-    bool d_rows_aligned_;  // ldd a multiple of 16 bytes, or D not 16-bit
+    bool d_rows_aligned_;  // a 16-bit D may be stored with TMA (gemm_d_rows_aligned), or D is not 16-bit
 };
 
 namespace {

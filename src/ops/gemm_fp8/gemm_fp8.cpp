@@ -118,7 +118,7 @@ public:
         : p_(p),
           shape_{p.batch, p.m, p.n, p.k, p.scaling == GemmFp8Scaling::blocks, dtype_size(p.out_dtype)},
           // A TMA store of a 16-bit D needs every row to start 16 bytes after the one before.
-          d_rows_aligned_(shape_.out_bytes != 2 || widest_dividing_vector(8, {p.ldd, p.batch > 1 ? p.batch_stride_d : 0}) == 8) {}
+          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, p.n, {p.ldd, p.batch > 1 ? p.batch_stride_d : 0})) {}
 
     std::string op_name() const override { return "gemm_fp8"; }
     std::vector<long long> shape() const override {
@@ -202,7 +202,7 @@ public:
 private:
     GemmFp8Problem p_;
     GemmFp8Shape shape_;
-    bool d_rows_aligned_;  // ldd and D's batch stride are multiples of 16 bytes, or D is not 16-bit
+    bool d_rows_aligned_;  // a 16-bit D may be stored with TMA (gemm_d_rows_aligned), or D is not 16-bit
 };
 
 namespace {

@@ -393,3 +393,30 @@ TEST_CASE("Gemm tiles of 96-224 columns store their whole boxes with TMA where t
     REQUIRE(narrow.block_n == 32);
     CHECK(narrow.stages == detail::kGemmSm90MaxStages);
 }
+
+TEST_CASE("Gemm stores a 16-bit D with TMA only where N ends on 16 bytes, whatever its ld", "[validation][gemm]") {
+    // A TMA store writes whole 16-byte chunks: with N = 513 and rows padded to 520 it would
+    // overwrite columns 513-519 of every row. Such a D is stored from registers; N = 512 with the
+    // same rows keeps the TMA store.
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    const auto tma_stores = [&](int64_t n) {
+        GemmProblem p = problem(4, n, 1001);
+        p.layout = GemmLayout::nt, p.lda = 1008, p.ldb = 1008, p.ldd = 520;
+        const Gemm gemm(p);
+        const Config config{{"kernel", 1}, {"block_m", 64}, {"block_n", 64}, {"block_k", 64}, {"stages", 8},
+                            {"consumers", 1}, {"pingpong", 0}, {"cluster", 1}, {"split_k", 1}, {"group_m", 8},
+                            {"vec", 8}};
+        REQUIRE_FALSE(gemm.model().invalid_reason(config, h100).has_value());
+        bool any = false;
+        for (int width : gemm.model().vector_widths(config))
+            any = any || gemm.model().plan(config, width, h100).name_expression.find(", true, false>") != std::string::npos;
+        return any;
+    };
+    CHECK_FALSE(tma_stores(513));
+    CHECK(tma_stores(512));
+    // The same rule for the other GEMM models' D: gemm_d_rows_aligned.
+    CHECK_FALSE(detail::gemm_d_rows_aligned(2, 513, {520}));
+    CHECK(detail::gemm_d_rows_aligned(2, 512, {520, 0}));
+    CHECK_FALSE(detail::gemm_d_rows_aligned(2, 512, {520, 4}));
+    CHECK(detail::gemm_d_rows_aligned(4, 513, {517}));  // fp32: stored from registers anyway
+}
