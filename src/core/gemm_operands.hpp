@@ -35,17 +35,14 @@ template <typename Arg>
 RowsSpan check_gemm_operand(const char* op, int64_t batch, const char* name, const Arg& arg, DType dtype, int64_t rows,
                             int64_t cols, int64_t ld, int64_t stride);
 
-// Whether the rows of a D with `out_bytes` elements suit TMA stores: each starts 16 bytes after
-// the last (every stride in `strides`, ld and batch or group stride, a multiple of 8 elements), and
-// N's elements end on a 16-byte boundary too. A TMA store writes whole 16-byte chunks: past an N
-// that is not a multiple of 8 it would overwrite what lies beyond D's last column up to the next
-// boundary (a padded row's gap, or another tensor's columns). A D of any other element size is
-// stored from registers anyway.
-inline bool gemm_d_rows_aligned(size_t out_bytes, int64_t n, std::initializer_list<int64_t> strides) {
-    if (out_bytes != 2 || n % 8 != 0) return out_bytes != 2;
-    for (int64_t stride : strides)
-        if (stride % 8 != 0) return false;
-    return true;
+// Whether the rows of a D with `out_bytes` elements suit TMA stores: `extents` (N, ld, and the
+// batch or group stride where there is one) are all multiples of 8 elements, so that each row
+// starts 16 bytes after the last and its N elements end on a 16-byte boundary. A TMA store writes
+// whole 16-byte chunks: past an N that is not a multiple of 8 it would overwrite what lies beyond
+// D's last column up to the next boundary (a padded row's gap, or another tensor's columns). A D
+// of any other element size is stored from registers anyway.
+inline bool gemm_d_rows_aligned(size_t out_bytes, std::initializer_list<int64_t> extents) {
+    return out_bytes != 2 || widest_dividing_vector(8, extents) == 8;
 }
 
 // Whether a D at this pointer, whose rows are `rows_aligned` (gemm_d_rows_aligned), may be stored with

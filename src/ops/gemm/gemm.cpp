@@ -111,11 +111,11 @@ public:
     explicit GemmModel(const GemmProblem& p)
         : p_(p),
           shape_{p.batch, p.m, p.n, p.k, dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
-          // 16-byte loads need every row of A and B to start 16 bytes apart from the last, and so
-          // does a TMA store of a 16-bit D.
+          // 16-byte loads need every row of A and B to start 16 bytes apart from the last; a TMA
+          // store of a 16-bit D needs its rows to start and end on 16 bytes.
           ab_rows_aligned_(widest_dividing_vector(8, {p.lda, p.ldb, p.batch > 1 ? p.batch_stride_a : 0,
                                                       p.batch > 1 ? p.batch_stride_b : 0}) == 8),
-          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, p.n, {p.ldd, p.batch > 1 ? p.batch_stride_d : 0})) {}
+          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, {p.n, p.ldd, p.batch > 1 ? p.batch_stride_d : 0})) {}
 
     std::string op_name() const override { return "gemm"; }
     std::vector<long long> shape() const override {

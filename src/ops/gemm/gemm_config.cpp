@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/gemm_operands.hpp"
 #include "core/op_model.hpp"
 
 namespace tileops::detail {
@@ -339,7 +340,7 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
                     if (split > 1 && k_steps < 12 * split) continue;
                     const double unit_steps = static_cast<double>(k_steps) / split;
                     const double split_cost = split > 1 ? (0.3 + 0.02 * split) * std::min(1.0, 32.0 / unit_steps) : 0.0;
-                    const double rows_streamed = unit_steps * (std::min<int64_t>(t.bm, ceil_div(s.m, 8) * 8) + t.bn);
+                    const double rows_streamed = unit_steps * (gemm_a_box_rows(s.m, t.bm) + t.bn);
                     score = static_cast<double>(units) / sm_count - split_cost -
                             0.2 * std::max(0.0, rows_streamed / 8192 - 1.0) -
                             (t.bn == 32 ? 0.3 + 0.1 * static_cast<double>(k_steps) / 256 : 0.0);

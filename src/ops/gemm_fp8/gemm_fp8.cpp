@@ -117,8 +117,8 @@ public:
     explicit GemmFp8Model(const GemmFp8Problem& p)
         : p_(p),
           shape_{p.batch, p.m, p.n, p.k, p.scaling == GemmFp8Scaling::blocks, dtype_size(p.out_dtype)},
-          // A TMA store of a 16-bit D needs every row to start 16 bytes after the one before.
-          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, p.n, {p.ldd, p.batch > 1 ? p.batch_stride_d : 0})) {}
+          // A TMA store of a 16-bit D needs its rows to start and end on 16 bytes.
+          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, {p.n, p.ldd, p.batch > 1 ? p.batch_stride_d : 0})) {}
 
     std::string op_name() const override { return "gemm_fp8"; }
     std::vector<long long> shape() const override {

@@ -84,7 +84,7 @@ public:
         : p_(p),
           groups_(groups_of(p)),
           shape_{p.groups, groups_.typical_rows(), p.n, p.k, p.scaling == GemmFp8Scaling::blocks, dtype_size(p.out_dtype)},
-          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, p.n, {p.ldd})) {}
+          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, {p.n, p.ldd})) {}
 
     std::string op_name() const override { return "gemm_fp8_grouped"; }
     std::vector<long long> shape() const override { return {p_.groups, p_.rows, p_.n, p_.k}; }

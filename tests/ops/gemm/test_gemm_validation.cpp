@@ -415,8 +415,8 @@ TEST_CASE("Gemm stores a 16-bit D with TMA only where N ends on 16 bytes, whatev
     CHECK_FALSE(tma_stores(513));
     CHECK(tma_stores(512));
     // The same rule for the other GEMM models' D: gemm_d_rows_aligned.
-    CHECK_FALSE(detail::gemm_d_rows_aligned(2, 513, {520}));
-    CHECK(detail::gemm_d_rows_aligned(2, 512, {520, 0}));
-    CHECK_FALSE(detail::gemm_d_rows_aligned(2, 512, {520, 4}));
-    CHECK(detail::gemm_d_rows_aligned(4, 513, {517}));  // fp32: stored from registers anyway
+    CHECK_FALSE(detail::gemm_d_rows_aligned(2, {513, 520}));
+    CHECK(detail::gemm_d_rows_aligned(2, {512, 520, 0}));
+    CHECK_FALSE(detail::gemm_d_rows_aligned(2, {512, 520, 4}));
+    CHECK(detail::gemm_d_rows_aligned(4, {513, 517}));  // fp32: stored from registers anyway
 }
