@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "cuda/driver.hpp"
+#include "jit/compile_order.hpp"
 #include "jit/compiler.hpp"
 #include "runtime/runtime_impl.hpp"
 #include "tileops/error.hpp"
@@ -217,7 +218,10 @@ void RuntimeImpl::load_kernels(const std::vector<LaunchPlan>& all_plans) {
     for (const LaunchPlan& plan : all_plans)
         if (seen.insert(plan.template_file + '|' + plan.name_expression).second) plans.push_back(&plan);
     std::vector<std::exception_ptr> failures(plans.size());
-    util::parallel_for_each(plans.size(), 0, [&](size_t i) {
+    const std::vector<size_t> order = jit::costliest_first(
+        plans.size(), [&](size_t i) { return jit::expected_compile_ms(plans[i]->template_file, plans[i]->name_expression); });
+    util::parallel_for_each(order.size(), 0, [&](size_t position) {
+        const size_t i = order[position];
         try {
             kernel(*plans[i]);
         } catch (...) {

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "jit/compile_order.hpp"
 #include "ops/registry.hpp"
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
@@ -68,7 +69,12 @@ CompileOutcome build_kernels(jit::KernelBuilder& builder, const std::vector<Kern
     std::atomic<size_t> done{0}, compiled{0};
     Progress progress(Progress::for_stderr(quiet));
     std::mutex progress_mutex;
-    util::parallel_for_each(kernels.size(), jobs, [&](size_t i) {
+    // The costliest compiles first, so that no long one starts when the other cores run dry.
+    const std::vector<size_t> order = jit::costliest_first(kernels.size(), [&](size_t i) {
+        return jit::expected_compile_ms(kernels[i].template_file, kernels[i].name_expression);
+    });
+    util::parallel_for_each(order.size(), jobs, [&](size_t position) {
+        const size_t i = order[position];
         try {
             if (builder.get(kernels[i].template_file, kernels[i].name_expression, arch).compiled) ++compiled;
         } catch (const std::exception& e) {
