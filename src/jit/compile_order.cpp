@@ -72,6 +72,12 @@ double expected_compile_ms(std::string_view template_file, std::string_view name
     return family_ms(template_file);
 }
 
+std::vector<std::string_view> measured_kernel_functions() {
+    std::vector<std::string_view> names;
+    for (const auto& [function, ms] : kMeasuredMs) names.push_back(function);
+    return names;
+}
+
 std::vector<size_t> costliest_first(size_t n, const std::function<double(size_t)>& cost) {
     std::vector<double> costs(n);
     for (size_t i = 0; i < n; ++i) costs[i] = cost(i);

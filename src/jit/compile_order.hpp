@@ -17,6 +17,9 @@ namespace tileops::jit {
 // measured per kernel function, a kernel nobody measured gets a figure by its family.
 double expected_compile_ms(std::string_view template_file, std::string_view name_expression);
 
+// The kernel functions whose compile time was measured (so that a test can tell when one is renamed).
+std::vector<std::string_view> measured_kernel_functions();
+
 // The indices 0..n-1, by cost(i) from the highest down; equal costs keep their order.
 std::vector<size_t> costliest_first(size_t n, const std::function<double(size_t)>& cost);
 

@@ -1,4 +1,7 @@
 // The order of a parallel compile (warm, pack, prepare): the costliest kernels first.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -8,6 +11,7 @@
 
 using tileops::jit::costliest_first;
 using tileops::jit::expected_compile_ms;
+using tileops::jit::measured_kernel_functions;
 
 TEST_CASE("Compile cost: tensor-core and sampling kernels rank above memory-bound ones", "[jit]") {
     const double mla = expected_compile_ms("mla_decode/mla_decode_seesaw.cuh",
@@ -42,4 +46,21 @@ TEST_CASE("costliest_first: descending cost, ties in their order", "[jit]") {
     const std::vector<size_t> order = costliest_first(costs.size(), [&](size_t i) { return costs[i]; });
     CHECK(order == std::vector<size_t>{1, 3, 2, 5, 0, 4});
     CHECK(costliest_first(0, [](size_t) { return 1.0; }).empty());
+}
+
+TEST_CASE("Compile cost: every measured kernel function is a kernel of the templates", "[jit]") {
+    // A renamed kernel would silently fall back to its family's figure.
+    std::string all;
+    for (const auto& file : std::filesystem::recursive_directory_iterator(std::string(TILEOPS_TEST_SOURCE_DIR) + "/kernel_templates")) {
+        if (file.path().extension() != ".cuh") continue;
+        std::ifstream in(file.path());
+        std::stringstream text;
+        text << in.rdbuf();
+        all += text.str();
+    }
+    REQUIRE(!all.empty());
+    for (std::string_view name : measured_kernel_functions()) {
+        INFO(name);
+        CHECK(all.find(std::string(name) + "(") != std::string::npos);
+    }
 }
