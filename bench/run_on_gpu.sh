@@ -8,6 +8,8 @@
 #   torch   torch eager and torch.compile on the same shapes (bench/torch_peers.py)
 #   warm    compile the search spaces of the benchmark shapes (tools/workloads/tune/tune_memory_ops.json) into the
 #           kernel cache, so that tune's budget goes to timing; WARM_TIMEOUT (200)
+#   warm_scaling  the cold-start warm (shipped database + llama3-8b) into empty caches on all cores, half
+#           of them, and with a larger malloc top pad: $OUT/warm_scaling.txt (no GPU needed)
 #   tune    tileops-tune tune of the benchmark shapes, in three parts by row length, merged with
 #           every part already in TUNE_DIR ($OUT) into TUNE_DIR/tuned.json (later steps use it);
 #           TUNE_BUDGET seconds a problem (12), TUNE_TIMEOUT a part (300), TUNE_PARTS="short mid
@@ -104,6 +106,19 @@ PY
       export TILEOPS_TUNING_DB="$TUNE_DIR/tuned.json" ;;
     warm) timeout "${WARM_TIMEOUT:-200}" ./build-gpu/tools/tileops-tune warm --arch sm_90a \
         --workload tools/workloads/tune/tune_memory_ops.json --search-space > "$OUT/warm.log" 2>&1; echo "warm: rc $?" ;;
+    warm_scaling)  # the cold-start warm (shipped database + llama3-8b) into empty caches: on every
+      # core, on half of them, and on every core with the allocator's heap grown 256 MB at a time
+      # (docs/perf/compile.md: NVRTC's page faults); wall, CPU and faults of each
+      cores=$(nproc)
+      for variant in "$cores" "$((cores / 2))" "$cores glibc.malloc.top_pad=268435456"; do
+        read -r jobs tunables <<< "$variant"
+        cache=$(mktemp -d)
+        GLIBC_TUNABLES=${tunables:-} /usr/bin/time -f "jobs $jobs ${tunables:-default allocator}: wall %e s, user %U s, sys %S s, %P CPU, %R minor faults" \
+          timeout 300 ./build-gpu/tools/tileops-tune warm --arch sm_90a --jobs "$jobs" --db tuning_db/h100-sxm.json \
+          --workload tools/workloads/llama3-8b.json --cache-dir "$cache" > /dev/null 2>> "$OUT/warm_scaling.txt" || status=1
+        rm -rf "$cache"
+      done
+      grep '^jobs' "$OUT/warm_scaling.txt" ;;
     tune_act)
       timeout "${TUNE_TIMEOUT:-300}" ./build-gpu/tools/tileops-tune tune --workload tools/workloads/tune/tune_activations.json \
         --db "$OUT/act_tuned.json" --budget "${TUNE_BUDGET:-12}" --repeats 10 > "$OUT/act_tune.txt" 2> "$OUT/act_tune_err.log" \
