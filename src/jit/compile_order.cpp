@@ -4,6 +4,8 @@
 #include <numeric>
 #include <utility>
 
+#include "util/parallel_for.hpp"
+
 namespace tileops::jit {
 
 namespace {
@@ -85,6 +87,15 @@ std::vector<size_t> costliest_first(size_t n, const std::function<double(size_t)
     std::iota(order.begin(), order.end(), size_t{0});
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return costs[a] > costs[b]; });
     return order;
+}
+
+void for_each_costliest_first(size_t n, size_t threads, const std::function<KernelRef(size_t)>& kernel,
+                              const std::function<void(size_t)>& build) {
+    const std::vector<size_t> order = costliest_first(n, [&](size_t i) {
+        const KernelRef k = kernel(i);
+        return expected_compile_ms(k.template_file, k.name_expression);
+    });
+    util::parallel_for_each(order.size(), threads, [&](size_t position) { build(order[position]); });
 }
 
 }  // namespace tileops::jit

@@ -23,4 +23,14 @@ std::vector<std::string_view> measured_kernel_functions();
 // The indices 0..n-1, by cost(i) from the highest down; equal costs keep their order.
 std::vector<size_t> costliest_first(size_t n, const std::function<double(size_t)>& cost);
 
+// What names a kernel to expected_compile_ms.
+struct KernelRef {
+    std::string_view template_file, name_expression;
+};
+
+// Calls build(i) for every i in 0..n-1 on `threads` threads (0: every core), the kernels that take
+// longest to compile first; kernel(i) names kernel i.
+void for_each_costliest_first(size_t n, size_t threads, const std::function<KernelRef(size_t)>& kernel,
+                              const std::function<void(size_t)>& build);
+
 }  // namespace tileops::jit

@@ -19,7 +19,6 @@
 #include "tuning/op_config.hpp"
 #include "util/file_util.hpp"
 #include "util/log.hpp"
-#include "util/parallel_for.hpp"
 
 namespace tileops {
 namespace detail {
@@ -218,16 +217,15 @@ void RuntimeImpl::load_kernels(const std::vector<LaunchPlan>& all_plans) {
     for (const LaunchPlan& plan : all_plans)
         if (seen.insert(plan.template_file + '|' + plan.name_expression).second) plans.push_back(&plan);
     std::vector<std::exception_ptr> failures(plans.size());
-    const std::vector<size_t> order = jit::costliest_first(
-        plans.size(), [&](size_t i) { return jit::expected_compile_ms(plans[i]->template_file, plans[i]->name_expression); });
-    util::parallel_for_each(order.size(), 0, [&](size_t position) {
-        const size_t i = order[position];
-        try {
-            kernel(*plans[i]);
-        } catch (...) {
-            failures[i] = std::current_exception();
-        }
-    });
+    jit::for_each_costliest_first(
+        plans.size(), 0, [&](size_t i) { return jit::KernelRef{plans[i]->template_file, plans[i]->name_expression}; },
+        [&](size_t i) {
+            try {
+                kernel(*plans[i]);
+            } catch (...) {
+                failures[i] = std::current_exception();
+            }
+        });
     for (const std::exception_ptr& failure : failures)
         if (failure) std::rethrow_exception(failure);
 }

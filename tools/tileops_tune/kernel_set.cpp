@@ -12,7 +12,6 @@
 #include "tileops_tune/output.hpp"
 #include "tileops_tune/resolver_setup.hpp"
 #include "tuning/op_config.hpp"
-#include "util/parallel_for.hpp"
 
 namespace tileops::cli {
 
@@ -70,11 +69,8 @@ CompileOutcome build_kernels(jit::KernelBuilder& builder, const std::vector<Kern
     Progress progress(Progress::for_stderr(quiet));
     std::mutex progress_mutex;
     // The costliest compiles first, so that no long one starts when the other cores run dry.
-    const std::vector<size_t> order = jit::costliest_first(kernels.size(), [&](size_t i) {
-        return jit::expected_compile_ms(kernels[i].template_file, kernels[i].name_expression);
-    });
-    util::parallel_for_each(order.size(), jobs, [&](size_t position) {
-        const size_t i = order[position];
+    const auto kernel_ref = [&](size_t i) { return jit::KernelRef{kernels[i].template_file, kernels[i].name_expression}; };
+    jit::for_each_costliest_first(kernels.size(), jobs, kernel_ref, [&](size_t i) {
         try {
             if (builder.get(kernels[i].template_file, kernels[i].name_expression, arch).compiled) ++compiled;
         } catch (const std::exception& e) {
