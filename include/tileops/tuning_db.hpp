@@ -49,8 +49,9 @@ struct TuningEntry {
     double throughput = 0;      // in throughput_unit
     std::string throughput_unit = "GB/s";
     std::vector<RunnerUp> runners_up;
-    int candidates_tried = 0;
-    int candidates_failed = 0;
+    int candidates_tried = 0;    // the configs of the search space (or its sample) the tune had
+    int candidates_failed = 0;   // failed to compile, run or match the reference
+    int candidates_skipped = 0;  // never timed: the tune's time budget ran out first
     double stability = 0;       // fraction of interleaved re-timing rounds the winner was fastest
     std::string nvrtc_version;  // the NVRTC the entry was tuned with; empty: the file's metadata says
     std::string tuned_at;       // ISO 8601 UTC

@@ -69,6 +69,7 @@ TuneResult autotune(const detail::OpModel& model, const DeviceInfo& device, jit:
         for (size_t i = next++; i < candidates.size(); i = next++) {
             CandidateOutcome& outcome = result.candidates[i];
             if (i > 0 && Clock::now() > compile_deadline) {
+                outcome.skipped = true;
                 outcome.failure = "skipped: the half of the time budget for compiling was spent before it compiled";
                 continue;
             }
@@ -100,6 +101,7 @@ TuneResult autotune(const detail::OpModel& model, const DeviceInfo& device, jit:
         if (!outcome.ok) continue;
         if (i > 0 && Clock::now() > deadline) {
             outcome.ok = false;
+            outcome.skipped = true;
             outcome.failure = "skipped: time budget spent before it was timed";
             continue;
         }
@@ -155,13 +157,16 @@ TuneResult autotune(const detail::OpModel& model, const DeviceInfo& device, jit:
     for (size_t i : ranked)
         if (i != winner) entry.runners_up.emplace_back(candidates[i], retimed[i].median_us);
     entry.candidates_tried = static_cast<int>(candidates.size());
-    entry.candidates_failed = static_cast<int>(
-        std::count_if(result.candidates.begin(), result.candidates.end(), [](const auto& c) { return !c.ok; }));
+    entry.candidates_skipped = static_cast<int>(
+        std::count_if(result.candidates.begin(), result.candidates.end(), [](const auto& c) { return c.skipped; }));
+    entry.candidates_failed = static_cast<int>(std::count_if(result.candidates.begin(), result.candidates.end(),
+                                                             [](const auto& c) { return !c.ok && !c.skipped; }));
     entry.stability = static_cast<double>(round_wins[winner]) / std::max(1, options.retime_rounds);
     entry.tuned_at = util::utc_timestamp();
     entry.device = device.name;
-    util::logger().debug("tileops: tuned {}: {:.2f} us ({} candidates, {} failed), heuristic {:.2f} us{}", model.describe(),
-                         entry.median_us, entry.candidates_tried, entry.candidates_failed, result.heuristic_median_us,
+    util::logger().debug("tileops: tuned {}: {:.2f} us ({} candidates, {} failed, {} skipped), heuristic {:.2f} us{}",
+                         model.describe(), entry.median_us, entry.candidates_tried, entry.candidates_failed,
+                         entry.candidates_skipped, result.heuristic_median_us,
                          result.heuristic_kept ? " (kept: within noise)" : "");
     return result;
 }

@@ -61,7 +61,8 @@ public:
 struct CandidateOutcome {
     Config config;
     bool ok = false;
-    std::string failure;  // why it was skipped: compile error, launch failure, wrong output, budget
+    bool skipped = false;  // never compiled or timed: the time budget ran out first (not a failure)
+    std::string failure;   // why it was not used: compile error, launch failure, wrong output, budget
     double median_us = 0;
     double spread_us = 0;
 };

@@ -140,6 +140,8 @@ TuningEntry parse_entry(const json& item, const std::string& path) {
         e.candidates_tried = static_cast<int>(get_integer(*it, path + ".candidates_tried", 0, 1 << 30));
     if (auto it = item.find("candidates_failed"); it != item.end())
         e.candidates_failed = static_cast<int>(get_integer(*it, path + ".candidates_failed", 0, 1 << 30));
+    if (auto it = item.find("candidates_skipped"); it != item.end())
+        e.candidates_skipped = static_cast<int>(get_integer(*it, path + ".candidates_skipped", 0, 1 << 30));
     e.stability = get_number(item, "stability", path, false);
     if (e.stability > 1) throw EntryError{fmt::format("{}.stability: {} is not a fraction in [0, 1]", path, e.stability)};
     // Optional: files written by hand may state the NVRTC once, in their metadata.
@@ -172,6 +174,7 @@ json entry_json(const TuningEntry& e) {
             {"runners_up", runners},
             {"candidates_tried", e.candidates_tried},
             {"candidates_failed", e.candidates_failed},
+            {"candidates_skipped", e.candidates_skipped},
             {"stability", e.stability},
             {"nvrtc_version", e.nvrtc_version},
             {"tuned_at", e.tuned_at},

@@ -137,6 +137,15 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// The table's note on a tuned problem: whether the heuristic stayed, and how many candidates the
+// budget left untimed (they are not failures, and are not listed one by one).
+std::string note_of(const tuning::TuneResult& result) {
+    std::string note = result.heuristic_kept ? "heuristic kept" : "";
+    if (const int skipped = result.entry.candidates_skipped; skipped > 0)
+        note += fmt::format("{}{} untimed (budget)", note.empty() ? "" : "; ", skipped);
+    return note;
+}
+
 // `start`: when the tune began; the outcome says when this problem started and how long it took.
 ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::TuneResult()>& tune,
                           Clock::time_point start) {
@@ -145,9 +154,10 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
     ProblemOutcome outcome;
     try {
         tuning::TuneResult result = tune();
-        nlohmann::json failed = nlohmann::json::array(), timed = nlohmann::json::array();
+        nlohmann::json failed = nlohmann::json::array(), skipped = nlohmann::json::array(), timed = nlohmann::json::array();
         for (const auto& c : result.candidates) {
-            if (!c.ok) failed.push_back({{"config", config_json(c.config)}, {"why", c.failure}});
+            if (c.skipped) skipped.push_back({{"config", config_json(c.config)}, {"why", c.failure}});
+            else if (!c.ok) failed.push_back({{"config", config_json(c.config)}, {"why", c.failure}});
             else timed.push_back({{"config", config_json(c.config)}, {"median_us", c.median_us}});
         }
         outcome.result = {{"problem", name},
@@ -155,6 +165,7 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
                           {"heuristic_median_us", result.heuristic_median_us},
                           {"heuristic_kept", result.heuristic_kept},
                           {"failed", failed},
+                          {"skipped", skipped},
                           {"timed", timed}};
         const TuningEntry& e = result.entry;
         outcome.row = {name,
@@ -163,7 +174,7 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
                        fmt::format("{:.2f}", result.heuristic_median_us),
                        fmt::format("{:.0f} {}", e.throughput, e.throughput_unit),
                        fmt::format("{}/{}", e.candidates_failed, e.candidates_tried),
-                       result.heuristic_kept ? "heuristic kept" : ""};
+                       note_of(result)};
         outcome.entry = e;
     } catch (const std::exception& e) {
         outcome.result = {{"problem", name}, {"error", e.what()}};
@@ -341,10 +352,20 @@ int cmd_tune(int argc, char** argv) {
             } else {
                 print_table({"problem", "config", "us", "heuristic us", "throughput", "failed/tried", "note"}, rows);
                 fmt::print("{} problem(s) tuned into {}; {} failed\n", problems.size() - failures, db_path, failures);
-                for (const auto& r : results)
+                size_t short_problems = 0, untimed = 0;
+                for (const auto& r : results) {
                     for (const auto& f : r.value("failed", nlohmann::json::array()))
                         fmt::print(stderr, "{}: candidate {} not used: {}\n", r["problem"].get<std::string>(),
                                    f["config"].dump(), f["why"].get<std::string>());
+                    const size_t skipped = r.value("skipped", nlohmann::json::array()).size();
+                    short_problems += skipped > 0;
+                    untimed += skipped;
+                }
+                if (short_problems > 0)
+                    fmt::print(stderr,
+                               "{} problem(s) ran out of their {} s budget with {} candidate(s) untimed; give --budget "
+                               "more seconds to time every candidate\n",
+                               short_problems, tune.budget_seconds, untimed);
             }
             return failures == 0 ? 0 : 1;
         });

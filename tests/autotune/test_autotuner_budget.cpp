@@ -1,0 +1,82 @@
+// The tuner's accounting of a budget that runs out: candidates it never compiled or timed are
+// skipped, not failed, and say so in the entry; a candidate that does fail stays a failure. The
+// candidates are compiled for real (NVRTC, no GPU needed); a scripted runner stands in for the GPU.
+#include <algorithm>
+#include <filesystem>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "autotune/autotuner.hpp"
+#include "support/test_support.hpp"
+#include "tileops/tileops.hpp"
+
+using namespace tileops;
+
+namespace {
+
+// Times candidate i at 10 + i us (so the heuristic, candidate 0, is fastest and stays), except
+// the one it is told to fail as a wrong result.
+class ScriptedRunner : public tuning::CandidateRunner {
+public:
+    explicit ScriptedRunner(size_t failing) : failing_(failing) {}
+    int vector_width() override { return 8; }
+    double bytes_moved() override { return 1e6; }
+    tuning::Measurement measure(size_t index, const Config&, int, int) override {
+        ++measured;
+        if (index == failing_) return {false, "wrong output: scripted", 0, 0};
+        return {true, "", 10.0 + static_cast<double>(index), 0.1};
+    }
+    std::vector<std::vector<double>> retime(const std::vector<Config>& configs, int rounds) override {
+        std::vector<std::vector<double>> samples(configs.size());
+        for (size_t c = 0; c < configs.size(); ++c) samples[c].assign(static_cast<size_t>(rounds), 10.0 + 5.0 * c);
+        return samples;
+    }
+    size_t measured = 0;
+
+private:
+    size_t failing_;
+};
+
+}  // namespace
+
+TEST_CASE("candidates the budget leaves untimed are counted as skipped, not failed", "[tuning]") {
+    test::TempDir dir;
+    jit::KernelBuilder builder(dir.path() / "cache", 0, true);
+    const Elementwise op(ElementwiseProblem{ElementwiseOp::add, 4096, 4096});
+    const DeviceInfo device = DeviceInfo::for_arch("sm_90a");
+    const size_t space = op.model().search_space(device).size() + 1;  // and the heuristic
+    REQUIRE(space > 10);
+
+    tuning::TuneOptions options;
+    options.budget_seconds = 0.5;  // half of it for compiling: room for a few of the candidates only
+    options.compile_threads = 2;   // candidates 0 and 1 start compiling at once, so both compile
+    options.retime_rounds = 3;
+    ScriptedRunner runner(1);
+    const tuning::TuneResult result = tuning::autotune(op.model(), device, builder, runner, options);
+
+    const TuningEntry& e = result.entry;
+    INFO(e.candidates_tried << " tried, " << e.candidates_failed << " failed, " << e.candidates_skipped << " skipped");
+    CHECK(e.candidates_tried == static_cast<int>(result.candidates.size()));
+    CHECK(e.candidates_failed == 1);  // candidate 1, the scripted wrong output
+    CHECK(e.candidates_skipped > 0);
+    CHECK(e.candidates_skipped == std::count_if(result.candidates.begin(), result.candidates.end(),
+                                                [](const auto& c) { return c.skipped; }));
+    CHECK(e.candidates_failed + e.candidates_skipped + static_cast<int>(runner.measured) - 1 == e.candidates_tried);
+    CHECK_FALSE(result.candidates[1].skipped);
+    for (const tuning::CandidateOutcome& c : result.candidates) {
+        if (!c.skipped) continue;
+        CHECK_FALSE(c.ok);
+        CHECK(c.failure.rfind("skipped: ", 0) == 0);
+    }
+    CHECK(e.config == result.candidates[0].config);  // the heuristic, fastest in this script
+
+    // The count survives the database.
+    TuningDb db;
+    db.upsert(e);
+    const auto path = dir.path() / "db.json";
+    db.save(path);
+    const TuningDb back = TuningDb::load(path);
+    REQUIRE(back.entries().size() == 1);
+    CHECK(back.entries().front().candidates_skipped == e.candidates_skipped);
+    CHECK(back.entries().front().candidates_failed == 1);
+}
