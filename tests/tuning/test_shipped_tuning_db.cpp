@@ -2,17 +2,15 @@
 // now: an edit to the template an entry's config selects, or to what it includes (even a
 // comment), changes its content hash, and the runtime then ignores the entry as stale, silently
 // falling back to the heuristic. No GPU needed.
-#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
-#include <string>
 
 #include <catch2/catch_test_macros.hpp>
 #include <nlohmann/json.hpp>
 
 #include "core/op_model.hpp"
+#include "ops/registry.hpp"
 #include "tileops/device_info.hpp"
 #include "support/shipped_db.hpp"
 #include "tuning/op_config.hpp"
@@ -31,54 +29,33 @@ TEST_CASE("every entry of the shipped tuning databases matches the current kerne
     CHECK(checked > 0);
 }
 
-namespace {
-
-// "kv_fp8,page16" and "page16,kv_fp8" name the same flags.
-std::string sorted_flags(const std::string& flags) {
-    std::vector<std::string> parts;
-    std::stringstream stream(flags);
-    for (std::string part; std::getline(stream, part, ',');) parts.push_back(part);
-    std::sort(parts.begin(), parts.end());
-    std::string joined;
-    for (const std::string& part : parts) joined += (joined.empty() ? "" : ",") + part;
-    return joined;
-}
-
-std::string problem_text(const std::string& op, const std::vector<long long>& shape, const std::string& dtype,
-                         const std::string& flags) {
-    std::string text = op + " ";
-    for (size_t i = 0; i < shape.size(); ++i) text += (i ? "x" : "") + std::to_string(shape[i]);
-    return text + " " + dtype + " [" + sorted_flags(flags) + "]";
-}
-
-}  // namespace
-
 // A fleet's database is whole: every benchmark problem (tools/workloads/tune/) that the H100's
 // database was tuned on, the H200's was tuned on too, so that an H200 serves none of them from
-// another GPU's configs.
+// another GPU's configs. Problems are compared by the key their op makes (flags in its order).
 TEST_CASE("the H200's shipped database covers every benchmark problem the H100's does", "[tuning]") {
-    std::set<std::string> tuned_on_h100, tuned_on_h200;
+    std::set<TuningKey> tuned_on_h100, tuned_on_h200;
     for (const test::ShippedEntry& shipped : test::shipped_entries()) {
-        const TuningKey& key = shipped.entry.key;
-        if (key.arch != "sm_90a") continue;
-        std::set<std::string>* fleet = shipped.file == "h100-sxm.json" ? &tuned_on_h100
-                                       : shipped.file == "h200.json"   ? &tuned_on_h200
-                                                                       : nullptr;
-        if (fleet) fleet->insert(problem_text(key.op, key.shape, key.dtype, key.flags));
+        std::set<TuningKey>* fleet = shipped.file == "h100-sxm.json" ? &tuned_on_h100
+                                     : shipped.file == "h200.json"   ? &tuned_on_h200
+                                                                     : nullptr;
+        TuningKey problem = shipped.entry.key;
+        problem.template_hash.clear();
+        if (fleet) fleet->insert(problem);
     }
     REQUIRE(!tuned_on_h100.empty());
     int benchmark_problems = 0;
     const std::filesystem::path dir = std::filesystem::path(TILEOPS_TEST_SOURCE_DIR) / "tools/workloads/tune";
     for (const auto& file : std::filesystem::directory_iterator(dir)) {
         std::ifstream in(file.path());
-        const nlohmann::json workload = nlohmann::json::parse(in);
+        const nlohmann::json workload = nlohmann::json::parse(in);  // outlives the loop over its problems
         for (const nlohmann::json& problem : workload.at("problems")) {
-            const std::string text = problem_text(problem.at("op").get<std::string>(),
-                                                  problem.at("shape").get<std::vector<long long>>(),
-                                                  problem.at("dtype").get<std::string>(), problem.value("flags", ""));
-            if (!tuned_on_h100.count(text)) continue;
-            INFO(file.path().filename().string() << ": " << text);
-            CHECK(tuned_on_h200.count(text) == 1);
+            const auto op = detail::make_op({problem.at("op").get<std::string>(),
+                                             problem.at("shape").get<std::vector<long long>>(),
+                                             problem.at("dtype").get<std::string>(), problem.value("flags", "")});
+            const TuningKey key = op->model().tuning_key("sm_90a", "");
+            if (!tuned_on_h100.count(key)) continue;
+            INFO(file.path().filename().string() << ": " << key.to_string());
+            CHECK(tuned_on_h200.count(key) == 1);
             ++benchmark_problems;
         }
     }

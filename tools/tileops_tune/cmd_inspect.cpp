@@ -92,11 +92,12 @@ int cmd_show(int argc, char** argv) {
             for (const TuningEntry& e : db.entries()) {
                 if (!matches_filters(e, args)) continue;
                 fmt::print("\n{}\n  config        {}\n  median        {:.2f} us (spread {:.2f} us), {:.0f} {}\n"
-                           "  candidates    {} tried, {} failed, {} skipped (budget); stability {:.0f}%\n  tuned         {} on {} (NVRTC {})\n"
+                           "  candidates    {} tried, {} failed, {} skipped (budget); stability {:.0f}%\n"
+                           "  tuned         {} on {} (NVRTC {})\n"
                            "  template      {}\n",
                            e.key.to_string(), config_text(e.config), e.median_us, e.spread_us, e.throughput,
-                           e.throughput_unit, e.candidates_tried, e.candidates_failed, e.candidates_skipped, 100 * e.stability, e.tuned_at,
-                           e.device, e.nvrtc_version, e.key.template_hash);
+                           e.throughput_unit, e.candidates_tried, e.candidates_failed, e.candidates_skipped,
+                           100 * e.stability, e.tuned_at, e.device, e.nvrtc_version, e.key.template_hash);
                 for (const RunnerUp& r : e.runners_up)
                     fmt::print("  runner-up     {:.2f} us  {}\n", r.median_us, config_text(r.config));
             }
