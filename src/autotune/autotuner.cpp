@@ -25,17 +25,26 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The candidates in the order they are tried: the heuristic (the baseline every other one is
+// checked against), the configs to time whatever the budget, then the rest of the search space.
+// `protected_count` says how many lead the list: the budget never skips those.
 std::vector<Config> candidate_list(const detail::OpModel& model, const DeviceInfo& device, const Config& heuristic,
-                                   const TuneOptions& options) {
+                                   const TuneOptions& options, size_t& protected_count) {
+    std::vector<Config> first{heuristic};
+    for (const Config& config : options.always_timed)
+        if (std::find(first.begin(), first.end(), config) == first.end()) first.push_back(config);
     std::vector<Config> space = model.search_space(device);
-    space.erase(std::remove(space.begin(), space.end(), heuristic), space.end());
+    space.erase(std::remove_if(space.begin(), space.end(),
+                               [&](const Config& c) { return std::find(first.begin(), first.end(), c) != first.end(); }),
+                space.end());
     if (!options.exhaustive) {
         std::mt19937_64 rng(options.seed);
         std::shuffle(space.begin(), space.end(), rng);
     }
-    space.insert(space.begin(), heuristic);  // the baseline always runs first
-    if (options.max_candidates > 0 && space.size() > static_cast<size_t>(options.max_candidates))
-        space.resize(static_cast<size_t>(options.max_candidates));
+    protected_count = first.size();
+    space.insert(space.begin(), first.begin(), first.end());
+    if (options.max_candidates > 0)  // a limit never drops the leading ones
+        space.resize(std::min(space.size(), std::max(protected_count, static_cast<size_t>(options.max_candidates))));
     return space;
 }
 
@@ -49,13 +58,14 @@ TuneResult autotune(const detail::OpModel& model, const DeviceInfo& device, jit:
 
     TuneResult result;
     result.heuristic = model.heuristic(device);
-    const std::vector<Config> candidates = candidate_list(model, device, result.heuristic, options);
+    size_t protected_count = 1;
+    const std::vector<Config> candidates = candidate_list(model, device, result.heuristic, options, protected_count);
     result.candidates.resize(candidates.size());
     for (size_t i = 0; i < candidates.size(); ++i) result.candidates[i].config = candidates[i];
 
     const int vec = runner.vector_width();
-    // The budget covers compiling and timing; the heuristic (candidate 0) always runs, as the
-    // baseline every other candidate is checked against. Compiling may take half of it at most:
+    // The budget covers compiling and timing; the heuristic (candidate 0) and the configs to time
+    // whatever the budget (those after it) always run. Compiling may take half of it at most:
     // with a cold kernel cache it would otherwise take all of it and leave nothing timed (seen on
     // the H100 machine: 1 of 115 row-op candidates timed with a 10-second budget).
     const auto start = Clock::now();
@@ -68,7 +78,7 @@ TuneResult autotune(const detail::OpModel& model, const DeviceInfo& device, jit:
     auto compile_worker = [&] {
         for (size_t i = next++; i < candidates.size(); i = next++) {
             CandidateOutcome& outcome = result.candidates[i];
-            if (i > 0 && Clock::now() > compile_deadline) {
+            if (i >= protected_count && Clock::now() > compile_deadline) {
                 outcome.skipped = true;
                 outcome.failure = "skipped: the half of the time budget for compiling was spent before it compiled";
                 continue;
@@ -99,7 +109,7 @@ TuneResult autotune(const detail::OpModel& model, const DeviceInfo& device, jit:
     for (size_t i = 0; i < candidates.size(); ++i) {
         CandidateOutcome& outcome = result.candidates[i];
         if (!outcome.ok) continue;
-        if (i > 0 && Clock::now() > deadline) {
+        if (i >= protected_count && Clock::now() > deadline) {
             outcome.ok = false;
             outcome.skipped = true;
             outcome.failure = "skipped: time budget spent before it was timed";

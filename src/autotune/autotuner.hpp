@@ -31,6 +31,10 @@ struct TuneOptions {
     int retime_top = 3;          // best candidates re-timed interleaved with the heuristic
     int retime_rounds = 15;
     unsigned compile_threads = 0;  // 0: all hardware threads
+    // Configs compiled and timed right after the heuristic whatever the budget: what the runtime
+    // would run the problem with today (an entry of the target database, another fleet's), so
+    // that a short tune never replaces one of them, untimed, with something slower it found.
+    std::vector<Config> always_timed;
     // Called as candidates finish compiling and timing: (what is happening, fraction done).
     std::function<void(const std::string&, double)> progress;
 };

@@ -196,6 +196,28 @@ bool already_tuned(tuning::ConfigResolver& resolver, const detail::ProblemSpec& 
     }
 }
 
+// What the runtime would run each problem with today when that is not its heuristic: an entry of
+// the target database, another fleet's shipped one, a nearby shape's. The tuner times it right
+// after the heuristic whatever the budget, so that a short tune never replaces it, untimed, with
+// something slower. Found before any tuning: the target database changes as results are saved.
+std::vector<std::vector<Config>> runtime_choices(const std::vector<detail::ProblemSpec>& problems,
+                                                 const DeviceInfo& device, const std::string& db_path, bool db_exists) {
+    tuning::ConfigResolver resolver = make_resolver(device.arch(), db_exists ? std::vector<std::string>{db_path}
+                                                                             : std::vector<std::string>{},
+                                                    device.name);
+    std::vector<std::vector<Config>> choices(problems.size());
+    for (size_t p = 0; p < problems.size(); ++p) {
+        try {
+            auto op = detail::make_op(problems[p]);
+            const tuning::ConfigChoice choice = tuning::choose_config(resolver, op->model(), device);
+            if (choice.source != tuning::ConfigSource::heuristic) choices[p].push_back(choice.config);
+        } catch (const std::exception&) {
+            // tuning it reports what is wrong
+        }
+    }
+    return choices;
+}
+
 }  // namespace
 
 int cmd_tune(int argc, char** argv) {
@@ -253,6 +275,7 @@ int cmd_tune(int argc, char** argv) {
             tune.repeats = args["repeats"].as<int>();
             // The GPUs tune side by side, so each compiles on its share of the cores.
             tune.compile_threads = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(devices.size()));
+            const std::vector<std::vector<Config>> first_timed = runtime_choices(problems, device, db_path, existing.has_value());
             Progress progress(Progress::for_stderr(args.count("json") > 0));
 
             TuningDb db;
@@ -301,6 +324,7 @@ int cmd_tune(int argc, char** argv) {
                 Runtime runtime(runtime_options);
                 for (size_t p = 0; p < problems.size(); ++p) {
                     tuning::TuneOptions options = tune;
+                    options.always_timed = first_timed[p];
                     options.progress = progress_for(p, devices.front());
                     outcomes[p] = outcome_of(describe(problems[p]), [&] {
                         auto op = detail::make_op(problems[p]);
@@ -318,6 +342,7 @@ int cmd_tune(int argc, char** argv) {
                     for (size_t n = next++; n < order.size(); n = next++) {
                         const size_t p = order[n];
                         tuning::TuneOptions options = tune;
+                        options.always_timed = first_timed[p];
                         options.progress = progress_for(p, devices[k]);
                         const int restarts_before = worker.restarts();
                         outcomes[p] = outcome_of(describe(problems[p]), [&] {
