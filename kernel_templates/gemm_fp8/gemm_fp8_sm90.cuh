@@ -16,7 +16,16 @@
 // be applied per step. Per-tensor and per-row scales are applied once, in the epilogue.
 // The promotion waits for each step's wgmmas to finish; with two consumers the other one keeps
 // the tensor cores busy meanwhile. `part` doubles the accumulator registers: a consumer's tile
-// holds at most 224 values per thread in both (gemm_fp8_config.cpp).
+// holds at most 224 values per thread in both (gemm_fp8_config.cpp). (A third tile, so that one
+// consumer's wgmmas of step kt run while it adds step kt - 1, fits only small tiles, and ptxas
+// then serializes the wgmmas anyway: it cannot tell that wgmma.wait_group 1 finished the tile
+// being added, warning C7514.)
+//
+// Block scales travel with the stage: a producer warp copies the step's scales of the tile's
+// rows of A and of its block of B into the stage's slot in shared memory and counts itself on the
+// stage's "full" barrier, so the consumers read them from shared memory once the stage is there.
+// (Read by the consumers from global memory, the L2 latency held up the wgmmas: 22% of their
+// stall samples, 1009 TFLOP/s at 4096 x 7168 x 16384 on an H200, 1318 per tensor.)
 //
 // The epilogue (scales, alpha, beta * C, bias, activation) stores a 16-bit D whose rows are
 // 16-byte aligned (TMA_STORE) as the 16-bit kernel does: through two 64 x 64 shared buffers per
@@ -63,11 +72,59 @@ __device__ __forceinline__ const float* gemm_fp8_group_scales_b(const GemmArgs& 
     return b + group * per_group;
 }
 
+// Floats of a stage's slot of block scales: the tile's BM rows of A, then B's block (padded to 16
+// bytes). Host: GemmFp8Config::shared_bytes.
+template <int BM>
+__host__ __device__ constexpr int gemm_fp8_scale_slot() {
+    return BM + 4;
+}
+
+// The producer warp's part with block scales: for every K step of every tile this block takes,
+// waits for the stage to be free, copies the step's scales into the stage's slot (zeros past M)
+// and counts each lane on the stage's "full" barrier (which then also waits for these 32).
+template <int BM, int BN, int STAGES, int GROUPS, typename Schedule>
+__device__ __forceinline__ void gemm_fp8_load_block_scales(const GemmArgs& p, const GemmFp8Scales& scales, float* slots,
+                                                           unsigned long long* full, unsigned long long* empty,
+                                                           const Schedule& schedule, int k_tiles) {
+    // Few live registers: the producer warpgroup runs on 56 of them (setmaxnreg).
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    int stage = 0;
+    unsigned phase = 0;
+    for (long long tile = blockIdx.x; tile < schedule.units; tile += gridDim.x) {
+        const GemmTile at = schedule.tile(p, tile, 0);
+        const float* b = GROUPS == kGemmBatched ? scales.b
+                                                : gemm_fp8_group_scales_b<kGemmFp8Blocks>(p, scales.b, at.b_batch, k_tiles);
+        b += static_cast<long long>(at.tile_n) * BN / 128 * k_tiles;  // the tile's block of columns, step 0
+        const float* a = scales.a + at.row0;                              // the tile's first row, step 0
+        const int rows = static_cast<int>(min(p.m - at.row0, static_cast<long long>(BM)));
+        for (int kt = 0; kt < k_tiles; ++kt, a += p.m) {
+            mbarrier_wait(&empty[stage], phase ^ 1);
+            float* slot = slots + stage * gemm_fp8_scale_slot<BM>();
+            // Up to four loads in flight at once, then their stores.
+            constexpr int kBatch = BM / 32 < 4 ? BM / 32 : 4;
+#pragma unroll
+            for (int j0 = 0; j0 < BM / 32; j0 += kBatch) {
+                float v[kBatch];
+#pragma unroll
+                for (int j = 0; j < kBatch; ++j) {
+                    const int i = lane + 32 * (j0 + j);
+                    v[j] = i < rows ? a[i] : 0.0f;
+                }
+#pragma unroll
+                for (int j = 0; j < kBatch; ++j) slot[lane + 32 * (j0 + j)] = v[j];
+            }
+            if (lane == 0) slot[BM] = b[kt];
+            mbarrier_arrive(&full[stage]);
+            if (++stage == STAGES) stage = 0, phase ^= 1;
+        }
+    }
+}
+
 template <typename TOut, int BM, int BN, int STAGES, int CONSUMERS, int GROUP_M, int SCALING, bool HAS_C, bool BIAS,
           int ACT, bool TMA_STORE, int GROUPS, typename Schedule>
 __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp8Scales& scales, const TensorMap* map_d,
                                                  const unsigned char* ring_a, const unsigned char* ring_b,
-                                                 TOut* out_tiles, unsigned long long* full,
+                                                 const float* scale_slots, TOut* out_tiles, unsigned long long* full,
                                                  unsigned long long* empty, int consumer, long long first_tile,
                                                  long long tile_stride, const Schedule& schedule, int k_tiles) {
     constexpr int BK = 128;
@@ -118,21 +175,19 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
 #pragma unroll
             for (int i = 0; i < kValues; ++i) acc[atom][i] = 0.0f;
         for (int kt = 0; kt < k_tiles; ++kt) {
-            // Block scales of this K step, loaded before the wait so that they arrive meanwhile:
-            // A's for this thread's rows (zero past M: those rows are never stored), B's for the
-            // tile's block of columns.
+            mbarrier_wait(&full[stage], phase);
+            // The step's block scales (copied by the producer warp with the stage): A's for this
+            // thread's rows times B's for the tile's block of columns.
             float scale[kAtoms][2];
             if constexpr (SCALING == kGemmFp8Blocks) {
-                const float b_scale = s.b[(n0 / 128) * k_tiles + kt];
+                const float* slot = scale_slots + stage * gemm_fp8_scale_slot<BM>();
+                const float b_scale = slot[BM];
 #pragma unroll
                 for (int atom = 0; atom < kAtoms; ++atom)
 #pragma unroll
-                    for (int half = 0; half < 2; ++half) {
-                        const long long row = row0 + atom * 64 + r0 + half * 8;
-                        scale[atom][half] = row < p.m ? s.a[kt * p.m + row] * b_scale : 0.0f;
-                    }
+                    for (int half = 0; half < 2; ++half)
+                        scale[atom][half] = slot[consumer * kRows + atom * 64 + r0 + half * 8] * b_scale;
             }
-            mbarrier_wait(&full[stage], phase);
             const unsigned char* tile_a = ring_a + stage * BM * BK + consumer * kRows * BK;
             const unsigned long long desc_b = wgmma_descriptor_sw128(ring_b + stage * BN * BK);
             wgmma_fence();
@@ -248,14 +303,18 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     // Two 64 x 64 output buffers per consumer (a TMA-stored D only; host: GemmFp8Config::shared_bytes), then the barriers.
     TOut* out_tiles = reinterpret_cast<TOut*>(ring_b + STAGES * kTileB);
     constexpr int kOutBuffers = gemm_sm90_tma_store<TOut, BN, TMA_STORE>() ? CONSUMERS * 2 * 64 * 64 : 0;
-    unsigned long long* full = reinterpret_cast<unsigned long long*>(out_tiles + kOutBuffers);
+    // With block scales, a slot of them per stage (16-byte multiples: the barriers stay aligned).
+    float* scale_slots = reinterpret_cast<float*>(out_tiles + kOutBuffers);
+    constexpr int kScaleFloats = SCALING == kGemmFp8Blocks ? STAGES * gemm_fp8_scale_slot<BM>() : 0;
+    unsigned long long* full = reinterpret_cast<unsigned long long*>(scale_slots + kScaleFloats);
     unsigned long long* empty = full + STAGES;
     // Grouped: the schedule's table of tiles per group, after the barriers.
     GemmSchedule<BM, 1, GROUP_M, GROUPS> schedule;
     schedule.start(p, BN, reinterpret_cast<int*>(empty + STAGES));
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; ++st) {
-            mbarrier_init(&full[st], 1);                 // the producer's arrive (plus the TMA bytes)
+            // The producer's arrive (plus the TMA bytes), and with block scales the scale warp's 32.
+            mbarrier_init(&full[st], SCALING == kGemmFp8Blocks ? 33 : 1);
             mbarrier_init(&empty[st], CONSUMERS * 4);    // one arrive per consumer warp
         }
         fence_barrier_init();
@@ -264,10 +323,18 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     schedule.finish(p);
     const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
-    // Two consumers: move the producer's registers to them (acc and part need room).
+    // Two consumers: move the producer's registers to them (acc and part need room). They can
+    // claim only what it gives up: the launch gives every thread 168 (the launch bounds' share of
+    // the register file), so a consumer may grow by half what the producer sheds. The producer
+    // keeps 40 where one thread issues the loads (consumers 232), 56 where a warp copies block
+    // scales too (consumers 224: their tiles hold at most 128 values a thread in acc and part).
     constexpr bool kReallocate = CONSUMERS == 2;
+    constexpr int kLaunchRegisters = 168;
+    constexpr int kProducerRegisters = SCALING == kGemmFp8Blocks ? 56 : 40;
+    constexpr int kConsumerRegisters = kLaunchRegisters + (kLaunchRegisters - kProducerRegisters) / 2;
+    static_assert(kConsumerRegisters % 8 == 0, "setmaxnreg takes multiples of 8");
     if (warpgroup == 0) {
-        if constexpr (kReallocate) warpgroup_registers_release<40>();
+        if constexpr (kReallocate) warpgroup_registers_release<kProducerRegisters>();
         if (threadIdx.x == 0) {
             tma_prefetch_descriptor(&map_a);
             tma_prefetch_descriptor(&map_b);
@@ -284,11 +351,14 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
                     if (++stage == STAGES) stage = 0, phase ^= 1;
                 }
             }
+        } else if (SCALING == kGemmFp8Blocks && threadIdx.x / 32 == 1) {
+            gemm_fp8_load_block_scales<BM, BN, STAGES, GROUPS>(p, s, scale_slots, full, empty, schedule, k_tiles);
         }
     } else {
-        if constexpr (kReallocate) warpgroup_registers_claim<232>();
+        if constexpr (kReallocate) warpgroup_registers_claim<kConsumerRegisters>();
         gemm_fp8_consume<TOut, BM, BN, STAGES, CONSUMERS, GROUP_M, SCALING, HAS_C, BIAS, ACT, TMA_STORE, GROUPS>(
-            p, s, &map_d, ring_a, ring_b, out_tiles, full, empty, warpgroup - 1, blockIdx.x, gridDim.x, schedule, k_tiles);
+            p, s, &map_d, ring_a, ring_b, scale_slots, out_tiles, full, empty, warpgroup - 1, blockIdx.x, gridDim.x, schedule,
+            k_tiles);
         // Shared memory must outlive the reads of the last TMA store.
         if (gemm_sm90_tma_store<TOut, BN, TMA_STORE>() && threadIdx.x % 128 == 0) tma_store_wait_all();
     }

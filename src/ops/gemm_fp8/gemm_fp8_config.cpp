@@ -28,10 +28,10 @@ int deepest_ring(GemmFp8Config c, const GemmFp8Shape& s, const DeviceInfo& devic
 }
 
 // The heuristic's ring. With block scales, at most 96 KB of stages: tuned on an H200, they ran
-// faster with shallow rings (2048 x 24576 x 7168, 128 x 128 tiles: 646 us with 3 stages of 32 KB,
-// 780 with 6; 512 x 8192 x 8192: 3 stages against 7, 8% faster; 64 x 24576 x 7168: 64 x 128
-// tiles with 4 stages of 24 KB), presumably because the consumers read A's scales through L1,
-// which gets what shared memory leaves. Otherwise the deepest ring that fits.
+// faster with shallow rings (2048 x 24576 x 7168, 128 x 128 tiles: 619 us with 3 stages of 32 KB,
+// 747 with 5; 512 x 8192 x 8192: 67 against 71; 64 x 24576 x 7168: 64 x 128 tiles with 4 stages
+// of 24 KB). Why is not known: not L1 serving the scales, which now come through shared memory
+// with the stage (the same gap before and after). Otherwise the deepest ring that fits.
 int heuristic_ring(const GemmFp8Config& c, const GemmFp8Shape& s, const DeviceInfo& device) {
     const int deepest = deepest_ring(c, s, device);
     if (!s.block_scales || deepest == 0) return deepest;
@@ -70,7 +70,10 @@ Config GemmFp8Config::to_config() const {
 
 unsigned GemmFp8Config::shared_bytes(const GemmFp8Shape& s) const {
     const size_t out_boxes = gemm_fp8_stores_with_tma(s, *this) ? static_cast<size_t>(consumers) * 2 * 64 * 64 * s.out_bytes : 0;
-    return static_cast<unsigned>(static_cast<size_t>(stages) * (block_m + block_n) * kStepBytes + out_boxes + kSharedExtra);
+    // Block scales: a slot a stage of block_m + 4 floats (the kernel's gemm_fp8_scale_slot).
+    const size_t scale_slots = s.block_scales ? static_cast<size_t>(stages) * (block_m + 4) * sizeof(float) : 0;
+    return static_cast<unsigned>(static_cast<size_t>(stages) * (block_m + block_n) * kStepBytes + out_boxes + scale_slots +
+                                 kSharedExtra);
 }
 
 // Whole 64-column boxes only: see the kernel's static_assert on TMA_STORE.

@@ -25,7 +25,8 @@ struct GemmFp8Config {
     static GemmFp8Config from(const Config& config);  // throws InvalidArgument naming a missing key
     Config to_config() const;
     int threads() const { return (consumers + 1) * 128; }
-    // The ring, its barriers, alignment slack and, for a 16-bit D, the output boxes it stores with TMA.
+    // The ring, its barriers, alignment slack, for a 16-bit D the output boxes it stores with TMA,
+    // and with block scales their slot a stage.
     unsigned shared_bytes(const GemmFp8Shape& shape) const;
 };
 
