@@ -1147,7 +1147,14 @@ TEST_CASE("tileops-tune: a candidate that writes out of bounds, traps or hangs f
                                             "--db", db.string(), "--max-candidates", "4", "--in-process", "--json"});
     INFO(in_process.err);
     CHECK(in_process.status == 0);
-    CHECK(parse_json(in_process.out).at("results").at(0).contains("entry"));
+    const json again = parse_json(in_process.out).at("results").at(0);
+    CHECK(again.contains("entry"));
+    // The first tune's entry is what the runtime ran the problem with: timed again whatever the
+    // candidate limit, and reported.
+    REQUIRE(again.contains("runtime_config_before"));
+    CHECK(again.at("runtime_config_before").at("source") == "user database");
+    CHECK(again.at("runtime_config_before").at("config") == result.at("entry").at("config"));
+    CHECK(again.at("runtime_config_before").contains("median_us"));
 
     // A tune resumed with --skip-tuned leaves out what the database already holds.
     const fs::path workload = dir.path() / "two.json";

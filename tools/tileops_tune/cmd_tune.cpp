@@ -137,18 +137,35 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The table's note on a tuned problem: whether the heuristic stayed, and how many candidates the
-// budget left untimed (they are not failures, and are not listed one by one).
-std::string note_of(const tuning::TuneResult& result) {
-    std::string note = result.heuristic_kept ? "heuristic kept" : "";
+// The tuned candidate with `config`, or null.
+const tuning::CandidateOutcome* candidate_with(const tuning::TuneResult& result, const Config& config) {
+    for (const tuning::CandidateOutcome& c : result.candidates)
+        if (c.config == config) return &c;
+    return nullptr;
+}
+
+// The table's note on a tuned problem: whether the heuristic stayed, how the config the runtime
+// ran the problem with before (`current`, where not its heuristic) did, and how many candidates
+// the budget left untimed (they are not failures, and are not listed one by one).
+std::string note_of(const tuning::TuneResult& result, const std::optional<tuning::ConfigChoice>& current) {
+    std::vector<std::string> parts;
+    if (result.heuristic_kept) parts.push_back("heuristic kept");
+    if (current) {
+        const tuning::CandidateOutcome* c = candidate_with(result, current->config);
+        const std::string was = fmt::format("the config before ({})", to_string(current->source));
+        if (result.entry.config == current->config) parts.push_back(was + " kept");
+        else if (c && c->ok) parts.push_back(fmt::format("{}: {:.2f} us", was, c->median_us));
+        else parts.push_back(was + " failed");
+    }
     if (const int skipped = result.entry.candidates_skipped; skipped > 0)
-        note += fmt::format("{}{} untimed (budget)", note.empty() ? "" : "; ", skipped);
-    return note;
+        parts.push_back(fmt::format("{} untimed (budget)", skipped));
+    return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 // `start`: when the tune began; the outcome says when this problem started and how long it took.
+// `current`: the runtime's config for the problem before this tune, where not its heuristic.
 ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::TuneResult()>& tune,
-                          Clock::time_point start) {
+                          const std::optional<tuning::ConfigChoice>& current, Clock::time_point start) {
     const double started = seconds_since(start);
     const auto began = Clock::now();
     ProblemOutcome outcome;
@@ -167,6 +184,12 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
                           {"failed", failed},
                           {"skipped", skipped},
                           {"timed", timed}};
+        if (current) {
+            nlohmann::json before = {{"config", config_json(current->config)}, {"source", to_string(current->source)}};
+            if (const tuning::CandidateOutcome* c = candidate_with(result, current->config); c && c->ok)
+                before["median_us"] = c->median_us;
+            outcome.result["runtime_config_before"] = before;
+        }
         const TuningEntry& e = result.entry;
         outcome.row = {name,
                        config_text(e.config),
@@ -174,7 +197,7 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
                        fmt::format("{:.2f}", result.heuristic_median_us),
                        fmt::format("{:.0f} {}", e.throughput, e.throughput_unit),
                        fmt::format("{}/{}", e.candidates_failed, e.candidates_tried),
-                       note_of(result)};
+                       note_of(result, current)};
         outcome.entry = e;
     } catch (const std::exception& e) {
         outcome.result = {{"problem", name}, {"error", e.what()}};
@@ -200,17 +223,18 @@ bool already_tuned(tuning::ConfigResolver& resolver, const detail::ProblemSpec& 
 // the target database, another fleet's shipped one, a nearby shape's. The tuner times it right
 // after the heuristic whatever the budget, so that a short tune never replaces it, untimed, with
 // something slower. Found before any tuning: the target database changes as results are saved.
-std::vector<std::vector<Config>> runtime_choices(const std::vector<detail::ProblemSpec>& problems,
-                                                 const DeviceInfo& device, const std::string& db_path, bool db_exists) {
+std::vector<std::optional<tuning::ConfigChoice>> runtime_choices(const std::vector<detail::ProblemSpec>& problems,
+                                                                 const DeviceInfo& device, const std::string& db_path,
+                                                                 bool db_exists) {
     tuning::ConfigResolver resolver = make_resolver(device.arch(), db_exists ? std::vector<std::string>{db_path}
                                                                              : std::vector<std::string>{},
                                                     device.name);
-    std::vector<std::vector<Config>> choices(problems.size());
+    std::vector<std::optional<tuning::ConfigChoice>> choices(problems.size());
     for (size_t p = 0; p < problems.size(); ++p) {
         try {
             auto op = detail::make_op(problems[p]);
-            const tuning::ConfigChoice choice = tuning::choose_config(resolver, op->model(), device);
-            if (choice.source != tuning::ConfigSource::heuristic) choices[p].push_back(choice.config);
+            tuning::ConfigChoice choice = tuning::choose_config(resolver, op->model(), device);
+            if (choice.source != tuning::ConfigSource::heuristic) choices[p] = std::move(choice);
         } catch (const std::exception&) {
             // tuning it reports what is wrong
         }
@@ -275,7 +299,8 @@ int cmd_tune(int argc, char** argv) {
             tune.repeats = args["repeats"].as<int>();
             // The GPUs tune side by side, so each compiles on its share of the cores.
             tune.compile_threads = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(devices.size()));
-            const std::vector<std::vector<Config>> first_timed = runtime_choices(problems, device, db_path, existing.has_value());
+            const std::vector<std::optional<tuning::ConfigChoice>> current =
+                runtime_choices(problems, device, db_path, existing.has_value());
             Progress progress(Progress::for_stderr(args.count("json") > 0));
 
             TuningDb db;
@@ -324,12 +349,12 @@ int cmd_tune(int argc, char** argv) {
                 Runtime runtime(runtime_options);
                 for (size_t p = 0; p < problems.size(); ++p) {
                     tuning::TuneOptions options = tune;
-                    options.always_timed = first_timed[p];
+                    if (current[p]) options.always_timed = {current[p]->config};
                     options.progress = progress_for(p, devices.front());
                     outcomes[p] = outcome_of(describe(problems[p]), [&] {
                         auto op = detail::make_op(problems[p]);
                         return tuning::autotune(runtime, *op, options);
-                    }, start);
+                    }, current[p], start);
                     keep(outcomes[p]);
                 }
             } else {
@@ -342,14 +367,14 @@ int cmd_tune(int argc, char** argv) {
                     for (size_t n = next++; n < order.size(); n = next++) {
                         const size_t p = order[n];
                         tuning::TuneOptions options = tune;
-                        options.always_timed = first_timed[p];
+                        if (current[p]) options.always_timed = {current[p]->config};
                         options.progress = progress_for(p, devices[k]);
                         const int restarts_before = worker.restarts();
                         outcomes[p] = outcome_of(describe(problems[p]), [&] {
                             auto op = detail::make_op(problems[p]);
                             worker.set_problem(problems[p], tune.seed);
                             return tuning::autotune(op->model(), infos[k], builder, worker, options);
-                        }, start);
+                        }, current[p], start);
                         outcomes[p].result["device"] = devices[k];
                         outcomes[p].result["worker_restarts"] = worker.restarts() - restarts_before;
                         keep(outcomes[p]);
