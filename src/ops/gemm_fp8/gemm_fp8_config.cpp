@@ -30,8 +30,9 @@ int deepest_ring(GemmFp8Config c, const GemmFp8Shape& s, const DeviceInfo& devic
 // The heuristic's ring. With block scales, at most 96 KB of stages: tuned on an H200, they ran
 // faster with shallow rings (2048 x 24576 x 7168, 128 x 128 tiles: 619 us with 3 stages of 32 KB,
 // 747 with 5; 512 x 8192 x 8192: 67 against 71; 64 x 24576 x 7168: 64 x 128 tiles with 4 stages
-// of 24 KB). Why is not known: not L1 serving the scales, which now come through shared memory
-// with the stage (the same gap before and after). Otherwise the deepest ring that fits.
+// of 24 KB). Not L1 serving the scales (they come through shared memory with the stage, and the
+// gap stayed); under ncu's locked clocks 5 stages beat 3, so the loss comes with full clocks
+// (power or clock limits, docs/perf/gemm_fp8.md). Otherwise the deepest ring that fits.
 int heuristic_ring(const GemmFp8Config& c, const GemmFp8Shape& s, const DeviceInfo& device) {
     const int deepest = deepest_ring(c, s, device);
     if (!s.block_scales || deepest == 0) return deepest;
