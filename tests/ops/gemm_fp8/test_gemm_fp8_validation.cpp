@@ -125,11 +125,16 @@ TEST_CASE("GemmFp8 configs: sm_90 only; heuristics and search spaces valid", "[v
             CHECK(model.search_space(sm80).empty());
         }
     }
-    // Small M takes the most blocks that fit in a wave; large problems the 128 x 128 tiles.
+    // Small M takes the most blocks that fit in a wave; large problems 128-row tiles: 128 x 192
+    // where those fill their waves as well as 128 x 128 do (8192^3), else 128 x 128 (4096^3).
     GemmFp8 decode(problem(1, 4096, 4096));
     CHECK(decode.model().heuristic(sm90).at("block_m") == 64);
-    GemmFp8 square(problem(8192, 8192, 8192));
+    GemmFp8 large(problem(8192, 8192, 8192));
+    CHECK(large.model().heuristic(sm90).at("block_m") == 128);
+    CHECK(large.model().heuristic(sm90).at("block_n") == 192);
+    GemmFp8 square(problem(4096, 4096, 4096));
     CHECK(square.model().heuristic(sm90).at("block_m") == 128);
+    CHECK(square.model().heuristic(sm90).at("block_n") == 128);
     // Block scales keep the ring within 96 KB (their tuned problems ran faster so); the others
     // take the deepest that fits.
     for (const auto& [m, n, k] : {std::array<int64_t, 3>{2048, 24576, 7168}, {64, 24576, 7168}, {16, 2048, 7168}}) {
