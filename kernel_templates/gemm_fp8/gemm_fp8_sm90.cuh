@@ -72,13 +72,6 @@ __device__ __forceinline__ const float* gemm_fp8_group_scales_b(const GemmArgs& 
     return b + group * per_group;
 }
 
-// Floats of a stage's slot of block scales: the tile's BM rows of A, then B's block (padded to 16
-// bytes). Host: GemmFp8Config::shared_bytes.
-template <int BM>
-__host__ __device__ constexpr int gemm_fp8_scale_slot() {
-    return BM + 4;
-}
-
 // The producer warp's part with block scales: for every K step of every tile this block takes,
 // waits for the stage to be free, copies the step's scales into the stage's slot (zeros past M)
 // and counts each lane on the stage's "full" barrier (which then also waits for these 32).
@@ -99,7 +92,7 @@ __device__ __forceinline__ void gemm_fp8_load_block_scales(const GemmArgs& p, co
         const int rows = static_cast<int>(min(p.m - at.row0, static_cast<long long>(BM)));
         for (int kt = 0; kt < k_tiles; ++kt, a += p.m) {
             mbarrier_wait(&empty[stage], phase ^ 1);
-            float* slot = slots + stage * gemm_fp8_scale_slot<BM>();
+            float* slot = slots + stage * gemm_fp8_scale_slot_floats(BM);
             // Up to four loads in flight at once, then their stores.
             constexpr int kBatch = BM / 32 < 4 ? BM / 32 : 4;
 #pragma unroll
@@ -180,7 +173,7 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
             // thread's rows times B's for the tile's block of columns.
             float scale[kAtoms][2];
             if constexpr (SCALING == kGemmFp8Blocks) {
-                const float* slot = scale_slots + stage * gemm_fp8_scale_slot<BM>();
+                const float* slot = scale_slots + stage * gemm_fp8_scale_slot_floats(BM);
                 const float b_scale = slot[BM];
 #pragma unroll
                 for (int atom = 0; atom < kAtoms; ++atom)
@@ -303,9 +296,9 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     // Two 64 x 64 output buffers per consumer (a TMA-stored D only; host: GemmFp8Config::shared_bytes), then the barriers.
     TOut* out_tiles = reinterpret_cast<TOut*>(ring_b + STAGES * kTileB);
     constexpr int kOutBuffers = gemm_sm90_tma_store<TOut, BN, TMA_STORE>() ? CONSUMERS * 2 * 64 * 64 : 0;
-    // With block scales, a slot of them per stage (16-byte multiples: the barriers stay aligned).
+    // With block scales, a slot of them per stage (gemm_fp8_args.cuh).
     float* scale_slots = reinterpret_cast<float*>(out_tiles + kOutBuffers);
-    constexpr int kScaleFloats = SCALING == kGemmFp8Blocks ? STAGES * gemm_fp8_scale_slot<BM>() : 0;
+    constexpr int kScaleFloats = SCALING == kGemmFp8Blocks ? STAGES * gemm_fp8_scale_slot_floats(BM) : 0;
     unsigned long long* full = reinterpret_cast<unsigned long long*>(scale_slots + kScaleFloats);
     unsigned long long* empty = full + STAGES;
     // Grouped: the schedule's table of tiles per group, after the barriers.
@@ -314,7 +307,7 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     if (threadIdx.x == 0) {
         for (int st = 0; st < STAGES; ++st) {
             // The producer's arrive (plus the TMA bytes), and with block scales the scale warp's 32.
-            mbarrier_init(&full[st], SCALING == kGemmFp8Blocks ? 33 : 1);
+            mbarrier_init(&full[st], SCALING == kGemmFp8Blocks ? 1 + 32 : 1);
             mbarrier_init(&empty[st], CONSUMERS * 4);    // one arrive per consumer warp
         }
         fence_barrier_init();
@@ -324,12 +317,13 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
     const int warpgroup = static_cast<int>(threadIdx.x) / 128;
     // Two consumers: move the producer's registers to them (acc and part need room). They can
-    // claim only what it gives up: the launch gives every thread 168 (the launch bounds' share of
-    // the register file), so a consumer may grow by half what the producer sheds. The producer
-    // keeps 40 where one thread issues the loads (consumers 232), 56 where a warp copies block
-    // scales too (consumers 224: their tiles hold at most 128 values a thread in acc and part).
+    // claim only what it gives up: the launch gives every thread the launch bounds' share of the
+    // register file (168 of 64K for three warpgroups), so a consumer may grow by half what the
+    // producer sheds. The producer keeps 40 where one thread issues the loads (consumers 232), 56
+    // where a warp copies block scales too (consumers 224: their tiles hold at most 128 values a
+    // thread in acc and part).
     constexpr bool kReallocate = CONSUMERS == 2;
-    constexpr int kLaunchRegisters = 168;
+    constexpr int kLaunchRegisters = 65536 / (3 * 128) / 8 * 8;  // the producer and two consumers
     constexpr int kProducerRegisters = SCALING == kGemmFp8Blocks ? 56 : 40;
     constexpr int kConsumerRegisters = kLaunchRegisters + (kLaunchRegisters - kProducerRegisters) / 2;
     static_assert(kConsumerRegisters % 8 == 0, "setmaxnreg takes multiples of 8");

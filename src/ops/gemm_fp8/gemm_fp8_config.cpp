@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/op_model.hpp"
+#include "gemm_fp8/gemm_fp8_args.cuh"  // kernel_templates/: the block scales' slot
 
 namespace tileops::detail {
 namespace {
@@ -75,8 +76,8 @@ Config GemmFp8Config::to_config() const {
 
 unsigned GemmFp8Config::shared_bytes(const GemmFp8Shape& s) const {
     const size_t out_boxes = gemm_fp8_stores_with_tma(s, *this) ? static_cast<size_t>(consumers) * 2 * 64 * 64 * s.out_bytes : 0;
-    // Block scales: a slot a stage of block_m + 4 floats (the kernel's gemm_fp8_scale_slot).
-    const size_t scale_slots = s.block_scales ? static_cast<size_t>(stages) * (block_m + 4) * sizeof(float) : 0;
+    const size_t scale_slots =
+        s.block_scales ? static_cast<size_t>(stages) * gemm_fp8_scale_slot_floats(block_m) * sizeof(float) : 0;
     return static_cast<unsigned>(static_cast<size_t>(stages) * (block_m + block_n) * kStepBytes + out_boxes + scale_slots +
                                  kSharedExtra);
 }
