@@ -208,21 +208,11 @@ ProblemOutcome outcome_of(const std::string& name, const std::function<tuning::T
     return outcome;
 }
 
-// Whether the database `resolver` searches first holds an exact entry for `spec` that the runtime
-// would use on `device` (not stale, valid here): what --skip-tuned leaves out.
-bool already_tuned(tuning::ConfigResolver& resolver, const detail::ProblemSpec& spec, const DeviceInfo& device) {
-    try {
-        auto op = detail::make_op(spec);
-        return tuning::choose_config(resolver, op->model(), device).source == tuning::ConfigSource::user_db;
-    } catch (const std::exception&) {
-        return false;  // tuning it reports what is wrong
-    }
-}
-
 // What the runtime would run each problem with today when that is not its heuristic: an entry of
-// the target database, another fleet's shipped one, a nearby shape's. The tuner times it right
-// after the heuristic whatever the budget, so that a short tune never replaces it, untimed, with
-// something slower. Found before any tuning: the target database changes as results are saved.
+// the target database (what --skip-tuned leaves out), another fleet's shipped one, a nearby
+// shape's. The tuner times it right after the heuristic whatever the budget, so that a short tune
+// never replaces it, untimed, with something slower. Found before any tuning: the target
+// database changes as results are saved.
 std::vector<std::optional<tuning::ConfigChoice>> runtime_choices(const std::vector<detail::ProblemSpec>& problems,
                                                                  const DeviceInfo& device, const std::string& db_path,
                                                                  bool db_exists) {
@@ -280,14 +270,19 @@ int cmd_tune(int argc, char** argv) {
                 throw InvalidArgument("--candidate-timeout: give seconds, more than 0 and at most 86400");
             const std::vector<DeviceInfo> infos = same_model_devices(devices);
             const DeviceInfo& device = infos.front();
+            std::vector<std::optional<tuning::ConfigChoice>> current =
+                runtime_choices(problems, device, db_path, existing.has_value());
             if (args.count("skip-tuned") && existing) {
                 const size_t before = problems.size();
-                tuning::ConfigResolver resolver = make_resolver(device.arch(), {db_path});  // the runtime's own lookup
-                problems.erase(std::remove_if(problems.begin(), problems.end(),
-                                              [&](const detail::ProblemSpec& spec) { return already_tuned(resolver, spec, device); }),
-                               problems.end());
-                fmt::print(stderr, "{} of {} problem(s) already tuned in {}: skipped\n", before - problems.size(), before,
-                           db_path);
+                size_t kept = 0;
+                for (size_t p = 0; p < before; ++p) {
+                    if (current[p] && current[p]->source == tuning::ConfigSource::user_db) continue;  // tuned in db_path
+                    problems[kept] = std::move(problems[p]);
+                    current[kept++] = std::move(current[p]);
+                }
+                problems.resize(kept);
+                current.resize(kept);
+                fmt::print(stderr, "{} of {} problem(s) already tuned in {}: skipped\n", before - kept, before, db_path);
                 if (problems.empty()) return 0;
             }
 
@@ -299,8 +294,6 @@ int cmd_tune(int argc, char** argv) {
             tune.repeats = args["repeats"].as<int>();
             // The GPUs tune side by side, so each compiles on its share of the cores.
             tune.compile_threads = std::max(1u, std::thread::hardware_concurrency() / static_cast<unsigned>(devices.size()));
-            const std::vector<std::optional<tuning::ConfigChoice>> current =
-                runtime_choices(problems, device, db_path, existing.has_value());
             Progress progress(Progress::for_stderr(args.count("json") > 0));
 
             TuningDb db;
