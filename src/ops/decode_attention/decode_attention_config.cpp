@@ -134,9 +134,11 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
     // kernel would re-read the keys for several row blocks (more than 8 rows a KV head), or where
     // GQA batches fill the GPU without splits (H200, tuned: 32 x 32/8 x 4k 122 us and 64 x 32/8 x 8k
     // 456 us on tensor cores; 1 x 32/8 x 64k 69 us and 8 x 32/8 x 16k 133 us on CUDA cores, against
-    // 100 and 186 on tensor cores; MHA at batch 16-64 3-8% faster on CUDA cores).
+    // 100 and 186 on tensor cores; MHA at batch 16-64 3-8% faster on CUDA cores). Past head dim 128
+    // the tensor-core kernel runs two warps and the GQA rule does not hold (H200, held-out tune,
+    // 128 x 16/8 x 2k, head dim 256, pages of 64: 337 us on CUDA cores, 620 on tensor cores).
     const bool fills = s.batch * s.num_kv_heads >= device.sm_count;
-    const bool mma = s.fp8_cache ? s.rows_per_kv_head() > 8 || (s.rows_per_kv_head() >= 2 && fills)
+    const bool mma = s.fp8_cache ? s.rows_per_kv_head() > 8 || (s.rows_per_kv_head() >= 2 && fills && s.head_dim <= 128)
                                  : s.rows_per_kv_head() >= 2 || fills;
     // Tiles of 16 keys, or of 32 where an fp8 cache's 16 keys are not whole copies (head dims 80, 112).
     const long long tile = fp8_tile_refusal(s, 16) ? 32 : 16;

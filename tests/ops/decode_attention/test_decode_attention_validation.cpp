@@ -203,6 +203,16 @@ TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, on either ke
               .model()
               .heuristic(h100)
               .at("kernel") == detail::kDecodeCudaCores);  // MHA
+    // Past head dim 128 a batch that fills the GPU keeps the CUDA cores (the tensor-core kernel's
+    // two warps lost there), unless more than 8 rows share a KV head.
+    CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.batch = 128, q.head_dim = 256; }))
+              .model()
+              .heuristic(h100)
+              .at("kernel") == detail::kDecodeCudaCores);
+    CHECK(DecodeAttention(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 256, q.num_kv_heads = 2; }))
+              .model()
+              .heuristic(h100)
+              .at("kernel") == detail::kDecodeTensorCores);
     const Config tensor_cores{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
     CHECK_FALSE(model.invalid_reason(tensor_cores, h100).has_value());
     CHECK_FALSE(model.invalid_reason(model.heuristic(h100), h100).has_value());

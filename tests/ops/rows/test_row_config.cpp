@@ -6,6 +6,7 @@
 #include "ops/registry.hpp"
 #include "ops/rows/row_config.hpp"
 #include "tileops/device_info.hpp"
+#include "tileops/tileops.hpp"
 
 using tileops::DeviceInfo;
 using tileops::detail::row_heuristic;
@@ -219,4 +220,51 @@ TEST_CASE("few short rows spread over the SMs, one row a block", "[row_config]")
     CHECK(rows_per_block(64, 896) == 1);     // 64 blocks, not 8 of 8 rows
     CHECK(rows_per_block(8192, 896) == 8);   // enough blocks either way: 256-thread blocks
     CHECK(rows_per_block(512, 896) == 2);    // 256 blocks
+}
+
+TEST_CASE("fewer rows than SMs spread each row as wide as it goes", "[row_config]") {
+    using tileops::detail::few_rows_heuristic;
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    const RowInputs bf16{2, 1};
+
+    SECTION("rows of up to 2048 vectors: one CTA, one or two vectors a thread") {
+        const auto three = few_rows_heuristic(3, 4096, 2, bf16, hopper);
+        REQUIRE(three.has_value());
+        CHECK(three->cluster == 1);
+        CHECK(three->threads_per_row == 512);
+        CHECK(three->items == 1);
+        const auto ragged = few_rows_heuristic(17, 3000, 2, bf16, hopper);  // 375 vectors
+        REQUIRE(ragged.has_value());
+        CHECK(ragged->threads_per_row == 512);
+        CHECK(ragged->items == 1);
+        const auto two_each = few_rows_heuristic(64, 16384, 2, bf16, hopper);
+        REQUIRE(two_each.has_value());
+        CHECK(two_each->threads_per_row == 1024);
+        CHECK(two_each->items == 2);
+        CHECK_FALSE(row_invalid_reason(*two_each, 16384, 2, bf16, hopper).has_value());
+    }
+    SECTION("longer rows, at most two CTAs an SM: clusters of 16 holding up to four vectors a thread") {
+        const auto vocabulary = few_rows_heuristic(5, 50432, 2, bf16, hopper);
+        REQUIRE(vocabulary.has_value());
+        CHECK(vocabulary->cluster == 16);
+        CHECK(vocabulary->threads_per_row == 256);
+        CHECK(vocabulary->items == 2);
+        const auto fp32 = few_rows_heuristic(1, 50432, 4, RowInputs{4, 1}, hopper);
+        REQUIRE(fp32.has_value());
+        CHECK(fp32->items == 4);
+        CHECK_FALSE(row_invalid_reason(*fp32, 50432, 4, RowInputs{4, 1}, hopper).has_value());
+    }
+    SECTION("the other heuristics decide elsewhere") {
+        CHECK_FALSE(few_rows_heuristic(133, 4096, 2, bf16, hopper).has_value());     // more rows than SMs
+        CHECK_FALSE(few_rows_heuristic(4, 256, 2, bf16, hopper).has_value());        // rows under 1 KB
+        CHECK_FALSE(few_rows_heuristic(17, 50432, 2, bf16, hopper).has_value());     // 272 CTAs: over two an SM
+        CHECK_FALSE(few_rows_heuristic(1, 1048576, 2, bf16, hopper).has_value());    // too long to hold: split
+        CHECK_FALSE(few_rows_heuristic(1, 50432, 2, bf16, DeviceInfo::for_arch("sm_80")).has_value());  // no clusters
+    }
+    SECTION("the op's heuristic takes it before the split kernels") {
+        const tileops::Softmax vocabulary({5, 50432, tileops::DType::bf16, {}, false, 50432, 50432});
+        CHECK(vocabulary.model().heuristic(hopper).at("cluster") == 16);
+        const tileops::Softmax long_row({1, 1048576, tileops::DType::bf16, {}, false, 1048576, 1048576});
+        CHECK(long_row.model().heuristic(hopper).count("split") == 1);
+    }
 }
