@@ -6,6 +6,9 @@ untuned shape within 10% of what tuning it finds).
     tileops-tune tune --workload held_out.json --db scratch.json --json > tuned.json   # on the GPU
     python3 bench/heuristic_check.py report tuned.json
 
+With --chunk N, `workload` also writes the problems N at a time (held_out_0.json, held_out_1.json,
+...), for tunes that must each end within a time limit; `report` takes all their outputs at once.
+
 `workload` draws problems with sweep_peers.py's generator for the family, from seeds other than
 the sweep's (none of them is a sweep problem), leaving out every shape a shipped database
 (tuning_db/*.json) holds and, for GEMM and prefill, problems above --max-gflop (tuning time).
@@ -64,11 +67,24 @@ def workload(args):
                 break
     json.dump({"name": f"{args.family}-held-out", "problems": chosen}, open(args.output, "w"), indent=1)
     print(f"{len(chosen)} {args.family} problems -> {args.output}")
+    if args.chunk > 0:
+        stem = args.output[:-5] if args.output.endswith(".json") else args.output
+        for i in range(0, len(chosen), args.chunk):
+            path = f"{stem}_{i // args.chunk}.json"
+            json.dump({"name": f"{args.family}-held-out-{i // args.chunk}", "problems": chosen[i:i + args.chunk]},
+                      open(path, "w"), indent=1)
+            print(f"  {min(args.chunk, len(chosen) - i)} -> {path}")
 
 
 def report(args):
-    tuned = json.load(open(args.tune_json))
-    results = tuned.get("results", tuned) if isinstance(tuned, dict) else tuned
+    results = []
+    for path in args.tune_json:
+        try:
+            tuned = json.load(open(path))
+        except (OSError, ValueError) as e:  # a tune cut short prints nothing: say so, use the rest
+            print(f"{path}: skipped ({e})", file=sys.stderr)
+            continue
+        results += tuned.get("results", []) if isinstance(tuned, dict) else tuned
     rows, failed = [], []
     for r in results:
         if "entry" not in r or not r.get("heuristic_median_us"):
@@ -77,7 +93,7 @@ def report(args):
         best, heuristic = r["entry"]["median_us"], r["heuristic_median_us"]
         rows.append((heuristic / best, r["problem"], best, heuristic))
     if not rows:
-        sys.exit(f"{args.tune_json}: no tuned problem with a heuristic time")
+        sys.exit(f"{', '.join(args.tune_json)}: no tuned problem with a heuristic time")
     rows.sort(reverse=True)
     print("| problem | tuned us | heuristic us | heuristic / tuned |\n|---|---:|---:|---:|")
     for ratio, problem, best, heuristic in rows:
@@ -98,8 +114,9 @@ def main():
     w.add_argument("--sweep-seed", type=int, default=1, help="the sweep's seed: its problems are left out")
     w.add_argument("--max-gflop", type=float, default=2000, help="GEMM / prefill problems above this are left out")
     w.add_argument("-o", "--output", required=True)
+    w.add_argument("--chunk", type=int, default=0, help="also write the problems this many a file")
     r = sub.add_parser("report", help="heuristic against tuned, from `tileops-tune tune --json`")
-    r.add_argument("tune_json")
+    r.add_argument("tune_json", nargs="+", help="what each `tune --json` printed")
     args = parser.parse_args()
     (workload if args.command == "workload" else report)(args)
 
