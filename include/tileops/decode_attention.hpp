@@ -20,7 +20,7 @@ struct DecodeAttentionProblem {
     // A quantized cache: kv_dtype = DType::fp8_e4m3 makes k and v e4m3 codes (1 byte each), a key
     // element being k_scale x its code's value and a value element v_scale x its (per-tensor
     // scales, as vLLM keeps them). Empty: k and v are dtype, and the scales must stay 1.
-    std::optional<DType> kv_dtype;
+    std::optional<DType> kv_dtype = std::nullopt;
     float k_scale = 1.0f, v_scale = 1.0f;
     float scale = 0.0f;          // softmax scale; 0: 1 / sqrt(head_dim)
     float softcap = 0.0f;        // > 0: scores become softcap * tanh(score / softcap)

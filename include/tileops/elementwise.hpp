@@ -30,7 +30,7 @@ struct ElementwiseProblem {
     int64_t rows = 0;
     int64_t cols = 0;
     DType dtype = DType::bf16;
-    std::optional<DType> out_dtype;  // default: dtype
+    std::optional<DType> out_dtype = std::nullopt;  // default: dtype
     bool broadcast_b = false;        // b is one row of `cols` elements, applied to every row
     int64_t a_stride = 0;            // elements between rows; 0: cols
     int64_t b_stride = 0;            // 0: cols (ignored when broadcast_b)

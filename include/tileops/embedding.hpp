@@ -14,7 +14,7 @@ struct EmbeddingProblem {
     int64_t vocab_size = 0;          // rows of the table
     int64_t hidden = 0;              // columns of the table and the output
     DType dtype = DType::bf16;       // the tables: fp32, fp16 or bf16
-    std::optional<DType> out_dtype;  // default: dtype
+    std::optional<DType> out_dtype = std::nullopt;  // default: dtype
     // Add a learned position embedding: y[t] = table[ids[t]] + position_table[positions[t]].
     bool positions = false;
     int64_t max_positions = 0;       // rows of the position table (with positions)

@@ -29,7 +29,7 @@ struct GemmProblem {
     int64_t n = 0;
     int64_t k = 0;
     DType dtype = DType::bf16;       // A, B and bias: fp16 or bf16
-    std::optional<DType> out_dtype;  // C and D: fp32, fp16 or bf16; default: dtype
+    std::optional<DType> out_dtype = std::nullopt;  // C and D: fp32, fp16 or bf16; default: dtype
     GemmLayout layout = GemmLayout::nn;
     float alpha = 1.0f;
     float beta = 0.0f;               // needs has_c when not 0

@@ -34,7 +34,7 @@ struct GemmGroupedProblem {
     int64_t n = 0;
     int64_t k = 0;
     DType dtype = DType::bf16;       // A and B: fp16 or bf16
-    std::optional<DType> out_dtype;  // D: fp32, fp16 or bf16; default: dtype
+    std::optional<DType> out_dtype = std::nullopt;  // D: fp32, fp16 or bf16; default: dtype
     GemmGroupLayout group_layout = GemmGroupLayout::contiguous;
     // How each group's B is stored: nt, [groups, N, K] (a linear layer's weight per expert), or
     // nn, [groups, K, N].

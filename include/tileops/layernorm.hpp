@@ -12,7 +12,7 @@ struct LayerNormProblem {
     int64_t rows = 0;
     int64_t cols = 0;
     DType dtype = DType::bf16;       // x, weight, bias
-    std::optional<DType> out_dtype;  // y; default: dtype
+    std::optional<DType> out_dtype = std::nullopt;  // y; default: dtype
     float eps = 1e-5f;
     int64_t x_stride = 0;            // elements between rows; 0: cols
     int64_t y_stride = 0;            // 0: cols

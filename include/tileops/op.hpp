@@ -46,7 +46,8 @@ public:
     int vector_width(Inputs inputs, Outputs outputs) const;
     void launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const;
 
-    const detail::OpModel& model() const noexcept { return *model_; }
+    // Throws InvalidArgument on an op that was moved from (as do run, check and describe).
+    const detail::OpModel& model() const;
     detail::OpState& state() const noexcept { return *state_; }
 
 protected:

@@ -12,7 +12,7 @@ struct RmsNormProblem {
     int64_t rows = 0;
     int64_t cols = 0;
     DType dtype = DType::bf16;          // x, residual, weight and the written sum
-    std::optional<DType> out_dtype;     // y; default: dtype
+    std::optional<DType> out_dtype = std::nullopt;  // y; default: dtype
     float eps = 1e-6f;
     bool residual = false;              // h = x + residual is normalized and also written out
     int64_t x_stride = 0;               // elements between rows; 0: cols

@@ -58,7 +58,7 @@ struct RopeProblem {
     bool append_kv = false;
     int64_t page_size = 0;           // with append_kv: >= 1
     int64_t num_pages = 0;           // with append_kv: >= 1; num_pages x page_size < 2^31
-    std::optional<DType> kv_dtype;   // the cache's dtype: dtype (default) or fp8_e4m3
+    std::optional<DType> kv_dtype = std::nullopt;  // the cache's dtype: dtype (default) or fp8_e4m3
     // fp8_e4m3 cache: an element is stored as the code nearest to value x (1 / scale), saturated
     // at +-448: the per-tensor scales DecodeAttention reads the cache with.
     float k_scale = 1.0f, v_scale = 1.0f;

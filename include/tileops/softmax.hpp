@@ -12,7 +12,7 @@ struct SoftmaxProblem {
     int64_t rows = 0;
     int64_t cols = 0;
     DType dtype = DType::bf16;
-    std::optional<DType> out_dtype;  // default: dtype
+    std::optional<DType> out_dtype = std::nullopt;  // default: dtype
     bool log = false;                // log-softmax
     int64_t x_stride = 0;            // elements between rows; 0: cols
     int64_t y_stride = 0;            // 0: cols

@@ -9,24 +9,28 @@
 
 namespace tileops::detail {
 
+std::optional<long long> decimal_number(const std::string& digits) {
+    // Digits only: std::stoll alone would take "+16", " 16" and "16abc".
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    try {
+        return std::stoll(digits);
+    } catch (...) {  // out of range
+        return std::nullopt;
+    }
+}
+
 std::vector<long long> parse_shape(const std::string& text) {
     std::vector<long long> shape;
-    std::stringstream stream(text);
-    std::string part;
-    while (std::getline(stream, part, 'x')) {
-        if (part.empty()) continue;
-        size_t used = 0;
-        long long value = 0;
-        try {
-            value = std::stoll(part, &used);
-        } catch (...) {
-            used = 0;
-        }
-        if (used != part.size() || value < 1)
+    size_t start = 0;
+    while (start <= text.size()) {
+        const size_t end = std::min(text.find('x', start), text.size());
+        // Digits only: "8xx4096", "8x+4096" and "8x 4096" are typos, not 8x4096.
+        const std::optional<long long> value = decimal_number(text.substr(start, end - start));
+        if (!value || *value < 1)
             throw InvalidArgument(fmt::format("tileops: shape '{}' is not like 8192x4096 (positive integers)", text));
-        shape.push_back(value);
+        shape.push_back(*value);
+        start = end + 1;
     }
-    if (shape.empty()) throw InvalidArgument(fmt::format("tileops: shape '{}' is empty", text));
     return shape;
 }
 
@@ -41,14 +45,7 @@ std::vector<std::string> split_flags(const std::string& flags) {
 
 std::optional<long long> flag_number(const std::string& flag, const std::string& prefix) {
     if (flag.size() <= prefix.size() || flag.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
-    const std::string digits = flag.substr(prefix.size());
-    // Digits only: "page16x" or "page 16" is no number, "page+16" no flag of ours.
-    if (digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
-    try {
-        return std::stoll(digits);
-    } catch (...) {
-        return std::nullopt;
-    }
+    return decimal_number(flag.substr(prefix.size()));
 }
 
 void check_flags_distinct(const std::string& op, const std::vector<std::string>& flags,

@@ -18,7 +18,10 @@ struct ProblemSpec {
     std::string flags;             // "" or a comma-separated list of the op's options
 };
 
-// "8192x4096" -> {8192, 4096}; throws InvalidArgument on anything else.
+// "16" -> 16: decimal digits only (no sign, no spaces), nullopt otherwise or when out of range.
+std::optional<long long> decimal_number(const std::string& digits);
+
+// "8192x4096" -> {8192, 4096}; throws InvalidArgument on anything else (an empty part, a sign).
 std::vector<long long> parse_shape(const std::string& text);
 
 // The comma-separated parts of `flags`, empty parts dropped.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,11 +21,28 @@ void check_extent(const char* op, int64_t rows, int64_t cols) {
         throw InvalidArgument(fmt::format("tileops::{}: cols = {} is larger than supported (2^40)", op, cols));
 }
 
-int64_t row_stride(const char* op, const char* argument, int64_t stride, int64_t cols) {
-    if (stride == 0) return cols;
+int64_t check_span(const char* op, const char* tensor, int64_t row_elements, std::initializer_list<StridedDim> dims) {
+    int64_t span = row_elements;
+    bool fits = row_elements >= 0 && row_elements <= kMaxSpanElements;
+    for (const StridedDim& dim : dims) {
+        int64_t reach = 0;
+        if (fits && dim.count > 1)
+            fits = dim.stride >= 0 && !__builtin_mul_overflow(dim.count - 1, dim.stride, &reach) &&
+                   !__builtin_add_overflow(span, reach, &span) && span <= kMaxSpanElements;
+    }
+    if (fits) return span;
+    std::vector<std::string> given;
+    for (const StridedDim& dim : dims) given.push_back(fmt::format("{} = {} over {}", dim.name, dim.stride, dim.count));
+    throw InvalidArgument(fmt::format("tileops::{}: {} spans more than 2^58 elements, which overflows the offsets "
+                                      "supported ({}, rows of {})", op, tensor, fmt::join(given, ", "), row_elements));
+}
+
+int64_t row_stride(const char* op, const char* argument, int64_t stride, int64_t rows, int64_t cols) {
+    if (stride == 0) stride = cols;
     if (stride < cols)
         throw InvalidArgument(fmt::format("tileops::{}: {} = {} is smaller than a row (cols = {}); rows may not overlap",
                                           op, argument, stride, cols));
+    check_span(op, argument, cols, {{argument, rows, stride}});
     return stride;
 }
 
@@ -72,8 +90,13 @@ DType kv_cache_dtype(const char* op, DType dtype, const std::optional<DType>& kv
         throw InvalidArgument(fmt::format("tileops::{}: kv_dtype must be dtype ({}) or fp8_e4m3, got {}", op,
                                           dtype_name(dtype), dtype_name(kv)));
     if (kv == DType::fp8_e4m3) {
-        check_positive_finite(op, "k_scale", k_scale);
-        check_positive_finite(op, "v_scale", v_scale);
+        for (auto [name, scale] : {std::pair{"k_scale", k_scale}, {"v_scale", v_scale}}) {
+            check_positive_finite(op, name, scale);
+            // A subnormal scale times the softmax scale underflows to zero (uniform attention).
+            if (scale < std::numeric_limits<float>::min())
+                throw InvalidArgument(fmt::format("tileops::{}: {} = {} is subnormal; scales must be at least {}", op, name,
+                                                  scale, std::numeric_limits<float>::min()));
+        }
     } else if (k_scale != 1.0f || v_scale != 1.0f) {
         throw InvalidArgument(fmt::format("tileops::{}: k_scale and v_scale apply to an fp8_e4m3 cache (kv_dtype) only, "
                                           "got {} and {}", op, k_scale, v_scale));
@@ -87,14 +110,17 @@ void check_float_dtype(const char* op, const char* argument, DType dtype) {
                                           dtype_name(dtype)));
 }
 
-void check_tensor(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
-                  std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, size_t alignment,
-                  const char* dims) {
+RowsSpan check_tensor(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+                      std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, size_t alignment,
+                      const char* dims) {
     if (data == nullptr) throw InvalidArgument(fmt::format("tileops::{}: argument '{}' is a null pointer", op, argument));
     if (reinterpret_cast<uintptr_t>(data) % alignment != 0)
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' ({}) must be aligned to {} bytes", op, argument,
                                           data, alignment));
-    if (view == nullptr) return;
+    int64_t elements = 1;
+    for (size_t d = 0; d < shape.size(); ++d) elements += (shape.begin()[d] - 1) * strides.begin()[d];
+    const RowsSpan span{argument, data, 1, elements, elements, dtype_size(dtype)};
+    if (view == nullptr) return span;
     if (view->dtype != dtype)
         throw InvalidArgument(fmt::format("tileops::{}: argument '{}' has dtype {}, expected {}", op, argument,
                                           dtype_name(view->dtype), dtype_name(dtype)));
@@ -116,6 +142,7 @@ void check_tensor(const char* op, const char* argument, const void* data, const 
             throw InvalidArgument(fmt::format("tileops::{}: argument '{}' must have strides [{}] as in the problem, got [{}]",
                                               op, argument, fmt::join(strides, ", "),
                                               fmt::join(view->strides.begin(), view->strides.begin() + rank, ", ")));
+    return span;
 }
 
 bool outputs_conflict(const RowsSpan& output, const RowsSpan& other, bool in_place_ok) {
@@ -146,6 +173,16 @@ void check_output_overlap(const char* op, const RowsSpan& output, const RowsSpan
                                                       : "it must be apart"));
 }
 
+void check_outputs_apart(const char* op, std::initializer_list<RowsSpan> outputs, std::initializer_list<RowsSpan> inputs) {
+    for (const RowsSpan* out = outputs.begin(); out != outputs.end(); ++out) {
+        if (out->data == nullptr) continue;
+        for (const RowsSpan& in : inputs)
+            if (in.data != nullptr) check_output_overlap(op, *out, in, false);
+        for (const RowsSpan* other = out + 1; other != outputs.end(); ++other)
+            if (other->data != nullptr) check_output_overlap(op, *out, *other, false);
+    }
+}
+
 int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts) {
     int vec = max_vec;
     for (int64_t count : counts)
@@ -159,9 +196,13 @@ void check_in_range(const char* op, const char* name, int64_t value, int64_t low
 }
 
 int64_t stride_or_packed(const char* op, const char* name, int64_t stride, int64_t packed) {
-    if (stride == 0) return packed;
     if (stride < 0) throw InvalidArgument(fmt::format("tileops::{}: {} must be >= 0, got {}", op, name, stride));
-    return stride;
+    if (stride > kMaxSpanElements)
+        throw InvalidArgument(fmt::format("tileops::{}: {} = {} is larger than supported (2^58 elements)", op, name, stride));
+    if (stride == 0 && packed > kMaxSpanElements)
+        throw InvalidArgument(fmt::format("tileops::{}: {} packed around the dimensions inside it would be {} elements, "
+                                          "more than supported (2^58)", op, name, packed));
+    return stride == 0 ? packed : stride;
 }
 
 void check_rows_disjoint(const char* op, int64_t row_elements, std::vector<StridedDim> dims) {
@@ -178,14 +219,8 @@ void check_rows_disjoint(const char* op, int64_t row_elements, std::vector<Strid
             throw InvalidArgument(fmt::format("tileops::{}: {} and {} make output rows overlap", op,
                                               fmt::join(given, ", "), last));
         }
-        extent = (dim.count - 1) * dim.stride + extent;
+        extent = check_span(op, "the output", extent, {dim});
     }
-}
-
-void check_offsets_fit(const char* op, const char* count_name, int64_t count, const char* stride_name, int64_t stride) {
-    if (static_cast<double>(count) * static_cast<double>(stride) > 9e18)
-        throw InvalidArgument(fmt::format("tileops::{}: {} x {} ({} x {}) overflows 64-bit offsets", op, count_name,
-                                          stride_name, count, stride));
 }
 
 }  // namespace tileops::detail

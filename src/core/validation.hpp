@@ -15,15 +15,40 @@ namespace tileops::detail {
 // rows >= 1, cols >= 1, and rows * cols representable.
 void check_extent(const char* op, int64_t rows, int64_t cols);
 
-// The row stride to use: `stride`, or `cols` when it is 0. Rejects strides shorter than a row.
-int64_t row_stride(const char* op, const char* argument, int64_t stride, int64_t cols);
+// A dimension of a tensor: its stride's name, its extent and its stride (in elements).
+struct StridedDim {
+    const char* name;
+    int64_t count;
+    int64_t stride;
+};
+
+// The most elements a tensor may span from its first element to its last: 2^58, so that byte
+// offsets of any element type stay far inside int64_t (no device holds a thousandth of it).
+constexpr int64_t kMaxSpanElements = int64_t{1} << 58;
+
+// Elements from a tensor's first element to one past its last: `row_elements` contiguous, plus
+// (count - 1) x stride for each dim (strides >= 0). Throws, naming the strides, when that exceeds
+// kMaxSpanElements, before anything multiplies them: "tileops::<op>: <tensor> spans more than
+// 2^58 elements (x_stride = s over n, ...)".
+int64_t check_span(const char* op, const char* tensor, int64_t row_elements, std::initializer_list<StridedDim> dims);
+
+// The row stride to use: `stride`, or `cols` when it is 0. Rejects strides shorter than a row and
+// rows that together span more than kMaxSpanElements.
+int64_t row_stride(const char* op, const char* argument, int64_t stride, int64_t rows, int64_t cols);
 
 // A problem field in [low, high]: "tileops::<op>: <name> must be in [low, high], got v".
 void check_in_range(const char* op, const char* name, int64_t value, int64_t low, int64_t high);
 
 // A stride given in a problem: `packed` when it is 0 (the packed layout's), else the stride itself,
-// which must not be negative.
+// which must not be negative. Either must be at most kMaxSpanElements.
 int64_t stride_or_packed(const char* op, const char* name, int64_t stride, int64_t packed);
+
+// a x b for sizes and strides (>= 0), or INT64_MAX where it would overflow: packed strides are
+// products of what the caller gave, and stride_or_packed refuses what is too large to address.
+inline int64_t saturating_product(int64_t a, int64_t b) noexcept {
+    int64_t product = 0;
+    return __builtin_mul_overflow(a, b, &product) ? INT64_MAX : product;
+}
 
 // Throws when the argument list does not have `expected` entries; `names` lists them for the message.
 void check_count(const char* op, const char* which, size_t given, size_t expected, const char* names);
@@ -52,23 +77,19 @@ void check_float_dtype(const char* op, const char* argument, DType dtype);
 void check_positive_finite(const char* op, const char* name, float value);
 
 // A KV cache's dtype: `kv_dtype` when given, else `dtype`; it must be `dtype` or fp8_e4m3. An fp8
-// cache's k_scale and v_scale must be > 0 and finite; any other cache's must stay 1.
+// cache's k_scale and v_scale must be finite normal floats > 0 (so their reciprocals are finite
+// too); any other cache's must stay 1.
 DType kv_cache_dtype(const char* op, DType dtype, const std::optional<DType>& kv_dtype, float k_scale, float v_scale);
 
 // A device operand of the given shape and strides (in elements): non-null, aligned to
 // `alignment` bytes and, when given as a TensorView, of the expected dtype, rank, shape and
 // strides (strides of dimensions of extent 1 are not compared). `dims` names the dimensions for
-// the message, e.g. "[batch, q_len, heads, head_dim]".
-void check_tensor(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
+// the message, e.g. "[batch, q_len, heads, head_dim]". Returns the memory from its first element
+// to one past its last as one row, for check_outputs_apart (the problem's strides were checked
+// with check_span).
+RowsSpan check_tensor(const char* op, const char* argument, const void* data, const TensorView* view, DType dtype,
                   std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, size_t alignment,
                   const char* dims);
-
-// A dimension of an output: its stride's name, its extent and its stride (in elements).
-struct StridedDim {
-    const char* name;
-    int64_t count;
-    int64_t stride;
-};
 
 // Output rows of `row_elements` placed at every combination of the dims' offsets must be disjoint
 // (rows that overlap would be written by racing blocks): "tileops::<op>: a = x, b = y and c = z
@@ -86,9 +107,9 @@ bool outputs_conflict(const RowsSpan& output, const RowsSpan& other, bool in_pla
 // output.
 void check_output_overlap(const char* op, const RowsSpan& output, const RowsSpan& other, bool in_place_ok);
 
-// `count` x `stride` elements must stay addressable with 64-bit offsets (a cache's pages or
-// sequences times their stride): "<count_name> x <stride_name> (...) overflows 64-bit offsets".
-void check_offsets_fit(const char* op, const char* count_name, int64_t count, const char* stride_name, int64_t stride);
+// Each output apart from every input and every other output (nothing in place); spans whose data
+// is null stand for operands the problem does not have and are skipped.
+void check_outputs_apart(const char* op, std::initializer_list<RowsSpan> outputs, std::initializer_list<RowsSpan> inputs);
 
 // The widest vector width <= `max_vec` (a power of two) that divides every value in `counts`.
 int widest_dividing_vector(int max_vec, std::initializer_list<int64_t> counts);

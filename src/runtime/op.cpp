@@ -16,12 +16,17 @@ Op::~Op() = default;
 Op::Op(Op&&) noexcept = default;
 Op& Op::operator=(Op&&) noexcept = default;
 
-std::string Op::describe() const { return model_->describe(); }
+const detail::OpModel& Op::model() const {
+    if (!model_) throw InvalidArgument("tileops: this op object was moved from; use the one it was moved to");
+    return *model_;
+}
 
-int Op::vector_width(Inputs inputs, Outputs outputs) const { return model_->vector_width(inputs, outputs); }
+std::string Op::describe() const { return model().describe(); }
+
+int Op::vector_width(Inputs inputs, Outputs outputs) const { return model().vector_width(inputs, outputs); }
 
 void Op::launch_with(const detail::ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
-    model_->launch(launch, inputs, outputs, stream);
+    model().launch(launch, inputs, outputs, stream);
 }
 
 void Op::run(Runtime& runtime, Inputs inputs, Outputs outputs, CUstream stream) {

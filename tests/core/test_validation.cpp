@@ -6,6 +6,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include "core/op_model.hpp"
+#include "core/problem_spec.hpp"
 #include "tileops/tileops.hpp"
 #include "tileops/tuning_db.hpp"
 #include "util/host_dtype.hpp"
@@ -33,6 +34,49 @@ TEST_CASE("problems with bad extents, strides or eps are refused", "[validation]
     CHECK_THROWS_WITH(Elementwise(unary_broadcast), ContainsSubstring("broadcast_b needs a binary op"));
     CHECK_THROWS_WITH(Elementwise({static_cast<ElementwiseOp>(42), 4, 16, DType::bf16}), ContainsSubstring("unknown op"));
     CHECK_THROWS_AS(RmsNorm({0, 16, DType::bf16}), InvalidArgument);
+    CHECK_THROWS_WITH(RmsNorm({4, 16, DType::bf16, {}, INFINITY}), ContainsSubstring("eps must be >= 0 and finite"));
+    CHECK_THROWS_WITH(LayerNorm({4, 16, DType::bf16, {}, INFINITY}), ContainsSubstring("eps must be >= 0 and finite"));
+}
+
+TEST_CASE("strides whose rows overflow 64-bit offsets are refused before anything multiplies them", "[validation]") {
+    RmsNormProblem norm{int64_t{1} << 33, 8, DType::bf16};
+    norm.x_stride = int64_t{1} << 40;  // 2^73 elements
+    CHECK_THROWS_WITH(RmsNorm(norm), ContainsSubstring("x_stride spans more than 2^58 elements"));
+    norm.x_stride = 0, norm.y_stride = int64_t{1} << 62;
+    CHECK_THROWS_WITH(RmsNorm(norm), ContainsSubstring("y_stride") && ContainsSubstring("overflows"));
+    ElementwiseProblem add{ElementwiseOp::add, 2, 8, DType::bf16};
+    add.b_stride = int64_t{1} << 60;
+    CHECK_THROWS_WITH(Elementwise(add), ContainsSubstring("b_stride spans"));
+    // rows x cols that no grid could cover (contiguous rows run as one flattened row).
+    CHECK_THROWS_WITH(Elementwise({ElementwiseOp::silu, int64_t{1} << 62, 1, DType::bf16}),
+                      ContainsSubstring("larger than supported (2^40 elements)"));
+    CHECK_THROWS_WITH(Embedding({1, 10, int64_t{1} << 40, DType::bf16}), ContainsSubstring("hidden must be in"));
+}
+
+TEST_CASE("elementwise configs count their blocks at the narrowest launch width", "[validation]") {
+    // A misaligned pointer narrows the vector to one element; the grid must still fit 2^31 blocks.
+    const Elementwise silu({ElementwiseOp::silu, 1, int64_t{1} << 40, DType::bf16});
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    CHECK(silu.model().invalid_reason({{"threads", 128}, {"vec", 8}, {"unroll", 1}}, hopper).has_value());
+    CHECK_FALSE(silu.model().invalid_reason({{"threads", 1024}, {"vec", 8}, {"unroll", 8}}, hopper).has_value());
+}
+
+TEST_CASE("an op that was moved from throws instead of crashing", "[validation]") {
+    RmsNorm a({4, 8, DType::bf16});
+    RmsNorm b(std::move(a));
+    CHECK(b.describe().find("rmsnorm") != std::string::npos);
+    CHECK_THROWS_WITH(a.describe(), ContainsSubstring("moved from"));  // NOLINT(bugprone-use-after-move)
+    CHECK_THROWS_WITH(a.check({kX, kW}, {kY}), ContainsSubstring("moved from"));
+    CHECK_THROWS_AS(a.model(), InvalidArgument);
+}
+
+TEST_CASE("shapes as text are decimal digits between single x's", "[validation]") {
+    using detail::parse_shape;
+    CHECK(parse_shape("8192x4096") == std::vector<long long>{8192, 4096});
+    CHECK(parse_shape("1") == std::vector<long long>{1});
+    for (const char* bad : {"", "x", "8xx4096", "x8x4096", "8x4096x", "8x+4096", "8x 4096", " 8x4096", "8x-1", "8x0",
+                            "8x4096abc", "0x10", "99999999999999999999x1"})
+        CHECK_THROWS_WITH(parse_shape(bad), ContainsSubstring("is not like 8192x4096"));
 }
 
 TEST_CASE("argument counts, null and misaligned pointers are refused by name", "[validation]") {

@@ -167,17 +167,18 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
     // A stride left at 0 packs its dimension around the ones inside it, as given: a token holds its
     // heads, and a sequence (or page) whatever its tokens and heads span, in either order (BHSD too).
     p.q_head_stride = default_stride("q_head_stride", p.q_head_stride, d);
-    p.q_token_stride = default_stride("q_token_stride", p.q_token_stride, p.num_heads * p.q_head_stride);
+    p.q_token_stride = default_stride("q_token_stride", p.q_token_stride, saturating_product(p.num_heads, p.q_head_stride));
     p.q_batch_stride = default_stride("q_batch_stride", p.q_batch_stride,
-                                      std::max(p.q_len * p.q_token_stride, p.num_heads * p.q_head_stride));
+                                      std::max(saturating_product(p.q_len, p.q_token_stride), saturating_product(p.num_heads, p.q_head_stride)));
     p.o_head_stride = default_stride("o_head_stride", p.o_head_stride, d);
-    p.o_token_stride = default_stride("o_token_stride", p.o_token_stride, p.num_heads * p.o_head_stride);
+    p.o_token_stride = default_stride("o_token_stride", p.o_token_stride, saturating_product(p.num_heads, p.o_head_stride));
     p.o_batch_stride = default_stride("o_batch_stride", p.o_batch_stride,
-                                      std::max(p.q_len * p.o_token_stride, p.num_heads * p.o_head_stride));
+                                      std::max(saturating_product(p.q_len, p.o_token_stride), saturating_product(p.num_heads, p.o_head_stride)));
     p.kv_head_stride = default_stride("kv_head_stride", p.kv_head_stride, d);
-    p.kv_token_stride = default_stride("kv_token_stride", p.kv_token_stride, p.num_kv_heads * p.kv_head_stride);
+    p.kv_token_stride = default_stride("kv_token_stride", p.kv_token_stride, saturating_product(p.num_kv_heads, p.kv_head_stride));
     p.kv_outer_stride = default_stride("kv_outer_stride", p.kv_outer_stride,
-                                       std::max(kv_tokens * p.kv_token_stride, p.num_kv_heads * p.kv_head_stride));
+                                       std::max(saturating_product(kv_tokens, p.kv_token_stride),
+                                                saturating_product(p.num_kv_heads, p.kv_head_stride)));
     // Distinct output rows must not share elements (their blocks would race).
     check_rows_disjoint(kOp, d, {{"o_batch_stride", p.batch, p.o_batch_stride}, {"o_token_stride", p.q_len, p.o_token_stride},
                                  {"o_head_stride", p.num_heads, p.o_head_stride}});
@@ -189,7 +190,11 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
             throw InvalidArgument(fmt::format("tileops::{}: {} = {} must be a multiple of {} elements (16 bytes)", kOp, name,
                                               stride, vec));
     // Offsets inside the kernel are 64-bit; lengths, positions and page numbers are 32-bit.
-    check_offsets_fit(kOp, paged ? "num_pages" : "batch", paged ? p.num_pages : p.batch, "kv_outer_stride", p.kv_outer_stride);
+    check_span(kOp, "q", d, {{"q_batch_stride", p.batch, p.q_batch_stride}, {"q_token_stride", p.q_len, p.q_token_stride},
+                             {"q_head_stride", p.num_heads, p.q_head_stride}});
+    check_span(kOp, "each of k and v", d, {{"kv_outer_stride", paged ? p.num_pages : p.batch, p.kv_outer_stride},
+                                           {"kv_token_stride", kv_tokens, p.kv_token_stride},
+                                           {"kv_head_stride", p.num_kv_heads, p.kv_head_stride}});
     return p;
 }
 
@@ -199,25 +204,31 @@ void bind(const DecodeAttentionProblem& p, Inputs inputs, Outputs outputs) {
     check_count(kOp, "inputs", inputs.size(), paged ? 5 : 4, paged ? "q, k, v, lengths, page_table" : "q, k, v, lengths");
     check_count(kOp, "outputs", outputs.size(), p.return_lse ? 2 : 1, p.return_lse ? "out, lse" : "out");
     const size_t element = dtype_size(p.dtype);
-    const TensorArg& q = inputs[0];
-    check_tensor(kOp, "q", q.data(), q.view(), p.dtype, {p.batch, p.q_len, p.num_heads, p.head_dim},
-                 {p.q_batch_stride, p.q_token_stride, p.q_head_stride, 1}, element, "[batch, q_len, num_heads, head_dim]");
+    const RowsSpan q = check_tensor(kOp, "q", inputs[0].data(), inputs[0].view(), p.dtype,
+                                    {p.batch, p.q_len, p.num_heads, p.head_dim},
+                                    {p.q_batch_stride, p.q_token_stride, p.q_head_stride, 1}, element,
+                                    "[batch, q_len, num_heads, head_dim]");
     const int64_t outer = paged ? p.num_pages : p.batch, tokens = paged ? p.page_size : p.max_kv_len;
     const char* kv_dims = paged ? "[num_pages, page_size, num_kv_heads, head_dim]" : "[batch, max_kv_len, num_kv_heads, head_dim]";
-    for (size_t i : {size_t{1}, size_t{2}})
-        check_tensor(kOp, i == 1 ? "k" : "v", inputs[i].data(), inputs[i].view(), *p.kv_dtype,
-                     {outer, tokens, p.num_kv_heads, p.head_dim}, {p.kv_outer_stride, p.kv_token_stride, p.kv_head_stride, 1},
-                     16, kv_dims);
-    check_tensor(kOp, "lengths", inputs[3].data(), inputs[3].view(), DType::int32, {p.batch}, {1}, 4, "[batch]");
+    RowsSpan kv[2]{};
+    for (int i : {0, 1})
+        kv[i] = check_tensor(kOp, i == 0 ? "k" : "v", inputs[1 + i].data(), inputs[1 + i].view(), *p.kv_dtype,
+                             {outer, tokens, p.num_kv_heads, p.head_dim},
+                             {p.kv_outer_stride, p.kv_token_stride, p.kv_head_stride, 1}, 16, kv_dims);
+    const RowsSpan lengths =
+        check_tensor(kOp, "lengths", inputs[3].data(), inputs[3].view(), DType::int32, {p.batch}, {1}, 4, "[batch]");
+    RowsSpan page_table{}, lse{};
     if (paged)
-        check_tensor(kOp, "page_table", inputs[4].data(), inputs[4].view(), DType::int32, {p.batch, p.max_pages_per_seq},
-                     {p.max_pages_per_seq, 1}, 4, "[batch, max_pages_per_seq]");
-    const OutputArg& out = outputs[0];
-    check_tensor(kOp, "out", out.data(), out.view(), p.dtype, {p.batch, p.q_len, p.num_heads, p.head_dim},
-                 {p.o_batch_stride, p.o_token_stride, p.o_head_stride, 1}, element, "[batch, q_len, num_heads, head_dim]");
+        page_table = check_tensor(kOp, "page_table", inputs[4].data(), inputs[4].view(), DType::int32,
+                                  {p.batch, p.max_pages_per_seq}, {p.max_pages_per_seq, 1}, 4, "[batch, max_pages_per_seq]");
+    const RowsSpan out = check_tensor(kOp, "out", outputs[0].data(), outputs[0].view(), p.dtype,
+                                      {p.batch, p.q_len, p.num_heads, p.head_dim},
+                                      {p.o_batch_stride, p.o_token_stride, p.o_head_stride, 1}, element,
+                                      "[batch, q_len, num_heads, head_dim]");
     if (p.return_lse)
-        check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.batch, p.q_len, p.num_heads},
-                     {p.q_len * p.num_heads, p.num_heads, 1}, 4, "[batch, q_len, num_heads]");
+        lse = check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.batch, p.q_len, p.num_heads},
+                           {p.q_len * p.num_heads, p.num_heads, 1}, 4, "[batch, q_len, num_heads]");
+    check_outputs_apart(kOp, {out, lse}, {q, kv[0], kv[1], lengths, page_table});
 }
 
 }  // namespace

@@ -116,8 +116,8 @@ public:
         if (auto why = block_threads_reason(threads, device)) return why;
         if (auto why = vector_width_reason(vec, max_vec())) return why;
         if (unroll < 1 || unroll > 16) return fmt::format("unroll = {} is not in [1, 16]", unroll);
-        if ((shape_.cols + threads * vec * unroll - 1) / (threads * vec * unroll) > 0x7fffffffLL)
-            return "too many blocks along the row";
+        // Counted at one element a vector: a launch narrows the vector for misaligned operands.
+        if ((shape_.cols + threads * unroll - 1) / (threads * unroll) > 0x7fffffffLL) return "too many blocks along the row";
         return std::nullopt;
     }
 
@@ -157,20 +157,26 @@ private:
 
 namespace {
 
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+
 ElementwiseProblem normalized(ElementwiseProblem p) {
     const char* op = "Elementwise";
     if (std::find(std::begin(kElementwiseOps), std::end(kElementwiseOps), p.op) == std::end(kElementwiseOps))
         throw InvalidArgument(fmt::format("tileops::{}: unknown op {}", op, static_cast<int>(p.op)));
     check_extent(op, p.rows, p.cols);
+    // Contiguous rows run as one flattened row, whose blocks must fit a grid's 2^31.
+    if (p.rows * p.cols > kMaxElements)
+        throw InvalidArgument(fmt::format("tileops::{}: rows x cols = {} x {} is larger than supported (2^40 elements)", op,
+                                          p.rows, p.cols));
     if (!p.out_dtype) p.out_dtype = p.dtype;
     check_float_dtype(op, "dtype", p.dtype);
     check_float_dtype(op, "out_dtype", *p.out_dtype);
     if (p.broadcast_b && !is_binary(p.op))
         throw InvalidArgument(fmt::format("tileops::{}: broadcast_b needs a binary op, {} is unary", op,
                                           elementwise_op_name(p.op)));
-    p.a_stride = row_stride(op, "a_stride", p.a_stride, p.cols);
-    p.b_stride = p.broadcast_b ? 0 : row_stride(op, "b_stride", p.b_stride, p.cols);
-    p.y_stride = row_stride(op, "y_stride", p.y_stride, p.cols);
+    p.a_stride = row_stride(op, "a_stride", p.a_stride, p.rows, p.cols);
+    p.b_stride = p.broadcast_b ? 0 : row_stride(op, "b_stride", p.b_stride, p.rows, p.cols);
+    p.y_stride = row_stride(op, "y_stride", p.y_stride, p.rows, p.cols);
     return p;
 }
 

@@ -74,8 +74,8 @@ public:
         if (auto why = read_tunables(config, op_name(), {{"threads", &threads}, {"vec", &vec}})) return why;
         if (auto why = block_threads_reason(threads, device)) return why;
         if (auto why = vector_width_reason(vec, max_vec())) return why;
-        if ((p_.hidden + threads * vec - 1) / (threads * vec) > std::numeric_limits<int>::max())
-            return "too many blocks along the row";
+        // Counted at one element a vector: a launch narrows the vector for misaligned operands.
+        if ((p_.hidden + threads - 1) / threads > std::numeric_limits<int>::max()) return "too many blocks along the row";
         return std::nullopt;
     }
 
@@ -110,17 +110,16 @@ namespace {
 
 EmbeddingProblem normalized(EmbeddingProblem p) {
     check_extent(kOp, p.num_tokens, p.hidden);
+    check_in_range(kOp, "hidden", p.hidden, 1, std::numeric_limits<int32_t>::max());
     check_in_range(kOp, "vocab_size", p.vocab_size, 1, std::numeric_limits<int32_t>::max());
     if (!p.out_dtype) p.out_dtype = p.dtype;
     check_float_dtype(kOp, "dtype", p.dtype);
     check_float_dtype(kOp, "out_dtype", *p.out_dtype);
-    p.table_stride = row_stride(kOp, "table_stride", p.table_stride, p.hidden);
-    p.out_stride = row_stride(kOp, "out_stride", p.out_stride, p.hidden);
-    check_offsets_fit(kOp, "vocab_size", p.vocab_size, "table_stride", p.table_stride);
-    check_offsets_fit(kOp, "num_tokens", p.num_tokens, "out_stride", p.out_stride);
+    p.table_stride = row_stride(kOp, "table_stride", p.table_stride, p.vocab_size, p.hidden);
+    p.out_stride = row_stride(kOp, "out_stride", p.out_stride, p.num_tokens, p.hidden);
     if (p.positions) {
         check_in_range(kOp, "max_positions", p.max_positions, 1, std::numeric_limits<int32_t>::max());
-        check_offsets_fit(kOp, "max_positions", p.max_positions, "table_stride", p.table_stride);
+        check_span(kOp, "the position table", p.hidden, {{"table_stride", p.max_positions, p.table_stride}});
     } else {
         p.max_positions = 0;  // unused: a leftover value must not key or refuse anything
     }

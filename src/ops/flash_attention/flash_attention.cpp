@@ -97,6 +97,13 @@ FlashAttentionProblem normalized(FlashAttentionProblem p) {
           {"o_batch_stride", p.o_batch_stride}, {"o_seq_stride", p.o_seq_stride}, {"o_head_stride", p.o_head_stride}})
         if (stride > limit)
             throw InvalidArgument(fmt::format("tileops::{}: {} = {} elements is larger than supported", kOp, name, stride));
+    const int64_t batches = p.varlen ? 1 : p.batch;
+    check_span(kOp, "q", p.head_dim, {{"q_batch_stride", batches, p.q_batch_stride}, {"q_seq_stride", rows_q, p.q_seq_stride},
+                                      {"q_head_stride", p.num_heads, p.q_head_stride}});
+    check_span(kOp, "k", p.head_dim, {{"k_batch_stride", batches, p.k_batch_stride}, {"k_seq_stride", rows_k, p.k_seq_stride},
+                                      {"k_head_stride", p.num_kv_heads, p.k_head_stride}});
+    check_span(kOp, "v", p.head_dim_v, {{"v_batch_stride", batches, p.v_batch_stride}, {"v_seq_stride", rows_k, p.v_seq_stride},
+                                        {"v_head_stride", p.num_kv_heads, p.v_head_stride}});
     return p;
 }
 
@@ -218,46 +225,50 @@ private:
 namespace {
 
 // One of q, k, v, out (rows of `dim` elements): a pointer, or a view of the problem's shape and strides.
-void check_attention_tensor(const FlashAttentionProblem& p, const char* name, const void* data, const TensorView* view,
-                            int64_t rows, int64_t heads, int64_t dim, int64_t batch_stride, int64_t seq_stride,
-                            int64_t head_stride) {
-    const char* dim_name = dim == p.head_dim ? "head_dim" : "head_dim_v";
-    if (p.varlen) {
-        check_tensor(kOp, name, data, view, p.dtype, {rows, heads, dim}, {seq_stride, head_stride, 1}, 16,
-                     fmt::format("[total_rows, heads, {}]", dim_name).c_str());
-    } else if (p.layout == AttentionLayout::bhsd) {
-        check_tensor(kOp, name, data, view, p.dtype, {p.batch, heads, rows, dim}, {batch_stride, head_stride, seq_stride, 1},
-                     16, fmt::format("[batch, heads, seqlen, {}]", dim_name).c_str());
-    } else {
-        check_tensor(kOp, name, data, view, p.dtype, {p.batch, rows, heads, dim}, {batch_stride, seq_stride, head_stride, 1},
-                     16, fmt::format("[batch, seqlen, heads, {}]", dim_name).c_str());
-    }
+RowsSpan check_attention_tensor(const FlashAttentionProblem& p, const char* name, const void* data, const TensorView* view,
+                                int64_t rows, int64_t heads, int64_t dim, int64_t batch_stride, int64_t seq_stride,
+                                int64_t head_stride) {
+    const bool value_dim = dim != p.head_dim;  // literals: run() checks operands on the hot path, which must not allocate
+    if (p.varlen)
+        return check_tensor(kOp, name, data, view, p.dtype, {rows, heads, dim}, {seq_stride, head_stride, 1}, 16,
+                            value_dim ? "[total_rows, heads, head_dim_v]" : "[total_rows, heads, head_dim]");
+    if (p.layout == AttentionLayout::bhsd)
+        return check_tensor(kOp, name, data, view, p.dtype, {p.batch, heads, rows, dim},
+                            {batch_stride, head_stride, seq_stride, 1}, 16,
+                            value_dim ? "[batch, heads, seqlen, head_dim_v]" : "[batch, heads, seqlen, head_dim]");
+    return check_tensor(kOp, name, data, view, p.dtype, {p.batch, rows, heads, dim}, {batch_stride, seq_stride, head_stride, 1},
+                        16, value_dim ? "[batch, seqlen, heads, head_dim_v]" : "[batch, seqlen, heads, head_dim]");
 }
 
 void bind(const FlashAttentionProblem& p, Inputs inputs, Outputs outputs) {
     check_count(kOp, "inputs", inputs.size(), p.varlen ? 5 : 3, p.varlen ? "q, k, v, cu_seqlens_q, cu_seqlens_k" : "q, k, v");
     check_count(kOp, "outputs", outputs.size(), p.return_lse ? 2 : 1, p.return_lse ? "out, lse" : "out");
     const int64_t rows_q = p.varlen ? p.total_q : p.seqlen_q, rows_k = p.varlen ? p.total_k : p.seqlen_k;
-    check_attention_tensor(p, "q", inputs[0].data(), inputs[0].view(), rows_q, p.num_heads, p.head_dim, p.q_batch_stride,
-                           p.q_seq_stride, p.q_head_stride);
-    check_attention_tensor(p, "k", inputs[1].data(), inputs[1].view(), rows_k, p.num_kv_heads, p.head_dim, p.k_batch_stride,
-                           p.k_seq_stride, p.k_head_stride);
-    check_attention_tensor(p, "v", inputs[2].data(), inputs[2].view(), rows_k, p.num_kv_heads, p.head_dim_v,
-                           p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+    const RowsSpan q = check_attention_tensor(p, "q", inputs[0].data(), inputs[0].view(), rows_q, p.num_heads, p.head_dim,
+                                              p.q_batch_stride, p.q_seq_stride, p.q_head_stride);
+    const RowsSpan k = check_attention_tensor(p, "k", inputs[1].data(), inputs[1].view(), rows_k, p.num_kv_heads, p.head_dim,
+                                              p.k_batch_stride, p.k_seq_stride, p.k_head_stride);
+    const RowsSpan v = check_attention_tensor(p, "v", inputs[2].data(), inputs[2].view(), rows_k, p.num_kv_heads,
+                                              p.head_dim_v, p.v_batch_stride, p.v_seq_stride, p.v_head_stride);
+    RowsSpan cu_q{}, cu_k{}, lse{};
     if (p.varlen) {
-        check_tensor(kOp, "cu_seqlens_q", inputs[3].data(), inputs[3].view(), DType::int32, {p.batch + 1}, {1}, 4, "[batch + 1]");
-        check_tensor(kOp, "cu_seqlens_k", inputs[4].data(), inputs[4].view(), DType::int32, {p.batch + 1}, {1}, 4, "[batch + 1]");
+        cu_q = check_tensor(kOp, "cu_seqlens_q", inputs[3].data(), inputs[3].view(), DType::int32, {p.batch + 1}, {1}, 4,
+                            "[batch + 1]");
+        cu_k = check_tensor(kOp, "cu_seqlens_k", inputs[4].data(), inputs[4].view(), DType::int32, {p.batch + 1}, {1}, 4,
+                            "[batch + 1]");
     }
-    check_attention_tensor(p, "out", outputs[0].data(), outputs[0].view(), rows_q, p.num_heads, p.head_dim_v,
-                           p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
+    const RowsSpan out = check_attention_tensor(p, "out", outputs[0].data(), outputs[0].view(), rows_q, p.num_heads,
+                                                p.head_dim_v, p.o_batch_stride, p.o_seq_stride, p.o_head_stride);
     if (p.return_lse) {
         if (p.varlen)
-            check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.num_heads, p.total_q},
-                         {p.total_q, 1}, 4, "[num_heads, total_q]");
+            lse = check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.num_heads, p.total_q},
+                               {p.total_q, 1}, 4, "[num_heads, total_q]");
         else
-            check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.batch, p.num_heads, p.seqlen_q},
-                         {p.num_heads * p.seqlen_q, p.seqlen_q, 1}, 4, "[batch, num_heads, seqlen_q]");
+            lse = check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32,
+                               {p.batch, p.num_heads, p.seqlen_q}, {p.num_heads * p.seqlen_q, p.seqlen_q, 1}, 4,
+                               "[batch, num_heads, seqlen_q]");
     }
+    check_outputs_apart(kOp, {out, lse}, {q, k, v, cu_q, cu_k});
 }
 
 // A 4-D (head dim, rows, heads, batch) tensor map of 16-bit elements, loaded in boxes of 64 head-dim

@@ -131,17 +131,17 @@ MlaDecodeProblem normalized(MlaDecodeProblem p) {
         throw InvalidArgument(fmt::format("tileops::{}: num_pages and max_pages_per_seq need page_size > 0", kOp));
     }
     p.q_head_stride = default_stride("q_head_stride", p.q_head_stride, kKeyDim);
-    p.q_token_stride = default_stride("q_token_stride", p.q_token_stride, p.num_heads * p.q_head_stride);
-    p.q_batch_stride = default_stride("q_batch_stride", p.q_batch_stride, p.q_len * p.q_token_stride);
+    p.q_token_stride = default_stride("q_token_stride", p.q_token_stride, saturating_product(p.num_heads, p.q_head_stride));
+    p.q_batch_stride = default_stride("q_batch_stride", p.q_batch_stride, saturating_product(p.q_len, p.q_token_stride));
     p.o_head_stride = default_stride("o_head_stride", p.o_head_stride, kValueDim);
-    p.o_token_stride = default_stride("o_token_stride", p.o_token_stride, p.num_heads * p.o_head_stride);
-    p.o_batch_stride = default_stride("o_batch_stride", p.o_batch_stride, p.q_len * p.o_token_stride);
+    p.o_token_stride = default_stride("o_token_stride", p.o_token_stride, saturating_product(p.num_heads, p.o_head_stride));
+    p.o_batch_stride = default_stride("o_batch_stride", p.o_batch_stride, saturating_product(p.q_len, p.o_token_stride));
     // Distinct output rows must not share elements (their blocks would race).
     check_rows_disjoint(kOp, kValueDim, {{"o_batch_stride", p.batch, p.o_batch_stride}, {"o_token_stride", p.q_len, p.o_token_stride},
                                          {"o_head_stride", p.num_heads, p.o_head_stride}});
     p.kv_token_stride = default_stride("kv_token_stride", p.kv_token_stride, kKeyDim);
     p.kv_outer_stride = default_stride("kv_outer_stride", p.kv_outer_stride,
-                                       (paged ? p.page_size : p.max_kv_len) * p.kv_token_stride);
+                                       saturating_product(paged ? p.page_size : p.max_kv_len, p.kv_token_stride));
     // The kernel moves 16 bytes of a row at a time.
     const int64_t vec = 16 / static_cast<int64_t>(dtype_size(p.dtype));
     for (auto [name, stride] : {std::pair{"q_head_stride", p.q_head_stride}, {"q_token_stride", p.q_token_stride},
@@ -151,7 +151,11 @@ MlaDecodeProblem normalized(MlaDecodeProblem p) {
         if (stride % vec != 0)
             throw InvalidArgument(fmt::format("tileops::{}: {} = {} must be a multiple of {} elements (16 bytes)", kOp, name,
                                               stride, vec));
-    check_offsets_fit(kOp, paged ? "num_pages" : "batch", paged ? p.num_pages : p.batch, "kv_outer_stride", p.kv_outer_stride);
+    // Offsets inside the kernels are 64-bit.
+    check_span(kOp, "q", kKeyDim, {{"q_batch_stride", p.batch, p.q_batch_stride}, {"q_token_stride", p.q_len, p.q_token_stride},
+                                   {"q_head_stride", p.num_heads, p.q_head_stride}});
+    check_span(kOp, "kv", kKeyDim, {{"kv_outer_stride", paged ? p.num_pages : p.batch, p.kv_outer_stride},
+                                    {"kv_token_stride", paged ? p.page_size : p.max_kv_len, p.kv_token_stride}});
     return p;
 }
 
@@ -160,21 +164,28 @@ void bind(const MlaDecodeProblem& p, Inputs inputs, Outputs outputs) {
     const bool paged = p.page_size > 0;
     check_count(kOp, "inputs", inputs.size(), paged ? 4 : 3, paged ? "q, kv, lengths, page_table" : "q, kv, lengths");
     check_count(kOp, "outputs", outputs.size(), p.return_lse ? 2 : 1, p.return_lse ? "out, lse" : "out");
-    check_tensor(kOp, "q", inputs[0].data(), inputs[0].view(), p.dtype, {p.batch, p.q_len, p.num_heads, kKeyDim},
-                 {p.q_batch_stride, p.q_token_stride, p.q_head_stride, 1}, 16, "[batch, q_len, num_heads, 576]");
+    const RowsSpan q = check_tensor(kOp, "q", inputs[0].data(), inputs[0].view(), p.dtype,
+                                    {p.batch, p.q_len, p.num_heads, kKeyDim},
+                                    {p.q_batch_stride, p.q_token_stride, p.q_head_stride, 1}, 16,
+                                    "[batch, q_len, num_heads, 576]");
     const int64_t outer = paged ? p.num_pages : p.batch, tokens = paged ? p.page_size : p.max_kv_len;
-    check_tensor(kOp, "kv", inputs[1].data(), inputs[1].view(), p.dtype, {outer, tokens, kKeyDim},
-                 {p.kv_outer_stride, p.kv_token_stride, 1}, 16,
-                 paged ? "[num_pages, page_size, 576]" : "[batch, max_kv_len, 576]");
-    check_tensor(kOp, "lengths", inputs[2].data(), inputs[2].view(), DType::int32, {p.batch}, {1}, 4, "[batch]");
+    const RowsSpan kv = check_tensor(kOp, "kv", inputs[1].data(), inputs[1].view(), p.dtype, {outer, tokens, kKeyDim},
+                                     {p.kv_outer_stride, p.kv_token_stride, 1}, 16,
+                                     paged ? "[num_pages, page_size, 576]" : "[batch, max_kv_len, 576]");
+    const RowsSpan lengths =
+        check_tensor(kOp, "lengths", inputs[2].data(), inputs[2].view(), DType::int32, {p.batch}, {1}, 4, "[batch]");
+    RowsSpan page_table{}, lse{};
     if (paged)
-        check_tensor(kOp, "page_table", inputs[3].data(), inputs[3].view(), DType::int32, {p.batch, p.max_pages_per_seq},
-                     {p.max_pages_per_seq, 1}, 4, "[batch, max_pages_per_seq]");
-    check_tensor(kOp, "out", outputs[0].data(), outputs[0].view(), p.dtype, {p.batch, p.q_len, p.num_heads, kValueDim},
-                 {p.o_batch_stride, p.o_token_stride, p.o_head_stride, 1}, 16, "[batch, q_len, num_heads, 512]");
+        page_table = check_tensor(kOp, "page_table", inputs[3].data(), inputs[3].view(), DType::int32,
+                                  {p.batch, p.max_pages_per_seq}, {p.max_pages_per_seq, 1}, 4, "[batch, max_pages_per_seq]");
+    const RowsSpan out = check_tensor(kOp, "out", outputs[0].data(), outputs[0].view(), p.dtype,
+                                      {p.batch, p.q_len, p.num_heads, kValueDim},
+                                      {p.o_batch_stride, p.o_token_stride, p.o_head_stride, 1}, 16,
+                                      "[batch, q_len, num_heads, 512]");
     if (p.return_lse)
-        check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.batch, p.q_len, p.num_heads},
-                     {p.q_len * p.num_heads, p.num_heads, 1}, 4, "[batch, q_len, num_heads]");
+        lse = check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.batch, p.q_len, p.num_heads},
+                           {p.q_len * p.num_heads, p.num_heads, 1}, 4, "[batch, q_len, num_heads]");
+    check_outputs_apart(kOp, {out, lse}, {q, kv, lengths, page_table});
 }
 
 }  // namespace

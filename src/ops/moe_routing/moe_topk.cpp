@@ -144,8 +144,7 @@ MoeTopKProblem normalized(MoeTopKProblem p) {
     }
     if (p.correction_bias && p.scoring != MoeScoring::sigmoid)
         throw InvalidArgument(fmt::format("tileops::{}: correction_bias applies to sigmoid scoring only", kOp));
-    p.logits_stride = row_stride(kOp, "logits_stride", p.logits_stride, p.experts);
-    check_offsets_fit(kOp, "tokens", p.tokens, "logits_stride", p.logits_stride);
+    p.logits_stride = row_stride(kOp, "logits_stride", p.logits_stride, p.tokens, p.experts);
     return p;
 }
 

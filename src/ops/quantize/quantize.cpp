@@ -348,17 +348,15 @@ QuantizeProblem normalized(QuantizeProblem p) {
     if (p.static_scale && p.scaling != QuantizeScaling::per_tensor)
         throw InvalidArgument(fmt::format("tileops::{}: static_scale applies to per_tensor scaling only, not {}", kOp,
                                           quantize_scaling_name(p.scaling)));
-    p.x_stride = row_stride(kOp, "x_stride", p.x_stride, p.cols);
-    p.q_stride = row_stride(kOp, "q_stride", p.q_stride, p.cols);
-    check_offsets_fit(kOp, "rows", p.rows, "x_stride", p.x_stride);
-    check_offsets_fit(kOp, "rows", p.rows, "q_stride", p.q_stride);
+    p.x_stride = row_stride(kOp, "x_stride", p.x_stride, p.rows, p.cols);
+    p.q_stride = row_stride(kOp, "q_stride", p.q_stride, p.rows, p.cols);
     if (p.scaling == QuantizeScaling::block_1x128) {
         p.scale_stride = stride_or_packed(kOp, "scale_stride", p.scale_stride, p.rows);
         if (p.scale_stride < p.rows)
             throw InvalidArgument(fmt::format("tileops::{}: scale_stride = {} is smaller than rows = {}; the scales of "
                                               "consecutive column blocks would overlap",
                                               kOp, p.scale_stride, p.rows));
-        check_offsets_fit(kOp, "column blocks", ceil_div(p.cols, kQuantizeBlockCols), "scale_stride", p.scale_stride);
+        check_span(kOp, "scales", p.rows, {{"scale_stride", ceil_div(p.cols, kQuantizeBlockCols), p.scale_stride}});
     } else {
         p.scale_stride = 0;  // unused: a leftover value must not key or refuse anything
     }

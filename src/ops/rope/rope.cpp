@@ -253,13 +253,10 @@ RopeProblem normalized(RopeProblem p) {
     check_float_dtype(kOp, "dtype", p.dtype);
 
     const int64_t q_cols = p.num_heads * p.head_dim, kv_cols = p.num_kv_heads * p.head_dim;
-    p.q_stride = row_stride(kOp, "q_stride", p.q_stride, q_cols);
-    p.q_out_stride = row_stride(kOp, "q_out_stride", p.q_out_stride, q_cols);
-    p.k_stride = row_stride(kOp, "k_stride", p.k_stride, kv_cols);
-    p.k_out_stride = row_stride(kOp, "k_out_stride", p.k_out_stride, kv_cols);
-    for (auto [name, stride] : {std::pair{"q_stride", p.q_stride}, {"q_out_stride", p.q_out_stride},
-                                {"k_stride", p.k_stride}, {"k_out_stride", p.k_out_stride}})
-        check_offsets_fit(kOp, "num_tokens", p.num_tokens, name, stride);
+    p.q_stride = row_stride(kOp, "q_stride", p.q_stride, p.num_tokens, q_cols);
+    p.q_out_stride = row_stride(kOp, "q_out_stride", p.q_out_stride, p.num_tokens, q_cols);
+    p.k_stride = row_stride(kOp, "k_stride", p.k_stride, p.num_tokens, kv_cols);
+    p.k_out_stride = row_stride(kOp, "k_out_stride", p.k_out_stride, p.num_tokens, kv_cols);
 
     if (!p.append_kv) {
         if (p.v_stride != 0 || p.page_size != 0 || p.num_pages != 0 || p.kv_dtype || p.k_scale != 1.0f ||
@@ -268,24 +265,19 @@ RopeProblem normalized(RopeProblem p) {
                                               "apply with append_kv only", kOp));
         return p;
     }
-    p.v_stride = row_stride(kOp, "v_stride", p.v_stride, kv_cols);
-    check_offsets_fit(kOp, "num_tokens", p.num_tokens, "v_stride", p.v_stride);
+    p.v_stride = row_stride(kOp, "v_stride", p.v_stride, p.num_tokens, kv_cols);
     check_in_range(kOp, "page_size", p.page_size, 1, kIntMax);
     check_in_range(kOp, "num_pages", p.num_pages, 1, kIntMax / p.page_size);
     p.kv_dtype = kv_cache_dtype(kOp, p.dtype, p.kv_dtype, p.k_scale, p.v_scale);
-    if (*p.kv_dtype == DType::fp8_e4m3)
-        for (auto [name, scale] : {std::pair{"k_scale", p.k_scale}, {"v_scale", p.v_scale}})
-            if (!std::isfinite(1.0f / scale))  // the kernel multiplies by the reciprocal
-                throw InvalidArgument(fmt::format("tileops::{}: {} = {} is too small to invert", kOp, name, scale));
     p.cache_head_stride = stride_or_packed(kOp, "cache_head_stride", p.cache_head_stride, p.head_dim);
-    p.cache_token_stride =
-        stride_or_packed(kOp, "cache_token_stride", p.cache_token_stride, p.num_kv_heads * p.cache_head_stride);
+    p.cache_token_stride = stride_or_packed(kOp, "cache_token_stride", p.cache_token_stride,
+                                            saturating_product(p.num_kv_heads, p.cache_head_stride));
     p.cache_page_stride = stride_or_packed(kOp, "cache_page_stride", p.cache_page_stride,
-                                           std::max(p.page_size * p.cache_token_stride,
-                                                    p.num_kv_heads * p.cache_head_stride));
-    check_offsets_fit(kOp, "num_pages", p.num_pages, "cache_page_stride", p.cache_page_stride);
-    check_offsets_fit(kOp, "page_size", p.page_size, "cache_token_stride", p.cache_token_stride);
-    check_offsets_fit(kOp, "num_kv_heads", p.num_kv_heads, "cache_head_stride", p.cache_head_stride);
+                                           std::max(saturating_product(p.page_size, p.cache_token_stride),
+                                                    saturating_product(p.num_kv_heads, p.cache_head_stride)));
+    check_span(kOp, "the cache", p.head_dim, {{"cache_page_stride", p.num_pages, p.cache_page_stride},
+                                              {"cache_token_stride", p.page_size, p.cache_token_stride},
+                                              {"cache_head_stride", p.num_kv_heads, p.cache_head_stride}});
     // Distinct cache rows must not share elements (tokens writing them would race).
     check_rows_disjoint(kOp, p.head_dim, {{"cache_page_stride", p.num_pages, p.cache_page_stride},
                                           {"cache_token_stride", p.page_size, p.cache_token_stride},

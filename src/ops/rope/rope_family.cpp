@@ -26,16 +26,19 @@ std::unique_ptr<Op> make_rope(const ProblemSpec& spec) {
     p.head_dim = spec.shape[3];
     p.dtype = parse_dtype(spec.dtype);
     p.theta = 500000.0;
-    bool fp8 = false;
+    bool fp8 = false, gptj = false, norot = false;
     const std::vector<std::string> flags = split_flags(spec.flags);
+    check_flags_distinct("rope", flags, {"rot", "page"});
     for (const std::string& flag : flags) {
         if (flag == "gptj") {
-            p.style = RopeStyle::gptj;
+            gptj = true;
         } else if (flag == "norot") {
-            p.style = RopeStyle::none;
+            norot = true;
         } else if (flag == "kv_fp8") {
             fp8 = true;
         } else if (const auto rot = flag_number(flag, "rot")) {
+            // rotary_dim 0 means the whole head in a RopeProblem; as a flag it would be a typo.
+            if (*rot < 2) throw InvalidArgument(fmt::format("tileops: rope flag '{}': rotN needs N >= 2", flag));
             p.rotary_dim = *rot;
         } else if (const auto page = flag_number(flag, "page")) {
             p.append_kv = true;
@@ -44,10 +47,11 @@ std::unique_ptr<Op> make_rope(const ProblemSpec& spec) {
             throw InvalidArgument(fmt::format("tileops: flag '{}' does not apply to rope (rotN, gptj, norot, pageN, kv_fp8)", flag));
         }
     }
+    if (gptj && norot) throw InvalidArgument("tileops: rope flags gptj and norot contradict each other");
+    if (gptj) p.style = RopeStyle::gptj;
+    if (norot) p.style = RopeStyle::none;
     if (fp8 && !p.append_kv) throw InvalidArgument("tileops: rope flag kv_fp8 needs pageN (a cache to append to)");
-    if (std::find(flags.begin(), flags.end(), "gptj") != flags.end() && p.style == RopeStyle::none)
-        throw InvalidArgument("tileops: rope flags gptj and norot contradict each other");
-    if (p.style == RopeStyle::none && p.rotary_dim != 0)
+    if (norot && p.rotary_dim != 0)
         throw InvalidArgument("tileops: rope flag norot rotates nothing: it takes no rotN");
     if (fp8) p.kv_dtype = DType::fp8_e4m3;
     // Room for every token, one page spare.

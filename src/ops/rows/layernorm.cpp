@@ -2,6 +2,8 @@
 // Kernels: kernel_templates/rows/layernorm.cuh; for long rows also layernorm_resident.cuh.
 #include "tileops/layernorm.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/launch.hpp"
@@ -49,9 +51,10 @@ LayerNormProblem normalized(LayerNormProblem p) {
     if (!p.out_dtype) p.out_dtype = p.dtype;
     check_float_dtype("LayerNorm", "dtype", p.dtype);
     check_float_dtype("LayerNorm", "out_dtype", *p.out_dtype);
-    p.x_stride = row_stride("LayerNorm", "x_stride", p.x_stride, p.cols);
-    p.y_stride = row_stride("LayerNorm", "y_stride", p.y_stride, p.cols);
-    if (!(p.eps >= 0.0f)) throw InvalidArgument(fmt::format("tileops::LayerNorm: eps must be >= 0, got {}", p.eps));
+    p.x_stride = row_stride("LayerNorm", "x_stride", p.x_stride, p.rows, p.cols);
+    p.y_stride = row_stride("LayerNorm", "y_stride", p.y_stride, p.rows, p.cols);
+    if (!(p.eps >= 0.0f) || !std::isfinite(p.eps))
+        throw InvalidArgument(fmt::format("tileops::LayerNorm: eps must be >= 0 and finite, got {}", p.eps));
     return p;
 }
 

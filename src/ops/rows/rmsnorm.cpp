@@ -2,6 +2,8 @@
 // Kernels: kernel_templates/rows/rmsnorm.cuh; for long rows also rmsnorm_resident.cuh.
 #include "tileops/rmsnorm.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "core/launch.hpp"
@@ -56,11 +58,12 @@ RmsNormProblem normalized(RmsNormProblem p) {
     if (!p.out_dtype) p.out_dtype = p.dtype;
     check_float_dtype("RmsNorm", "dtype", p.dtype);
     check_float_dtype("RmsNorm", "out_dtype", *p.out_dtype);
-    p.x_stride = row_stride("RmsNorm", "x_stride", p.x_stride, p.cols);
-    p.y_stride = row_stride("RmsNorm", "y_stride", p.y_stride, p.cols);
+    p.x_stride = row_stride("RmsNorm", "x_stride", p.x_stride, p.rows, p.cols);
+    p.y_stride = row_stride("RmsNorm", "y_stride", p.y_stride, p.rows, p.cols);
     // Without a residual the field is unused: a leftover value must not refuse or narrow anything.
-    p.residual_stride = p.residual ? row_stride("RmsNorm", "residual_stride", p.residual_stride, p.cols) : p.cols;
-    if (!(p.eps >= 0.0f)) throw InvalidArgument(fmt::format("tileops::RmsNorm: eps must be >= 0, got {}", p.eps));
+    p.residual_stride = p.residual ? row_stride("RmsNorm", "residual_stride", p.residual_stride, p.rows, p.cols) : p.cols;
+    if (!(p.eps >= 0.0f) || !std::isfinite(p.eps))
+        throw InvalidArgument(fmt::format("tileops::RmsNorm: eps must be >= 0 and finite, got {}", p.eps));
     return p;
 }
 

@@ -55,8 +55,8 @@ SoftmaxProblem normalized(SoftmaxProblem p) {
     if (!p.out_dtype) p.out_dtype = p.dtype;
     check_float_dtype("Softmax", "dtype", p.dtype);
     check_float_dtype("Softmax", "out_dtype", *p.out_dtype);
-    p.x_stride = row_stride("Softmax", "x_stride", p.x_stride, p.cols);
-    p.y_stride = row_stride("Softmax", "y_stride", p.y_stride, p.cols);
+    p.x_stride = row_stride("Softmax", "x_stride", p.x_stride, p.rows, p.cols);
+    p.y_stride = row_stride("Softmax", "y_stride", p.y_stride, p.rows, p.cols);
     return p;
 }
 

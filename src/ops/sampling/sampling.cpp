@@ -106,8 +106,7 @@ SamplingProblem normalized(SamplingProblem p) {
     check_extent(kOp, p.batch, p.vocab_size);
     check_in_range(kOp, "vocab_size", p.vocab_size, 1, std::numeric_limits<int32_t>::max());
     check_float_dtype(kOp, "dtype", p.dtype);
-    p.logits_stride = row_stride(kOp, "logits_stride", p.logits_stride, p.vocab_size);
-    check_offsets_fit(kOp, "batch", p.batch, "logits_stride", p.logits_stride);
+    p.logits_stride = row_stride(kOp, "logits_stride", p.logits_stride, p.batch, p.vocab_size);
     if (p.greedy) p.seed = 0;  // unused: must not tell two greedy ops apart
     return p;
 }

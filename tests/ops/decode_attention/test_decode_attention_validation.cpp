@@ -19,14 +19,15 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// Fake device addresses, 16-byte aligned: check() never dereferences them.
-void* const kQ = reinterpret_cast<void*>(0x10000);
-void* const kK = reinterpret_cast<void*>(0x20000);
-void* const kV = reinterpret_cast<void*>(0x30000);
-void* const kLengths = reinterpret_cast<void*>(0x40000);
-void* const kPages = reinterpret_cast<void*>(0x50000);
-void* const kOut = reinterpret_cast<void*>(0x60000);
-void* const kLse = reinterpret_cast<void*>(0x70000);
+// Fake device addresses, 16-byte aligned and 64 GB apart: check() never dereferences them, and
+// its overlap checks find them apart.
+void* const kQ = reinterpret_cast<void*>(uintptr_t{1} << 36);
+void* const kK = reinterpret_cast<void*>(uintptr_t{2} << 36);
+void* const kV = reinterpret_cast<void*>(uintptr_t{3} << 36);
+void* const kLengths = reinterpret_cast<void*>(uintptr_t{4} << 36);
+void* const kPages = reinterpret_cast<void*>(uintptr_t{5} << 36);
+void* const kOut = reinterpret_cast<void*>(uintptr_t{6} << 36);
+void* const kLse = reinterpret_cast<void*>(uintptr_t{7} << 36);
 
 DecodeAttentionProblem gqa() {
     DecodeAttentionProblem p;
@@ -177,6 +178,37 @@ TEST_CASE("DecodeAttention checks its operands by name", "[validation][decode]")
     CHECK_THROWS_WITH(paged_op.check({kQ, kK, kV, kLengths, kPages}, {kOut}), ContainsSubstring("(out, lse)"));
     CHECK_THROWS_WITH(paged_op.check({kQ, kK, kV, kLengths, TensorView::contiguous(kPages, DType::int32, {4, 128})}, {kOut, kLse}),
                       ContainsSubstring("'page_table' must have shape [batch, max_pages_per_seq] = [4, 256]"));
+}
+
+TEST_CASE("DecodeAttention refuses outputs that overlap its inputs or each other", "[validation][decode]") {
+    DecodeAttentionProblem with_lse = paged();
+    with_lse.return_lse = true;
+    const DecodeAttention op(with_lse);
+    void* const in_k = static_cast<char*>(kK) + 4096;  // inside the cache
+    for (void* out : {kQ, kK, in_k, kV, kLengths, kPages})
+        CHECK_THROWS_WITH(op.check({kQ, kK, kV, kLengths, kPages}, {out, kLse}),
+                          ContainsSubstring("output 'out' overlaps") && ContainsSubstring("must be apart"));
+    CHECK_THROWS_WITH(op.check({kQ, kK, kV, kLengths, kPages}, {kOut, kLengths}), ContainsSubstring("output 'lse' overlaps 'lengths'"));
+    CHECK_THROWS_WITH(op.check({kQ, kK, kV, kLengths, kPages}, {kOut, kOut}), ContainsSubstring("output 'out' overlaps 'lse'"));
+    // Just past q's last element is apart: 4 x 32 rows of 128 bf16.
+    CHECK_NOTHROW(op.check({kQ, kK, kV, kLengths, kPages}, {static_cast<char*>(kQ) + 4 * 32 * 128 * 2, kLse}));
+}
+
+TEST_CASE("DecodeAttention strides whose tensors overflow 64-bit offsets are refused", "[validation][decode]") {
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.num_heads = 24, p.o_batch_stride = 128, p.o_head_stride = int64_t{1} << 58; })),
+                      ContainsSubstring("o_token_stride") && ContainsSubstring("2^58"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.q_head_stride = int64_t{1} << 61; })),
+                      ContainsSubstring("q_head_stride") && ContainsSubstring("larger than supported"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.q_batch_stride = int64_t{1} << 57; })),
+                      ContainsSubstring("q spans more than 2^58 elements"));
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_outer_stride = int64_t{1} << 57; })),
+                      ContainsSubstring("each of k and v spans more than 2^58 elements"));
+    // The packed stride around a huge given one saturates and is refused, not wrapped.
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_head_stride = int64_t{1} << 56; })), ContainsSubstring("2^58"));
+    // Subnormal fp8 scales would underflow the softmax scale to zero.
+    CHECK_THROWS_WITH(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.k_scale = 1e-45f; })),
+                      ContainsSubstring("k_scale") && ContainsSubstring("subnormal"));
+    CHECK_NOTHROW(DecodeAttention(with([](auto& p) { p.kv_dtype = DType::fp8_e4m3, p.v_scale = 1e-30f; })));
 }
 
 TEST_CASE("DecodeAttention over an fp8 cache: operands of one byte, on either kernel", "[validation][decode]") {

@@ -16,14 +16,15 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// Fake device addresses, 16-byte aligned: check() never dereferences them.
-void* const kQ = reinterpret_cast<void*>(0x10000);
-void* const kK = reinterpret_cast<void*>(0x20000);
-void* const kV = reinterpret_cast<void*>(0x30000);
-void* const kCuQ = reinterpret_cast<void*>(0x40000);
-void* const kCuK = reinterpret_cast<void*>(0x50000);
-void* const kOut = reinterpret_cast<void*>(0x60000);
-void* const kLse = reinterpret_cast<void*>(0x70000);
+// Fake device addresses, 16-byte aligned and 64 GB apart: check() never dereferences them, and
+// its overlap checks find them apart.
+void* const kQ = reinterpret_cast<void*>(uintptr_t{1} << 36);
+void* const kK = reinterpret_cast<void*>(uintptr_t{2} << 36);
+void* const kV = reinterpret_cast<void*>(uintptr_t{3} << 36);
+void* const kCuQ = reinterpret_cast<void*>(uintptr_t{4} << 36);
+void* const kCuK = reinterpret_cast<void*>(uintptr_t{5} << 36);
+void* const kOut = reinterpret_cast<void*>(uintptr_t{6} << 36);
+void* const kLse = reinterpret_cast<void*>(uintptr_t{7} << 36);
 
 FlashAttentionProblem gqa() {
     FlashAttentionProblem p;
@@ -113,6 +114,23 @@ TEST_CASE("FlashAttention checks its operands by name", "[validation][flash]") {
     CHECK_THROWS_WITH(varlen.check({kQ, kK, kV, TensorView::contiguous(kCuQ, DType::int32, {2}), kCuK}, {kOut}),
                       ContainsSubstring("argument 'cu_seqlens_q'"));
     CHECK_NOTHROW(varlen.check({kQ, TensorView::contiguous(kK, DType::bf16, {5000, 4, 128}), kV, kCuQ, kCuK}, {kOut}));
+}
+
+TEST_CASE("FlashAttention refuses outputs that overlap its inputs or each other", "[validation][flash]") {
+    const FlashAttention with_lse(with([](auto& p) { p.return_lse = true; }));
+    for (void* out : {kQ, kK, kV, static_cast<void*>(static_cast<char*>(kV) + 4096)})
+        CHECK_THROWS_WITH(with_lse.check({kQ, kK, kV}, {out, kLse}), ContainsSubstring("output 'out' overlaps"));
+    CHECK_THROWS_WITH(with_lse.check({kQ, kK, kV}, {kOut, kOut}), ContainsSubstring("output 'out' overlaps 'lse'"));
+    CHECK_THROWS_WITH(with_lse.check({kQ, kK, kV}, {kOut, kK}), ContainsSubstring("output 'lse' overlaps 'k'"));
+    const FlashAttention varlen(with([](auto& p) { p.varlen = true, p.total_q = 3000, p.total_k = 5000, p.seqlen_k = 4000; }));
+    CHECK_THROWS_WITH(varlen.check({kQ, kK, kV, kCuQ, kCuK}, {kCuK}), ContainsSubstring("output 'out' overlaps 'cu_seqlens_k'"));
+}
+
+TEST_CASE("FlashAttention tensors that overflow 64-bit offsets are refused", "[validation][flash]") {
+    CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.seqlen_q = 1 << 21, p.seqlen_k = 1024, p.o_seq_stride = int64_t{1} << 38; })),
+                      ContainsSubstring("overflows"));
+    CHECK_THROWS_WITH(FlashAttention(with([](auto& p) { p.seqlen_q = 1 << 21, p.seqlen_k = 1024, p.q_seq_stride = int64_t{1} << 38; })),
+                      ContainsSubstring("q spans more than 2^58 elements"));
 }
 
 TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tuning key", "[validation][flash]") {

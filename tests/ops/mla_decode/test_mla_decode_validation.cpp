@@ -12,13 +12,14 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// Fake device addresses, 16-byte aligned: check() never dereferences them.
-void* const kQ = reinterpret_cast<void*>(0x10000);
-void* const kKv = reinterpret_cast<void*>(0x20000);
-void* const kLengths = reinterpret_cast<void*>(0x40000);
-void* const kPages = reinterpret_cast<void*>(0x50000);
-void* const kOut = reinterpret_cast<void*>(0x60000);
-void* const kLse = reinterpret_cast<void*>(0x70000);
+// Fake device addresses, 16-byte aligned and 64 GB apart: check() never dereferences them, and
+// its overlap checks find them apart.
+void* const kQ = reinterpret_cast<void*>(uintptr_t{1} << 36);
+void* const kKv = reinterpret_cast<void*>(uintptr_t{2} << 36);
+void* const kLengths = reinterpret_cast<void*>(uintptr_t{4} << 36);
+void* const kPages = reinterpret_cast<void*>(uintptr_t{5} << 36);
+void* const kOut = reinterpret_cast<void*>(uintptr_t{6} << 36);
+void* const kLse = reinterpret_cast<void*>(uintptr_t{7} << 36);
 
 MlaDecodeProblem deepseek() {
     MlaDecodeProblem p;
@@ -93,6 +94,23 @@ TEST_CASE("MlaDecode checks its operands by name", "[validation][mla]") {
     MlaDecode contiguous_op(with_lse);
     CHECK_NOTHROW(contiguous_op.check({kQ, kKv, kLengths}, {kOut, kLse}));
     CHECK_THROWS_WITH(contiguous_op.check({kQ, kKv, kLengths}, {kOut}), ContainsSubstring("(out, lse)"));
+}
+
+TEST_CASE("MlaDecode refuses outputs that overlap its inputs or each other", "[validation][mla]") {
+    MlaDecodeProblem with_lse = deepseek();
+    with_lse.return_lse = true;
+    const MlaDecode op(with_lse);
+    for (void* out : {kQ, kKv, static_cast<void*>(static_cast<char*>(kKv) + (1 << 20)), kLengths, kPages})
+        CHECK_THROWS_WITH(op.check({kQ, kKv, kLengths, kPages}, {out, kLse}), ContainsSubstring("output 'out' overlaps"));
+    CHECK_THROWS_WITH(op.check({kQ, kKv, kLengths, kPages}, {kOut, kOut}), ContainsSubstring("output 'out' overlaps 'lse'"));
+    CHECK_NOTHROW(op.check({kQ, kKv, kLengths, kPages}, {kOut, kLse}));
+}
+
+TEST_CASE("MlaDecode strides whose tensors overflow 64-bit offsets are refused", "[validation][mla]") {
+    CHECK_THROWS_WITH(MlaDecode(with([](auto& p) { p.num_heads = 24, p.o_batch_stride = 512, p.o_head_stride = int64_t{1} << 58; })),
+                      ContainsSubstring("o_token_stride") && ContainsSubstring("2^58"));
+    CHECK_THROWS_WITH(MlaDecode(with([](auto& p) { p.q_batch_stride = int64_t{1} << 57; })),
+                      ContainsSubstring("q spans more than 2^58 elements"));
 }
 
 TEST_CASE("MlaDecode configs: heuristic valid, splits only where the GPU is not full", "[mla]") {

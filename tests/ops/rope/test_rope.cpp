@@ -81,7 +81,7 @@ TEST_CASE("Rope refuses bad problems by name", "[validation][rope]") {
     a.kv_dtype = DType::fp8_e4m3, a.v_scale = -1.0f;
     CHECK_THROWS_WITH(Rope(a), ContainsSubstring("v_scale"));
     a.v_scale = 1e-40f;  // subnormal: its reciprocal overflows
-    CHECK_THROWS_WITH(Rope(a), ContainsSubstring("v_scale") && ContainsSubstring("invert"));
+    CHECK_THROWS_WITH(Rope(a), ContainsSubstring("v_scale") && ContainsSubstring("subnormal"));
     a = llama_append(4), a.cache_token_stride = 64;  // 8 heads of 128 in 64 elements
     CHECK_THROWS_WITH(Rope(a), ContainsSubstring("overlap"));
     a = llama_append(4), a.cache_page_stride = int64_t{1} << 58;
@@ -189,6 +189,13 @@ TEST_CASE("Rope keys round-trip through the registry", "[config][rope]") {
     CHECK_THROWS_WITH(detail::make_op({"rope", {4, 32, 8, 128}, "bf16", "positions9"}),
                       ContainsSubstring("flag 'positions9'"));
     CHECK_THROWS_WITH(detail::make_op({"rope", {4, 32, 8, 128}, "bf16", "kv_fp8"}), ContainsSubstring("pageN"));
+    // Contradictions are refused in either order; rot0 (a typo: 0 means the whole head) and repeats too.
+    for (const char* flags : {"gptj,norot", "norot,gptj", "page16,norot,gptj"})
+        CHECK_THROWS_WITH(detail::make_op({"rope", {4, 32, 8, 128}, "bf16", flags}), ContainsSubstring("contradict"));
+    for (const char* flags : {"rot0", "rot1", "norot,rot0"})
+        CHECK_THROWS_WITH(detail::make_op({"rope", {4, 32, 8, 128}, "bf16", flags}), ContainsSubstring("N >= 2"));
+    CHECK_THROWS_WITH(detail::make_op({"rope", {4, 32, 8, 128}, "bf16", "rot32,rot64"}), ContainsSubstring("rotN given twice"));
+    CHECK_THROWS_WITH(detail::make_op({"rope", {4, 32, 8, 128}, "bf16", "gptj,gptj"}), ContainsSubstring("gptj given twice"));
 }
 
 TEST_CASE("Rope configs compile for sm_80 and sm_90a", "[compile][rope]") {
