@@ -99,6 +99,7 @@ py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg,
                               : layout == AttentionLayout::bshd ? "[batch, seqlen, heads, head_dim]"
                                                                 : "[batch, heads, seqlen, head_dim]";  // v, out: head_dim_v
     for (const PyTensor* t : {&q, &k, &v, &out}) require_rank(*t, varlen ? 3 : 4, "flash_attention", dims);
+    if (call.empty(q.numel() == 0, {&out, lse}, "flash_attention")) return call.nothing("flash_attention");
     p.num_heads = q.size(head);
     p.num_kv_heads = k.size(head);
     p.head_dim = q.size(-1);
@@ -153,6 +154,7 @@ py::object decode_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg
     const char* kv_dims = page_table ? "[num_pages, page_size, kv_heads, head_dim]" : "[batch, max_kv_len, kv_heads, head_dim]";
     require_rank(k, 4, "decode_attention", kv_dims);
     require_rank(v, 4, "decode_attention", kv_dims);
+    if (call.empty(q.numel() == 0, {&out, lse}, "decode_attention")) return call.nothing("decode_attention");
     const TensorView q_view = with_tokens(q, 4), out_view = with_tokens(out, 4);
     ProblemKey<DecodeAttentionProblem> key;
     DecodeAttentionProblem& p = key.problem();
@@ -186,6 +188,7 @@ py::object mla_decode(py::handle q_arg, py::handle kv_arg, py::handle lengths_ar
                                           "[batch, heads, 576], got rank {}",
                                           q.rank));
     require_rank(kv, 3, "mla_decode", page_table ? "[num_pages, page_size, 576]" : "[batch, max_kv_len, 576]");
+    if (call.empty(q.numel() == 0, {&out, lse}, "mla_decode")) return call.nothing("mla_decode");
     const TensorView q_view = with_tokens(q, 4), out_view = with_tokens(out, 4);
     ProblemKey<MlaDecodeProblem> key;
     MlaDecodeProblem& p = key.problem();

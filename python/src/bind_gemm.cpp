@@ -79,6 +79,8 @@ py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::hand
         throw InvalidArgument(fmt::format("tileops_jit.gemm: a's last dim ({}) must equal b's K ({})", a.size(-1), p.k));
     if (a.stride(-1) != 1 && p.k > 1) throw InvalidArgument("tileops_jit.gemm: a must be contiguous in its last dim");
     if (out.stride(-1) != 1 && p.n > 1) throw InvalidArgument("tileops_jit.gemm: out must be contiguous in its last dim");
+    // No rows or no columns (K = 0 is not empty: out = beta c + bias).
+    if (call.empty(p.m == 0 || p.n == 0 || (batched && p.batch == 0), {&out}, "matmul")) return call.nothing("matmul");
     p.alpha = alpha;
     p.beta = beta;
     p.has_c = c != nullptr;

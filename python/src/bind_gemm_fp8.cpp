@@ -95,6 +95,9 @@ py::object gemm_fp8(py::handle a_arg, py::handle b_arg, py::handle scales_a_arg,
                               "in its last dim");
     if (out.stride(-1) != 1 && p.n > 1)
         throw InvalidArgument("tileops_jit.gemm_fp8: out must be contiguous in its last dim");
+    const int64_t m = batched ? a.size(1) : a.rows();
+    if (call.empty(m == 0 || p.n == 0 || (b.rank == 3 && b.size(0) == 0), {&out}, "gemm_fp8"))
+        return call.nothing("gemm_fp8");
     if (batched) {
         p.batch = b.size(0);
         p.m = a.size(1);

@@ -55,6 +55,8 @@ py::object gemm_grouped(py::handle a_arg, py::handle b_arg, py::handle group_row
     } else {
         p.rows = a.size(0);
     }
+    if (call.empty(p.rows == 0 || p.n == 0 || (masked && p.groups == 0), {&out}, "gemm_grouped"))
+        return call.nothing("gemm_grouped");
     p.lda = a.stride(-2);
     p.ldd = out.stride(-2);
     p.dtype = a.dtype;
@@ -120,6 +122,8 @@ py::object gemm_fp8_grouped(py::handle a_arg, py::handle b_arg, py::handle scale
     if (a.stride(-1) != 1 && p.k > 1) throw InvalidArgument("tileops_jit.gemm_grouped: a must be contiguous in its last dim");
     if (out.stride(-1) != 1 && p.n > 1) throw InvalidArgument("tileops_jit.gemm_grouped: out must be contiguous in its last dim");
     p.rows = masked ? a.size(1) : a.size(0);
+    if (call.empty(p.rows == 0 || p.n == 0 || (masked && p.groups == 0), {&out}, "gemm_grouped"))
+        return call.nothing("gemm_grouped");
     p.lda = a.stride(-2);
     p.ldb = b.stride(2);
     p.ldd = out.stride(-2);

@@ -20,6 +20,7 @@ py::object embedding(py::handle ids_arg, py::handle table_arg, py::handle out_ar
     if ((positions == nullptr) != (position_table == nullptr))
         throw InvalidArgument("tileops_jit.embedding: positions and position_table go together");
     if (table.rank != 2) throw InvalidArgument("tileops_jit.embedding: table must be [vocab, hidden]");
+    if (call.empty(ids.numel() == 0 || table.size(1) == 0, {&out}, "embedding")) return call.nothing("embedding");
     ProblemKey<EmbeddingProblem> key;
     EmbeddingProblem& p = key.problem();
     p.num_tokens = ids.numel();
@@ -63,6 +64,8 @@ py::object rope(py::handle q_arg, py::handle k_arg, py::handle positions_arg, py
         if (t != nullptr && t->rank != 3)
             throw InvalidArgument(fmt::format("tileops_jit.rope: {} must be [tokens, heads, head_dim], got rank {}",
                                               t->name, t->rank));
+    // No token: nothing to rotate, nothing to append.
+    if (call.empty(q.size(0) == 0 && k.size(0) == 0, {&q_out, &k_out}, "rope")) return call.nothing("rope");
     ProblemKey<RopeProblem> key;
     RopeProblem& p = key.problem();
     p.num_tokens = q.size(0);
@@ -115,6 +118,7 @@ py::object sample(py::handle logits_arg, py::handle out_arg, py::handle temperat
     if (given != 0 && given != 5)
         throw InvalidArgument("tileops_jit.sample: temperature, top_k, top_p, min_p and offsets go together "
                               "(none of them: greedy)");
+    if (call.empty(logits.rank >= 1 && logits.rows() == 0, {&out}, "sample")) return call.nothing("sample");
     ProblemKey<SamplingProblem> key;
     SamplingProblem& p = key.problem();
     p.batch = logits.rows();

@@ -23,6 +23,7 @@ py::object moe_topk(py::handle logits_arg, py::handle weights_arg, py::handle id
     const PyTensor& weights = call.tensor(weights_arg, "topk_weights");
     const PyTensor& ids = call.tensor(ids_arg, "topk_ids");
     const PyTensor* bias = call.optional(bias_arg, "correction_bias");
+    if (call.empty(logits.rank >= 1 && logits.rows() == 0, {&weights, &ids}, "moe_topk")) return call.nothing("moe_topk");
     ProblemKey<MoeTopKProblem> key;
     MoeTopKProblem& p = key.problem();
     p.tokens = logits.rows();
@@ -49,6 +50,10 @@ py::object moe_topk(py::handle logits_arg, py::handle weights_arg, py::handle id
 py::object moe_permute(py::handle x_arg, py::handle ids_arg, py::handle out_arg, py::handle info_arg,
                        py::handle row_map_arg, py::handle scales_arg, py::handle perm_scales_arg, int64_t num_experts,
                        int64_t capacity, py::handle stream) {
+    if (capacity < 0)
+        throw InvalidArgument(fmt::format("tileops_jit.moe_permute: capacity must be at least 1 (0 here: the contiguous "
+                                          "layout), got {}",
+                                          capacity));
     Call call(stream);
     const PyTensor* scales = call.optional(scales_arg, "x_scales");
     const PyTensor* perm_scales = call.optional(perm_scales_arg, "perm_scales");
@@ -103,6 +108,8 @@ py::object moe_unpermute(py::handle y_arg, py::handle row_map_arg, py::handle we
     const PyTensor& row_map = call.tensor(row_map_arg, "row_map");
     const PyTensor& weights = call.tensor(weights_arg, "topk_weights");
     const PyTensor& out = call.tensor(out_arg, "out");
+    if (call.empty(row_map.rank >= 1 && row_map.rows() == 0, {&out}, "moe_unpermute"))
+        return call.nothing("moe_unpermute");
     ProblemKey<MoeUnpermuteProblem> key;
     MoeUnpermuteProblem& p = key.problem();
     p.tokens = row_map.rows();

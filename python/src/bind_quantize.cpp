@@ -34,6 +34,9 @@ py::object quantize(py::handle x_arg, py::handle q_arg, py::handle scales_arg, p
         throw InvalidArgument(fmt::format("tileops_jit.quantize: block_1x128 scales must be [ceil(cols / 128), rows] "
                                           "(rank 2), got rank {}",
                                           scales->rank));
+    // (A per-tensor scale of an empty x is not empty: the op refuses it.)
+    if (call.empty(x.numel() == 0 && (scales == nullptr || scales->numel() == 0), {&q, scales}, "quantize"))
+        return call.nothing("quantize");
     ProblemKey<QuantizeProblem> key;
     QuantizeProblem& p = key.problem();
     p.rows = x.rows();

@@ -32,6 +32,7 @@ py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg,
     const PyTensor* residual_out = call.optional(residual_out_arg, "residual_out");
     if ((residual == nullptr) != (residual_out == nullptr))
         throw InvalidArgument("tileops_jit.rms_norm: residual and residual_out go together");
+    if (call.empty(x.numel() == 0, {&out, residual_out}, "rms_norm")) return call.nothing("rms_norm");
     ProblemKey<RmsNormProblem> key;
     RmsNormProblem& p = key.problem();
     set_rows(p, x, out);
@@ -53,6 +54,7 @@ py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_a
     const PyTensor& weight = call.tensor(weight_arg, "weight");
     const PyTensor& bias = call.tensor(bias_arg, "bias");
     const PyTensor& out = call.tensor(out_arg, "out");
+    if (call.empty(x.numel() == 0, {&out}, "layer_norm")) return call.nothing("layer_norm");
     ProblemKey<LayerNormProblem> key;
     LayerNormProblem& p = key.problem();
     set_rows(p, x, out);
@@ -64,6 +66,8 @@ py::object softmax(py::handle x_arg, py::handle out_arg, bool log, py::handle st
     Call call(stream);
     const PyTensor& x = call.tensor(x_arg, "x");
     const PyTensor& out = call.tensor(out_arg, "out");
+    const char* name = log ? "log_softmax" : "softmax";
+    if (call.empty(x.numel() == 0, {&out}, name)) return call.nothing(name);
     ProblemKey<SoftmaxProblem> key;
     SoftmaxProblem& p = key.problem();
     set_rows(p, x, out);
@@ -80,6 +84,7 @@ py::object elementwise(ElementwiseOp which, py::handle a_arg, py::handle b_arg, 
     if (is_binary(which) != (b != nullptr))
         throw InvalidArgument(fmt::format("tileops_jit.{}: {}", elementwise_op_name(which),
                                           is_binary(which) ? "needs b" : "takes no b"));
+    if (call.empty(a.numel() == 0, {&out}, elementwise_op_name(which))) return call.nothing(elementwise_op_name(which));
     ProblemKey<ElementwiseProblem> key;
     ElementwiseProblem& p = key.problem();
     p.op = which;

@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "cuda/device.hpp"
 #include "cuda/driver.hpp"
 #include "tileops/error.hpp"
 
@@ -30,10 +31,23 @@ private:
     CUcontext saved_ = nullptr;
 };
 
+// A stream handle: a non-negative int that fits a pointer.
+uintptr_t handle_of(py::handle value, const char* what) {
+    if (PyLong_Check(value.ptr())) {
+        const unsigned long long handle = PyLong_AsUnsignedLongLong(value.ptr());
+        if (!(handle == static_cast<unsigned long long>(-1) && PyErr_Occurred()) && handle <= UINTPTR_MAX)
+            return static_cast<uintptr_t>(handle);
+        PyErr_Clear();
+    }
+    throw InvalidArgument(fmt::format("tileops_jit: stream{} must be a stream handle, an int in [0, 2^64); got {}", what,
+                                      py::repr(value).cast<std::string>()));
+}
+
 uintptr_t stream_handle(py::handle stream) {
-    if (py::isinstance<py::int_>(stream)) return stream.cast<uintptr_t>();
+    if (PyLong_Check(stream.ptr())) return handle_of(stream, "");
     for (const char* attribute : {"cuda_stream", "ptr"})
-        if (py::hasattr(stream, attribute)) return stream.attr(attribute).cast<uintptr_t>();
+        if (py::hasattr(stream, attribute))
+            return handle_of(stream.attr(attribute), attribute[0] == 'c' ? ".cuda_stream" : ".ptr");
     throw InvalidArgument(fmt::format("tileops_jit: stream must be None, an int handle, or a stream object with "
                                       "cuda_stream or ptr; got a {}",
                                       py::str(py::type::of(stream).attr("__name__")).cast<std::string>()));
@@ -42,7 +56,7 @@ uintptr_t stream_handle(py::handle stream) {
 thread_local Mode current_mode = Mode::run;
 thread_local std::string explanation;
 
-// Runtimes are never destroyed, for the reason ops are not (Call::op).
+// Runtimes are never destroyed, for the reason cached ops are not (OpCache).
 std::map<int, std::unique_ptr<Runtime>>& runtimes() {
     static auto* by_device = new std::map<int, std::unique_ptr<Runtime>>();
     return *by_device;
@@ -62,6 +76,54 @@ Runtime& runtime_for(int device) {
         found = runtimes().emplace(device, std::make_unique<Runtime>(options)).first;
     }
     return *found->second;
+}
+
+OpCache& OpCache::instance() {
+    static auto* cache = new OpCache();  // never destroyed (see the class)
+    return *cache;
+}
+
+const std::shared_ptr<CachedOp>* OpCache::find(std::string_view key) {
+    auto found = index_.find(key);
+    if (found == index_.end()) return nullptr;
+    CachedOp& entry = *found->second;
+    if (!entry.pinned && entry.position != lru_.begin()) lru_.splice(lru_.begin(), lru_, entry.position);
+    return &found->second;
+}
+
+void OpCache::insert(const std::shared_ptr<CachedOp>& entry) {
+    if (entry->cached || index_.find(entry->key) != index_.end()) return;
+    index_.emplace(std::string_view(entry->key), entry);
+    entry->position = lru_.insert(lru_.begin(), entry.get());
+    entry->cached = true;
+    evict_to_bound();
+}
+
+void OpCache::pin(const std::shared_ptr<CachedOp>& entry) {
+    if (entry->pinned) return;
+    entry->pinned = true;
+    if (entry->cached)
+        pinned_.splice(pinned_.end(), lru_, entry->position);
+    else
+        kept_.push_back(entry);
+}
+
+void OpCache::set_capacity(size_t capacity) {
+    if (capacity == 0) throw InvalidArgument("tileops_jit: the op cache's capacity must be at least 1");
+    capacity_ = capacity;
+    evict_to_bound();
+}
+
+void OpCache::evict_to_bound() {
+    while (lru_.size() > capacity_) {
+        CachedOp* victim = lru_.back();
+        lru_.pop_back();
+        victim->cached = false;
+        ++evictions_;
+        auto found = index_.find(std::string_view(victim->key));
+        retired_.push_back(std::move(found->second));
+        index_.erase(found);
+    }
 }
 
 Call::Call(py::handle stream) {
@@ -96,24 +158,57 @@ const PyTensor* Call::optional(py::handle object, const char* name) {
     return object.is_none() ? nullptr : &tensor(object, name);
 }
 
+bool Call::empty(bool work_empty, std::initializer_list<const PyTensor*> outputs, const char* op) {
+    if (!work_empty) return false;
+    for (const PyTensor* t : outputs)
+        if (t != nullptr && t->numel() != 0)
+            throw InvalidArgument(fmt::format("tileops_jit.{}: the problem is empty, but argument '{}' has {} elements "
+                                              "(expected none)",
+                                              op, t->name, t->numel()));
+    return true;
+}
+
+py::object Call::nothing(const char* op) {
+    if (current_mode == Mode::explain)
+        explanation = fmt::format("tileops_jit.{}: an empty problem: nothing runs", op);
+    return py::none();
+}
+
 py::object Call::finish(Op& op, Inputs inputs, Outputs outputs) {
     if (device_ < 0) throw InvalidArgument("tileops_jit: the call has no tensor to take its device from");
-    // The hot path: a run on a device whose runtime exists; run() checks the operands itself.
-    if (auto found = runtimes().find(device_); found != runtimes().end() && current_mode == Mode::run) {
-        KeepCurrentContext keep;
-        op.run(*found->second, inputs, outputs, reinterpret_cast<CUstream>(stream_));
-        return py::none();
+    // The hot path: a cached op run on a device whose runtime exists; run() checks the operands
+    // itself. Otherwise the operand checks come first: they need no GPU, so bad arguments are
+    // reported the same on a machine without one, and an op enters the cache only once they pass.
+    const Mode mode = current_mode;
+    auto found = runtimes().find(device_);
+    Runtime* runtime = found != runtimes().end() ? found->second.get() : nullptr;
+    if (fresh_ || runtime == nullptr || mode != Mode::run) op.check(inputs, outputs);
+    if (fresh_) {
+        OpCache::instance().insert(entry_);
+        fresh_ = false;
     }
-    // Otherwise the operand checks come first: they need no GPU, so bad arguments are reported
-    // the same on a machine without one.
-    op.check(inputs, outputs);
     KeepCurrentContext keep;
-    Runtime& runtime = runtime_for(device_);
-    switch (current_mode) {
-    case Mode::explain: explanation = runtime.explain(op); break;
-    case Mode::prepare: runtime.prepare(op); break;
-    case Mode::run: op.run(runtime, inputs, outputs, reinterpret_cast<CUstream>(stream_)); break;
+    if (runtime == nullptr) runtime = &runtime_for(device_);
+    const auto stream = reinterpret_cast<CUstream>(stream_);
+    bool capturing = false;
+    {
+        // Nothing below touches a Python object: the tensors were read, the op is held by entry_.
+        py::gil_scoped_release unlocked;
+        switch (mode) {
+        case Mode::explain: explanation = runtime->explain(op); break;
+        case Mode::prepare: runtime->prepare(op); break;
+        case Mode::run:
+            op.run(*runtime, inputs, outputs, stream);
+            capturing = cuda::stream_is_capturing(stream);
+            break;
+        }
     }
+    // A CUDA graph captured on the stream may hold the op's workspace: the op must stay. Retired
+    // ops are freed only outside a capture.
+    if (capturing)
+        OpCache::instance().pin(entry_);
+    else if (mode == Mode::run && OpCache::instance().has_retired())
+        OpCache::instance().release_retired();
     return py::none();
 }
 

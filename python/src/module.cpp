@@ -103,6 +103,20 @@ void bind_runtime(py::module_& m) {
     m.def("version", [] { return std::string(tileops::version()); });
     m.def("set_mode", &set_mode, py::arg("mode"));
     m.def("take_explanation", &take_explanation);
+    // The op cache (call.hpp): its bound (TILEOPS_PY_OP_CACHE_SIZE, read by the package) and state.
+    m.def("set_op_cache_capacity", [](size_t capacity) { OpCache::instance().set_capacity(capacity); },
+          py::arg("capacity"));
+    m.def("op_cache_info", [] {
+        const OpCache& cache = OpCache::instance();
+        py::dict d;
+        d["size"] = cache.size();
+        d["capacity"] = cache.capacity();
+        d["pinned"] = cache.pinned();
+        d["evictions"] = cache.evictions();
+        d["retired"] = cache.retired();
+        d["default_capacity"] = OpCache::kDefaultCapacity;
+        return d;
+    });
     m.def("device_info", [](int device) {
         const DeviceInfo& info = runtime_for(device).device();
         py::dict d;

@@ -56,12 +56,17 @@ TorchTypes& torch_types() {
     PyObject* modules = PyImport_GetModuleDict();
     PyObject* torch = PyDict_GetItemString(modules, "torch");  // borrowed; null: torch not imported
     if (torch == nullptr) return types;
+    // An attribute a build of torch lacks leaves its slot null (its error cleared before the next lookup).
     types.tensor_type = PyObject_GetAttrString(torch, "Tensor");
+    PyErr_Clear();
     const char* dtype_names[5] = {"float32", "float16", "bfloat16", "int32", "float8_e4m3fn"};
-    for (int i = 0; i < 5; ++i) types.dtypes[i] = PyObject_GetAttrString(torch, dtype_names[i]);
+    for (int i = 0; i < 5; ++i) {
+        types.dtypes[i] = PyObject_GetAttrString(torch, dtype_names[i]);
+        PyErr_Clear();
+    }
     if (Ref c(PyObject_GetAttrString(torch, "_C")); c)
         types.current_stream = PyObject_GetAttrString(c.get(), "_cuda_getCurrentRawStream");
-    PyErr_Clear();  // an attribute a build of torch lacks leaves its slot null
+    PyErr_Clear();
     types.ready = types.tensor_type != nullptr;
     return types;
 }
@@ -153,15 +158,20 @@ const char* dlpack_device_name(int type) {
     }
 }
 
+// DLPack 1.1's kDLFloat8_e4m3fn (what torch exports float8_e4m3fn as: code 10, 8 bits, 1 lane).
+// Spelled out: the dlpack.h found at build time may predate it (v0.6 has no fp8 codes).
+constexpr uint8_t kDLPackFloat8E4M3FN = 10;
+
 DType dlpack_dtype(const DLDataType& type, const char* name) {
     if (type.lanes == 1) {
         if (type.code == kDLFloat && type.bits == 32) return DType::fp32;
         if (type.code == kDLFloat && type.bits == 16) return DType::fp16;
         if (type.code == kDLBfloat && type.bits == 16) return DType::bf16;
         if (type.code == kDLInt && type.bits == 32) return DType::int32;
+        if (type.code == kDLPackFloat8E4M3FN && type.bits == 8) return DType::fp8_e4m3;
     }
     throw InvalidArgument(fmt::format("tileops_jit: argument '{}' has DLPack dtype (code {}, {} bits, {} lanes); "
-                                      "supported: float32, float16, bfloat16, int32",
+                                      "supported: float32, float16, bfloat16, int32, float8_e4m3fn (code 10, 8 bits)",
                                       name, type.code, type.bits, type.lanes));
 }
 

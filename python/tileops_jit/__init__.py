@@ -7,9 +7,11 @@
     print(tj.explain(tj.rms_norm, x, w))        # which config, and where it came from
 
 Tensors: torch.Tensor, or any object with __dlpack__ (CuPy, JAX...: pass out= and stream=).
-Errors: InvalidArgument (a ValueError) for bad arguments; the others (Unsupported, DriverError,
-CompileError, CacheMiss, FileError) are RuntimeErrors. When torch is installed the ops are also
-torch custom ops (torch.ops.tileops.*), so torch.compile(fullgraph=True) keeps them in its graph.
+Inference only: no autograd. Errors: InvalidArgument (a ValueError) for bad arguments; the others
+(Unsupported, DriverError, CompileError, CacheMiss, FileError) are RuntimeErrors. With torch >= 2.4
+installed the ops are also torch custom ops (torch.ops.tileops.*), so torch.compile(fullgraph=True)
+keeps them in its graph. The ops built (one per problem) are kept up to TILEOPS_PY_OP_CACHE_SIZE
+(default 1024), the least recently used evicted first.
 """
 
 from . import _C
@@ -21,10 +23,39 @@ from .ops import (RopeScaling, add, decode_attention, embedding, flash_attention
 
 __version__ = _C.version()
 
-if _ops._torch is not None:
+def _torch_has_custom_ops(torch):
+    """Whether torch has the custom-op API the package uses (torch.library.custom_op,
+    torch.compiler.is_compiling: torch >= 2.4). With an older torch the functions still take torch
+    tensors, eagerly, but are no torch custom ops (torch.compile breaks its graph around them)."""
+    library, compiler = getattr(torch, "library", None), getattr(torch, "compiler", None)
+    return callable(getattr(library, "custom_op", None)) and callable(getattr(compiler, "is_compiling", None))
+
+
+if _ops._torch is not None and _torch_has_custom_ops(_ops._torch):
     from . import torch_library as _torch_library
 
     _ops._torch_library = _torch_library
+    _ops._compiling = _ops._torch.compiler.is_compiling  # the functions then go through the custom ops
+
+
+def _set_op_cache_size_from_environment():
+    """TILEOPS_PY_OP_CACHE_SIZE: how many ops (one per problem) the process keeps built, at least 1."""
+    import os
+
+    text = os.environ.get("TILEOPS_PY_OP_CACHE_SIZE", "").strip()
+    if not text:
+        return
+    try:
+        size = int(text, 10)
+    except ValueError:
+        size = 0
+    if not 1 <= size < 1 << 63:
+        raise InvalidArgument(f"tileops_jit: TILEOPS_PY_OP_CACHE_SIZE must be a whole number of ops, at least 1 "
+                              f"(default {_C.op_cache_info()['default_capacity']}), got {text!r}")
+    _C.set_op_cache_capacity(size)
+
+
+_set_op_cache_size_from_environment()
 
 
 def explain(op, *args, **kwargs):

@@ -6,8 +6,14 @@ Outputs are allocated (with torch) when not given as `out=`; tensors other than 
 The first call of a problem builds its op (config from the tuning database, kernel from the cache
 or compiled); later calls of the same problem are a lookup and a launch. Run a problem once
 before capturing it in a CUDA graph (the first run may compile and allocate).
+
+Inference only: nothing here records autograd history. Under torch.compile the functions call
+their torch custom ops (torch.ops.tileops.*), which allocate their results: a given `out=` (and
+`residual_out=`, `q_out=` / `k_out=`, `scales=`, `lse=`) then receives a copy of the result, and
+`stream=` is ignored (the compiled graph runs on torch's current stream).
 """
 
+import operator
 from typing import NamedTuple
 
 from . import _C
@@ -15,23 +21,87 @@ from . import _C
 # Arguments go to _C positionally: keywords cost a lookup each on every call.
 try:
     import torch as _torch
-
-    _compiling = _torch.compiler.is_compiling  # the ops then go through their torch custom ops
 except ImportError:
     _torch = None
 
-    def _compiling():
-        return False
+
+def _not_compiling():
+    return False
 
 
-def _new(like, shape, dtype=None, name="out"):
+# torch.compiler.is_compiling once the package has registered the torch custom ops (torch >= 2.4);
+# until then (and without torch) the functions always run eagerly.
+_compiling = _not_compiling
+
+
+def _new(like, shape, dtype=None, name="out", zero=False):
     """An output tensor on `like`'s device (torch tensors only); dtype: like's, a torch dtype or its name."""
     if _torch is None or not isinstance(like, _torch.Tensor):
         raise _C.InvalidArgument(
             f"tileops_jit: {name}= is required for tensors other than torch's (got a {type(like).__name__})")
     if isinstance(dtype, str):
-        dtype = getattr(_torch, dtype)
-    return like.new_empty(shape, dtype=like.dtype if dtype is None else dtype)
+        named = getattr(_torch, dtype, None)
+        if not isinstance(named, _torch.dtype):
+            raise _C.InvalidArgument(f"tileops_jit: {dtype!r} is not a torch dtype (e.g. torch.bfloat16 or 'bfloat16')")
+        dtype = named
+    dtype = like.dtype if dtype is None else dtype
+    return like.new_zeros(shape, dtype=dtype) if zero else like.new_empty(shape, dtype=dtype)
+
+
+def _into(out, result):
+    """Under torch.compile: the custom op's `result` copied into the caller's `out` (returned), or
+    `result` itself when no out was given."""
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+# --- scalar arguments ----------------------------------------------------------------------------
+# Checked in Python, so that a wrong type is an InvalidArgument naming the argument (not pybind's
+# list of signatures); a value of the expected type passes at the cost of a type check.
+
+_INT64 = 1 << 63
+
+
+def _int(value, name, op):
+    """`value` as a 64-bit int (int, bool, numpy or other integers with __index__)."""
+    if type(value) is int and -_INT64 <= value < _INT64:
+        return value
+    try:
+        converted = operator.index(value)
+    except TypeError:
+        raise _C.InvalidArgument(f"tileops_jit.{op}: {name} must be an int, got {type(value).__name__} "
+                                 f"{value!r}") from None
+    if not -_INT64 <= converted < _INT64:
+        raise _C.InvalidArgument(f"tileops_jit.{op}: {name} = {converted} does not fit in a 64-bit int")
+    return converted
+
+
+def _float(value, name, op):
+    """`value` as a float (int, float, numpy scalars, one-element tensors)."""
+    if type(value) is float:
+        return value
+    if value is not None and not isinstance(value, (str, bytes)):
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise _C.InvalidArgument(f"tileops_jit.{op}: {name} must be a number, got {type(value).__name__} {value!r}")
+
+
+def _bool(value, name, op):
+    """`value` as a bool (True, False, 0, 1, numpy.bool_)."""
+    if value is True or value is False:
+        return value
+    if (type(value) is int and value in (0, 1)) or type(value).__name__ in ("bool_", "bool"):
+        return bool(value)
+    raise _C.InvalidArgument(f"tileops_jit.{op}: {name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def _scale(value, op):
+    """A softmax scale: None (or 0) is the op's default, 1 / sqrt(head_dim)."""
+    return 0.0 if value is None else _float(value, "scale", op)
 
 
 # --- row ops -------------------------------------------------------------------------------------
@@ -43,7 +113,14 @@ def rms_norm(x, weight, eps=1e-6, *, residual=None, out=None, residual_out=None,
     itself for an in-place update): returns (y, h).
     """
     if _compiling():
-        return _torch_ops().rms_norm(x, weight, eps, residual, out_dtype)
+        if residual is None:
+            if residual_out is not None:
+                raise _C.InvalidArgument("tileops_jit.rms_norm: residual and residual_out go together")
+            return _into(out, _torch_ops().rms_norm(x, weight, eps, None, out_dtype))
+        y, h = _torch_ops().rms_norm(x, weight, eps, residual, out_dtype)
+        return _into(out, y), _into(residual_out, h)
+    if type(eps) is not float:
+        eps = _float(eps, "eps", "rms_norm")
     if out is None:
         out = _new(x, x.shape, out_dtype)
     if residual is not None and residual_out is None:
@@ -55,7 +132,9 @@ def rms_norm(x, weight, eps=1e-6, *, residual=None, out=None, residual_out=None,
 def layer_norm(x, weight, bias, eps=1e-5, *, out=None, out_dtype=None, stream=None):
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim."""
     if _compiling():
-        return _torch_ops().layer_norm(x, weight, bias, eps, out_dtype)
+        return _into(out, _torch_ops().layer_norm(x, weight, bias, eps, out_dtype))
+    if type(eps) is not float:
+        eps = _float(eps, "eps", "layer_norm")
     if out is None:
         out = _new(x, x.shape, out_dtype)
     _C.layer_norm(x, weight, bias, out, eps, stream)
@@ -74,7 +153,7 @@ def log_softmax(x, *, out=None, out_dtype=None, stream=None):
 
 def _softmax(x, log, out, out_dtype, stream):
     if _compiling():
-        return _torch_ops().softmax(x, log, out_dtype)
+        return _into(out, _torch_ops().softmax(x, log, out_dtype))
     if out is None:
         out = _new(x, x.shape, out_dtype)
     _C.softmax(x, out, log, stream)
@@ -89,7 +168,7 @@ _BINARY = {"add": _C.ElementwiseOp.add, "mul": _C.ElementwiseOp.mul, "silu_mul":
 
 def _elementwise(name, a, b, out, out_dtype, stream):
     if _compiling():
-        return _torch_ops().elementwise(name, a, b, out_dtype)
+        return _into(out, _torch_ops().elementwise(name, a, b, out_dtype))
     if out is None:
         out = _new(a, a.shape, out_dtype)
     _C.elementwise(_UNARY[name] if b is None else _BINARY[name], a, b, out, stream)
@@ -149,7 +228,11 @@ def matmul(a, b, *, bias=None, c=None, alpha=1.0, beta=0.0, activation=None, out
     if activation not in _EPILOGUES:
         raise _C.InvalidArgument(f"tileops_jit.matmul: activation must be None, 'gelu' or 'silu', got {activation!r}")
     if _compiling():
-        return _torch_ops().gemm(a, b, c, bias, alpha, beta, activation or "none", out_dtype)
+        return _into(out, _torch_ops().gemm(a, b, c, bias, alpha, beta, activation or "none", out_dtype))
+    if type(alpha) is not float:
+        alpha = _float(alpha, "alpha", "matmul")
+    if type(beta) is not float:
+        beta = _float(beta, "beta", "matmul")
     if out is None:
         out = _new(a, (*a.shape[:-1], b.shape[-1]), out_dtype)
     _C.gemm(a, b, out, c, bias, alpha, beta, _EPILOGUES[activation], stream)
@@ -157,7 +240,8 @@ def matmul(a, b, *, bias=None, c=None, alpha=1.0, beta=0.0, activation=None, out
 
 
 def linear(x, weight, bias=None, *, activation=None, out=None, out_dtype=None, stream=None):
-    """x @ weight.T + bias, as torch.nn.functional.linear; weight: [N, K]."""
+    """activation(x @ weight.T + bias), as torch.nn.functional.linear; weight: [N, K]. (matmul
+    takes c, alpha and beta besides.)"""
     return matmul(x, weight.t() if hasattr(weight, "t") else weight.T, bias=bias, activation=activation, out=out,
                   out_dtype=out_dtype, stream=stream)
 
@@ -180,13 +264,20 @@ def flash_attention(q, k, v, *, causal=False, scale=None, window_left=-1, layout
     if _compiling():
         o, l = _torch_ops().flash_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
                                             scale or 0.0, window_left, layout, return_lse)
-        return (o, l) if return_lse else o
+        return (_into(out, o), _into(lse, l)) if return_lse else _into(out, o)
+    if not (type(causal) is bool and type(window_left) is int and type(max_seqlen_q) is int
+            and type(max_seqlen_k) is int and (scale is None or type(scale) is float)):
+        op = "flash_attention"
+        causal, window_left = _bool(causal, "causal", op), _int(window_left, "window_left", op)
+        max_seqlen_q, max_seqlen_k = _int(max_seqlen_q, "max_seqlen_q", op), _int(max_seqlen_k, "max_seqlen_k", op)
+        scale = _scale(scale, op)
+    scale = scale or 0.0
     if out is None:
         out = _new(q, _flash_out_shape(q, v))
     if return_lse and lse is None:
         lse = _new(q, _flash_lse_shape(q, layout, cu_seqlens_q), "float32", "lse")
     _C.flash_attention(q, k, v, out, lse if return_lse else None, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                       max_seqlen_k, causal, scale or 0.0, window_left, _LAYOUTS[layout], stream)
+                       max_seqlen_k, causal, scale, window_left, _LAYOUTS[layout], stream)
     return (out, lse) if return_lse else out
 
 
@@ -213,13 +304,20 @@ def decode_attention(q, k_cache, v_cache, lengths, *, page_table=None, max_kv_le
     if _compiling():
         o, l = _torch_ops().decode_attention(q, k_cache, v_cache, lengths, page_table, max_kv_len, scale or 0.0,
                                              softcap, window_left, k_scale, v_scale, return_lse)
-        return (o, l) if return_lse else o
+        return (_into(out, o), _into(lse, l)) if return_lse else _into(out, o)
+    if not (type(max_kv_len) is int and type(window_left) is int and type(softcap) is float
+            and type(k_scale) is float and type(v_scale) is float and (scale is None or type(scale) is float)):
+        op = "decode_attention"
+        max_kv_len, window_left = _int(max_kv_len, "max_kv_len", op), _int(window_left, "window_left", op)
+        scale, softcap = _scale(scale, op), _float(softcap, "softcap", op)
+        k_scale, v_scale = _float(k_scale, "k_scale", op), _float(v_scale, "v_scale", op)
+    scale = scale or 0.0
     if out is None:
         out = _new(q, q.shape)
     if return_lse and lse is None:
         lse = _new(q, q.shape[:-1], "float32", "lse")
     _C.decode_attention(q, k_cache, v_cache, lengths, out, lse if return_lse else None, page_table, max_kv_len,
-                        scale or 0.0, softcap, window_left, k_scale, v_scale, stream)
+                        scale, softcap, window_left, k_scale, v_scale, stream)
     return (out, lse) if return_lse else out
 
 
@@ -230,13 +328,15 @@ def mla_decode(q, kv_cache, lengths, *, page_table=None, max_kv_len=0, scale=Non
     page_table; lengths: [batch] int32. out: [..., 512]."""
     if _compiling():
         o, l = _torch_ops().mla_decode(q, kv_cache, lengths, page_table, max_kv_len, scale or 0.0, return_lse)
-        return (o, l) if return_lse else o
+        return (_into(out, o), _into(lse, l)) if return_lse else _into(out, o)
+    if not (type(max_kv_len) is int and (scale is None or type(scale) is float)):
+        max_kv_len, scale = _int(max_kv_len, "max_kv_len", "mla_decode"), _scale(scale, "mla_decode")
+    scale = scale or 0.0
     if out is None:
         out = _new(q, (*q.shape[:-1], 512))
     if return_lse and lse is None:
         lse = _new(q, q.shape[:-1], "float32", "lse")
-    _C.mla_decode(q, kv_cache, lengths, out, lse if return_lse else None, page_table, max_kv_len, scale or 0.0,
-                  stream)
+    _C.mla_decode(q, kv_cache, lengths, out, lse if return_lse else None, page_table, max_kv_len, scale, stream)
     return (out, lse) if return_lse else out
 
 
@@ -246,7 +346,7 @@ def embedding(ids, table, *, positions=None, position_table=None, out=None, out_
     """table[ids] (+ position_table[positions]); ids and positions int32 of any shape; out: [*ids.shape, hidden].
     An id or position outside its table reads nothing and contributes zeros."""
     if _compiling():
-        return _torch_ops().embedding(ids, table, positions, position_table, out_dtype)
+        return _into(out, _torch_ops().embedding(ids, table, positions, position_table, out_dtype))
     if out is None:
         out = _new(table, (*ids.shape, table.shape[1]), out_dtype)
     _C.embedding(ids, table, out, positions, position_table, stream)
@@ -290,8 +390,17 @@ def rope(q, k, positions, *, theta=10000.0, style="neox", rotary_dim=0, scaling=
         raise _C.InvalidArgument(
             f"tileops_jit.rope: scaling type must be 'none', 'linear' or 'llama3', got {scaling.type!r}")
     if _compiling():
-        return _torch_ops().rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim, scaling.type,
-                                 [float(x) for x in scaling[1:]], k_scale, v_scale, inplace)
+        q_o, k_o = _torch_ops().rope(q, k, positions, v, slots, k_cache, v_cache, theta, style, rotary_dim,
+                                     scaling.type, [float(x) for x in scaling[1:]], k_scale, v_scale, inplace)
+        return (q_o, k_o) if inplace else (_into(q_out, q_o), _into(k_out, k_o))
+    factors = scaling[1:]
+    if not (type(theta) is float and type(rotary_dim) is int and type(k_scale) is float and type(v_scale) is float
+            and type(factors[0]) is float and type(factors[1]) is float and type(factors[2]) is float
+            and type(factors[3]) is float):
+        op = "rope"
+        theta, rotary_dim = _float(theta, "theta", op), _int(rotary_dim, "rotary_dim", op)
+        k_scale, v_scale = _float(k_scale, "k_scale", op), _float(v_scale, "v_scale", op)
+        factors = [_float(x, "scaling." + field, op) for x, field in zip(factors, RopeScaling._fields[1:])]
     if inplace:
         q_out, k_out = q, k
     if q_out is None:
@@ -299,22 +408,63 @@ def rope(q, k, positions, *, theta=10000.0, style="neox", rotary_dim=0, scaling=
     if k_out is None:
         k_out = _new(k, k.shape, name="k_out")
     _C.rope(q, k, positions, q_out, k_out, v, slots, k_cache, v_cache, theta, _ROPE_STYLES[style], rotary_dim,
-            _C.RopeScaling(_SCALING_TYPES[scaling.type], *scaling[1:]), k_scale, v_scale, stream)
+            _C.RopeScaling(_SCALING_TYPES[scaling.type], *factors), k_scale, v_scale, stream)
     return q_out, k_out
+
+
+# The sampling parameters in _C.sample's order, with the value that leaves a row as it is (the
+# meanings: include/tileops/sampling.hpp) and its dtype.
+_SAMPLING_PARAMETERS = (("temperature", 1.0, "float32"), ("top_k", 0, "int32"), ("top_p", 1.0, "float32"),
+                        ("min_p", 0.0, "float32"), ("offsets", 0, "int32"))
 
 
 def sample(logits, *, temperature=None, top_k=None, top_p=None, min_p=None, offsets=None, seed=0, out=None,
            stream=None):
     """The next token of each row of logits [batch, vocab]: greedy (argmax) when no parameter is
     given, else drawn with per-row temperature, top_k, top_p, min_p (fp32 / int32 / fp32 / fp32
-    device tensors of [batch]) from `seed` and the per-row int32 `offsets` (advance them every
-    step). Returns int32 [batch]."""
+    device tensors of [batch]) from `seed` (an int in [0, 2^64)) and the per-row int32 `offsets`
+    (advance them every step). Each parameter is optional: one left out takes its neutral value
+    (temperature 1, top_k 0: no top-k, top_p 1, min_p 0, offsets 0), made on the logits' device
+    with torch (with tensors other than torch's, give all five or none). Returns int32 [batch]."""
     if _compiling():
-        return _torch_ops().sample(logits, temperature, top_k, top_p, min_p, offsets, seed)
+        return _into(out, _torch_ops().sample(logits, temperature, top_k, top_p, min_p, offsets, seed))
+    if type(seed) is not int or not 0 <= seed < _UINT64:
+        seed = _seed(seed)
+    parameters = (temperature, top_k, top_p, min_p, offsets)
+    if temperature is None or top_k is None or top_p is None or min_p is None or offsets is None:
+        if not (temperature is None and top_k is None and top_p is None and min_p is None and offsets is None):
+            parameters = _neutral_fill(logits, parameters)  # some given: the others neutral
     if out is None:
         out = _new(logits, logits.shape[:-1], "int32")
-    _C.sample(logits, out, temperature, top_k, top_p, min_p, offsets, seed, stream)
+    _C.sample(logits, out, *parameters, seed, stream)
     return out
+
+
+_UINT64 = 1 << 64
+
+
+def _seed(value):
+    try:
+        seed = operator.index(value)
+    except TypeError:
+        seed = None
+    if seed is None or not 0 <= seed < _UINT64:
+        raise _C.InvalidArgument(f"tileops_jit.sample: seed must be an int in [0, 2^64), got {type(value).__name__} "
+                                 f"{value!r}")
+    return seed
+
+
+def _neutral_fill(logits, parameters):
+    """The sampling parameters with each one missing made on logits' device, of its neutral value."""
+    missing = [name for p, (name, _, _) in zip(parameters, _SAMPLING_PARAMETERS) if p is None]
+    if _torch is None or not isinstance(logits, _torch.Tensor):
+        raise _C.InvalidArgument(
+            f"tileops_jit.sample: {', '.join(missing)} not given: with tensors other than torch's (a "
+            f"{type(logits).__name__} here) the package cannot make them; give temperature, top_k, top_p, min_p and "
+            f"offsets together (neutral values: 1, 0, 1, 0, 0) or none of them (greedy)")
+    rows = logits.shape[:-1]
+    return tuple(p if p is not None else logits.new_full(rows, value, dtype=getattr(_torch, dtype))
+                 for p, (_, value, dtype) in zip(parameters, _SAMPLING_PARAMETERS))
 
 
 # --- quantize ------------------------------------------------------------------------------------
@@ -334,7 +484,11 @@ def quantize(x, scaling="per_token", *, scale=None, out=None, scales=None, strea
         raise _C.InvalidArgument(f"tileops_jit.quantize: scaling must be 'per_token', 'block_1x128' or "
                                  f"'per_tensor', got {scaling!r}")
     if _compiling():
-        return _torch_ops().quantize(x, scaling, scale)
+        if scale is not None and scales is not None:
+            raise _C.InvalidArgument("tileops_jit.quantize: give scales (the scales to compute) or scale (a static "
+                                     "per-tensor scale), one of them")
+        q, computed = _torch_ops().quantize(x, scaling, scale)
+        return _into(out, q), (scale if scale is not None else _into(scales, computed))
     if out is None:
         out = _new(x, x.shape, "float8_e4m3fn")
     if scale is None and scales is None:
@@ -373,8 +527,12 @@ def gemm_fp8(a, b, scales_a, scales_b, scaling="tensor", *, bias=None, c=None, a
     if activation not in _EPILOGUES:
         raise _C.InvalidArgument(f"tileops_jit.gemm_fp8: activation must be None, 'gelu' or 'silu', got {activation!r}")
     if _compiling():
-        return _torch_ops().gemm_fp8(a, b, scales_a, scales_b, scaling, c, bias, alpha, beta, activation or "none",
-                                     out_dtype)
+        return _into(out, _torch_ops().gemm_fp8(a, b, scales_a, scales_b, scaling, c, bias, alpha, beta,
+                                                activation or "none", out_dtype))
+    if type(alpha) is not float:
+        alpha = _float(alpha, "alpha", "gemm_fp8")
+    if type(beta) is not float:
+        beta = _float(beta, "beta", "gemm_fp8")
     if out is None:
         out = _new(a, (*a.shape[:-1], b.shape[-2]), out_dtype or "bfloat16")
     _C.gemm_fp8(a, b, scales_a, scales_b, out, c, bias, scaling, alpha, beta, _EPILOGUES[activation], stream)
@@ -390,9 +548,9 @@ def gemm_grouped(a, b, offsets=None, counts=None, *, scales_a=None, scales_b=Non
     weights [G, N, K] passed as w.transpose(1, 2)). Give exactly one of:
       offsets: int32 [G + 1] on the device: a [rows, K] holds the groups one after another, group
         g is rows offsets[g]:offsets[g + 1] (tokens sorted by expert; rows past offsets[G] are
-        left alone in out);
+        left alone in a given out, zeros in an allocated one);
       counts: int32 [G] on the device: a [G, capacity, K], group g is its first counts[g] rows
-        (out's other rows left alone; a decode step under a CUDA graph).
+        (out's other rows: likewise; a decode step under a CUDA graph).
     The row counts are read by the kernel, never by the host: no sync, graph-safe. K and a's and
     b's row strides must be multiples of 8 elements. out_dtype: a's (default), float32 or the
     other 16-bit type. activation: None, "gelu" or "silu".
@@ -418,12 +576,22 @@ def gemm_grouped(a, b, offsets=None, counts=None, *, scales_a=None, scales_b=Non
     if fp8 and scaling not in _FP8_SCALINGS:
         raise _C.InvalidArgument(f"tileops_jit.gemm_grouped: scaling must be 'tensor', 'row' or 'block', got {scaling!r}")
     if _compiling():
+        ops = _torch_ops()
+        if out is not None:  # into out in place: its rows outside the groups stay as they are
+            if fp8:
+                ops.gemm_fp8_grouped_out(a, b, scales_a, scales_b, rows, masked, scaling, alpha, activation or "none",
+                                         out)
+            else:
+                ops.gemm_grouped_out(a, b, rows, masked, alpha, activation or "none", out)
+            return out
         if fp8:
-            return _torch_ops().gemm_fp8_grouped(a, b, scales_a, scales_b, rows, masked, scaling, alpha,
-                                                 activation or "none", out_dtype)
-        return _torch_ops().gemm_grouped(a, b, rows, masked, alpha, activation or "none", out_dtype)
-    if out is None:
-        out = _new(a, (*a.shape[:-1], b.shape[-1]), out_dtype or ("bfloat16" if fp8 else None))
+            return ops.gemm_fp8_grouped(a, b, scales_a, scales_b, rows, masked, scaling, alpha, activation or "none",
+                                        out_dtype)
+        return ops.gemm_grouped(a, b, rows, masked, alpha, activation or "none", out_dtype)
+    if type(alpha) is not float:
+        alpha = _float(alpha, "alpha", "gemm_grouped")
+    if out is None:  # zeros: rows outside every group are not written
+        out = _new(a, (*a.shape[:-1], b.shape[-1]), out_dtype or ("bfloat16" if fp8 else None), zero=True)
     if fp8:
         _C.gemm_fp8_grouped(a, b, scales_a, scales_b, rows, out, masked, scaling, alpha, _EPILOGUES[activation], stream)
     else:
@@ -449,8 +617,19 @@ def moe_topk(logits, k, scoring="softmax", *, renormalize=False, routed_scaling_
     if scoring not in _MOE_SCORINGS:
         raise _C.InvalidArgument(f"tileops_jit.moe_topk: scoring must be 'softmax' or 'sigmoid', got {scoring!r}")
     if _compiling():
-        return _torch_ops().moe_topk(logits, k, scoring, renormalize, routed_scaling_factor, n_group, topk_group,
-                                     correction_bias)
+        weights, ids = _torch_ops().moe_topk(logits, k, scoring, renormalize, routed_scaling_factor, n_group,
+                                             topk_group, correction_bias)
+        if out is None:
+            return weights, ids
+        out[0].copy_(weights)
+        out[1].copy_(ids)
+        return out[0], out[1]
+    if not (type(k) is int and type(n_group) is int and type(topk_group) is int and type(renormalize) is bool
+            and type(routed_scaling_factor) is float):
+        op = "moe_topk"
+        k, n_group, topk_group = _int(k, "k", op), _int(n_group, "n_group", op), _int(topk_group, "topk_group", op)
+        renormalize = _bool(renormalize, "renormalize", op)
+        routed_scaling_factor = _float(routed_scaling_factor, "routed_scaling_factor", op)
     weights, ids = out if out is not None else (_new(logits, (*logits.shape[:-1], k), "float32", "out"),
                                                  _new(logits, (*logits.shape[:-1], k), "int32", "out"))
     _C.moe_topk(logits, weights, ids, correction_bias, k, scoring, renormalize, routed_scaling_factor, n_group,
@@ -471,12 +650,28 @@ def moe_permute(x, topk_ids, num_experts, *, capacity=None, x_scales=None, out=N
     x_scales (float8 x only, float32): x's scales, [tokens] (one a token) or [blocks, tokens] (one
     per 128 elements, as quantize writes them); then a fourth result, perm_scales [rows] or
     [blocks, rows] (rows: tokens x k, or num_experts x capacity), the scales of the permuted rows
-    as gemm_fp8_grouped reads them. out: the triple (or, with x_scales, the four) to write into."""
+    as gemm_grouped reads them (its FP8 form: scales_a=, scales_b=, scaling=). out: the triple (or,
+    with x_scales, the four) to write into."""
     masked = capacity is not None
+    if masked:
+        capacity = _int(capacity, "capacity", "moe_permute")
+        if capacity < 1:
+            raise _C.InvalidArgument(f"tileops_jit.moe_permute: capacity must be at least 1 (or None: the contiguous "
+                                     f"layout), got {capacity}")
     if _compiling():
         if x_scales is not None:
-            return _torch_ops().moe_permute_scaled(x, topk_ids, x_scales, num_experts, capacity or 0)
-        return _torch_ops().moe_permute(x, topk_ids, num_experts, capacity or 0)
+            result = _torch_ops().moe_permute_scaled(x, topk_ids, x_scales, num_experts, capacity or 0)
+        else:
+            result = _torch_ops().moe_permute(x, topk_ids, num_experts, capacity or 0)
+        if out is None:
+            return result
+        if len(out) != len(result):
+            raise _C.InvalidArgument(f"tileops_jit.moe_permute: out must hold {len(result)} tensors, got {len(out)}")
+        for given, computed in zip(out, result):
+            given.copy_(computed)
+        return out
+    if type(num_experts) is not int:
+        num_experts = _int(num_experts, "num_experts", "moe_permute")
     if out is None:
         entries = topk_ids.numel()  # tokens x k, the tokens folded from x's leading dims
         rows = num_experts * capacity if masked else entries
@@ -505,7 +700,9 @@ def moe_unpermute(y, row_map, topk_weights, *, accumulate=False, out=None, strea
         if accumulate:
             _torch_ops().moe_unpermute_accumulate(y, row_map, topk_weights, out)
             return out
-        return _torch_ops().moe_unpermute(y, row_map, topk_weights)
+        return _into(out, _torch_ops().moe_unpermute(y, row_map, topk_weights))
+    if type(accumulate) is not bool:
+        accumulate = _bool(accumulate, "accumulate", "moe_unpermute")
     if out is None:
         out = _new(y, (*row_map.shape[:-1], y.shape[-1]))
     _C.moe_unpermute(y, row_map, topk_weights, out, accumulate, stream)

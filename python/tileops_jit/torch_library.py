@@ -2,8 +2,9 @@
 torch.compile(fullgraph=True) graphs hold them and CUDA graphs capture them. The public functions
 of tileops_jit call these while torch.compile traces, and run directly otherwise.
 
-Each op here is functional: it allocates its outputs; the caches rope appends to are declared
-mutated.
+Each op here is functional: it allocates its outputs; the caches rope appends to (and the out of
+gemm_grouped_out, moe_unpermute_accumulate) are declared mutated. Needs torch >= 2.4
+(torch.library.custom_op); the package imports this module only then.
 """
 
 from typing import List, Optional, Tuple
@@ -248,6 +249,19 @@ def _(a, b, group_rows, masked, alpha, activation, out_dtype):
     return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or a.dtype)
 
 
+# With a given out: written in place, its rows outside every group left as they are (as eagerly).
+@torch.library.custom_op("tileops::gemm_grouped_out", mutates_args=("out",))
+def gemm_grouped_out(a: Tensor, b: Tensor, group_rows: Tensor, masked: bool, alpha: float, activation: str,
+                     out: Tensor) -> None:
+    rows = {"counts": group_rows} if masked else {"offsets": group_rows}
+    _ops.gemm_grouped(a, b, alpha=alpha, activation=activation, out=out, **rows)
+
+
+@gemm_grouped_out.register_fake
+def _(a, b, group_rows, masked, alpha, activation, out):
+    return None
+
+
 @torch.library.custom_op("tileops::gemm_fp8_grouped", mutates_args=())
 def gemm_fp8_grouped(a: Tensor, b: Tensor, scales_a: Tensor, scales_b: Tensor, group_rows: Tensor, masked: bool,
                      scaling: str, alpha: float, activation: str, out_dtype: Optional[torch.dtype]) -> Tensor:
@@ -260,6 +274,19 @@ def gemm_fp8_grouped(a: Tensor, b: Tensor, scales_a: Tensor, scales_b: Tensor, g
 @gemm_fp8_grouped.register_fake
 def _(a, b, scales_a, scales_b, group_rows, masked, scaling, alpha, activation, out_dtype):
     return a.new_empty((*a.shape[:-1], b.shape[-1]), dtype=out_dtype or torch.bfloat16)
+
+
+@torch.library.custom_op("tileops::gemm_fp8_grouped_out", mutates_args=("out",))
+def gemm_fp8_grouped_out(a: Tensor, b: Tensor, scales_a: Tensor, scales_b: Tensor, group_rows: Tensor, masked: bool,
+                         scaling: str, alpha: float, activation: str, out: Tensor) -> None:
+    rows = {"counts": group_rows} if masked else {"offsets": group_rows}
+    _ops.gemm_grouped(a, b, scales_a=scales_a, scales_b=scales_b, scaling=scaling, alpha=alpha, activation=activation,
+                      out=out, **rows)
+
+
+@gemm_fp8_grouped_out.register_fake
+def _(a, b, scales_a, scales_b, group_rows, masked, scaling, alpha, activation, out):
+    return None
 
 
 # --- MoE routing ---------------------------------------------------------------------------------

@@ -7,9 +7,12 @@ import ctypes
 
 KDL_CPU, KDL_CUDA = 1, 2
 KDL_INT, KDL_UINT, KDL_FLOAT, KDL_BFLOAT = 0, 1, 2, 4
+KDL_FLOAT8_E4M3FN, KDL_FLOAT8_E5M2 = 10, 12  # DLPack >= 1.1 (torch exports float8_e4m3fn as code 10)
 DTYPES = {"float32": (KDL_FLOAT, 32), "float16": (KDL_FLOAT, 16), "bfloat16": (KDL_BFLOAT, 16),
-          "int32": (KDL_INT, 32), "int64": (KDL_INT, 64), "float64": (KDL_FLOAT, 64)}
-ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "float64": 8}
+          "int32": (KDL_INT, 32), "int64": (KDL_INT, 64), "float64": (KDL_FLOAT, 64),
+          "float8_e4m3fn": (KDL_FLOAT8_E4M3FN, 8), "float8_e5m2": (KDL_FLOAT8_E5M2, 8)}
+ELEMENT_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "float64": 8,
+                 "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 class DLDevice(ctypes.Structure):

@@ -1,6 +1,12 @@
 """The Python module without a GPU: import, argument checks and the errors they raise. Tensors are
 DLPack fakes (dlpack_fakes.py): the checks run before any device work, so they need no GPU."""
 
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import types
 import unittest
 
 import tileops_jit as tj
@@ -265,7 +271,11 @@ class OpArgumentTest(Released):
                            FakeTensor((8,), "int32"), scaling=tj.RopeScaling("yarn", 4.0))
 
     def test_sample_parameters_together(self):
-        self.assertRefused(r"temperature, top_k, top_p, min_p and offsets go together", tj.sample,
+        # _C takes all five or none; the package fills missing ones for torch tensors only (below).
+        self.assertRefused(r"temperature, top_k, top_p, min_p and offsets go together", tj._C.sample,
+                           FakeTensor((2, 1000), "float32"), FakeTensor((2,), "int32"), FakeTensor((2,), "float32"))
+        self.assertRefused(r"sample: top_k, top_p, min_p, offsets not given: with tensors other than torch's \(a "
+                           r"FakeTensor here\) the package cannot make them", tj.sample,
                            FakeTensor((2, 1000), "float32"), temperature=FakeTensor((2,), "float32"),
                            out=FakeTensor((2,), "int32"))
 
@@ -276,6 +286,393 @@ class WithoutGpuTest(Released):
         with self.assertRaises(RuntimeError) as caught:
             tj.rms_norm(FakeTensor((4, 64)), FakeTensor((64,)), out=FakeTensor((4, 64)))
         self.assertNotIsInstance(caught.exception, ValueError)
+
+
+def run_python(code, env=None, torch_dir=None):
+    """Runs `code` in a fresh interpreter with the package (and a stand-in torch from torch_dir) on
+    its path; returns (exit code, stdout + stderr)."""
+    paths = [p for p in [torch_dir, os.path.dirname(os.path.abspath(__file__)), *sys.path] if p]
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **(env or {}))
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env, capture_output=True, text=True,
+                          timeout=120)
+    return done.returncode, done.stdout + done.stderr
+
+
+class StandInDtype:
+    def __init__(self, name):
+        self.name = name
+
+
+class StandInTensor(FakeTensor):
+    """A torch.Tensor stand-in for the package's Python side (the module reads it through DLPack,
+    since torch is not what it is): records the outputs the package makes with it."""
+
+    made = []  # (how, shape, value, dtype name)
+
+    def _make(self, how, shape, value, dtype):
+        name = getattr(dtype, "name", dtype)
+        StandInTensor.made.append((how, tuple(shape), value, name))
+        return StandInTensor(shape, name)
+
+    def new_empty(self, shape, dtype):
+        return self._make("empty", shape, None, dtype)
+
+    def new_zeros(self, shape, dtype):
+        return self._make("zeros", shape, 0, dtype)
+
+    def new_full(self, shape, value, dtype):
+        return self._make("full", shape, value, dtype)
+
+
+class WithStandInTorch(Released):
+    """The package's Python side sees StandInTensor as torch.Tensor."""
+
+    def setUp(self):
+        super().setUp()
+        self.saved_torch = tj.ops._torch
+        dtypes = {name: StandInDtype(name) for name in ["float32", "float16", "bfloat16", "int32", "float8_e4m3fn"]}
+        tj.ops._torch = types.SimpleNamespace(Tensor=StandInTensor, dtype=StandInDtype, **dtypes)
+        StandInTensor.made = []
+
+    def tearDown(self):
+        tj.ops._torch = self.saved_torch
+        super().tearDown()
+
+
+class SampleParametersTest(WithStandInTorch):
+    def test_missing_parameters_take_neutral_values_on_the_logits_device(self):
+        logits = StandInTensor((2, 1000), "float32")
+        # A float32 out stops the call at the op's check of it, after the parameters passed theirs.
+        self.assertRefused(r"argument 'tokens' has dtype fp32, expected int32", tj.sample, logits,
+                           temperature=FakeTensor((2,), "float32"), out=FakeTensor((2,), "float32"))
+        self.assertEqual(StandInTensor.made, [("full", (2,), 0, "int32"), ("full", (2,), 1.0, "float32"),
+                                              ("full", (2,), 0.0, "float32"), ("full", (2,), 0, "int32")])
+        StandInTensor.made = []
+        self.assertRefused(r"argument 'tokens' has dtype fp32", tj.sample, logits, top_p=FakeTensor((2,), "float32"),
+                           out=FakeTensor((2,), "float32"))
+        self.assertEqual([(value, dtype) for _, _, value, dtype in StandInTensor.made],
+                         [(1.0, "float32"), (0, "int32"), (0.0, "float32"), (0, "int32")])
+
+
+class GemmGroupedOutputTest(WithStandInTorch):
+    def test_an_allocated_out_is_zeros_as_under_compile(self):
+        a, b = StandInTensor((64, 256)), FakeTensor((4, 256, 128))
+        # float32 offsets stop the call at the op's checks, after out was made.
+        self.assertRefused(r"argument 'group_rows' has dtype fp32, expected int32", tj.gemm_grouped, a, b,
+                           FakeTensor((5,), "float32"))
+        self.assertEqual(StandInTensor.made, [("zeros", (64, 128), 0, "bfloat16")])
+
+
+class Recorder:
+    """A tensor stand-in for the torch.compile path: records what is copied into it."""
+
+    def __init__(self, name):
+        self.name = name
+        self.copied = []
+
+    def copy_(self, other):
+        self.copied.append(other)
+        return self
+
+
+class StandInCustomOps:
+    """tileops_jit.torch_library's functions, returning named results."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, op):
+        def call(*args):
+            self.calls.append(op)
+            if op in ("gemm_grouped_out", "gemm_fp8_grouped_out", "moe_unpermute_accumulate"):
+                return None
+            if op in ("flash_attention", "decode_attention", "mla_decode", "rope", "quantize", "moe_topk"):
+                return f"{op}[0]", f"{op}[1]"
+            if op == "rms_norm" and args[3] is not None:
+                return "y", "h"
+            if op == "moe_permute":
+                return "x_perm", "offsets", "row_map"
+            return f"{op}()"
+        return call
+
+
+class CompiledOutputsTest(unittest.TestCase):
+    """Under torch.compile the functions call the custom ops, which allocate; a given out= (and
+    residual_out=, q_out=, k_out=, scales=, lse=) receives the result, as it would eagerly."""
+
+    def setUp(self):
+        self.saved = tj.ops._compiling, tj.ops._torch_library
+        self.ops = StandInCustomOps()
+        tj.ops._compiling, tj.ops._torch_library = (lambda: True), self.ops
+
+    def tearDown(self):
+        tj.ops._compiling, tj.ops._torch_library = self.saved
+
+    def assertInto(self, returned, out, value):
+        self.assertIs(returned, out)
+        self.assertEqual(out.copied, [value])
+
+    def test_out_is_written(self):
+        x = object()
+        for call, op in [(lambda out: tj.rms_norm(x, x, out=out), "rms_norm()"),
+                         (lambda out: tj.layer_norm(x, x, x, out=out), "layer_norm()"),
+                         (lambda out: tj.softmax(x, out=out), "softmax()"),
+                         (lambda out: tj.silu(x, out=out), "elementwise()"),
+                         (lambda out: tj.matmul(x, x, out=out), "gemm()"),
+                         (lambda out: tj.flash_attention(x, x, x, out=out), "flash_attention[0]"),
+                         (lambda out: tj.decode_attention(x, x, x, x, out=out), "decode_attention[0]"),
+                         (lambda out: tj.mla_decode(x, x, x, out=out), "mla_decode[0]"),
+                         (lambda out: tj.embedding(x, x, out=out), "embedding()"),
+                         (lambda out: tj.sample(x, out=out), "sample()"),
+                         (lambda out: tj.gemm_fp8(x, x, x, x, out=out), "gemm_fp8()"),
+                         (lambda out: tj.moe_unpermute(x, x, x, out=out), "moe_unpermute()")]:
+            out = Recorder("out")
+            self.assertInto(call(out), out, op)
+        # Without out, the custom op's result.
+        self.assertEqual(tj.softmax(x), "softmax()")
+
+    def test_residual_out_updated_in_place(self):
+        x, residual, out = object(), Recorder("residual"), Recorder("out")
+        y, h = tj.rms_norm(x, x, residual=residual, residual_out=residual, out=out)
+        self.assertInto(y, out, "y")
+        self.assertInto(h, residual, "h")
+        with self.assertRaisesRegex(tj.InvalidArgument, r"residual and residual_out go together"):
+            tj.rms_norm(x, x, residual_out=Recorder("r"))
+
+    def test_lse_q_out_k_out_scales_and_pairs(self):
+        x = object()
+        out, lse = Recorder("out"), Recorder("lse")
+        o, l = tj.flash_attention(x, x, x, return_lse=True, out=out, lse=lse)
+        self.assertInto(o, out, "flash_attention[0]")
+        self.assertInto(l, lse, "flash_attention[1]")
+        q_out, k_out = Recorder("q_out"), Recorder("k_out")
+        q, k = tj.rope(x, x, x, q_out=q_out, k_out=k_out)
+        self.assertInto(q, q_out, "rope[0]")
+        self.assertInto(k, k_out, "rope[1]")
+        codes, scales = Recorder("q"), Recorder("scales")
+        got_codes, got_scales = tj.quantize(x, out=codes, scales=scales)
+        self.assertInto(got_codes, codes, "quantize[0]")
+        self.assertInto(got_scales, scales, "quantize[1]")
+        static = object()
+        self.assertIs(tj.quantize(x, "per_tensor", scale=static)[1], static)
+        pair = (Recorder("weights"), Recorder("ids"))
+        weights, ids = tj.moe_topk(x, 2, out=pair)
+        self.assertInto(weights, pair[0], "moe_topk[0]")
+        self.assertInto(ids, pair[1], "moe_topk[1]")
+        triple = (Recorder("x_perm"), Recorder("offsets"), Recorder("row_map"))
+        self.assertIs(tj.moe_permute(x, x, 8, out=triple), triple)
+        self.assertEqual([t.copied for t in triple], [["x_perm"], ["offsets"], ["row_map"]])
+
+    def test_gemm_grouped_writes_a_given_out_in_place(self):
+        x, out = object(), Recorder("out")
+        self.assertIs(tj.gemm_grouped(x, x, x, out=out), out)
+        self.assertIs(tj.gemm_grouped(x, x, x, scales_a=x, scales_b=x, out=out), out)
+        self.assertEqual(self.ops.calls, ["gemm_grouped_out", "gemm_fp8_grouped_out"])
+        self.assertEqual(out.copied, [])  # the mutating custom ops wrote it, leaving other rows alone
+
+
+class TorchVersionTest(unittest.TestCase):
+    """A torch without the custom-op API (< 2.4): the package imports and runs eagerly."""
+
+    def test_import_with_an_old_torch(self):
+        for version, body in [("2.1.0", "library = types.ModuleType('torch.library')\n"),
+                              ("2.3.0", "library = types.ModuleType('torch.library')\n"
+                                        "compiler = types.SimpleNamespace(is_compiling=lambda: True)\n")]:
+            with tempfile.TemporaryDirectory() as root:
+                os.mkdir(os.path.join(root, "torch"))
+                with open(os.path.join(root, "torch", "__init__.py"), "w") as f:
+                    f.write(f"import types\n__version__ = {version!r}\nclass Tensor:\n    pass\n{body}")
+                code, output = run_python("""
+                    import tileops_jit as tj
+                    from dlpack_fakes import FakeTensor
+                    assert tj.ops._torch is not None and tj.ops._torch_library is None
+                    assert not tj.ops._compiling()
+                    out = FakeTensor((0, 8))
+                    assert tj.softmax(FakeTensor((0, 8)), out=out) is out
+                    print("imported")
+                """, torch_dir=root)
+                self.assertEqual((code, output.strip()), (0, "imported"), version)
+
+
+class OpCacheSizeTest(unittest.TestCase):
+    def test_environment_variable(self):
+        code, output = run_python("import tileops_jit as tj; print(tj._C.op_cache_info()['capacity'])",
+                                  env={"TILEOPS_PY_OP_CACHE_SIZE": "7"})
+        self.assertEqual((code, output.strip()), (0, "7"))
+        code, output = run_python("import tileops_jit as tj; print(tj._C.op_cache_info()['capacity'])",
+                                  env={"TILEOPS_PY_OP_CACHE_SIZE": ""})
+        self.assertEqual((code, output.strip()), (0, "1024"))
+        for bad in ["0", "-3", "lots", "1.5"]:
+            code, output = run_python("import tileops_jit", env={"TILEOPS_PY_OP_CACHE_SIZE": bad})
+            self.assertNotEqual(code, 0, bad)
+            self.assertIn(f"TILEOPS_PY_OP_CACHE_SIZE must be a whole number of ops, at least 1 (default 1024), "
+                          f"got {bad!r}", output)
+
+    def test_capacity_refused_below_one(self):
+        with self.assertRaisesRegex(tj.InvalidArgument, r"capacity must be at least 1"):
+            tj._C.set_op_cache_capacity(0)
+
+
+@unittest.skipIf(has_gpu(), "a GPU is present: the fakes' addresses would be used")
+class OpCacheTest(Released):
+    """Calls that pass every check build and cache their op, then stop where the driver is missing."""
+
+    def setUp(self):
+        super().setUp()
+        self.saved_capacity = tj._C.op_cache_info()["capacity"]
+
+    def tearDown(self):
+        tj._C.set_op_cache_capacity(self.saved_capacity)
+        super().tearDown()
+
+    def run_rms_norm(self, eps, out_rows=4):
+        with self.assertRaises(tj.Unsupported):  # past the checks: the driver is missing
+            tj.rms_norm(FakeTensor((4, 64)), FakeTensor((64,)), eps, out=FakeTensor((out_rows, 64)))
+
+    def test_least_recently_used_evicted_at_the_bound(self):
+        p0, p1, p2, p3 = [1e-3 + i * 1e-6 for i in range(4)]  # rms_norm problems no other test makes
+        tj._C.set_op_cache_capacity(3)
+        for eps in [p0, p1, p2]:
+            self.run_rms_norm(eps)
+        info = tj._C.op_cache_info()
+        self.assertEqual(info["size"], 3)
+        evictions = info["evictions"]
+        self.run_rms_norm(p0)  # a hit: p0 is now the most recently used, p1 the least
+        self.assertEqual(tj._C.op_cache_info()["evictions"], evictions)
+        self.run_rms_norm(p3)  # evicts p1
+        self.assertEqual(tj._C.op_cache_info()["evictions"], evictions + 1)
+        self.run_rms_norm(p0)  # still there
+        self.assertEqual(tj._C.op_cache_info()["evictions"], evictions + 1)
+        self.run_rms_norm(p1)  # built again, evicting p2
+        self.run_rms_norm(p3)  # still there
+        info = tj._C.op_cache_info()
+        self.assertEqual((info["size"], info["evictions"]), (3, evictions + 2))
+        self.assertGreaterEqual(info["retired"], 2)  # freed at a run outside a graph capture (none here)
+        tj._C.set_op_cache_capacity(1)  # shrinking evicts down to the bound
+        self.assertEqual(tj._C.op_cache_info()["size"], 1)
+
+    def test_an_op_that_fails_its_checks_is_not_cached(self):
+        size = tj._C.op_cache_info()["size"]
+        with self.assertRaisesRegex(tj.InvalidArgument, r"argument 'y' must have shape"):
+            tj.rms_norm(FakeTensor((4, 64)), FakeTensor((64,)), 2e-3, out=FakeTensor((5, 64)))
+        with self.assertRaisesRegex(tj.InvalidArgument, r"k must be in \[1, 32\], got 40"):  # the problem itself
+            tj.moe_topk(FakeTensor((4, 64)), 40, out=(FakeTensor((4, 40), "float32"), FakeTensor((4, 40), "int32")))
+        self.assertEqual(tj._C.op_cache_info()["size"], size)
+        self.run_rms_norm(2e-3)
+        self.assertEqual(tj._C.op_cache_info()["size"], size + 1)
+
+    def test_fp8_dlpack_tensors_pass(self):
+        e4m3 = "float8_e4m3fn"
+        with self.assertRaises(tj.Unsupported):
+            tj.gemm_fp8(FakeTensor((16, 256), e4m3), FakeTensor((32, 256), e4m3), FakeTensor((1,), "float32"),
+                        FakeTensor((1,), "float32"), out=FakeTensor((16, 32)))
+
+    def test_sampling_parameters_given_together_pass(self):
+        with self.assertRaises(tj.Unsupported):
+            tj.sample(FakeTensor((2, 1000), "float32"), temperature=FakeTensor((2,), "float32"),
+                      top_k=FakeTensor((2,), "int32"), top_p=FakeTensor((2,), "float32"),
+                      min_p=FakeTensor((2,), "float32"), offsets=FakeTensor((2,), "int32"), seed=(1 << 64) - 1,
+                      out=FakeTensor((2,), "int32"))
+
+
+class DLPackFp8Test(Released):
+    def test_e4m3fn_is_read_and_e5m2_refused(self):
+        # q of fp8 passes its dtype check: the scales' shape is what is refused.
+        self.assertRefused(r"argument 'scales' must be a contiguous vector of 4", tj.quantize, FakeTensor((4, 64)),
+                           out=FakeTensor((4, 64), "float8_e4m3fn"), scales=FakeTensor((5,), "float32"))
+        self.assertRefused(r"argument 'a' has DLPack dtype \(code 12, 8 bits, 1 lanes\); supported: .*float8_e4m3fn",
+                           tj.gemm_fp8, FakeTensor((16, 256), "float8_e5m2"), FakeTensor((32, 256), "float8_e4m3fn"),
+                           FakeTensor((1,), "float32"), FakeTensor((1,), "float32"), out=FakeTensor((16, 32)))
+
+
+class ScalarArgumentTest(Released):
+    """A scalar of the wrong type is an InvalidArgument naming it, not pybind's TypeError."""
+
+    def test_refused_by_name(self):
+        x, out = FakeTensor((4, 8)), FakeTensor((4, 8))
+        self.assertRefused(r"stream must be a stream handle, an int in \[0, 2\^64\); got -1", tj.softmax, x, out=out,
+                           stream=-1)
+        self.assertRefused(r"stream.cuda_stream must be a stream handle", tj.softmax, x, out=out,
+                           stream=types.SimpleNamespace(cuda_stream=-5))
+        self.assertRefused(r"sample: seed must be an int in \[0, 2\^64\), got int -1", tj.sample,
+                           FakeTensor((2, 1000), "float32"), seed=-1, out=FakeTensor((2,), "int32"))
+        self.assertRefused(r"sample: seed must be an int in \[0, 2\^64\), got float 1.5", tj.sample,
+                           FakeTensor((2, 1000), "float32"), seed=1.5, out=FakeTensor((2,), "int32"))
+        pair = (FakeTensor((4, 2), "float32"), FakeTensor((4, 2), "int32"))
+        self.assertRefused(r"moe_topk: k must be an int, got float 2.0", tj.moe_topk, FakeTensor((4, 64)), 2.0, out=pair)
+        self.assertRefused(r"moe_topk: renormalize must be a bool, got str 'yes'", tj.moe_topk, FakeTensor((4, 64)), 2,
+                           renormalize="yes", out=pair)
+        q = FakeTensor((96, 8, 128))
+        self.assertRefused(r"flash_attention: max_seqlen_q must be an int, got float 16.0", tj.flash_attention, q, q, q,
+                           out=q, cu_seqlens_q=FakeTensor((3,), "int32"), cu_seqlens_k=FakeTensor((3,), "int32"),
+                           max_seqlen_q=16.0, max_seqlen_k=16)
+        self.assertRefused(r"flash_attention: causal must be a bool, got str", tj.flash_attention, q, q, q, out=q,
+                           causal="no")
+        self.assertRefused(r"rms_norm: eps must be a number, got str '1e-5'", tj.rms_norm, x, FakeTensor((8,)), "1e-5",
+                           out=out)
+        self.assertRefused(r"matmul: alpha must be a number, got NoneType", tj.matmul, x, FakeTensor((8, 8)),
+                           alpha=None, out=out)
+        self.assertRefused(r"rope: scaling.factor must be a number, got str", tj.rope, FakeTensor((8, 4, 64)),
+                           FakeTensor((8, 2, 64)), FakeTensor((8,), "int32"), scaling=("linear", "x"))
+        self.assertRefused(r"moe_permute: num_experts must be an int, got float", tj.moe_permute, x,
+                           FakeTensor((4, 2), "int32"), 16.0, out=(x, x, x))
+
+    def test_integers_of_other_types_pass(self):
+        class Index:
+            def __index__(self):
+                return 40
+        # Reaches the op's own check of k.
+        self.assertRefused(r"k must be in \[1, 32\], got 40", tj.moe_topk, FakeTensor((4, 64)), Index(),
+                           out=(FakeTensor((4, 40), "float32"), FakeTensor((4, 40), "int32")))
+
+
+class MoePermuteCapacityTest(Released):
+    def test_capacity_below_one_refused(self):
+        x, ids = FakeTensor((4, 64)), FakeTensor((4, 2), "int32")
+        outs = (FakeTensor((16, 0, 64)), FakeTensor((16,), "int32"), FakeTensor((4, 2), "int32"))
+        for capacity in [0, -4]:
+            self.assertRefused(rf"moe_permute: capacity must be at least 1 \(or None: the contiguous layout\), got "
+                               rf"{capacity}", tj.moe_permute, x, ids, 16, capacity=capacity, out=outs)
+        self.assertRefused(r"capacity must be at least 1 \(0 here: the contiguous layout\), got -4", tj._C.moe_permute,
+                           x, ids, *outs, None, None, 16, -4)
+
+
+class EmptyProblemTest(Released):
+    """No rows, tokens or sequences: the given outputs come back untouched, no op is built."""
+
+    def test_empty_calls_return_their_outputs(self):
+        size = tj._C.op_cache_info()["size"]
+        out = FakeTensor((0, 8))
+        self.assertIs(tj.softmax(FakeTensor((0, 8)), out=out), out)
+        self.assertIs(tj.log_softmax(FakeTensor((2, 0, 8)), out=out), out)
+        self.assertIs(tj.rms_norm(FakeTensor((0, 8)), FakeTensor((8,)), out=out), out)
+        y, h = tj.rms_norm(FakeTensor((0, 8)), FakeTensor((8,)), residual=FakeTensor((0, 8)), out=out,
+                           residual_out=FakeTensor((0, 8)))
+        self.assertIs(y, out)
+        self.assertIs(tj.silu(FakeTensor((0, 8)), out=out), out)
+        d = FakeTensor((0, 32))
+        self.assertIs(tj.matmul(FakeTensor((0, 64)), FakeTensor((64, 32)), out=d), d)
+        d3 = FakeTensor((3, 0, 32))
+        self.assertIs(tj.matmul(FakeTensor((3, 0, 64)), FakeTensor((64, 32), strides=(1, 64)), out=d3), d3)
+        e = FakeTensor((0, 64))
+        self.assertIs(tj.embedding(FakeTensor((0,), "int32"), FakeTensor((1000, 64)), out=e), e)
+        pair = (FakeTensor((0, 2), "float32"), FakeTensor((0, 2), "int32"))
+        self.assertEqual(tj.moe_topk(FakeTensor((0, 64)), 2, out=pair), pair)
+        tokens = FakeTensor((0,), "int32")
+        self.assertIs(tj.sample(FakeTensor((0, 1000), "float32"), out=tokens), tokens)
+        q = FakeTensor((0, 128, 8, 128))
+        self.assertIs(tj.flash_attention(q, q, q, out=q), q)
+        self.assertIs(tj.moe_unpermute(FakeTensor((0, 64)), FakeTensor((0, 2), "int32"), FakeTensor((0, 2), "float32"),
+                                       out=e), e)
+        self.assertEqual(tj._C.op_cache_info()["size"], size)
+        self.assertEqual(tj.explain(tj.softmax, FakeTensor((0, 8)), out=out),
+                         "tileops_jit.softmax: an empty problem: nothing runs")
+
+    def test_an_empty_problem_with_a_full_output_is_refused(self):
+        self.assertRefused(r"softmax: the problem is empty, but argument 'out' has 32 elements", tj.softmax,
+                           FakeTensor((0, 8)), out=FakeTensor((4, 8)))
+        self.assertRefused(r"matmul: the problem is empty, but argument 'out' has 32 elements", tj.matmul,
+                           FakeTensor((0, 64)), FakeTensor((64, 32)), out=FakeTensor((1, 32)))
 
 
 if __name__ == "__main__":

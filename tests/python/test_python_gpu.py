@@ -790,5 +790,42 @@ class IntegrationTest(Close):
             tj.softmax(x.double())
 
 
+class AuditFixesTest(Close):
+    """Behaviours the argument-check tests show with stand-ins, on real torch tensors."""
+
+    def test_sample_with_temperature_only(self):
+        logits = rand(4, 1000, dtype=torch.float32, scale=3.0, seed=70)
+        cold = torch.full((4,), 1e-4, device=DEV)  # the others neutral: next to greedy
+        self.assertTrue(torch.equal(tj.sample(logits, temperature=cold, seed=3).long(), logits.argmax(-1)))
+
+    def test_empty_problems(self):
+        x = torch.empty(0, 64, device=DEV, dtype=torch.bfloat16)
+        self.assertEqual(tj.softmax(x).shape, (0, 64))
+        self.assertEqual(tj.matmul(x, rand(64, 32)).shape, (0, 32))
+        ids = torch.empty(0, device=DEV, dtype=torch.int32)
+        self.assertEqual(tj.embedding(ids, rand(100, 64)).shape, (0, 64))
+
+    def test_gemm_grouped_allocated_rows_outside_groups_are_zero(self):
+        offsets = torch.tensor([0, 16, 40], dtype=torch.int32, device=DEV)
+        got = tj.gemm_grouped(rand(64, 128, seed=71), rand(2, 128, 64, seed=72, scale=0.1), offsets=offsets)
+        self.assertTrue((got[40:] == 0).all())
+
+    def test_compiled_out_is_written(self):
+        x = rand(8, 256, seed=73)
+        out = torch.empty_like(x)
+        torch.compile(lambda a, o: tj.softmax(a, out=o), fullgraph=True)(x, out)
+        self.assertClose(out, torch.softmax(x.double(), -1), torch.bfloat16)
+
+    def test_captured_op_is_pinned(self):
+        x = rand(16, 96, seed=74)
+        y = torch.empty_like(x)
+        tj.silu(x, out=y)
+        pinned = tj._C.op_cache_info()["pinned"]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tj.silu(x, out=y)
+        self.assertEqual(tj._C.op_cache_info()["pinned"], pinned + 1)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
