@@ -1,8 +1,10 @@
 #include "tuning/config_choice.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -43,13 +45,20 @@ ConfigResolver::ConfigResolver(ResolverOptions options) : options_(std::move(opt
     if (options_.max_distance < 0) {
         options_.max_distance = 1.0;
         if (auto value = util::env("TILEOPS_TUNING_MAX_DISTANCE")) {
-            // The whole value must be a number >= 0 ("inf" allowed: any distance).
+            // A plain decimal >= 0 ("1.5", "2e3") or "inf" (any distance); std::stod alone would also
+            // take hex ("0x10"), leading spaces and "nan".
             double parsed = -1;
             size_t used = 0;
-            try {
-                parsed = std::stod(*value, &used);
-            } catch (...) {
-                used = 0;
+            const bool decimal = !value->empty() && value->find_first_not_of("0123456789.eE+-") == std::string::npos &&
+                                 (std::isdigit(static_cast<unsigned char>(value->front())) || value->front() == '.');
+            if (*value == "inf") {
+                parsed = std::numeric_limits<double>::infinity(), used = value->size();
+            } else if (decimal) {
+                try {
+                    parsed = std::stod(*value, &used);
+                } catch (...) {
+                    used = 0;
+                }
             }
             if (used != value->size() || std::isnan(parsed) || parsed < 0)
                 throw InvalidArgument(
@@ -106,7 +115,7 @@ void ConfigResolver::load_once() {
         any_dir = true;
         for (const auto& file : fs::directory_iterator(dir, ec)) {
             if (file.path().extension() != ".json") continue;
-            if (!seen.insert(file.path().filename()).second) continue;  // installed copy wins over the source tree
+            if (!seen.insert(file.path().filename()).second) continue;  // an earlier directory's file of that name wins
             try {
                 TuningDb db = TuningDb::load(file.path());
                 if (db.meta().arch == options_.arch) shipped.push_back({file.path().string(), std::move(db)});

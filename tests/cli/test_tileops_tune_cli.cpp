@@ -64,19 +64,20 @@ struct ToolResult {
 // Runs tileops-tune with `args`. The child gets this process's environment without the variables
 // that would change which databases or distance it uses, and its stdin is /dev/null (so no
 // progress bar: stderr is a file).
-ToolResult run_tool(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+ToolResult run_program(const std::string& exe, const std::vector<std::string>& args,
+                       const std::vector<std::string>& extra_env = {}) {
     TempDir capture;
     const fs::path out_path = capture.path() / "stdout";
     const fs::path err_path = capture.path() / "stderr";
 
     // Everything the child needs is built before fork.
-    std::vector<std::string> argv_storage = {TILEOPS_TUNE_EXE};
+    std::vector<std::string> argv_storage = {exe};
     argv_storage.insert(argv_storage.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& a : argv_storage) argv.push_back(a.data());
     argv.push_back(nullptr);
     const std::set<std::string> dropped = {"TILEOPS_TUNING_DB", "TILEOPS_TUNING_MAX_DISTANCE", "TILEOPS_NO_COMPILE",
-                                           "TILEOPS_CACHE_DIR"};
+                                           "TILEOPS_CACHE_DIR", "TILEOPS_SHIPPED_DB_DIR"};
     std::vector<std::string> env_storage;
     for (char** e = environ; *e != nullptr; ++e) {
         const std::string entry = *e;
@@ -120,8 +121,15 @@ ToolResult run_tool(const std::vector<std::string>& args, const std::vector<std:
     return result;
 }
 
+ToolResult run_tool(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+    return run_program(TILEOPS_TUNE_EXE, args, extra_env);
+}
+
 #define TILEOPS_REQUIRE_TUNE_EXE() (void)0
 #else
+ToolResult run_program(const std::string&, const std::vector<std::string>&, const std::vector<std::string>& = {}) {
+    return {};
+}
 ToolResult run_tool(const std::vector<std::string>&, const std::vector<std::string>& = {}) { return {}; }
 #define TILEOPS_REQUIRE_TUNE_EXE() SKIP("tileops-tune was not built (TILEOPS_BUILD_TOOLS=OFF)")
 #endif
@@ -309,7 +317,7 @@ TEST_CASE("tileops-tune: warm fills an empty kernel cache without a GPU, then fi
     CHECK(run_tool({"warm", "--arch", "sm_90a", "--cache-dir", cache.string()}).status == 2);
     const ToolResult bad_arch =
         run_tool({"warm", "--arch", "sm_1", "--op", "rmsnorm", "--shape", "64x4096", "--cache-dir", cache.string()});
-    CHECK(bad_arch.status != 0);
+    CHECK(bad_arch.status == 2);
     CHECK_THAT(bad_arch.err, ContainsSubstring("sm_1"));
 }
 
@@ -1172,4 +1180,212 @@ TEST_CASE("tileops-tune: a candidate that writes out of bounds, traps or hangs f
     const ToolResult nothing_left = run_tool({"tune", "--workload", workload.string(), "--db", db.string(), "--skip-tuned"});
     CHECK(nothing_left.status == 0);
     CHECK_THAT(nothing_left.err, ContainsSubstring("2 of 2 problem(s) already tuned"));
+}
+
+TEST_CASE("tileops-tune: an extra argument or an option given twice is bad usage, never ignored", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string a = fixture("cli_fleet_a.json").string(), b = fixture("cli_fleet_b.json").string();
+    const std::string out = (dir.path() / "out.json").string(), out2 = (dir.path() / "out2.json").string();
+    const std::string missing = (dir.path() / "nonexistent.json").string();
+    const std::vector<std::string> problem = {"--op", "rmsnorm", "--shape", "64x4096", "--dtype", "bf16"};
+    auto with_problem = [&](std::vector<std::string> args, const std::vector<std::string>& after = {}) {
+        args.insert(args.end(), problem.begin(), problem.end());
+        args.insert(args.end(), after.begin(), after.end());
+        return args;
+    };
+    struct Case {
+        std::vector<std::string> args;
+        std::string says;
+    };
+    const std::vector<Case> cases = {
+        {{"rekey", a, missing, "-o", out}, "unexpected argument '" + missing + "'"},
+        {{"show", a, b}, "unexpected argument '" + b + "'"},
+        {{"list", a, "extra.json"}, "unexpected argument 'extra.json'"},
+        {{"list", a, "x", "y"}, "unexpected arguments 'x' 'y'"},
+        {with_problem({"explain", "--arch", "sm_90a"}, {"stray"}), "unexpected argument 'stray'"},
+        {{"verify", a, b}, "unexpected argument"},
+        {{"cache", "size", "list", "--cache-dir", (dir.path() / "kernels").string()}, "unexpected argument 'list'"},
+        {{"merge", "-o", out, "-o", out2, a}, "-o/--output given twice"},
+        {{"merge", "--output", out, "-o", out2, a, b}, "-o/--output given twice"},
+        {{"rekey", a, "-o", out, "-o", out2}, "given twice"},
+        {with_problem({"explain", "--arch", "sm_90a", "--arch", "sm_80"}), "--arch given twice"},
+        {with_problem({"warm", "--arch", "sm_90a", "--arch", "sm_90a", "--cache-dir", (dir.path() / "k").string()}),
+         "--arch given twice"},
+        {with_problem({"explain", "--arch", "sm_90a"}, {"--op", "softmax"}), "--op given twice"},
+        {{"list", a, "--json", "--json"}, "--json given twice"},
+        {{"list", a, "--filter-op", "rmsnorm", "--filter-op", "softmax"}, "--filter-op given twice"},
+        {{"list", "--db", a, b}, "unexpected argument"},
+    };
+    for (const Case& c : cases) {
+        const ToolResult r = run_tool(c.args);
+        INFO(fmt::format("{}: {}", fmt::join(c.args, " "), r.err));
+        CHECK(r.status == 2);
+        CHECK_THAT(r.err, ContainsSubstring(c.says));
+        CHECK(r.out.empty());
+    }
+    CHECK_FALSE(fs::exists(out));
+    CHECK_FALSE(fs::exists(out2));
+
+    // Repeatable options stay repeatable: --db twice, several merge inputs.
+    const ToolResult two_dbs = run_tool(with_problem({"explain", "--arch", "sm_90a", "--db", a, "--db", b}));
+    INFO(two_dbs.err);
+    CHECK(two_dbs.status == 0);
+    const ToolResult merged = run_tool({"merge", "-o", out, a, b});
+    INFO(merged.err);
+    CHECK(merged.status == 0);
+}
+
+TEST_CASE("tileops-tune: an --arch NVRTC cannot compile for is bad usage in every command", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const std::string cache = (dir.path() / "kernels").string();
+    const std::vector<std::string> problem = {"--op", "rmsnorm", "--shape", "64x4096", "--dtype", "bf16"};
+    for (const char* arch : {"sm_99", "sm_42", "sm_1", "gfx90a"}) {
+        for (std::vector<std::string> args : std::vector<std::vector<std::string>>{
+                 {"warm", "--arch", arch, "--cache-dir", cache},
+                 {"explain", "--arch", arch},
+                 {"pack", "--db", fixture("cli_fleet_a.json").string(), "--arch", arch, "-o",
+                  (dir.path() / "x.bundle").string(), "--cache-dir", cache}}) {
+            args.insert(args.end(), problem.begin(), problem.end());
+            const ToolResult r = run_tool(args);
+            INFO(fmt::format("{}: {}", fmt::join(args, " "), r.err));
+            CHECK(r.status == 2);
+            CHECK_THAT(r.err, ContainsSubstring(arch));
+        }
+    }
+    CHECK(count_files(cache, ".cubin") == 0);
+    CHECK_FALSE(fs::exists(dir.path() / "x.bundle"));
+}
+
+TEST_CASE("tileops-tune: warm of an empty manifest succeeds and says there was nothing to compile", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    const fs::path manifest = dir.path() / "missed-kernels.jsonl";
+    std::ofstream(manifest).flush();
+    const std::string cache = (dir.path() / "kernels").string();
+    const ToolResult text = run_tool({"warm", "--arch", "sm_90a", "--manifest", manifest.string(), "--cache-dir", cache});
+    INFO(text.err);
+    CHECK(text.status == 0);
+    CHECK_THAT(text.out, ContainsSubstring("nothing to compile for sm_90a: the manifest lists no kernels"));
+    const ToolResult as_json =
+        run_tool({"warm", "--arch", "sm_90a", "--manifest", manifest.string(), "--cache-dir", cache, "--json"});
+    CHECK(as_json.status == 0);
+    const json report = parse_json(as_json.out);
+    CHECK(report.at("kernels") == 0);
+    CHECK(report.at("failed").empty());
+    CHECK(count_files(cache, ".cubin") == 0);
+    // A manifest of another arch's kernels is still a wrong --arch, said as such.
+    std::ofstream(manifest) << R"({"template": "elementwise/elementwise.cuh", "kernel": )"
+                            << R"("tileops::elementwise_kernel<float, float, 2, 4, 1, 256>", "arch": "sm_80"})" << "\n";
+    const ToolResult other = run_tool({"warm", "--arch", "sm_90a", "--manifest", manifest.string(), "--cache-dir", cache});
+    CHECK(other.status == 2);
+    CHECK_THAT(other.err, ContainsSubstring("every manifest kernel is of another arch"));
+}
+
+TEST_CASE("tileops-tune: --version honours --json; errors carry the program's name once", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    for (const char* spelling : {"--version", "version"}) {
+        const ToolResult r = run_tool({spelling, "--json"});
+        INFO(r.err);
+        CHECK(r.status == 0);
+        const json version = parse_json(r.out);
+        CHECK(version.at("version") == TILEOPS_VERSION_STRING);
+        CHECK(version.at("nvrtc_version") == tileops::jit::nvrtc_version());
+    }
+    const ToolResult extra = run_tool({"--version", "extra"});
+    CHECK(extra.status == 2);
+    CHECK_THAT(extra.err, ContainsSubstring("unexpected argument 'extra'"));
+
+    if (tileops::test::have_gpu()) SKIP("a GPU is present: --devices all would tune");
+    TempDir dir;
+    const ToolResult all = run_tool({"tune", "--devices", "all", "--op", "rmsnorm", "--shape", "64x4096", "--dtype",
+                                     "bf16", "--db", (dir.path() / "tuned.json").string()});
+    CHECK(all.status != 0);
+    CHECK_THAT(all.err, ContainsSubstring("tileops-tune tune: --devices all: no GPU is visible"));
+    CHECK_THAT(all.err, !ContainsSubstring("tileops-tune: tileops-tune"));
+    CHECK_THAT(all.err, !ContainsSubstring("tune: tileops-tune:"));
+}
+
+TEST_CASE("tileops-tune: a program moved out of the build tree reads only its own prefix's databases", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    // An install of the program alone: <prefix>/bin/tileops-tune with a database of its own in
+    // <prefix>/share/tileops_jit/tuning_db that no other tree holds.
+    TempDir prefix;
+    const fs::path program = prefix.path() / "bin" / "tileops-tune";
+    fs::create_directories(program.parent_path());
+    std::error_code ec;
+    fs::create_hard_link(TILEOPS_TUNE_EXE, program, ec);  // /proc/self/exe names the link used
+    if (ec) fs::copy_file(TILEOPS_TUNE_EXE, program);
+    const fs::path db_dir = prefix.path() / "share" / "tileops_jit" / "tuning_db";
+    fs::create_directories(db_dir);
+
+    const std::string hash = tileops::jit::TemplateRegistry::instance().template_hash("rows/rmsnorm.cuh");
+    const tileops::Config marker_config = {
+        {"cluster", 1}, {"items", 2}, {"rows_per_block", 1}, {"threads_per_row", 256}, {"vec", 8}};
+    TuningEntry entry;
+    entry.key = TuningKey{"rmsnorm", {512, 4096}, "bf16", "", "sm_90a", hash};
+    entry.config = marker_config;
+    entry.median_us = 6.5;
+    entry.nvrtc_version = tileops::jit::nvrtc_version();
+    entry.device = "Marker GPU";
+    entry.tuned_at = "2026-11-22T00:00:00Z";
+    TuningDb marker;
+    marker.meta().arch = "sm_90a";
+    marker.meta().gpu_name = "Marker GPU";
+    marker.meta().nvrtc_version = entry.nvrtc_version;
+    marker.upsert(entry);
+    marker.save(db_dir / "marker.json");
+
+    const std::string source = fs::weakly_canonical(TILEOPS_TEST_SOURCE_DIR).string();
+    auto explain = [&](const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+        std::vector<std::string> full = {"explain", "--arch", "sm_90a", "--dtype", "bf16", "--json"};
+        full.insert(full.end(), args.begin(), args.end());
+        return run_program(program.string(), full, env);
+    };
+    auto origin_of = [&](const ToolResult& r) {
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const json out = parse_json(r.out);
+        REQUIRE(out.size() == 1);
+        return out[0];
+    };
+
+    const json own = origin_of(explain({"--op", "rmsnorm", "--shape", "512x4096"}));
+    CHECK(own.at("source") == "shipped database");
+    CHECK(own.at("origin") == (db_dir / "marker.json").string());
+    CHECK(own.at("config") == json(marker_config));
+    // A problem the source tree's databases hold (tuning_db/h200.json) and this prefix's does not:
+    // not taken from the source tree.
+    const std::vector<std::string> gemm = {"--op", "gemm", "--shape", "1x4096x14336", "--flags", "nt", "--gpu", "NVIDIA H200"};
+    const json not_here = origin_of(explain(gemm));
+    CHECK(not_here.at("source") != "shipped database");
+    CHECK(not_here.at("source") != "another GPU's shipped database");
+    CHECK_THAT(not_here.at("origin").get<std::string>(), !ContainsSubstring(source));
+
+    // A prefix without databases falls back to the configured install prefix only: the warning
+    // names where it looked, and the source tree is not among them.
+    fs::remove_all(prefix.path() / "share");
+    const ToolResult bare = explain({"--op", "rmsnorm", "--shape", "512x4096"});
+    const json none = origin_of(bare);
+    CHECK_THAT(none.at("origin").get<std::string>(), !ContainsSubstring(source));
+    CHECK_THAT(bare.err, !ContainsSubstring(source + "/tuning_db"));
+    if (bare.err.find("no shipped tuning databases found") != std::string::npos)
+        CHECK_THAT(bare.err, ContainsSubstring((prefix.path() / "share" / "tileops_jit" / "tuning_db").string()));
+
+    // TILEOPS_SHIPPED_DB_DIR names the directory instead, with the usual choice of fleet.
+    TempDir other;
+    marker.save(other.path() / "fleet.json");
+    const json named = origin_of(explain({"--op", "rmsnorm", "--shape", "512x4096"},
+                                         {"TILEOPS_SHIPPED_DB_DIR=" + other.path().string()}));
+    CHECK(named.at("source") == "shipped database");
+    CHECK(named.at("origin") == (other.path() / "fleet.json").string());
+    const json other_fleet = origin_of(explain({"--op", "rmsnorm", "--shape", "512x4096", "--gpu", "NVIDIA H200"},
+                                               {"TILEOPS_SHIPPED_DB_DIR=" + other.path().string()}));
+    CHECK(other_fleet.at("source") == "another GPU's shipped database");
+    // One that is not a directory is refused by name, not passed over.
+    const ToolResult wrong = explain({"--op", "rmsnorm", "--shape", "512x4096"},
+                                     {"TILEOPS_SHIPPED_DB_DIR=" + (other.path() / "fleet.json").string()});
+    CHECK(wrong.status == 2);
+    CHECK_THAT(wrong.err, ContainsSubstring("TILEOPS_SHIPPED_DB_DIR=") && ContainsSubstring("is not a directory"));
 }

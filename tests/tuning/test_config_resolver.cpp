@@ -265,7 +265,11 @@ TEST_CASE("config resolver: memory, then user databases, shipped databases of th
             CHECK(resolver.choose(key_of("rmsnorm", {4096, 4096}), heuristic.fn(), vec_at_most_8).source ==
                   ConfigSource::heuristic);
         }
-        for (const char* bad : {"far", "-1", "1.0x", "nan"}) {
+        for (const auto& [text, value] : {std::pair{"inf", std::numeric_limits<double>::infinity()}, {"1e3", 1000.0}, {".5", 0.5}}) {
+            ScopedEnv env("TILEOPS_TUNING_MAX_DISTANCE", text);
+            CHECK(ConfigResolver(from_env).options().max_distance == value);
+        }
+        for (const char* bad : {"far", "-1", "1.0x", "nan", "0x10", " 1", "+1", "1e", "infinity"}) {
             CAPTURE(bad);
             ScopedEnv env("TILEOPS_TUNING_MAX_DISTANCE", bad);
             CHECK_THROWS_AS(ConfigResolver(from_env), InvalidArgument);

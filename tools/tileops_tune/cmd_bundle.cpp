@@ -35,7 +35,11 @@ fs::path cache_dir_of(const cxxopts::ParseResult& args) {
 std::vector<std::string> pack_archs(const cxxopts::ParseResult& args, const std::vector<std::string>& dbs) {
     std::set<std::string> archs;
     if (args.count("arch")) {
-        for (const std::string& arch : args["arch"].as<std::vector<std::string>>()) archs.insert(arch);
+        // Given on the command line: one NVRTC cannot compile for is bad usage, as in warm and explain.
+        for (const std::string& arch : args["arch"].as<std::vector<std::string>>()) {
+            check_arch_option("--arch", arch);
+            archs.insert(arch);
+        }
     } else {
         for (const std::string& path : dbs) {
             const TuningDb db = TuningDb::load(path);

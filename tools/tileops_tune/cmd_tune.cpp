@@ -78,7 +78,7 @@ std::vector<int> tuning_devices(const cxxopts::ParseResult& args) {
     std::vector<int> devices;
     if (text == "all") {
         const int count = cuda::device_count();
-        if (count == 0) throw Unsupported("tileops-tune: --devices all: no GPU is visible (is the driver installed?)");
+        if (count == 0) throw Unsupported("--devices all: no GPU is visible (is the driver installed?)");
         for (int d = 0; d < count; ++d) devices.push_back(d);
         return devices;
     }

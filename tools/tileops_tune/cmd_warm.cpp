@@ -88,6 +88,35 @@ int cmd_warm(int argc, char** argv) {
             if (!args.count("json"))
                 for (const auto& [other, count] : manifest_other_archs)
                     fmt::print(stderr, "skipped {} manifest kernels for {} (this warm is for {})\n", count, other, arch);
+            std::filesystem::path cache_dir =
+                args.count("cache-dir") ? std::filesystem::path(args["cache-dir"].as<std::string>())
+                                        : jit::DiskCache::default_directory();
+            // An empty manifest is a serving process that missed no kernel: nothing to do, done.
+            const bool only_empty_manifests = kernels.empty() && bad_entries.empty() && !manifests.empty() &&
+                                              manifest_kernels == 0 && manifest_other_archs.empty() &&
+                                              other_arch == 0 && problems.empty();
+            if (only_empty_manifests) {
+                const std::string note = fmt::format("nothing to compile for {}: the manifest{} list{} no kernels",
+                                                     arch, manifests.size() == 1 ? "" : "s",
+                                                     manifests.size() == 1 ? "s" : "");
+                if (args.count("json"))
+                    fmt::print("{}\n", nlohmann::json({{"arch", arch},
+                                                       {"cache_dir", cache_dir.string()},
+                                                       {"kernels", 0},
+                                                       {"compiled", 0},
+                                                       {"already_cached", 0},
+                                                       {"db_entries", entries},
+                                                       {"manifest_kernels", 0},
+                                                       {"problems", 0},
+                                                       {"evicted", 0},
+                                                       {"skipped_other_arch", 0},
+                                                       {"failed", nlohmann::json::array()},
+                                                       {"note", note}})
+                                           .dump(2));
+                else
+                    fmt::print("{}\n", note);
+                return 0;
+            }
             if (kernels.empty() && bad_entries.empty())
                 throw InvalidArgument(fmt::format("nothing to compile for {}: {}", arch,
                                                   other_arch > 0 ? "every database entry is of another arch"
@@ -95,9 +124,6 @@ int cmd_warm(int argc, char** argv) {
                                                       ? "every manifest kernel is of another arch"
                                                       : "the databases and manifests hold nothing"));
 
-            std::filesystem::path cache_dir =
-                args.count("cache-dir") ? std::filesystem::path(args["cache-dir"].as<std::string>())
-                                        : jit::DiskCache::default_directory();
             jit::KernelBuilder builder(cache_dir, jit::DiskCache::default_max_bytes(), true);
             std::vector<KernelName> list(kernels.begin(), kernels.end());
             const unsigned jobs = args.count("jobs") ? args["jobs"].as<unsigned>() : 0;  // 0: every core

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "jit/compiler.hpp"
 #include "tileops/version.hpp"
@@ -73,7 +74,22 @@ int main(int argc, char** argv) {
         return 0;
     }
     if (name == "--version" || name == "version") {
-        fmt::print("tileops-tune {} (NVRTC {})\n", tileops::version(), tileops::jit::nvrtc_version());
+        // --json is the only option it takes, as every command takes it.
+        bool json = false;
+        for (int i = 2; i < argc; ++i) {
+            if (std::strcmp(argv[i], "--json") == 0 && !json) {
+                json = true;
+                continue;
+            }
+            fmt::print(stderr, "tileops-tune {}: unexpected argument '{}' (it takes --json only)\n", name, argv[i]);
+            return 2;
+        }
+        if (json)
+            fmt::print("{}\n", nlohmann::json({{"version", tileops::version()},
+                                               {"nvrtc_version", tileops::jit::nvrtc_version()}})
+                                   .dump(2));
+        else
+            fmt::print("tileops-tune {} (NVRTC {})\n", tileops::version(), tileops::jit::nvrtc_version());
         return 0;
     }
     for (const Command& c : kCommands)

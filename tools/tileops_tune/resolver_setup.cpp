@@ -27,7 +27,18 @@ std::string target_arch(const cxxopts::ParseResult& args) {
     if (device.arch() != arch)
         throw InvalidArgument(fmt::format("--arch {}: a GPU of compute capability {}.{} runs {} kernels; use --arch {}",
                                           arch, device.cc_major, device.cc_minor, device.arch(), device.arch()));
+    check_arch_option("--arch", arch);
     return arch;
+}
+
+void check_arch_option(const std::string& option, const std::string& arch) {
+    try {
+        jit::check_arch_supported(arch);
+    } catch (const Unsupported& e) {
+        std::string why = e.what();
+        if (why.rfind("tileops: ", 0) == 0) why.erase(0, 9);
+        throw InvalidArgument(fmt::format("{} {}: {}", option, arch, why));
+    }
 }
 
 std::string target_gpu(const cxxopts::ParseResult& args) {

@@ -15,8 +15,12 @@
 namespace tileops::cli {
 
 // --arch, else the arch of GPU 0; throws InvalidArgument when neither is available, and for an
-// --arch the runtime never names a GPU by (below sm_80, sm_90 for sm_90a, sm_100a for sm_100).
+// --arch the runtime never names a GPU by (below sm_80, sm_90 for sm_90a, sm_100a for sm_100) or
+// that this NVRTC cannot compile for (check_arch_option).
 std::string target_arch(const cxxopts::ParseResult& args);
+// An arch given on the command line (`option`, e.g. "--arch") that this NVRTC cannot compile for is
+// bad usage: InvalidArgument naming the option.
+void check_arch_option(const std::string& option, const std::string& arch);
 
 // --gpu, else GPU 0's model name where no --arch is given and a GPU is present, else "" (no fleet).
 std::string target_gpu(const cxxopts::ParseResult& args);
