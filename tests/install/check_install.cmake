@@ -103,7 +103,14 @@ if(CONSUMER STREQUAL "find_package")
     list(LENGTH symbols exported)
     message(STATUS "${shared_library}: ${exported} symbols exported, all of namespace tileops")
   endif()
-  # The installed CLI uses the installed database, found beside itself (not the source tree's).
+  # The installed CLI uses the installed database, found beside itself (not the source tree's),
+  # and finds NVRTC by its RUNPATH, not only through the loader's configuration.
+  if(EXISTS ${prefix}/bin/tileops-tune AND READELF)
+    execute_process(COMMAND ${READELF} -d ${prefix}/bin/tileops-tune OUTPUT_VARIABLE dynamic)
+    if(NOT dynamic MATCHES "(RUNPATH|RPATH)")
+      message(FATAL_ERROR "the installed tileops-tune has no RUNPATH to NVRTC:\n${dynamic}")
+    endif()
+  endif()
   if(EXISTS ${prefix}/bin/tileops-tune)
     execute_process(COMMAND ${prefix}/bin/tileops-tune explain --arch sm_90a --op rmsnorm --shape 1024x65536
                             --dtype bf16 RESULT_VARIABLE explained OUTPUT_VARIABLE out ERROR_VARIABLE err)
