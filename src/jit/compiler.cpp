@@ -106,7 +106,7 @@ std::vector<std::string> base_compile_options(const std::string& arch) {
     std::vector<std::string> options = {"--std=c++17", "--gpu-architecture=" + arch, "--device-as-default-execution-space",
                                         "-DNDEBUG"};
     // Source lines for compute-sanitizer and ncu reports. Part of the options, so of the cache key.
-    if (util::env("TILEOPS_KERNEL_LINEINFO").value_or("0") == "1") options.push_back("-lineinfo");
+    if (util::env_switch("TILEOPS_KERNEL_LINEINFO")) options.push_back("-lineinfo");
     return options;
 }
 

@@ -221,7 +221,11 @@ fs::path DiskCache::default_directory() {
     std::error_code ec;
     fs::path tmp = fs::temp_directory_path(ec);
     if (ec) tmp = "/tmp";
-    return tmp / fmt::format("tileops_jit-{}", ::getuid()) / "kernels";
+    // A shared temp directory: another user could create this name first and swap in cubins the
+    // runtime would run, so it must be this user's alone.
+    const fs::path own = tmp / fmt::format("tileops_jit-{}", ::getuid());
+    util::make_private_directory(own, "the kernel cache's fallback (no HOME); set TILEOPS_CACHE_DIR");
+    return own / "kernels";
 }
 
 uint64_t DiskCache::default_max_bytes() {
@@ -321,6 +325,16 @@ void DiskCache::write_entry(const std::string& key, std::string_view payload) {
 
 void DiskCache::store(const std::string& key, std::string_view payload) {
     write_entry(key, payload);
+    after_store(key);
+}
+
+void DiskCache::store_if_writable(const std::string& key, std::string_view payload) {
+    try {
+        write_entry(key, payload);
+    } catch (const FileError& e) {
+        warn_unwritable(e.what());
+        return;
+    }
     after_store(key);
 }
 

@@ -71,6 +71,9 @@ public:
     // Writes the entry atomically, then enforces the size bound. Throws tileops::FileError naming
     // the path when the directory cannot be created or the file cannot be written.
     void store(const std::string& key, std::string_view payload);
+    // store(), except that a cache that cannot be written (read-only, no space) is logged at warn
+    // once per DiskCache, as get_or_build() does, instead of failing: the caller has the payload.
+    void store_if_writable(const std::string& key, std::string_view payload);
 
     // load(), else build() and store() under the key's exclusive lock after a second look-up, so
     // that concurrent threads and processes build a key once. *built (when given) is true only for

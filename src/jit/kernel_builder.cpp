@@ -153,7 +153,7 @@ KernelBinary KernelBuilder::get(const std::string& template_file, const std::str
                             ours ? "was compiled against other CUDA headers" : "has an unexpected payload");
         payload = build();
         built = true;
-        cache_.store(key, payload);
+        cache_.store_if_writable(key, payload);  // a read-only cache still runs what was just built
         decode_payload(payload, binary, built_with);
     }
     binary.compiled = built;

@@ -41,11 +41,9 @@ JitPolicy jit_policy(const std::filesystem::path& cache_dir, bool allow_compile)
         else
             throw InvalidArgument(fmt::format("tileops: TILEOPS_JIT must be on, warn or off, got '{}'", *jit));
     }
-    const auto no_compile = util::env("TILEOPS_NO_COMPILE");
-    if (no_compile && *no_compile != "0") {
+    if (util::env_switch("TILEOPS_NO_COMPILE")) {
         if (jit && policy.mode != JitMode::off)
-            throw InvalidArgument(fmt::format("tileops: TILEOPS_NO_COMPILE={} contradicts TILEOPS_JIT={}", *no_compile,
-                                              *jit));
+            throw InvalidArgument(fmt::format("tileops: TILEOPS_NO_COMPILE=1 contradicts TILEOPS_JIT={}", *jit));
         policy.mode = JitMode::off;
     }
     if (!allow_compile) policy.mode = JitMode::off;

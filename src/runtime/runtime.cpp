@@ -74,11 +74,7 @@ tuning::ResolverOptions resolver_options(const RuntimeOptions& options, const De
 
 // RuntimeOptions::background_compile, else TILEOPS_BACKGROUND_COMPILE (0 or 1).
 bool background_compile(const RuntimeOptions& options) {
-    if (options.background_compile) return true;
-    const std::optional<std::string> value = util::env("TILEOPS_BACKGROUND_COMPILE");
-    if (!value || *value == "0") return false;
-    if (*value == "1") return true;
-    throw InvalidArgument(fmt::format("tileops: TILEOPS_BACKGROUND_COMPILE must be 0 or 1, got '{}'", *value));
+    return options.background_compile || util::env_switch("TILEOPS_BACKGROUND_COMPILE");
 }
 
 

@@ -97,7 +97,9 @@ Config parse_config(const json& value, const std::string& path) {
     for (auto it = value.begin(); it != value.end(); ++it) {
         if (it.key().size() > 64) throw EntryError{fmt::format("{}: a tunable name is longer than 64 characters", path)};
         check_printable(it.key(), path + ": a tunable name");
-        config[it.key()] = get_integer(it.value(), path + "." + it.key(), -(1LL << 31), 1LL << 31);
+        // Every tunable is a count or size in [0, 2^20] (kMaxConfigValue, core/op_model.hpp): a file
+        // holding anything else is refused here, not rewritten by merge and refused at run time.
+        config[it.key()] = get_integer(it.value(), path + "." + it.key(), 0, 1LL << 20);
     }
     if (config.empty()) throw EntryError{fmt::format("{}: empty config", path)};
     return config;

@@ -121,6 +121,11 @@ void write_file_atomic(const fs::path& path, std::string_view data) {
     int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) throw FileError(fmt::format("cannot create {}: {}", tmp.string(), std::strerror(errno)));
     try {
+        // A file rewritten in place keeps its permissions (a shared database stays group-writable);
+        // a link at `path` is replaced, never written through.
+        struct stat existing {};
+        if (::lstat(path.c_str(), &existing) == 0 && S_ISREG(existing.st_mode) && ::fchmod(fd, existing.st_mode & 07777) != 0)
+            throw FileError(fmt::format("cannot set the mode of {}: {}", tmp.string(), std::strerror(errno)));
         write_all(fd, data, tmp);
         if (::fsync(fd) != 0)
             throw FileError(fmt::format("cannot fsync {}: {}", tmp.string(), std::strerror(errno)));
@@ -143,6 +148,8 @@ namespace {
 int open_lock_file(const fs::path& path) {
     std::error_code ec;
     if (!path.parent_path().empty()) fs::create_directories(path.parent_path(), ec);
+    if (ec)
+        throw FileError(fmt::format("cannot create the directory of lock file {}: {}", path.string(), ec.message()));
     // O_NOFOLLOW: a lock file that is a link would create or lock its target elsewhere.
     int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0) throw FileError(fmt::format("cannot open lock file {}: {}", path.string(), std::strerror(errno)));
@@ -241,10 +248,27 @@ void FileLock::release() noexcept {
     fd_ = -1;
 }
 
+void make_private_directory(const std::filesystem::path& dir, const char* what) {
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+        throw FileError(fmt::format("tileops: cannot create {} ({}): {}", dir.string(), what, std::strerror(errno)));
+    struct stat st {};
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::getuid() || (st.st_mode & 022) != 0)
+        throw FileError(fmt::format("tileops: {} ({}) is not a directory of this user's alone: a link, another "
+                                    "owner's, or writable by others",
+                                    dir.string(), what));
+}
+
 std::optional<std::string> env(const char* name) {
     const char* value = std::getenv(name);
     if (value == nullptr || *value == '\0') return std::nullopt;
     return std::string(value);
+}
+
+bool env_switch(const char* name) {
+    const std::optional<std::string> value = env(name);
+    if (!value || *value == "0") return false;
+    if (*value == "1") return true;
+    throw InvalidArgument(fmt::format("tileops: {} must be 0 or 1, got '{}'", name, *value));
 }
 
 }  // namespace tileops::util

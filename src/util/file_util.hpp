@@ -57,7 +57,16 @@ private:
     std::filesystem::path remove_path_;  // empty: the lock file stays
 };
 
+// Creates `dir` with mode 0700, or checks that the one there is a directory (not a link) owned by
+// this user and writable by no one else; throws tileops::FileError naming it and `what` it is for
+// otherwise. For directories under a shared one such as /tmp.
+void make_private_directory(const std::filesystem::path& dir, const char* what);
+
 // Reads an environment variable; nullopt when unset or empty.
 std::optional<std::string> env(const char* name);
+
+// An on/off environment variable: false when unset or empty, "0" or "1" otherwise; anything else
+// ("true", "yes", "off") is a tileops::InvalidArgument naming the variable.
+bool env_switch(const char* name);
 
 }  // namespace tileops::util

@@ -64,6 +64,10 @@ TEST_CASE("TILEOPS_KERNEL_LINEINFO=1 compiles with -lineinfo, under a key of its
         CHECK(has_lineinfo());
         CHECK(builder.cache_key("rows/softmax.cuh", expr, "sm_90a") != plain);
     }
+    {
+        tileops::test::ScopedEnv yes("TILEOPS_KERNEL_LINEINFO", "yes");  // not silently off
+        CHECK_THROWS_AS(has_lineinfo(), tileops::InvalidArgument);
+    }
     tileops::test::ScopedEnv off("TILEOPS_KERNEL_LINEINFO", "0");
     CHECK_FALSE(has_lineinfo());
     CHECK(builder.cache_key("rows/softmax.cuh", expr, "sm_90a") == plain);

@@ -64,6 +64,14 @@ TEST_CASE("TILEOPS_JIT chooses on, warn or off; TILEOPS_NO_COMPILE and allow_com
         ScopedEnv jit("TILEOPS_JIT", "warn"), off("TILEOPS_NO_COMPILE", "1");
         CHECK_THROWS_AS(tileops::jit::jit_policy(dir.path(), true), tileops::InvalidArgument);
     }
+    for (const char* value : {"false", "no", "off", "true", "2"}) {  // 0 or 1 only: "false" once meant off
+        ScopedEnv jit("TILEOPS_JIT", ""), off("TILEOPS_NO_COMPILE", value);
+        CHECK_THROWS_WITH(tileops::jit::jit_policy(dir.path(), true), ContainsSubstring("TILEOPS_NO_COMPILE must be 0 or 1"));
+    }
+    {
+        ScopedEnv jit("TILEOPS_JIT", ""), off("TILEOPS_NO_COMPILE", "0");
+        CHECK(tileops::jit::jit_policy(dir.path(), true).mode == JitMode::on);
+    }
     {
         ScopedEnv jit("TILEOPS_JIT", "warn"), elsewhere("TILEOPS_JIT_MANIFEST", (dir.path() / "m.jsonl").string());
         CHECK(tileops::jit::jit_policy(dir.path(), true).manifest == dir.path() / "m.jsonl");

@@ -158,7 +158,7 @@ constexpr double kSlowBuild = 1;
 // A full entry with every field set, including awkward strings and extreme (but valid) values.
 TuningEntry full_entry() {
     TuningEntry e = make_entry(make_key("rmsnorm", {8192, 4096}, "bf16->fp32", "residual"), 42.125,
-                               {{"threads_per_row", 256}, {"vec", 8}, {"items", -(1LL << 31)}});
+                               {{"threads_per_row", 256}, {"vec", 8}, {"items", 1LL << 20}});
     e.spread_us = 0.5;
     e.throughput = 3158.25;
     e.throughput_unit = "TFLOP/s";
@@ -278,7 +278,7 @@ TEST_CASE("tuning_db: to_json then parse reproduces every field, in a stable key
     full.nvrtc_version = "13.0";
     full.tuned_at = "2026-11-22T12:46:40Z";
     full.device = "NVIDIA H100 80GB HBM3";
-    TuningEntry mixed = entry_of("softmax", {1, 128256}, 123456.789, {{"threads_per_row", 1024}, {"vec", -1}});
+    TuningEntry mixed = entry_of("softmax", {1, 128256}, 123456.789, {{"threads_per_row", 1024}, {"vec", 0}});
     mixed.key.dtype = "bf16->fp32";
     mixed.throughput_unit = "GFLOP/s";
     TuningEntry rank3 = entry_of("add", {2, 3, 5}, 0.0);
@@ -287,7 +287,7 @@ TEST_CASE("tuning_db: to_json then parse reproduces every field, in a stable key
     // Inserted out of key order: the file lists entries sorted by key.
     const std::vector<TuningEntry> entries = {
         mixed, full, full_entry(), rank3,
-        make_entry(make_key("softmax", {1LL << 40}, "fp32"), 1e300, {{"block", 1LL << 31}}), rank8};
+        make_entry(make_key("softmax", {1LL << 40}, "fp32"), 1e300, {{"block", 1LL << 20}}), rank8};
     for (const TuningEntry& e : entries) db.upsert(e);
     REQUIRE(db.entries().size() == 6);
 
@@ -325,7 +325,7 @@ TEST_CASE("tuning_db: to_json then parse reproduces every field, in a stable key
     REQUIRE(mixed_back != nullptr);
     CHECK(mixed_back->key.dtype == "bf16->fp32");
     CHECK(mixed_back->throughput_unit == "GFLOP/s");
-    CHECK(mixed_back->config.at("vec") == -1);
+    CHECK(mixed_back->config.at("vec") == 0);
 
     // The comparison is not vacuous: one changed field makes the databases differ.
     TuningDb changed = TuningDb::parse(text, "roundtrip.json");
@@ -868,6 +868,9 @@ TEST_CASE("tuning_db: hostile input never crashes and fails only with FileError"
                    ContainsSubstring("entries[0].config.vec"));
         CHECK_THAT(rejected_reason(entry_with("config", R"({"vec": 18446744073709551615})")),
                    ContainsSubstring("entries[0].config.vec"));
+        // Tunables are counts and sizes in [0, 2^20], as the ops read them.
+        CHECK_THAT(rejected_reason(entry_with("config", R"({"vec": -8})")), ContainsSubstring("entries[0].config.vec"));
+        CHECK_THAT(rejected_reason(entry_with("config", R"({"vec": 1048577})")), ContainsSubstring("entries[0].config.vec"));
         CHECK_THAT(rejected_reason(entry_with("candidates_tried", "9223372036854775807")),
                    ContainsSubstring("entries[0].candidates_tried"));
         CHECK_THAT(rejected_reason(entry_with("median_us", "-1e308")), ContainsSubstring("entries[0].median_us"));

@@ -11,6 +11,7 @@
 #include <catch2/catch_test_macros.hpp>
 
 #include "support/test_support.hpp"
+#include "tileops/error.hpp"
 #include "util/file_util.hpp"
 
 namespace fs = std::filesystem;
@@ -55,4 +56,43 @@ TEST_CASE("write_file_atomic removes the temporary files of killed writers of th
         CHECK(fs::exists(kept));
     }
     CHECK(fs::file_size(dir.path() / "db.json") == 2);
+}
+
+TEST_CASE("write_file_atomic keeps a rewritten file's mode and replaces a link instead of writing through it",
+          "[util]") {
+    TempDir dir;
+    const fs::path db = dir.path() / "fleet.json";
+    tileops::util::write_file_atomic(db, "{}");
+    fs::permissions(db, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::group_write);
+    tileops::util::write_file_atomic(db, "{\"a\": 1}");
+    CHECK((fs::status(db).permissions() & fs::perms::group_write) == fs::perms::group_write);
+
+    const fs::path target = dir.path() / "elsewhere.json", link = dir.path() / "link.json";
+    std::ofstream(target) << "kept";
+    fs::create_symlink(target, link);
+    tileops::util::write_file_atomic(link, "new");
+    CHECK_FALSE(fs::is_symlink(link));
+    std::ifstream kept(target);
+    std::string text;
+    kept >> text;
+    CHECK(text == "kept");
+}
+
+TEST_CASE("a private directory under a shared one is made 0700 and must stay this user's alone", "[util]") {
+    TempDir dir;
+    const fs::path fresh = dir.path() / "fresh";
+    tileops::util::make_private_directory(fresh, "a test");
+    CHECK((fs::status(fresh).permissions() & fs::perms::all) == fs::perms::owner_all);
+    tileops::util::make_private_directory(fresh, "a test");  // ours already: accepted
+
+    const fs::path open = dir.path() / "open";
+    fs::create_directory(open);
+    fs::permissions(open, fs::perms::all);  // 0777: anyone could swap files in
+    CHECK_THROWS_AS(tileops::util::make_private_directory(open, "a test"), tileops::FileError);
+
+    const fs::path link = dir.path() / "link";
+    fs::create_directory_symlink(fresh, link);
+    CHECK_THROWS_AS(tileops::util::make_private_directory(link, "a test"), tileops::FileError);
+    std::ofstream(dir.path() / "file") << "x";
+    CHECK_THROWS_AS(tileops::util::make_private_directory(dir.path() / "file", "a test"), tileops::FileError);
 }

@@ -9,15 +9,19 @@
 
 #include <fmt/format.h>
 
+#include "tileops/error.hpp"
+
 namespace tileops::cli {
 
 bool stderr_is_terminal() { return ::isatty(STDERR_FILENO) == 1; }
 
 Progress::Progress(Style style) : style_(style), start_(std::chrono::steady_clock::now()), last_line_(start_) {
-    if (const char* value = std::getenv("TILEOPS_PROGRESS_SECONDS")) {
+    if (const char* value = std::getenv("TILEOPS_PROGRESS_SECONDS"); value != nullptr && *value != '\0') {
         char* end = nullptr;
         const double seconds = std::strtod(value, &end);
-        if (end != value && *end == '\0' && seconds >= 0) line_seconds_ = seconds;
+        if (end == value || *end != '\0' || !(seconds >= 0) || !std::isfinite(seconds))
+            throw InvalidArgument(fmt::format("TILEOPS_PROGRESS_SECONDS must be a number of seconds >= 0, got '{}'", value));
+        line_seconds_ = seconds;
     }
 }
 
