@@ -52,9 +52,11 @@ def read_safetensors(path):
 
 
 def llama3_inv_freq(config, head_dim):
-    theta = config.get("rope_theta", 10000.0)
+    # transformers v5 keeps rope_theta and the scaling in "rope_parameters".
+    parameters = config.get("rope_parameters") or {}
+    theta = parameters.get("rope_theta", config.get("rope_theta", 10000.0))
     inv = [theta ** (-2.0 * i / head_dim) for i in range(head_dim // 2)]
-    scaling = config.get("rope_scaling") or {}
+    scaling = parameters or config.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind == "linear":
         inv = [f / scaling["factor"] for f in inv]
@@ -80,7 +82,9 @@ class Reference:
 
     def __init__(self, config, weights, dtype=torch.float64):
         self.c, self.dtype = config, dtype
-        self.w = {k: v.to(dtype) for k, v in weights.items()}
+        # GPT2LMHeadModel.save_pretrained names the body "transformer.wte.weight", ...
+        self.w = {k.removeprefix("transformer.") if k.startswith("transformer.") and k[12:] not in weights else k:
+                  v.to(dtype) for k, v in weights.items()}
         self.llama = config["model_type"] == "llama"
         if self.llama:
             self.hidden, self.heads = config["hidden_size"], config["num_attention_heads"]
@@ -146,7 +150,8 @@ class Reference:
             inner = F.gelu(inner) if self.exact_gelu else F.gelu(inner, approximate="tanh")
             x = x + inner @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
             hidden.append(x)
-        return hidden, norm(x, "ln_f") @ w["wte.weight"].T
+        tied = self.c.get("tie_word_embeddings", True)
+        return hidden, norm(x, "ln_f") @ (w["wte.weight"] if tied else w["lm_head.weight"]).T
 
 
 def allowed_set(logits, temperature, top_k, top_p, min_p, slack):

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tileops/rope.hpp"
+#include "tileops/tensor.hpp"
 
 namespace transformer {
 
@@ -31,11 +32,17 @@ struct ModelConfig {
     tileops::RopeScaling rope_scaling;
     bool tie_word_embeddings = false;  // the LM head is the embedding table (GPT-2 always)
     Activation activation = Activation::silu;
+    std::vector<int32_t> eos_token_ids;  // eos_token_id (one or a list); empty when not given
 };
 
 // Parses and checks a config.json; throws std::invalid_argument naming `source` and the field.
 ModelConfig parse_model_config(std::string_view json_text, const std::string& source);
 ModelConfig load_model_config(const std::string& path);
+
+// Constructs the library's attention and rotation ops for the model's head shapes and rope (what
+// transformer_run's Decoder::check also does, here without the sizes of a run), so a model they
+// refuse is refused up front; throws std::invalid_argument naming `source`. No GPU needed.
+void check_model_ops(const ModelConfig& config, tileops::DType dtype, const std::string& source);
 
 // A weight the architecture needs: its name in the checkpoint and its shape.
 struct WeightSpec {

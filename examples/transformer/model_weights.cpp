@@ -69,6 +69,7 @@ std::vector<Slot> slots_of(const ModelConfig& c, ModelWeights& w) {
         }
         add(&w.final_norm, {"ln_f.weight"});
         add(&w.final_norm_bias, {"ln_f.bias"});
+        if (!c.tie_word_embeddings) add(&w.lm_head, {"lm_head.weight"});
     }
     std::map<std::string, std::vector<int64_t>> shapes;
     for (const WeightSpec& spec : required_weights(c)) shapes[spec.name] = spec.shape;
@@ -159,9 +160,9 @@ void upload(const Slot& slot, const std::vector<uint16_t>& codes) {
 
 }  // namespace
 
-ModelWeights ModelWeights::load(const ModelConfig& config, const SafetensorsFile& file, DType dtype) {
+ModelWeights ModelWeights::load(const ModelConfig& config, const Checkpoint& file, DType dtype) {
     check_dtype(dtype);
-    file.check_weights(required_weights(config));
+    file.check(config);
     ModelWeights w;
     w.dtype_ = dtype;
     std::vector<Slot> slots = slots_of(config, w);

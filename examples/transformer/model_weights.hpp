@@ -12,7 +12,7 @@
 
 namespace transformer {
 
-class SafetensorsFile;
+class Checkpoint;
 
 // Device pointers of one layer; a bias is null where the architecture has none (Llama).
 struct LayerWeights {
@@ -35,9 +35,9 @@ struct LayerWeights {
 
 class ModelWeights {
 public:
-    // Every weight the config needs from `file` (checked by name and shape first), converted to
-    // `dtype` (bf16 or fp16) on the host.
-    static ModelWeights load(const ModelConfig& config, const SafetensorsFile& file, tileops::DType dtype);
+    // Every weight the config needs from `checkpoint` (checked by name and shape first), converted
+    // to `dtype` (bf16 or fp16) on the host.
+    static ModelWeights load(const ModelConfig& config, const Checkpoint& checkpoint, tileops::DType dtype);
     // Seeded random weights for speed measurements: matrices uniform with standard deviation
     // `std` (GPT-2's initialisation scale), norm weights 1, biases 0.
     static ModelWeights random(const ModelConfig& config, tileops::DType dtype, uint64_t seed, double std = 0.02);

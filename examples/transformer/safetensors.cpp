@@ -9,13 +9,17 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <filesystem>
+#include <set>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "model_config.hpp"
+#include "read_bounded.hpp"
 
 namespace transformer {
 namespace {
@@ -71,7 +75,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         if (!root.is_object()) refuse("the header is not a JSON object");
         const std::byte* data = bytes + 8 + header_bytes;
         const uint64_t data_bytes = size_ - 8 - header_bytes;
-        std::vector<std::pair<uint64_t, uint64_t>> extents;
+        std::vector<std::tuple<uint64_t, uint64_t, std::string>> extents;
         for (const auto& [name, entry] : root.items()) {
             if (name == "__metadata__") continue;
             const auto bad = [&](const std::string& what) { refuse(fmt::format("tensor '{}': {}", name, what)); };
@@ -102,12 +106,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                 bad(fmt::format("data_offsets hold {} bytes, its shape and dtype {}", end - begin, count * element));
             view.data = data + begin;
             view.bytes = static_cast<size_t>(end - begin);
-            extents.emplace_back(begin, end);
+            extents.emplace_back(begin, end, name);
             tensors_.emplace(name, std::move(view));
         }
         std::sort(extents.begin(), extents.end());
         for (size_t i = 1; i < extents.size(); ++i)
-            if (extents[i].first < extents[i - 1].second) refuse("two tensors share bytes of the data");
+            if (std::get<0>(extents[i]) < std::get<1>(extents[i - 1]))
+                refuse(fmt::format("tensors '{}' and '{}' share bytes of the data", std::get<2>(extents[i - 1]),
+                                   std::get<2>(extents[i])));
     } catch (...) {
         ::munmap(mapping_, size_);
         mapping_ = nullptr;
@@ -135,6 +141,113 @@ void SafetensorsFile::check_weights(const std::vector<WeightSpec>& weights) cons
             throw std::invalid_argument(
                 fmt::format("{}: tensor '{}' is {}, not F32, F16 or BF16", path_, w.name, t.dtype));
     }
+}
+
+namespace {
+
+// The index's directory-relative shard name, refused when absolute or leaving the directory.
+std::string shard_path(const std::string& index, const std::string& shard) {
+    const std::filesystem::path relative(shard);
+    if (shard.empty() || relative.is_absolute() || relative.has_root_name())
+        throw std::invalid_argument(fmt::format("{}: shard '{}' is not a path relative to the index", index, shard));
+    for (const auto& part : relative)
+        if (part == "..") throw std::invalid_argument(fmt::format("{}: shard '{}' leaves the index's directory", index, shard));
+    return (std::filesystem::path(index).parent_path() / relative).string();
+}
+
+bool ends_with(const std::string& text, const std::string& tail) {
+    return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+}  // namespace
+
+Checkpoint::Checkpoint(const std::string& path) : path_(path) {
+    namespace fs = std::filesystem;
+    std::error_code error;
+    std::string file = path;
+    if (fs::is_directory(path, error)) {
+        const fs::path single = fs::path(path) / "model.safetensors", index = fs::path(path) / "model.safetensors.index.json";
+        if (fs::exists(single, error)) {
+            file = single.string();
+        } else if (fs::exists(index, error)) {
+            file = index.string();
+        } else {
+            throw std::invalid_argument(
+                fmt::format("{}: a directory without model.safetensors or model.safetensors.index.json", path));
+        }
+    }
+    if (!ends_with(file, ".index.json")) {
+        files_.push_back(std::make_unique<SafetensorsFile>(file));
+        for (const auto& [name, view] : files_.back()->tensors()) tensors_.emplace(name, Entry{&view, file});
+        return;
+    }
+    const auto refuse = [&](const std::string& what) { throw std::invalid_argument(fmt::format("{}: {}", file, what)); };
+    const std::string text = read_bounded(file, size_t{64} << 20, "checkpoint index");
+    if (text.find('\0') != std::string::npos) refuse("not valid JSON: a NUL byte");
+    json root;
+    try {
+        root = json::parse(text);
+    } catch (const json::exception& e) {
+        refuse(fmt::format("not valid JSON: {}", e.what()));
+    }
+    if (!root.is_object() || !root.contains("weight_map") || !root["weight_map"].is_object() || root["weight_map"].empty())
+        refuse("expected an object with a non-empty 'weight_map' of tensor -> shard file");
+    std::map<std::string, std::string> shard_of;  // tensor -> shard path
+    std::map<std::string, const SafetensorsFile*> shards;
+    for (const auto& [name, shard] : root["weight_map"].items()) {
+        if (!shard.is_string()) refuse(fmt::format("weight_map: tensor '{}' maps to {}, not a file name", name, shard.dump()));
+        const std::string shard_file = shard_path(file, shard.get<std::string>());
+        shard_of[name] = shard_file;
+        if (shards.count(shard_file) == 0) {
+            files_.push_back(std::make_unique<SafetensorsFile>(shard_file));
+            shards[shard_file] = files_.back().get();
+        }
+    }
+    // Every tensor where the map says, and no tensor in two shards.
+    for (const auto& [shard_file, shard] : shards) {
+        for (const auto& [name, view] : shard->tensors()) {
+            const auto [it, fresh] = tensors_.emplace(name, Entry{&view, shard_file});
+            if (!fresh)
+                refuse(fmt::format("tensor '{}' is in two shards, {} and {}", name, it->second.file, shard_file));
+        }
+    }
+    for (const auto& [name, shard_file] : shard_of) {
+        const auto it = tensors_.find(name);
+        if (it == tensors_.end() || it->second.file != shard_file)
+            refuse(fmt::format("weight_map puts tensor '{}' in {}, which does not hold it", name, shard_file));
+    }
+}
+
+Checkpoint::~Checkpoint() = default;
+
+const TensorView* Checkpoint::find(const std::string& name) const {
+    auto it = tensors_.find(name);
+    if (it == tensors_.end()) it = tensors_.find("transformer." + name);  // GPT2LMHeadModel's save_pretrained
+    return it == tensors_.end() ? nullptr : it->second.view;
+}
+
+const TensorView& Checkpoint::tensor(const std::string& name) const {
+    const TensorView* view = find(name);
+    if (view == nullptr) throw std::invalid_argument(fmt::format("{}: no tensor '{}'", path_, name));
+    return *view;
+}
+
+void Checkpoint::check(const ModelConfig& config) const {
+    for (const WeightSpec& w : required_weights(config)) {
+        const TensorView& t = tensor(w.name);
+        if (t.shape != w.shape)
+            throw std::invalid_argument(fmt::format("{}: tensor '{}' has shape [{}], the config needs [{}]", path_, w.name,
+                                                    fmt::join(t.shape, ", "), fmt::join(w.shape, ", ")));
+        if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
+            throw std::invalid_argument(
+                fmt::format("{}: tensor '{}' is {}, not F32, F16 or BF16", path_, w.name, t.dtype));
+    }
+    // Biases the architecture does not apply would be ignored silently: refuse them.
+    if (config.architecture == Architecture::llama)
+        for (const auto& [name, entry] : tensors_)
+            if (name.rfind("model.layers.", 0) == 0 && ends_with(name, ".bias"))
+                throw std::invalid_argument(
+                    fmt::format("{}: tensor '{}': biases are not supported in a Llama model", entry.file, name));
 }
 
 void write_safetensors(const std::string& path, const std::vector<OutputTensor>& tensors) {

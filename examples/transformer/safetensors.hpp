@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,38 @@ private:
     void* mapping_ = nullptr;
     size_t size_ = 0;
     std::map<std::string, TensorView> tensors_;
+};
+
+struct ModelConfig;
+
+// A checkpoint: one .safetensors file, a Hugging Face index (*.index.json, whose weight_map names
+// the shard of each tensor, paths relative to the index) or a directory holding
+// model.safetensors or model.safetensors.index.json. Every shard is mapped and checked; a shard
+// outside the index's directory, a tensor in two shards or not where the map says is refused.
+class Checkpoint {
+public:
+    explicit Checkpoint(const std::string& path);
+    ~Checkpoint();
+    Checkpoint(const Checkpoint&) = delete;
+    Checkpoint& operator=(const Checkpoint&) = delete;
+
+    // The tensor called `name` (or "transformer." + name, GPT-2's save_pretrained naming); null
+    // or std::invalid_argument when there is none.
+    const TensorView* find(const std::string& name) const;
+    const TensorView& tensor(const std::string& name) const;
+    // Checks every weight the config needs (name, shape, float dtype) and refuses tensors it
+    // would ignore (a bias in a Llama layer); throws
+    // std::invalid_argument naming the file and the tensor.
+    void check(const ModelConfig& config) const;
+
+private:
+    struct Entry {
+        const TensorView* view;
+        std::string file;
+    };
+    std::string path_;
+    std::vector<std::unique_ptr<SafetensorsFile>> files_;
+    std::map<std::string, Entry> tensors_;
 };
 
 // Bytes of one element of a safetensors dtype; 0 for a dtype this reader does not know.

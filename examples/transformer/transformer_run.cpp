@@ -1,12 +1,14 @@
 // Runs a Llama-3 or GPT-2 architecture model on the library's ops: a varlen prefill of the prompts,
 // then decode steps over a paged KV cache (one CUDA graph launch a step), greedy or sampled.
 //
-//   transformer_run --config config.json [--weights model.safetensors | --random-weights SEED]
+//   transformer_run --config config.json [--weights CHECKPOINT | --random-weights SEED]
 //       (--prompts prompts.json | --prompt-lengths N[xC][,N[xC]...] [--prompt-seed S]) [--steps N]
 //       [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]
 //       [--dtype bf16|fp16] [--max-context N] [--page-size N] [--prefill-group-tokens N]
-//       [--prefill-repeats R] [--profile] [--dump activations.safetensors] [--report report.json]
+//       [--prefill-repeats R] [--profile] [--ignore-eos] [--dump activations.safetensors] [--report report.json]
 //
+// CHECKPOINT is a .safetensors file, a sharded checkpoint's model.safetensors.index.json or a
+// directory holding either. There is no tokenizer: prompts are token ids, and so is the output.
 // prompts.json is a JSON array of token-id arrays; --prompt-lengths makes random prompts (2048x8:
 // eight of 2048 tokens). Without --weights the weights are random
 // (seeded; speed only). Any of --temperature, --top-k, --top-p, --min-p samples; otherwise greedy.
@@ -15,19 +17,28 @@
 // steps + 1] int32) for examples/transformer/check_against_torch.py. --report writes the timings
 // (start to first token and its parts, decode step and prefill medians) as JSON. --profile times a
 // prefill and a decode step op by op at the end (in the report too).
-// Exit status: 0 done, 2 bad arguments or model files (named), 1 anything else (no GPU, ...).
+// A sequence stops at the config's eos_token_id (one or a list): what follows it is not printed
+// or reported (the decode steps still run for the whole batch, and --dump holds every step's
+// token); --ignore-eos keeps all --steps tokens. --temperature must be >= 0, --top-p in (0, 1],
+// --min-p in [0, 1]; --dump and --report must be writable before anything runs.
+// Exit status: 0 done, 2 bad arguments or model files (named), 1 anything else (no GPU or driver,
+// a device failure, ...). --help prints the usage and exits 0.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <numeric>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -46,11 +57,18 @@ using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
 constexpr const char* kUsage =
-    "usage: transformer_run --config config.json [--weights model.safetensors | --random-weights SEED]\n"
+    "usage: transformer_run --config config.json [--weights CHECKPOINT | --random-weights SEED]\n"
     "           (--prompts prompts.json | --prompt-lengths N[xC][,N[xC]...] [--prompt-seed S]) [--steps N]\n"
     "           [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]\n"
     "           [--dtype bf16|fp16] [--max-context N] [--page-size N] [--prefill-group-tokens N]\n"
-    "           [--prefill-repeats R] [--profile] [--dump activations.safetensors] [--report report.json]\n";
+    "           [--prefill-repeats R] [--profile] [--ignore-eos] [--dump activations.safetensors]\n"
+    "           [--report report.json]\n"
+    "CHECKPOINT: model.safetensors, model.safetensors.index.json or a directory holding either.\n";
+
+// The GPU or its driver failed (none found, ...): exit status 1.
+struct DeviceError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
 
 // Arguments that are wrong, named: exit status 2.
 struct UsageError : std::invalid_argument {
@@ -60,7 +78,7 @@ struct UsageError : std::invalid_argument {
 struct Arguments {
     std::string config, weights, prompts, dump, report;
     std::vector<int64_t> prompt_lengths;
-    bool random_weights = false, profile = false;
+    bool random_weights = false, profile = false, ignore_eos = false, help = false;
     uint64_t weight_seed = 0, prompt_seed = 0;
     int64_t steps = 16, max_context = 0, page_size = 16, prefill_group_tokens = 16384, prefill_repeats = 0;
     tileops::DType dtype = tileops::DType::bf16;
@@ -98,17 +116,26 @@ Arguments parse_arguments(int argc, char** argv) {
     bool sampled = false;
     for (int i = 1; i < argc; ++i) {
         const std::string flag = argv[i];
-        if (flag == "--profile") {
-            a.profile = true;
+        if (flag == "--help" || flag == "-h") {
+            a.help = true;
+            return a;
+        }
+        if (flag == "--profile" || flag == "--ignore-eos") {
+            (flag == "--profile" ? a.profile : a.ignore_eos) = true;
             continue;
         }
         if (i + 1 >= argc) throw UsageError(fmt::format("{} needs a value (or is not an option)", flag));
         const std::string value = argv[++i];
         constexpr int64_t kBig = int64_t{1} << 31;
+        const auto once = [&](std::string& field) {
+            if (!field.empty()) throw UsageError(fmt::format("{} is given twice", flag));
+            if (value.empty()) throw UsageError(fmt::format("{} needs a non-empty value", flag));
+            field = value;
+        };
         if (flag == "--config") {
-            a.config = value;
+            once(a.config);
         } else if (flag == "--weights") {
-            a.weights = value;
+            once(a.weights);
         } else if (flag == "--random-weights") {
             a.random_weights = true;
             a.weight_seed = static_cast<uint64_t>(parse_integer(flag, value, 0, kBig));
@@ -134,12 +161,17 @@ Arguments parse_arguments(int argc, char** argv) {
             a.steps = parse_integer(flag, value, 0, kBig);
         } else if (flag == "--temperature") {
             a.sampling.temperature = parse_real(flag, value), sampled = true;
+            if (a.sampling.temperature < 0) throw UsageError(fmt::format("--temperature must be >= 0, got '{}'", value));
         } else if (flag == "--top-k") {
             a.sampling.top_k = static_cast<int>(parse_integer(flag, value, 0, kBig - 1)), sampled = true;
         } else if (flag == "--top-p") {
             a.sampling.top_p = parse_real(flag, value), sampled = true;
+            if (!(a.sampling.top_p > 0 && a.sampling.top_p <= 1))
+                throw UsageError(fmt::format("--top-p must be in (0, 1], got '{}'", value));
         } else if (flag == "--min-p") {
             a.sampling.min_p = parse_real(flag, value), sampled = true;
+            if (!(a.sampling.min_p >= 0 && a.sampling.min_p <= 1))
+                throw UsageError(fmt::format("--min-p must be in [0, 1], got '{}'", value));
         } else if (flag == "--seed") {
             a.sampling.seed = static_cast<uint64_t>(parse_integer(flag, value, 0, kBig));
         } else if (flag == "--dtype") {
@@ -159,14 +191,15 @@ Arguments parse_arguments(int argc, char** argv) {
         } else if (flag == "--prefill-repeats") {
             a.prefill_repeats = parse_integer(flag, value, 0, 1000);
         } else if (flag == "--dump") {
-            a.dump = value;
+            once(a.dump);
         } else if (flag == "--report") {
-            a.report = value;
+            once(a.report);
         } else {
             throw UsageError(fmt::format("unknown option '{}'", flag));
         }
     }
     a.sampling.greedy = !sampled;
+    if (a.random_weights && !a.weights.empty()) throw UsageError("give exactly one of --weights and --random-weights");
     if (a.config.empty()) throw UsageError("--config is required");
     if (a.weights.empty() == !a.random_weights)
         throw UsageError("give exactly one of --weights and --random-weights");
@@ -210,6 +243,28 @@ std::vector<std::vector<int32_t>> random_prompts(const std::vector<int64_t>& len
     return prompts;
 }
 
+// Refuses an output path that could not be written at the end (its directory missing or not
+// writable, or a directory in its place), before the run starts.
+void check_writable(const std::string& flag, const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code error;
+    if (fs::is_directory(path, error)) throw UsageError(fmt::format("{} {}: a directory", flag, path));
+    const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+    if (!fs::is_directory(parent, error) || ::access(parent.c_str(), W_OK) != 0)
+        throw UsageError(fmt::format("{} {}: the directory {} is missing or not writable", flag, path, parent.string()));
+    if (fs::exists(path, error) && ::access(path.c_str(), W_OK) != 0)
+        throw UsageError(fmt::format("{} {}: not writable", flag, path));
+}
+
+// Each sequence up to and including its first end-of-sequence token.
+std::vector<std::vector<int32_t>> cut_at_eos(std::vector<std::vector<int32_t>> sequences, const std::vector<int32_t>& eos) {
+    for (auto& tokens : sequences) {
+        const auto it = std::find_first_of(tokens.begin(), tokens.end(), eos.begin(), eos.end());
+        if (it != tokens.end()) tokens.erase(it + 1, tokens.end());
+    }
+    return sequences;
+}
+
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double median(std::vector<double> values) {
@@ -241,11 +296,13 @@ int run(const Arguments& args, Clock::time_point start) {
     using namespace transformer;
     // Everything a file or an argument can get wrong is refused before the GPU is touched.
     const ModelConfig config = load_model_config(args.config);
-    std::unique_ptr<SafetensorsFile> file;
+    std::unique_ptr<Checkpoint> file;
     if (!args.weights.empty()) {
-        file = std::make_unique<SafetensorsFile>(args.weights);
-        file->check_weights(required_weights(config));
+        file = std::make_unique<Checkpoint>(args.weights);
+        file->check(config);
     }
+    if (!args.dump.empty()) check_writable("--dump", args.dump);
+    if (!args.report.empty()) check_writable("--report", args.report);
     const auto prompts = args.prompts.empty() ? random_prompts(args.prompt_lengths, config.vocab, args.prompt_seed)
                                               : read_prompts(args.prompts, config.vocab);
     std::vector<int64_t> lengths;
@@ -259,11 +316,18 @@ int run(const Arguments& args, Clock::time_point start) {
     options.page_size = args.page_size;
     options.max_prefill_tokens = args.prefill_group_tokens;
     options.sampling = args.sampling;
+    check_model_ops(config, args.dtype, args.config);
     Decoder::check(config, args.dtype, lengths, options);
 
     json report;
     auto phase = Clock::now();
-    tileops::Runtime runtime;
+    std::optional<tileops::Runtime> started;
+    try {
+        started.emplace();
+    } catch (const std::exception& e) {  // no driver or no device: not the input's fault
+        throw DeviceError(e.what());
+    }
+    tileops::Runtime& runtime = *started;
     report["runtime_start_s"] = seconds_since(phase);
     report["gpu"] = runtime.device().name;
 
@@ -301,7 +365,8 @@ int run(const Arguments& args, Clock::time_point start) {
         decoder.decode_step();
         check_cuda(cudaEventRecord(events[static_cast<size_t>(step + 1)], stream), "timing");
     }
-    const auto generated = decoder.generated();
+    const auto all_generated = decoder.generated();
+    const auto generated = args.ignore_eos ? all_generated : cut_at_eos(all_generated, config.eos_token_ids);
     const std::vector<double> steps_ms = intervals_ms(events);
     for (cudaEvent_t e : events) cudaEventDestroy(e);
     report["decode_step_ms"] = median(steps_ms);
@@ -352,7 +417,7 @@ int run(const Arguments& args, Clock::time_point start) {
             tensors.push_back({fmt::format("hidden.{}", l), "F32", {total, config.hidden}, as_bytes(hidden[l])});
         tensors.push_back({"logits", "F32", {static_cast<int64_t>(lengths.size()), config.vocab}, as_bytes(prefill_logits)});
         std::vector<int32_t> flat;
-        for (const auto& t : generated) flat.insert(flat.end(), t.begin(), t.end());
+        for (const auto& t : all_generated) flat.insert(flat.end(), t.begin(), t.end());
         tensors.push_back({"tokens", "I32", {static_cast<int64_t>(lengths.size()), args.steps + 1}, as_bytes(flat)});
         write_safetensors(args.dump, tensors);
     }
@@ -376,8 +441,15 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "transformer_run: %s\n%s", e.what(), kUsage);
         return 2;
     }
+    if (args.help) {
+        std::fputs(kUsage, stdout);
+        return 0;
+    }
     try {
         return run(args, start);
+    } catch (const DeviceError& e) {
+        std::fprintf(stderr, "transformer_run: %s\n", e.what());
+        return 1;
     } catch (const tileops::InvalidArgument& e) {  // a shape the library's ops refuse
         std::fprintf(stderr, "transformer_run: %s\n", e.what());
         return 2;

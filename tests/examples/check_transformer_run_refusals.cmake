@@ -37,4 +37,25 @@ refuse("head_dim must be a multiple of 16 from 16 to 256, got 18" --config ${DAT
 refuse("passes GPT-2's 512 learned positions" --config ${gpt2} --random-weights 1 --prompt-lengths 500 --steps 20)
 refuse("pass --max-context 64" --config ${llama} --random-weights 1 --prompt-lengths 60 --steps 8 --max-context 64)
 refuse("page size must be >= 1|--page-size must be" --config ${llama} --random-weights 1 --prompt-lengths 5 --page-size 0)
+refuse("--temperature must be >= 0" --config ${llama} --random-weights 1 --prompt-lengths 5 --temperature -1)
+refuse("--top-p must be in \\(0, 1\\]" --config ${llama} --random-weights 1 --prompt-lengths 5 --top-p 0)
+refuse("--min-p must be in \\[0, 1\\]" --config ${llama} --random-weights 1 --prompt-lengths 5 --min-p 1.5)
+refuse("--weights is given twice" --config ${llama} --weights a --weights b --prompt-lengths 5)
+refuse("--report ${WORK_DIR}/missing/r.json: the directory .* is missing" --config ${llama} --random-weights 1
+       --prompt-lengths 5 --report ${WORK_DIR}/missing/r.json)
+refuse("--dump ${WORK_DIR}: a directory" --config ${llama} --random-weights 1 --prompt-lengths 5 --dump ${WORK_DIR})
+refuse("equal_llama3_freq_factors_config.json: .*high_freq_factor" --config ${DATA}/equal_llama3_freq_factors_config.json
+       --random-weights 1 --prompt-lengths 5)
+
+# --help: the usage on stdout, exit status 0.
+execute_process(COMMAND ${RUN} --help RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT status EQUAL 0 OR NOT out MATCHES "^usage: transformer_run")
+  message(FATAL_ERROR "transformer_run --help: expected the usage and exit status 0, got ${status}:\n${out}${err}")
+endif()
+# A sharded checkpoint is accepted; without a driver (this machine, maybe) the exit status is 1.
+execute_process(COMMAND ${RUN} --config ${DATA}/sharded_tiny_llama/config.json --weights ${DATA}/sharded_tiny_llama
+                        --prompt-lengths 4 --steps 2 RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT status EQUAL 0 AND NOT (status EQUAL 1 AND err MATCHES "driver|device|GPU"))
+  message(FATAL_ERROR "transformer_run on a sharded checkpoint: expected 0 (a GPU) or 1 (none), got ${status}:\n${out}${err}")
+endif()
 file(REMOVE_RECURSE ${WORK_DIR})
