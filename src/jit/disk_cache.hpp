@@ -74,6 +74,9 @@ public:
     // store(), except that a cache that cannot be written (read-only, no space) is logged at warn
     // once per DiskCache, as get_or_build() does, instead of failing: the caller has the payload.
     void store_if_writable(const std::string& key, std::string_view payload);
+    // Whether a write of this DiskCache failed (the cache is read-only or full): what a command that
+    // stored entries and finds some missing tells from a size bound that evicted them.
+    bool had_write_failure() const noexcept { return warned_unwritable_.load(); }
 
     // load(), else build() and store() under the key's exclusive lock after a second look-up, so
     // that concurrent threads and processes build a key once. *built (when given) is true only for

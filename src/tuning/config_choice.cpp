@@ -109,12 +109,14 @@ void ConfigResolver::load_once() {
     // Shipped databases: every file of this arch; a broken one is skipped with a warning.
     std::set<fs::path> seen;
     bool any_dir = false;
+    size_t files = 0;
     for (const std::string& dir : options_.shipped_dirs) {
         std::error_code ec;
         if (!fs::is_directory(dir, ec)) continue;
         any_dir = true;
         for (const auto& file : fs::directory_iterator(dir, ec)) {
             if (file.path().extension() != ".json") continue;
+            ++files;
             if (!seen.insert(file.path().filename()).second) continue;  // an earlier directory's file of that name wins
             try {
                 TuningDb db = TuningDb::load(file.path());
@@ -127,6 +129,10 @@ void ConfigResolver::load_once() {
     if (!any_dir && !options_.shipped_dirs.empty())
         util::logger().warn("tileops: no shipped tuning databases found (looked in {}): configs come from the "
                             "heuristic unless TILEOPS_TUNING_DB names a database",
+                            fmt::format("{}", fmt::join(options_.shipped_dirs, ", ")));
+    else if (any_dir && files == 0)  // e.g. TILEOPS_SHIPPED_DB_DIR naming the directory above
+        util::logger().warn("tileops: the shipped tuning database directory ({}) holds no databases (*.json): configs "
+                            "come from the heuristic unless TILEOPS_TUNING_DB names a database",
                             fmt::format("{}", fmt::join(options_.shipped_dirs, ", ")));
     // Deterministic whatever order the directories list their files in.
     std::stable_sort(shipped.begin(), shipped.end(), [](const LoadedDb& a, const LoadedDb& b) {

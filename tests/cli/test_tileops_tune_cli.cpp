@@ -560,6 +560,15 @@ TEST_CASE("tileops-tune: a warm that its cache bound evicts from fails and says 
     INFO(unbounded.err);
     CHECK(unbounded.status == 0);
     CHECK(parse_json(unbounded.out).at("evicted") == 0);
+    // A cache that cannot be written (here a file where its directory should be) is said as such,
+    // not blamed on the bound.
+    const fs::path not_a_dir = dir.path() / "a_file";
+    std::ofstream(not_a_dir) << "x";
+    std::vector<std::string> unwritable = args;
+    unwritable[7] = not_a_dir.string();
+    const ToolResult blocked = run_tool(unwritable, {"TILEOPS_CACHE_MAX_MB=0"});
+    CHECK(blocked.status == 1);
+    CHECK_THAT(blocked.err, ContainsSubstring("cannot be written") && !ContainsSubstring("raise it"));
 }
 
 TEST_CASE("tileops-tune: list and show print a database as a table and as JSON", "[cli]") {
@@ -1389,4 +1398,10 @@ TEST_CASE("tileops-tune: a program moved out of the build tree reads only its ow
                                      {"TILEOPS_SHIPPED_DB_DIR=" + (other.path() / "fleet.json").string()});
     CHECK(wrong.status == 2);
     CHECK_THAT(wrong.err, ContainsSubstring("TILEOPS_SHIPPED_DB_DIR=") && ContainsSubstring("is not a directory"));
+    // One that holds no databases (the directory above them, say) is warned about.
+    TempDir empty;
+    const ToolResult hollow = explain({"--op", "rmsnorm", "--shape", "512x4096"},
+                                      {"TILEOPS_SHIPPED_DB_DIR=" + empty.path().string()});
+    CHECK(hollow.status == 0);
+    CHECK_THAT(hollow.err, ContainsSubstring("holds no databases") && ContainsSubstring(empty.path().string()));
 }

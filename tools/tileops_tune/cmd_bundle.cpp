@@ -109,8 +109,8 @@ int cmd_pack(int argc, char** argv) {
                     const std::string key = builder.cache_key(list[i].template_file, list[i].name_expression, arch);
                     std::optional<std::string> payload = builder.cache().load(key);
                     if (!payload) {
-                        failed.push_back(fmt::format("{} for {}: not in the cache after building it (TILEOPS_CACHE_MAX_MB "
-                                                       "too small?)", list[i].name_expression, arch));
+                        failed.push_back(fmt::format("{} for {}: {}", list[i].name_expression, arch,
+                                                     missing_kernels_note(builder.cache(), 1, 1, "after building it")));
                         continue;
                     }
                     contents.kernels.push_back({key, arch, std::move(*payload)});
@@ -185,9 +185,7 @@ int cmd_unpack(int argc, char** argv) {
                     evicted += blob.kind == "kernel" && !fs::is_regular_file(cache->entry_path(blob.name), ec);
                 }
             if (evicted > 0)
-                fmt::print(stderr, "error: {} of the {} kernels are not in the cache after unpacking: its bound of {} MB "
-                           "(TILEOPS_CACHE_MAX_MB) is smaller than they need; raise it\n",
-                           evicted, kernels, cache->max_bytes() >> 20);
+                fmt::print(stderr, "error: {}\n", missing_kernels_note(*cache, evicted, kernels, "after unpacking"));
             if (args.count("json")) {
                 nlohmann::json out = {{"bundle", path},        {"nvrtc_version", bundle.nvrtc_version()},
                                       {"archs", bundle.archs()}, {"kernels", kernels},

@@ -154,10 +154,7 @@ int cmd_warm(int argc, char** argv) {
                 if (!std::filesystem::is_regular_file(builder.cache().entry_path(key), ec)) ++evicted;
             }
             const std::string bound_note =
-                evicted == 0 ? ""
-                             : fmt::format("{} of the {} kernels are not in the cache after the warm: its bound of {} MB "
-                                           "(TILEOPS_CACHE_MAX_MB) is smaller than they need; raise it",
-                                           evicted, list.size(), builder.cache().max_bytes() >> 20);
+                evicted == 0 ? "" : missing_kernels_note(builder.cache(), evicted, list.size(), "after the warm");
             if (args.count("json")) {
                 nlohmann::json out = {{"arch", arch},           {"cache_dir", cache_dir.string()},
                                       {"kernels", list.size()}, {"compiled", compiled},

@@ -87,4 +87,14 @@ CompileOutcome build_kernels(jit::KernelBuilder& builder, const std::vector<Kern
     return outcome;
 }
 
+std::string missing_kernels_note(const jit::DiskCache& cache, size_t missing, size_t total, const char* after) {
+    if (cache.had_write_failure())
+        return fmt::format("{} of the {} kernels are not in the cache {} {}: it cannot be written (the warning above "
+                           "says why)",
+                           missing, total, cache.directory().string(), after);
+    return fmt::format("{} of the {} kernels are not in the cache {}: its bound of {} MB (TILEOPS_CACHE_MAX_MB) is "
+                       "smaller than they need; raise it",
+                       missing, total, after, cache.max_bytes() >> 20);
+}
+
 }  // namespace tileops::cli

@@ -50,4 +50,8 @@ struct CompileOutcome {
 CompileOutcome build_kernels(jit::KernelBuilder& builder, const std::vector<KernelName>& kernels, const std::string& arch,
                              unsigned jobs, bool quiet);
 
+// Why `missing` of the `total` kernels a command just stored are not in `cache` ("after the warm"):
+// the cache could not be written, or its size bound (TILEOPS_CACHE_MAX_MB) evicted them.
+std::string missing_kernels_note(const jit::DiskCache& cache, size_t missing, size_t total, const char* after);
+
 }  // namespace tileops::cli
