@@ -508,6 +508,16 @@ TEST_CASE("tileops-tune: pack writes a fleet bundle that unpack checks and copie
     REQUIRE(warm_workload.status == 0);
     CHECK(parse_json(warm_workload.out).at("compiled") == 0);
 
+    // explain under TILEOPS_BUNDLE looks where a process serving the bundle looks: in its database
+    // (whose entry, of a made-up template hash, it then finds stale), and a bad path is an error.
+    const std::vector<std::string> explain_args = {"explain", "--arch", "sm_90a", "--op", "rmsnorm", "--shape", "512x4096",
+                                                   "--dtype", "bf16"};
+    const ToolResult served = run_tool(explain_args, {"TILEOPS_BUNDLE=" + bundle.string()});
+    INFO(served.err);
+    CHECK(served.status == 0);
+    CHECK_THAT(served.err, ContainsSubstring(bundle.string() + ":fleet.json: rmsnorm 512x4096"));
+    CHECK(run_tool(explain_args, {"TILEOPS_BUNDLE=" + (dir.path() / "missing.bundle").string()}).status != 0);
+
     // A damaged bundle: unpack names the blob and fails; a database this library cannot build
     // an entry of: pack writes nothing.
     std::string bytes = slurp(bundle);

@@ -7,9 +7,11 @@
 #include <fmt/ranges.h>
 
 #include "cuda/device.hpp"
+#include "jit/bundle.hpp"
 #include "jit/compiler.hpp"
 #include "ops/registry.hpp"
 #include "tileops/error.hpp"
+#include "util/file_util.hpp"
 
 namespace tileops::cli {
 
@@ -54,6 +56,11 @@ tuning::ConfigResolver make_resolver(const std::string& arch, const std::vector<
     options.gpu_name = gpu_name;
     options.nvrtc_version = jit::nvrtc_version();
     options.user_dbs = user_dbs;
+    // A process serving TILEOPS_BUNDLE searches its databases after the user's (the runtime's
+    // order), so what explain says is what that process runs.
+    if (const std::optional<std::string> path = util::env("TILEOPS_BUNDLE"))
+        for (auto& [name, text] : jit::Bundle(*path).databases())
+            options.bundled_dbs.emplace_back(fmt::format("{}:{}", *path, name), std::move(text));
     return tuning::ConfigResolver(options);
 }
 
