@@ -18,7 +18,9 @@ class RuntimeImpl;
 
 struct RuntimeOptions {
     int device = 0;
-    // Kernel cache directory; empty: TILEOPS_CACHE_DIR, else $XDG_CACHE_HOME/tileops_jit/kernels.
+    // Kernel cache directory; empty: TILEOPS_CACHE_DIR, else $XDG_CACHE_HOME/tileops_jit/kernels,
+    // else ~/.cache/tileops_jit/kernels, else (no home) $TMPDIR/tileops_jit-<uid>/kernels (0700, this
+    // user's alone, or refused).
     std::string cache_dir;
     // Size bound of the disk cache in MB; 0: TILEOPS_CACHE_MAX_MB (0 there: unbounded), else 2048.
     uint64_t cache_max_mb = 0;
@@ -36,8 +38,9 @@ struct RuntimeOptions {
     // Opt-in: a run whose chosen kernel would have to be compiled first runs, until that compile
     // (started on a background thread) has finished, with a stand-in config of the same op kind
     // whose kernels are already at hand (the heuristic's, or a config another op of that kind ran
-    // with here); later runs take the chosen kernel. When no stand-in is at hand the run compiles
-    // as usual. A stream that is capturing a graph never records a stand-in: the run waits for
+    // with here); later runs take the chosen kernel. When no stand-in is at hand a GEMM compiles a
+    // quick one (128 x 128 tiles) while the chosen kernel compiles on another core; other ops
+    // compile as usual. A stream that is capturing a graph never records a stand-in: the run waits for
     // the chosen kernel. prepare() always waits. false: TILEOPS_BACKGROUND_COMPILE=1 turns it on.
     bool background_compile = false;
 };
