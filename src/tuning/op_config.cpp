@@ -1,6 +1,9 @@
 #include "tuning/op_config.hpp"
 
+#include <set>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "jit/template_registry.hpp"
 #include "ops/registry.hpp"
@@ -21,6 +24,18 @@ TuningKey tuned_key_for(const detail::OpModel& model, const Config& config, cons
     return model.tuning_key(device.arch(), kernel_template_hash(model, config, device));
 }
 
+std::optional<std::string> unknown_tunable_reason(const detail::OpModel& model, const Config& config,
+                                                  const DeviceInfo& device) {
+    std::set<std::string> known;
+    for (const auto& [name, value] : model.heuristic(device)) known.insert(name);
+    for (const Config& candidate : model.search_space(device))
+        for (const auto& [name, value] : candidate) known.insert(name);
+    for (const auto& [name, value] : config)
+        if (!known.count(name))
+            return fmt::format("unknown tunable '{}' (this op's: {})", name, fmt::join(known, ", "));
+    return std::nullopt;
+}
+
 std::optional<std::string> stale_entry_reason(const TuningEntry& entry) {
     try {
         auto op = detail::make_op({entry.key.op, entry.key.shape, entry.key.dtype, entry.key.flags});
@@ -32,6 +47,8 @@ std::optional<std::string> stale_entry_reason(const TuningEntry& entry) {
             known_kernel = known_kernel || registry.template_hash(file.path) == entry.key.template_hash;
         if (!known_kernel) return std::string(kStaleTemplateReason);
         if (auto why = op->model().invalid_reason(entry.config, device)) return fmt::format("invalid config: {}", *why);
+        if (auto why = unknown_tunable_reason(op->model(), entry.config, device))
+            return fmt::format("invalid config: {}", *why);
         if (entry.key.template_hash != kernel_template_hash(op->model(), entry.config, device))
             return std::string(kStaleTemplateReason);
         return std::nullopt;
@@ -54,7 +71,7 @@ ConfigChoice choose_config(ConfigResolver& resolver, const detail::OpModel& mode
         [&](const TuningEntry& entry) -> std::optional<std::string> {
             if (auto why = model.invalid_reason(entry.config, device)) return why;
             if (entry.key.shape != model.shape()) return model.neighbour_misfit(entry.key.shape, entry.config, device);
-            return std::nullopt;
+            return unknown_tunable_reason(model, entry.config, device);  // tuned for this very shape
         },
         [&](const Config& config) { return kernel_template_hash(model, config, device); });
 }

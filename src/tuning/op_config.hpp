@@ -28,6 +28,12 @@ std::string kernel_template_hash(const detail::OpModel& model, const Config& con
 // its config selects, or for a problem or arch it does not know), or nullopt when it would.
 std::optional<std::string> stale_entry_reason(const TuningEntry& entry);
 
+// A tunable of `config` that none of `model`'s configs on `device` has (its heuristic's, its search
+// space's): a misspelled name in a hand-written database ("prefech"), which the op would otherwise
+// ignore and run with its default. nullopt when every name is known.
+std::optional<std::string> unknown_tunable_reason(const detail::OpModel& model, const Config& config,
+                                                  const DeviceInfo& device);
+
 // The op's heuristic config, or, where `device` cannot run it (less shared memory than the
 // heuristic assumed, as on sm_86 / sm_89 against sm_80), the first config of its search space
 // that it can. The heuristic itself when none fits, so that resolving it says why.

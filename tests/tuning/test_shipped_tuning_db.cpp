@@ -61,3 +61,28 @@ TEST_CASE("the H200's shipped database covers every benchmark problem the H100's
     }
     CHECK(benchmark_problems > 200);
 }
+
+TEST_CASE("a tunable no config of the op has (a misspelling) makes an entry invalid, by name", "[tuning]") {
+    using namespace tileops;
+    const auto op = detail::make_op({"rmsnorm", {1024, 4096}, "bf16", ""});
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    Config config = op->model().heuristic(hopper);
+    CHECK_FALSE(tuning::unknown_tunable_reason(op->model(), config, hopper).has_value());
+    config["prefech"] = 1;  // "prefetch" misspelled: the op would run with its default
+    const auto why = tuning::unknown_tunable_reason(op->model(), config, hopper);
+    REQUIRE(why.has_value());
+    CHECK(why->find("unknown tunable 'prefech'") != std::string::npos);
+    CHECK(why->find("prefetch") != std::string::npos);  // the names it knows are listed
+
+    // Through a database entry of that exact shape and a current template hash: refused as invalid.
+    config.erase("prefech");
+    TuningEntry entry;
+    entry.key = op->model().tuning_key("sm_90a", tuning::kernel_template_hash(op->model(), config, hopper));
+    entry.config = config;
+    entry.median_us = 10;
+    CHECK_FALSE(tuning::stale_entry_reason(entry).has_value());
+    entry.config["prefech"] = 1;
+    const auto stale = tuning::stale_entry_reason(entry);
+    REQUIRE(stale.has_value());
+    CHECK(stale->find("unknown tunable 'prefech'") != std::string::npos);
+}
