@@ -131,16 +131,21 @@ const TensorView& SafetensorsFile::tensor(const std::string& name) const {
     return it->second;
 }
 
+namespace {
+
+// Tensor `t` of `file` has the shape the config needs for `w` and a float dtype the loader reads.
+void check_weight(const std::string& file, const TensorView& t, const WeightSpec& w) {
+    if (t.shape != w.shape)
+        throw std::invalid_argument(fmt::format("{}: tensor '{}' has shape [{}], the config needs [{}]", file, w.name,
+                                                fmt::join(t.shape, ", "), fmt::join(w.shape, ", ")));
+    if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
+        throw std::invalid_argument(fmt::format("{}: tensor '{}' is {}, not F32, F16 or BF16", file, w.name, t.dtype));
+}
+
+}  // namespace
+
 void SafetensorsFile::check_weights(const std::vector<WeightSpec>& weights) const {
-    for (const WeightSpec& w : weights) {
-        const TensorView& t = tensor(w.name);
-        if (t.shape != w.shape)
-            throw std::invalid_argument(fmt::format("{}: tensor '{}' has shape [{}], the config needs [{}]", path_, w.name,
-                                                    fmt::join(t.shape, ", "), fmt::join(w.shape, ", ")));
-        if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
-            throw std::invalid_argument(
-                fmt::format("{}: tensor '{}' is {}, not F32, F16 or BF16", path_, w.name, t.dtype));
-    }
+    for (const WeightSpec& w : weights) check_weight(path_, tensor(w.name), w);
 }
 
 namespace {
@@ -233,15 +238,7 @@ const TensorView& Checkpoint::tensor(const std::string& name) const {
 }
 
 void Checkpoint::check(const ModelConfig& config) const {
-    for (const WeightSpec& w : required_weights(config)) {
-        const TensorView& t = tensor(w.name);
-        if (t.shape != w.shape)
-            throw std::invalid_argument(fmt::format("{}: tensor '{}' has shape [{}], the config needs [{}]", path_, w.name,
-                                                    fmt::join(t.shape, ", "), fmt::join(w.shape, ", ")));
-        if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
-            throw std::invalid_argument(
-                fmt::format("{}: tensor '{}' is {}, not F32, F16 or BF16", path_, w.name, t.dtype));
-    }
+    for (const WeightSpec& w : required_weights(config)) check_weight(path_, tensor(w.name), w);
     // Biases the architecture does not apply would be ignored silently: refuse them.
     if (config.architecture == Architecture::llama)
         for (const auto& [name, entry] : tensors_)
