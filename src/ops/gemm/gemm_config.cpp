@@ -1,6 +1,7 @@
 #include "ops/gemm/gemm_config.hpp"
 
 #include <algorithm>
+#include <climits>
 
 #include <fmt/format.h>
 
@@ -88,13 +89,15 @@ Config GemmConfig::to_config() const {
 }
 
 unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
+    // Saturated, not wrapped: a hostile config's ring must not pass the shared-memory check.
+    const auto bytes = [](size_t n) { return static_cast<unsigned>(std::min<size_t>(n, UINT_MAX)); };
     if (kernel == kGemmSkinny)  // must match gemm_skinny.cuh
-        return static_cast<unsigned>(static_cast<size_t>(warps) * stages * (block_m + block_n) * block_k * s.in_bytes +
-                                     static_cast<size_t>(block_m) * block_n * sizeof(float));
+        return bytes(static_cast<size_t>(warps) * stages * (block_m + block_n) * block_k * s.in_bytes +
+                     static_cast<size_t>(block_m) * block_n * sizeof(float));
     const size_t ring = ring_bytes(*this, s);
-    if (kernel != kGemmSm90) return static_cast<unsigned>(ring);
+    if (kernel != kGemmSm90) return bytes(ring);
     const size_t out_boxes = gemm_sm90_stores_with_tma(s, *this) ? tma_out_box_bytes(*this, s) : 0;
-    return static_cast<unsigned>(ring + out_boxes + kSm90SharedExtra);
+    return bytes(ring + out_boxes + kSm90SharedExtra);
 }
 
 bool gemm_sm90_stores_with_tma(const GemmShape& s, const GemmConfig& c) {

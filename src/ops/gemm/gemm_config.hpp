@@ -50,8 +50,11 @@ struct GemmConfig {
 
     static GemmConfig from(const Config& config);  // throws InvalidArgument naming a missing key
     Config to_config() const;
-    int threads() const {
-        return kernel == kGemmSm90 ? (consumers + 1) * 128 : kernel == kGemmSkinny ? warps * 32 : warps_m * warps_n * 32;
+    // 64-bit: a config from a file may hold warp counts up to 2^20 each (kMaxConfigValue).
+    int64_t threads() const {
+        return kernel == kGemmSm90     ? (int64_t{consumers} + 1) * 128
+               : kernel == kGemmSkinny ? int64_t{warps} * 32
+                                       : int64_t{warps_m} * warps_n * 32;
     }
     // Dynamic shared memory of a launch: the operand ring; kernel 1 adds its barriers and, for
     // 16-bit outputs, the output tile it stores with TMA; kernel 2 its warps' rings and the
