@@ -104,13 +104,19 @@ tileops::RopeScaling parse_scaling(const json& s, const std::string& where) {
     }
     if (!typed) refuse(where, "'rope_type' is missing (default, llama3, linear)");
     if (type == "default") return {};
+    // A factor below 1 would compress positions: Hugging Face warns of it as invalid; refused here.
+    const auto scale_factor = [&] {
+        const double factor = required_real(s, "factor", where);
+        if (!(factor >= 1.0)) refuse(where, fmt::format("'factor' = {} must be at least 1", factor));
+        return factor;
+    };
     if (type == "llama3") {
-        const double factor = required_real(s, "factor", where);  // in order, so the first missing is named
+        const double factor = scale_factor();  // in order, so the first missing is named
         const double low = required_real(s, "low_freq_factor", where);
         const double high = required_real(s, "high_freq_factor", where);
         return tileops::RopeScaling::llama3(factor, low, high, required_real(s, "original_max_position_embeddings", where));
     }
-    if (type == "linear") return {tileops::RopeScaling::Type::linear, required_real(s, "factor", where)};
+    if (type == "linear") return {tileops::RopeScaling::Type::linear, scale_factor()};
     refuse(where, fmt::format("rope type '{}' is not supported (default, llama3, linear)", type));
 }
 

@@ -260,6 +260,7 @@ TEST_CASE("transformer: rope_parameters (transformers v5) and rope_scaling are r
         {R"("rope_scaling": {"rope_type": "llama3"})", "rope_scaling: 'factor' is missing"},
         {R"("rope_scaling": {"rope_type": "llama3", "factor": 8})", "rope_scaling: 'low_freq_factor' is missing"},
         {R"("rope_scaling": {"type": "linear"})", "rope_scaling: 'factor' is missing"},
+        {R"("rope_scaling": {"type": "linear", "factor": 0.5})", "rope_scaling: 'factor' = 0.5 must be at least 1"},
         {R"("rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5})", "rope_parameters: 'factor' is missing"},
         {R"("rope_scaling": {"factor": 2})", "'rope_type' is missing"},
         {R"("rope_scaling": {"type": 3})", "'type' must be a string"},
