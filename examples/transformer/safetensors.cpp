@@ -187,14 +187,7 @@ Checkpoint::Checkpoint(const std::string& path) : path_(path) {
         return;
     }
     const auto refuse = [&](const std::string& what) { throw std::invalid_argument(fmt::format("{}: {}", file, what)); };
-    const std::string text = read_bounded(file, size_t{64} << 20, "checkpoint index");
-    if (text.find('\0') != std::string::npos) refuse("not valid JSON: a NUL byte");
-    json root;
-    try {
-        root = json::parse(text);
-    } catch (const json::exception& e) {
-        refuse(fmt::format("not valid JSON: {}", e.what()));
-    }
+    json root = parse_json_text(read_bounded(file, size_t{64} << 20, "checkpoint index"), refuse);
     if (!root.is_object() || !root.contains("weight_map") || !root["weight_map"].is_object() || root["weight_map"].empty())
         refuse("expected an object with a non-empty 'weight_map' of tensor -> shard file");
     std::map<std::string, std::string> shard_of;  // tensor -> shard path

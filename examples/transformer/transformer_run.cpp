@@ -209,15 +209,8 @@ Arguments parse_arguments(int argc, char** argv) {
 }
 
 std::vector<std::vector<int32_t>> read_prompts(const std::string& path, int64_t vocab) {
-    const std::string text = transformer::read_bounded(path, size_t{256} << 20, "prompts file");
     const auto refuse = [&](const std::string& what) { throw UsageError(fmt::format("{}: {}", path, what)); };
-    if (text.find('\0') != std::string::npos) refuse("not valid JSON: a NUL byte");
-    json root;
-    try {
-        root = json::parse(text);
-    } catch (const json::exception& e) {
-        refuse(fmt::format("not valid JSON: {}", e.what()));
-    }
+    json root = transformer::parse_json_text(transformer::read_bounded(path, size_t{256} << 20, "prompts file"), refuse);
     if (!root.is_array() || root.empty()) refuse("expected a non-empty array of token-id arrays");
     std::vector<std::vector<int32_t>> prompts;
     for (size_t b = 0; b < root.size(); ++b) {
