@@ -51,6 +51,27 @@ def read_safetensors(path):
     return tensors
 
 
+def read_checkpoint(path):
+    """A .safetensors file, a sharded checkpoint's index (model.safetensors.index.json) or a
+    directory holding either, as the example reads them."""
+    if os.path.isdir(path):
+        index = os.path.join(path, "model.safetensors.index.json")
+        path = index if os.path.exists(index) else os.path.join(path, "model.safetensors")
+    if not path.endswith(".json"):
+        return read_safetensors(path)
+    with open(path) as f:
+        weight_map = json.load(f)["weight_map"]
+    tensors = {}
+    for shard in sorted(set(weight_map.values())):
+        for name, tensor in read_safetensors(os.path.join(os.path.dirname(path), shard)).items():
+            if weight_map.get(name) == shard:
+                tensors[name] = tensor
+    missing = sorted(set(weight_map) - set(tensors))
+    if missing:
+        sys.exit(f"{path}: the index names tensors its shards lack: {', '.join(missing[:5])}")
+    return tensors
+
+
 def llama3_inv_freq(config, head_dim):
     # transformers v5 keeps rope_theta and the scaling in "rope_parameters".
     parameters = config.get("rope_parameters") or {}
@@ -199,7 +220,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--build", required=True, help="the CMake build directory")
     parser.add_argument("--config", required=True)
-    parser.add_argument("--weights", help="a safetensors checkpoint; default: random weights")
+    parser.add_argument("--weights", help="a .safetensors file, a sharded checkpoint's index or a directory holding either, as "
+                        "the example takes; default: random weights")
     parser.add_argument("--std", type=float, default=0.08, help="the random weights' standard deviation")
     parser.add_argument("--prompt-lengths", default="7,19,33,64")
     parser.add_argument("--steps", type=int, default=32)
@@ -224,7 +246,7 @@ def main():
     prompts_path = os.path.join(work, "prompts.json")
     with open(prompts_path, "w") as f:
         json.dump(prompts, f)
-    checkpoint = read_safetensors(weights)
+    checkpoint = read_checkpoint(weights)
     reference = Reference(config, checkpoint)
     torch_bf16 = Reference(config, checkpoint, torch.bfloat16)
     ok = True

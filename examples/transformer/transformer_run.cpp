@@ -18,8 +18,8 @@
 // (start to first token and its parts, decode step and prefill medians) as JSON. --profile times a
 // prefill and a decode step op by op at the end (in the report too).
 // A sequence stops at the config's eos_token_id (one or a list): what follows it is not printed
-// or reported (the decode steps still run for the whole batch, and --dump holds every step's
-// token); --ignore-eos keeps all --steps tokens. --temperature must be >= 0, --top-p in (0, 1],
+// or reported, and the decoding ends (within 16 steps) once every sequence has stopped (the batch
+// runs whole until then; --dump holds every step's token); --ignore-eos runs all --steps steps. --temperature must be >= 0, --top-p in (0, 1],
 // --min-p in [0, 1]; --dump and --report must be writable before anything runs.
 // Exit status: 0 done, 2 bad arguments or model files (named), 1 anything else (no GPU or driver,
 // a device failure, ...). --help prints the usage and exits 0.
@@ -258,6 +258,12 @@ std::vector<std::vector<int32_t>> cut_at_eos(std::vector<std::vector<int32_t>> s
     return sequences;
 }
 
+bool all_ended(const std::vector<std::vector<int32_t>>& sequences, const std::vector<int32_t>& eos) {
+    return std::all_of(sequences.begin(), sequences.end(), [&](const std::vector<int32_t>& tokens) {
+        return std::find_first_of(tokens.begin(), tokens.end(), eos.begin(), eos.end()) != tokens.end();
+    });
+}
+
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 double median(std::vector<double> values) {
@@ -354,16 +360,24 @@ int run(const Arguments& args, Clock::time_point start) {
     std::vector<cudaEvent_t> events(static_cast<size_t>(args.steps + 1));
     for (cudaEvent_t& e : events) check_cuda(cudaEventCreate(&e), "creating an event");
     check_cuda(cudaEventRecord(events[0], stream), "timing");
-    for (int64_t step = 0; step < args.steps; ++step) {
+    // Every sequence past its end-of-sequence token ends the decoding; it is looked for every
+    // kEosCheckSteps steps, as it costs a round trip to the GPU.
+    constexpr int64_t kEosCheckSteps = 16;
+    const bool stop_at_eos = !args.ignore_eos && !config.eos_token_ids.empty();
+    int64_t steps_run = 0;
+    while (steps_run < args.steps) {
         decoder.decode_step();
-        check_cuda(cudaEventRecord(events[static_cast<size_t>(step + 1)], stream), "timing");
+        check_cuda(cudaEventRecord(events[static_cast<size_t>(++steps_run)], stream), "timing");
+        if (stop_at_eos && steps_run % kEosCheckSteps == 0 && all_ended(decoder.generated(), config.eos_token_ids))
+            break;
     }
     const auto all_generated = decoder.generated();
     const auto generated = args.ignore_eos ? all_generated : cut_at_eos(all_generated, config.eos_token_ids);
-    const std::vector<double> steps_ms = intervals_ms(events);
+    const std::vector<double> steps_ms =
+        intervals_ms(std::vector<cudaEvent_t>(events.begin(), events.begin() + static_cast<ptrdiff_t>(steps_run + 1)));
     for (cudaEvent_t e : events) cudaEventDestroy(e);
     report["decode_step_ms"] = median(steps_ms);
-    report["decode_steps"] = args.steps;
+    report["decode_steps"] = steps_run;
 
     if (args.prefill_repeats > 0) {
         std::vector<cudaEvent_t> marks(static_cast<size_t>(args.prefill_repeats + 1));
@@ -411,7 +425,7 @@ int run(const Arguments& args, Clock::time_point start) {
         tensors.push_back({"logits", "F32", {static_cast<int64_t>(lengths.size()), config.vocab}, as_bytes(prefill_logits)});
         std::vector<int32_t> flat;
         for (const auto& t : all_generated) flat.insert(flat.end(), t.begin(), t.end());
-        tensors.push_back({"tokens", "I32", {static_cast<int64_t>(lengths.size()), args.steps + 1}, as_bytes(flat)});
+        tensors.push_back({"tokens", "I32", {static_cast<int64_t>(lengths.size()), steps_run + 1}, as_bytes(flat)});
         write_safetensors(args.dump, tensors);
     }
     if (!args.report.empty()) {
