@@ -57,8 +57,8 @@ struct DecodeAttentionProblem {
 // A query row that sees no key (length 0, or shorter than q_len) gets a zero output and an lse
 // of -inf. Page table entries outside [0, num_pages) are skipped, never read through.
 // k and v must be 16-byte aligned, as must every stride of them times the element size.
-// An fp8_e4m3 cache runs on the CUDA-core kernel (config kernel 0; its tuning entries carry the
-// flag kv_fp8).
+// An fp8_e4m3 cache runs on either kernel (config kernel 0, CUDA cores, or 1, tensor cores, which
+// needs head dim 32 or more there); its tuning entries carry the flag kv_fp8.
 // Runs of one DecodeAttention object on different streams must not overlap: they share the
 // op's split-KV workspace (allocated when the launch is resolved; call Runtime::prepare before
 // capturing a CUDA graph).
