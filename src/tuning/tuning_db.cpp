@@ -13,6 +13,7 @@
 
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
+#include "util/json_keys.hpp"
 #include "util/log.hpp"
 
 namespace tileops {
@@ -342,62 +343,6 @@ void sort_keeping_best(std::vector<TuningEntry>& entries) {
     entries = std::move(kept);
 }
 
-// Finds the keys repeated in one JSON object, in a SAX pass over text that json::parse accepted.
-// (A parser callback could do it in the same pass, but nlohmann::json 3.11's callback parser scans
-// the whole parent container at the end of every object: quadratic in the number of entries,
-// 20000 entries took 65 s in a Debug + ASan build against 3 s without the callback.)
-class RepeatedKeys final : public nlohmann::json_sax<json> {
-public:
-    std::string outside_entries;            // the first key repeated outside the entries, if any
-    std::map<size_t, std::string> in_entry;  // entry index -> the first key repeated inside it
-
-    bool null() override { return true; }
-    bool boolean(bool) override { return true; }
-    bool number_integer(number_integer_t) override { return true; }
-    bool number_unsigned(number_unsigned_t) override { return true; }
-    bool number_float(number_float_t, const string_t&) override { return true; }
-    bool string(string_t&) override { return true; }
-    bool binary(binary_t&) override { return true; }
-    bool start_object(std::size_t) override {
-        if (in_entries_ && depth_ == 2) ++entries_started_;
-        keys_seen_.emplace_back();
-        ++depth_;
-        return true;
-    }
-    bool key(string_t& key) override {
-        // depth_ counts the open containers: 1 for the top-level object's own keys.
-        if (depth_ == 1) entries_key_ = key == "entries";
-        if (!keys_seen_.back().insert(key).second) {
-            std::string shown = key.substr(0, 64);
-            if (in_entries_ && depth_ >= 3) in_entry.emplace(entries_started_ - 1, std::move(shown));
-            else if (outside_entries.empty()) outside_entries = std::move(shown);
-        }
-        return true;
-    }
-    bool end_object() override {
-        keys_seen_.pop_back();
-        --depth_;
-        return true;
-    }
-    bool start_array(std::size_t) override {
-        if (depth_ == 1) in_entries_ = entries_key_;
-        ++depth_;
-        return true;
-    }
-    bool end_array() override {
-        if (--depth_ == 1) in_entries_ = false;
-        return true;
-    }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
-
-private:
-    std::vector<std::set<std::string>> keys_seen_;  // one set per open object
-    size_t depth_ = 0;
-    bool entries_key_ = false;   // the last top-level key was "entries"
-    bool in_entries_ = false;    // inside the top-level "entries" array
-    size_t entries_started_ = 0;  // the entry being read is entries_started_ - 1
-};
-
 }  // namespace
 
 TuningDb TuningDb::parse(std::string_view text, const std::string& source, const EntryValidator& validator) {
@@ -422,10 +367,16 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
     // JSON keeps only the last of repeated keys: a hand-joined file with two "entries" lists would
     // silently lose the first. A key repeated in the file's own objects refuses the file; one
     // repeated inside an entry rejects that entry.
-    RepeatedKeys keys;
-    json::sax_parse(text.begin(), text.end(), &keys);
-    const std::string& repeated = keys.outside_entries;
-    const std::map<size_t, std::string>& repeated_in_entry = keys.in_entry;
+    std::string repeated;                           // the first key repeated outside the entries
+    std::map<size_t, std::string> repeated_in_entry;  // entry index -> the first key repeated in it
+    for (util::RepeatedKey& r : util::repeated_keys(text)) {
+        const bool in_entry = r.where.size() >= 2 && r.where[0] == "entries" && !r.where[1].empty() &&
+                              r.where[1].find_first_not_of("0123456789") == std::string::npos;  // not "entries": {...}
+        if (in_entry)
+            repeated_in_entry.emplace(std::stoul(r.where[1]), std::move(r.key));
+        else if (repeated.empty())
+            repeated = std::move(r.key);
+    }
     if (!repeated.empty())
         throw FileError(fmt::format("{}: the key \"{}\" appears twice in one object (JSON would keep only the last)",
                                     source, repeated));

@@ -1043,6 +1043,47 @@ TEST_CASE("tileops-tune: a workload's shapes must be exact integers >= 1", "[cli
     CHECK_THAT(nul.err, ContainsSubstring("NUL byte"));
 }
 
+TEST_CASE("tileops-tune: a hostile workload is refused naming the file and the problem, never a crash", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TempDir dir;
+    // Nested 200000 deep: copying or dumping such a value recursed once per level (a crash with
+    // SIGSEGV); an op's own refusal did not say which file or problem it came from.
+    const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+    const std::vector<std::pair<std::string, std::string>> cases = {
+        {deep, "problems[0] has no \"op\""},
+        {R"({"problems": )" + deep + "}", "problems[0] has no \"op\""},
+        {R"({"problems": [{"op": "rmsnorm", "shape": [)" + deep + R"(], "dtype": "bf16"}]})",
+         "problems[0]: shape extent a JSON array is not an integer >= 1"},
+        {R"({"problems": [{"op": "rmsnorm", "shape": {"a": )" + deep + R"(}, "dtype": "bf16"}]})",
+         "problems[0]: \"shape\" must be a list of integers, got a JSON object"},
+        {R"({"problems": [{"op": "rmsnorm", "shape": [1, 4096], "dtype": "bf16"},
+                          {"op": "frobnorm", "shape": [1, 4096], "dtype": "bf16"}]})",
+         "problems[1] (frobnorm 1x4096 bf16): tileops: unknown op 'frobnorm'"},
+        {R"({"problems": [{"op": "rmsnorm", "shape": [9223372036854775807, 9223372036854775807], "dtype": "bf16"}]})",
+         "problems[0] (rmsnorm 9223372036854775807x9223372036854775807 bf16): tileops::RmsNorm: rows x cols"},
+        // A number past a double was an error naming no file; a repeated key kept only the last
+        // list or field; an empty list was "give a problem with --op/--shape or --workload".
+        {R"({"problems": [{"op": "rmsnorm", "shape": [1e400, 4096], "dtype": "bf16"}]})",
+         "is not valid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'"},
+        {R"({"problems": [{"op": "rmsnorm", "shape": [1, 4096], "dtype": "bf16"}], "problems": []})",
+         "the key \"problems\" appears twice in one object"},
+        {R"({"problems": [{"op": "rmsnorm", "op": "softmax", "shape": [1, 4096], "dtype": "bf16"}]})",
+         "the key \"op\" appears twice in one object"},
+        {R"({"problems": []})", "\"problems\" lists no problem"},
+        {R"({"problems": [{"op": "\u001b[2Jrmsnorm", "shape": [1, 4096], "dtype": "bf16"}]})",
+         "problems[0]: \"op\" \"\\x1b[2Jrmsnorm\" holds a control character"},
+    };
+    const fs::path workload = dir.path() / "hostile.json";
+    for (const auto& [text, message] : cases) {
+        INFO(message);
+        std::ofstream(workload, std::ios::trunc) << text;
+        const ToolResult r = run_tool({"explain", "--arch", "sm_90a", "--workload", workload.string()});
+        INFO(r.err);
+        CHECK(r.status == 1);
+        CHECK_THAT(r.err, ContainsSubstring(workload.string()) && ContainsSubstring(message));
+    }
+}
+
 TEST_CASE("tileops-tune: tune and verify without a GPU fail with a clear message", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     if (tileops::test::have_gpu()) SKIP("a GPU is present: tune would really run");

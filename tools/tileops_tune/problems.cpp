@@ -10,6 +10,7 @@
 #include "tileops/error.hpp"
 #include "tileops_tune/resolver_setup.hpp"
 #include "util/file_util.hpp"
+#include "util/json_keys.hpp"
 
 namespace tileops::cli {
 
@@ -24,6 +25,14 @@ std::string op_help(bool flags) {
             lines.push_back(fmt::format("{}: {}", kind.name, flags ? kind.flags : kind.shape));
         }
     return fmt::format("{}", fmt::join(lines, "; "));
+}
+
+// A value of a workload file in an error message: a scalar as written, a list or an object by its
+// type (dumping one recurses through its nesting, and a hostile file nests without end).
+std::string shown(const nlohmann::json& value) {
+    if (value.is_structured()) return fmt::format("a JSON {}", value.type_name());
+    const std::string text = value.dump();
+    return text.size() > 80 ? text.substr(0, 80) + "..." : text;
 }
 
 }  // namespace
@@ -47,11 +56,25 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
     nlohmann::json json;
     try {
         json = nlohmann::json::parse(*text);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // a parse_error, or out_of_range for a number like 1e400
         throw FileError(fmt::format("tileops-tune: {} is not valid JSON: {}", path, e.what()));
     }
-    const nlohmann::json& list = json.is_object() ? json.value("problems", nlohmann::json()) : json;
-    if (!list.is_array()) throw FileError(fmt::format("tileops-tune: {}: expected a list \"problems\"", path));
+    if (const auto repeated = util::repeated_keys(*text); !repeated.empty())
+        throw FileError(fmt::format("tileops-tune: {}: the key {:?} appears twice in one object (JSON would keep only "
+                                    "the last)",
+                                    path, repeated.front().key));
+    // Neither copied nor dumped whole: both recurse once per level of nesting, and a file of a
+    // few hundred thousand '[' would overflow the stack (parsing and destroying do not recurse).
+    const nlohmann::json* found = &json;
+    if (json.is_object()) {
+        const auto it = json.find("problems");
+        found = it == json.end() ? nullptr : &*it;
+    }
+    if (found == nullptr || !found->is_array())
+        throw FileError(fmt::format("tileops-tune: {}: expected a list \"problems\"", path));
+    const nlohmann::json& list = *found;
+    // Else every command would ask for problems as if no --workload had been given.
+    if (list.empty()) throw FileError(fmt::format("tileops-tune: {}: \"problems\" lists no problem", path));
     std::vector<detail::ProblemSpec> problems;
     for (size_t i = 0; i < list.size(); ++i) {
         const auto& item = list[i];
@@ -67,20 +90,34 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
             const nlohmann::json& shape = field("shape");
             if (!shape.is_array() || shape.empty())
                 throw FileError(fmt::format("tileops-tune: {}: problems[{}]: \"shape\" must be a list of integers, got {}",
-                                            path, i, shape.dump()));
+                                            path, i, shown(shape)));
             for (const nlohmann::json& extent : shape) {
                 const bool whole = extent.is_number_unsigned()
                                        ? extent.get<unsigned long long>() <= static_cast<unsigned long long>(LLONG_MAX)
                                        : extent.is_number_integer();
                 if (!whole || extent.get<long long>() < 1)
                     throw FileError(fmt::format("tileops-tune: {}: problems[{}]: shape extent {} is not an integer >= 1",
-                                                path, i, extent.dump()));
+                                                path, i, shown(extent)));
                 spec.shape.push_back(extent.get<long long>());
             }
             spec.dtype = field("dtype").get<std::string>();
             spec.flags = item.value("flags", std::string());
+            // Printed in every message about the problem: no control characters, which could drive
+            // the terminal (an escape sequence starts with one).
+            for (const auto& [name, value] : {std::pair{"op", &spec.op}, {"dtype", &spec.dtype}, {"flags", &spec.flags}})
+                for (const char c : *value)
+                    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+                        throw FileError(fmt::format("tileops-tune: {}: problems[{}]: \"{}\" {:?} holds a control character",
+                                                    path, i, name, value->substr(0, 80)));
         } catch (const nlohmann::json::exception& e) {
             throw FileError(fmt::format("tileops-tune: {}: problems[{}]: {}", path, i, e.what()));
+        }
+        // Checked here, where the file and the problem's place in it are known: the op's own
+        // message ("unknown op", "rows x cols overflows") does not say which file or problem.
+        try {
+            detail::make_op(spec);
+        } catch (const Error& e) {
+            throw FileError(fmt::format("tileops-tune: {}: problems[{}] ({}): {}", path, i, describe(spec), e.what()));
         }
         problems.push_back(std::move(spec));
     }
@@ -101,8 +138,8 @@ std::vector<detail::ProblemSpec> problems_from(const cxxopts::ParseResult& args)
         if (!args.count("shape")) throw InvalidArgument("tileops-tune: --op needs --shape (e.g. --shape 8192x4096)");
         problems.push_back({args["op"].as<std::string>(), detail::parse_shape(args["shape"].as<std::string>()),
                             args["dtype"].as<std::string>(), args["flags"].as<std::string>()});
+        detail::make_op(problems.back());  // validated up front, as load_workload does a file's
     }
-    for (const auto& spec : problems) detail::make_op(spec);  // validate every problem up front
     return problems;
 }
 

@@ -1,0 +1,41 @@
+#include <string>
+#include <vector>
+
+#include <catch2/catch_test_macros.hpp>
+
+#include "util/json_keys.hpp"
+
+using tileops::util::repeated_keys;
+
+TEST_CASE("repeated_keys finds each object's first repeated key and where the object is", "[util]") {
+    CHECK(repeated_keys(R"({"a": 1, "b": {"a": 2}, "c": [{"a": 3}, {"b": 4}]})").empty());
+
+    const auto top = repeated_keys(R"({"entries": [], "meta": 1, "entries": [1]})");
+    REQUIRE(top.size() == 1);
+    CHECK(top[0].key == "entries");
+    CHECK(top[0].where.empty());
+
+    // In a list of objects: the index of the object; nested deeper: each parent's key or index.
+    const auto nested = repeated_keys(
+        R"({"entries": [{"op": "a"}, 7, [1, 2], {"op": "b", "config": {"x": 1, "x": 2, "x": 3}, "op": "c"}]})");
+    REQUIRE(nested.size() == 2);
+    CHECK(nested[0].key == "x");
+    CHECK(nested[0].where == std::vector<std::string>{"entries", "3", "config"});
+    CHECK(nested[1].key == "op");
+    CHECK(nested[1].where == std::vector<std::string>{"entries", "3"});
+
+    // A top-level list; a long key is cut.
+    const std::string long_key(200, 'k');
+    const auto listed = repeated_keys("[[{}], {\"" + long_key + "\": 1, \"" + long_key + "\": 2}]");
+    REQUIRE(listed.size() == 1);
+    CHECK(listed[0].key == long_key.substr(0, 64));
+    CHECK(listed[0].where == std::vector<std::string>{"1"});
+}
+
+TEST_CASE("repeated_keys walks deep nesting without recursion", "[util]") {
+    const std::string deep = std::string(100000, '[') + "{\"a\": 1, \"a\": 2}" + std::string(100000, ']');
+    const auto found = repeated_keys(deep);
+    REQUIRE(found.size() == 1);
+    CHECK(found[0].where.size() == 100000);
+    CHECK(found[0].where.back() == "0");
+}
