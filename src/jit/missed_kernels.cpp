@@ -20,6 +20,14 @@ namespace {
 
 // Longest kernel name a manifest may hold: the library's longest is a few hundred characters.
 constexpr size_t kMaxNameLength = 4096;
+// Longest line parsed: three fields of at most kMaxNameLength, even with every character written
+// as a \u escape. A longer line cannot hold a kernel, and parsing one (a line of a million '[')
+// would build a JSON tree tens of times its size.
+constexpr size_t kMaxLineLength = 64 * 1024;
+// Rejected lines reported one by one; the rest are counted in one last report. Each report costs
+// far more memory (and a line of output) than the two bytes of a bad line: a manifest of millions
+// of bad lines would otherwise take gigabytes.
+constexpr size_t kMaxRejectedReported = 100;
 
 // A name NVRTC will be asked to instantiate: printable ASCII only, no line breaks or quotes.
 bool plausible_name(const std::string& name) {
@@ -84,11 +92,18 @@ std::vector<MissedKernel> read_manifest(const std::filesystem::path& path, std::
     if (!text) throw FileError(fmt::format("tileops: cannot read the JIT manifest {}: {}", path.string(), why));
     std::set<MissedKernel> kernels;
     std::istringstream lines(*text);
-    size_t number = 0;
+    size_t number = 0, reported = 0, unreported = 0;
     for (std::string line; std::getline(lines, line);) {
         ++number;
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        auto reject = [&](const std::string& reason) { rejected.push_back(fmt::format("line {}: {}", number, reason)); };
+        auto reject = [&](const std::string& reason) {
+            if (reported++ < kMaxRejectedReported) rejected.push_back(fmt::format("line {}: {}", number, reason));
+            else ++unreported;
+        };
+        if (line.size() > kMaxLineLength) {
+            reject(fmt::format("{} bytes, longer than any kernel's line", line.size()));
+            continue;
+        }
         const nlohmann::json entry = nlohmann::json::parse(line, nullptr, false);
         if (entry.is_discarded() || !entry.is_object()) {
             reject("not a JSON object");
@@ -116,6 +131,9 @@ std::vector<MissedKernel> read_manifest(const std::filesystem::path& path, std::
         }
         kernels.insert(std::move(kernel));
     }
+    if (unreported > 0)
+        rejected.push_back(fmt::format("{} more lines are not kernels either (only the first {} are listed)", unreported,
+                                       kMaxRejectedReported));
     return {kernels.begin(), kernels.end()};
 }
 

@@ -45,8 +45,9 @@ void append_to_manifest(const std::filesystem::path& path, const MissedKernel& k
 
 // The kernels of a manifest, duplicates removed. A line that is not a kernel (malformed JSON,
 // missing or mistyped fields, a template this library does not have, an unreasonable name) goes
-// into `rejected` as "line N: why"; blank lines are skipped. Throws FileError when the file cannot
-// be read (not a regular file, larger than the read bound).
+// into `rejected` as "line N: why" (the first 100 of them; then one report counts the rest);
+// blank lines are skipped. Throws FileError when the file cannot be read (not a regular file,
+// larger than the read bound).
 std::vector<MissedKernel> read_manifest(const std::filesystem::path& path, std::vector<std::string>& rejected);
 
 // Per builder: which missed kernels were already logged and recorded.
