@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -45,6 +47,26 @@ bool read_at(int fd, uint64_t offset, uint64_t size, std::string& out) {
         done += static_cast<uint64_t>(n);
     }
     return true;
+}
+
+// An offset or size of the index: written as a JSON integer >= 0. get<uint64_t>() would take a
+// float too (1.5 read as 1) and convert one past 2^64 (1e30) with undefined behaviour.
+uint64_t count_field(const nlohmann::json& entry, const char* field, const std::string& blob) {
+    const nlohmann::json& value = entry.at(field);
+    if (!value.is_number_unsigned())
+        throw std::runtime_error(fmt::format("blob {:.80}: \"{}\" must be an integer >= 0, got {}", blob, field,
+                                             value.is_number() ? value.dump() : value.type_name()));
+    return value.get<uint64_t>();
+}
+
+// A string of the index that is printed (unpack --list, messages) or names a file: no control
+// characters, which could drive the terminal (an escape sequence starts with one).
+std::string printable_field(const nlohmann::json& value, const std::string& what) {
+    std::string text = value.get<std::string>();
+    for (const char c : text)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+            throw std::runtime_error(fmt::format("{} {:?} holds a control character", what, text.substr(0, 80)));
+    return text;
 }
 
 }  // namespace
@@ -95,24 +117,32 @@ Bundle::Bundle(const std::filesystem::path& path) : path_(path) {
     if (!read_at(fd_, kMagicBytes + 8, index_size, index_text)) throw fail("its index cannot be read");
     try {
         const nlohmann::json index = nlohmann::json::parse(index_text);
-        if (index.at("format").get<int>() != kBundleFormat)
-            throw fail(fmt::format("format {} is not the {} this library reads", index.at("format").dump(), kBundleFormat));
-        nvrtc_version_ = index.at("nvrtc_version").get<std::string>();
-        archs_ = index.at("archs").get<std::vector<std::string>>();
+        // An integer equal to the format: get<int>() would read 1.9, or 2^32 + 1, as 1.
+        const nlohmann::json& format = index.at("format");
+        if (!format.is_number_integer() || format.get<long long>() != kBundleFormat)
+            throw fail(fmt::format("format {} is not the {} this library reads",
+                                   format.is_number() ? format.dump() : format.type_name(), kBundleFormat));
+        nvrtc_version_ = printable_field(index.at("nvrtc_version"), "nvrtc_version");
+        const nlohmann::json& archs = index.at("archs");
+        if (!archs.is_array()) throw fail("\"archs\" is not a list");
+        for (const nlohmann::json& arch : archs) archs_.push_back(printable_field(arch, "arch"));
         const uint64_t data_size = file_size - data_start_;
         std::set<std::string> databases;
-        for (const nlohmann::json& entry : index.at("blobs")) {
+        // A list (an object's values would iterate too, and a string would be one blob).
+        const nlohmann::json& entries = index.at("blobs");
+        if (!entries.is_array()) throw fail("\"blobs\" is not a list");
+        for (const nlohmann::json& entry : entries) {
             BundleBlob blob;
             blob.kind = entry.at("kind").get<std::string>();
-            blob.name = entry.at("name").get<std::string>();
-            blob.offset = entry.at("offset").get<uint64_t>();
-            blob.size = entry.at("size").get<uint64_t>();
+            blob.name = printable_field(entry.at("name"), "blob name");
+            blob.offset = count_field(entry, "offset", blob.name);
+            blob.size = count_field(entry, "size", blob.name);
             blob.sha256 = entry.at("sha256").get<std::string>();
             if (blob.size > kMaxBlobBytes || blob.offset > data_size || blob.size > data_size - blob.offset)
                 throw fail(fmt::format("blob {} ({} bytes at {}) lies outside the file", blob.name, blob.size, blob.offset));
             if (!DiskCache::valid_key(blob.sha256)) throw fail(fmt::format("blob {} has no SHA-256", blob.name));
             if (blob.kind == "kernel") {
-                blob.arch = entry.at("arch").get<std::string>();
+                blob.arch = printable_field(entry.at("arch"), "kernel arch");
                 if (!DiskCache::valid_key(blob.name)) throw fail(fmt::format("kernel {:.80} is not a cache key", blob.name));
                 if (!kernels_.emplace(blob.name, blobs_.size()).second)
                     throw fail(fmt::format("kernel {} appears twice", blob.name));
@@ -127,6 +157,16 @@ Bundle::Bundle(const std::filesystem::path& path) : path_(path) {
             }
             blobs_.push_back(std::move(blob));
         }
+        // The blobs lie one after another, as write_bundle lays them: blobs sharing bytes would
+        // let a small file name the same 256 MB many times over (a database read, and held, for
+        // each of them), where disjoint ones hold at most the file's size in all.
+        std::vector<std::pair<uint64_t, uint64_t>> spans;  // offset, end
+        for (const BundleBlob& blob : blobs_) spans.emplace_back(blob.offset, blob.offset + blob.size);
+        std::sort(spans.begin(), spans.end());
+        for (size_t i = 1; i < spans.size(); ++i)
+            if (spans[i].first < spans[i - 1].second)
+                throw fail(fmt::format("blobs overlap (bytes {} to {} are in two of them)", spans[i].first,
+                                       std::min(spans[i].second, spans[i - 1].second)));
     } catch (const FileError&) {
         throw;
     } catch (const std::exception& e) {

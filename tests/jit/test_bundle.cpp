@@ -186,6 +186,29 @@ TEST_CASE("a damaged or hostile bundle is refused by name, a damaged kernel pass
     refused(with_index(replaced("\"h100.json\"", "\"../h100.json\"")), "not a plain file name");
     refused(with_index(replaced(key_of('b'), key_of('a'))), "appears twice");
     refused(with_index(replaced("\"kind\":\"kernel\"", "\"kind\":\"script\"")), "unknown kind");
+    // Numbers read exactly: a float or an integer past the type was once converted (format 1.9 or
+    // 2^32 + 1 read as 1; an offset of 1e30 converted to 64 bits with undefined behaviour).
+    refused(with_index(replaced("\"format\":1", "\"format\":1.9")), "format 1.9 is not the 1");
+    refused(with_index(replaced("\"format\":1", "\"format\":4294967297")), "format 4294967297 is not the 1");
+    refused(with_index(replaced("\"offset\":0", "\"offset\":1e30")), "\"offset\" must be an integer >= 0, got 1e+30");
+    refused(with_index(replaced("\"offset\":0", "\"offset\":-1")), "\"offset\" must be an integer >= 0, got -1");
+    {
+        const std::string blobs_in_object = replaced("\"blobs\":[", "\"blobs\":{\"x\":[");
+        const size_t end = blobs_in_object.find("],\"format\"");
+        REQUIRE(end != std::string::npos);
+        refused(with_index(std::string(blobs_in_object).insert(end + 1, "}")), "\"blobs\" is not a list");
+    }
+    // Blobs sharing bytes: a 10 MB bundle naming its one database a hundred times once took 2 GB
+    // to open for its databases (a small file could name 256 MB a million times).
+    refused(with_index(replaced("\"name\":\"a100.json\",\"offset\":11", "\"name\":\"a100.json\",\"offset\":0")),
+            "blobs overlap");
+    refused(with_index(replaced("\"name\":\"a100.json\",\"offset\":11", "\"name\":\"a100.json\",\"offset\":5")),
+            "blobs overlap");
+    // Strings printed by unpack --list or used as file names: no control characters (a name that
+    // clears the terminal or sets its title).
+    refused(with_index(replaced("\"h100.json\"", "\"\\u001b[2Jh100.json\"")), "holds a control character");
+    refused(with_index(replaced("\"13.0\"", "\"\\u001b]0;owned\\u0007\"")), "holds a control character");
+    refused(with_index(replaced("\"sm_80\"", "\"sm_80\\r\"")), "holds a control character");
 
     // Not a regular file, or a link: refused before anything is read.
     const fs::path link = dir.path() / "link.bundle";
