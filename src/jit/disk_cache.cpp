@@ -85,8 +85,11 @@ std::optional<size_t> check_entry(std::string_view data, std::string_view key, s
         why = fmt::format("truncated or malformed header ({} bytes, key length {})", data.size(), key_size);
         return std::nullopt;
     }
-    if (data.substr(fixed, key_size) != key) {
-        why = fmt::format("entry was written for key {}", data.substr(fixed, key_size));
+    if (const std::string_view written = data.substr(fixed, key_size); written != key) {
+        // Logged: the file's bytes only when they are a key, never control characters that could
+        // drive the terminal the log is read on.
+        why = DiskCache::valid_key(written) ? fmt::format("entry was written for key {}", written)
+                                            : std::string("entry was written for no valid key");
         return std::nullopt;
     }
     const uint64_t payload_size = get_le(data, fixed + key_size, 8);
@@ -129,6 +132,18 @@ void remove_entry(const fs::path& path) {
     }
 }
 
+// The fan directory (<dir>/<key[0:2]>) of an entry about to be locked or written must be the
+// cache's own directory: a link there (to a directory outside, or dangling) would put the entry,
+// its lock file and eviction's unlinks outside the cache, and a file there fails every write.
+// Either is damage, removed as a damaged entry is (the next write creates the directory).
+void remove_foreign_fan(const fs::path& fan) {
+    struct stat st {};
+    if (::lstat(fan.c_str(), &st) != 0 || S_ISDIR(st.st_mode)) return;
+    util::logger().warn("tileops: removing {} from the kernel cache: {} where a directory of entries belongs",
+                        fan.string(), S_ISLNK(st.st_mode) ? "a link" : "not a directory");
+    remove_file(fan);
+}
+
 bool is_hex_pair(const std::string& name) {
     auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); };
     return name.size() == 2 && hex(name[0]) && hex(name[1]);
@@ -157,7 +172,8 @@ Scan scan_directory(const fs::path& dir) {
     std::error_code ec;
     for (fs::directory_iterator top(dir, ec), end; !ec && top != end; top.increment(ec)) {
         const std::string fan = top->path().filename().string();
-        if (!is_hex_pair(fan)) continue;
+        std::error_code link_ec;
+        if (!is_hex_pair(fan) || top->is_symlink(link_ec)) continue;  // never maintain a linked directory's files
         std::error_code sub_ec;
         for (fs::directory_iterator it(top->path(), sub_ec); !sub_ec && it != end; it.increment(sub_ec)) {
             const std::string name = it->path().filename().string();
@@ -315,6 +331,7 @@ std::optional<std::string> DiskCache::load(const std::string& key) {
 
 void DiskCache::write_entry(const std::string& key, std::string_view payload) {
     const fs::path path = entry_path(key);
+    remove_foreign_fan(path.parent_path());
     try {
         util::write_file_atomic(path, encode_entry(key, payload));
     } catch (const FileError& e) {
@@ -353,6 +370,7 @@ std::string DiskCache::get_or_build(const std::string& key, const std::function<
 
 std::string DiskCache::build_locked(const std::string& key, const std::function<std::string()>& build, bool& ran) {
     std::optional<util::FileLock> lock;
+    remove_foreign_fan(lock_path(key).parent_path());  // before the lock file is created in it
     try {
         lock.emplace(lock_path(key), util::FileLock::Mode::exclusive);
         lock->remove_on_release(lock_path(key));  // no lock file stays beside the entry

@@ -29,6 +29,7 @@
 
 #include "jit/disk_cache.hpp"
 #include "jit/in_flight.hpp"
+#include "support/log_capture.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
 #include "util/sha256.hpp"
@@ -181,6 +182,14 @@ TEST_CASE("disk cache: damaged entries are misses and get rebuilt", "[disk_cache
     SECTION("a truncated payload") { bytes.resize(bytes.size() - 5); }
     SECTION("a truncated header") { bytes.resize(40); }
     SECTION("another key's entry") { bytes = read_raw(cache.entry_path(other)); }
+    SECTION("a key of control characters (it once went into the warning as it was)") {
+        bytes.replace(16, 64, std::string(32, '\x1b') + std::string(32, '\a'));
+        write_raw(file, bytes);
+        tileops::test::LogCapture log(spdlog::level::warn);
+        CHECK_FALSE(cache.load(key).has_value());
+        CHECK(log.count("entry was written for no valid key") == 1);
+        CHECK(log.count("\x1b") == 0);
+    }
     SECTION("an empty file") { bytes.clear(); }
     SECTION("trailing garbage") { bytes += "junk"; }
     write_raw(file, bytes);
@@ -321,6 +330,45 @@ TEST_CASE("disk cache: a lock file that is a link is not followed", "[disk_cache
     CHECK(cache.get_or_build(key, [] { return std::string("cubin"); }) == "cubin");
     CHECK_FALSE(fs::exists(outside));
     CHECK_THROWS_AS(FileLock(cache.lock_path(key), FileLock::Mode::exclusive), tileops::FileError);
+}
+
+TEST_CASE("disk cache: a fan directory that is a link is replaced, never written or cleaned through", "[disk_cache]") {
+    TempDir tmp;
+    DiskCache cache(tmp.path / "cache", 1);  // a bound of one byte: every store evicts the others
+    const std::string key = key_of("linked fan"), old_key = key_of("old entry");
+    const fs::path outside = tmp.path / "outside";
+    fs::create_directories(outside);
+    fs::create_directories(cache.directory());
+    // Files of the linked directory named as the cache names its own: an entry, a lock file and a
+    // stale temporary file. They once were evicted and cleaned, and the entry written beside them.
+    const fs::path fan = cache.directory() / old_key.substr(0, 2);
+    fs::create_symlink(outside, fan);
+    write_raw(outside / (old_key + ".cubin"), "not the cache's");
+    write_raw(outside / (old_key + ".lock"), "");
+    write_raw(outside / ("." + old_key + ".cubin.tmp.999999.0"), "not the cache's");
+    for (const auto& file : fs::directory_iterator(outside)) set_age(file.path(), 3600s);
+    CHECK(cache.clear() == 0);
+    CHECK(cache.entries().empty());
+    cache.store(key, "payload");  // another fan: its cleanup and eviction pass over the link
+    CHECK(std::distance(fs::directory_iterator(outside), fs::directory_iterator()) == 3);
+
+    cache.store(old_key, "payload");  // its own fan is the link: replaced by a directory
+    CHECK(fs::is_directory(fs::symlink_status(fan)));
+    CHECK(cache.load(old_key) == "payload");
+    CHECK(read_raw(outside / (old_key + ".cubin")) == "not the cache's");
+    CHECK(std::distance(fs::directory_iterator(outside), fs::directory_iterator()) == 3);
+
+    // get_or_build takes the key's lock before it writes: no lock file is created through a link.
+    const std::string built_key = key_of("built under a linked fan");
+    const fs::path built_fan = cache.directory() / built_key.substr(0, 2);
+    if (built_fan != fan) {
+        std::error_code ec;
+        fs::remove_all(built_fan, ec);
+        fs::create_symlink(outside, built_fan);
+        CHECK(cache.get_or_build(built_key, [] { return std::string("built"); }) == "built");
+        CHECK(fs::is_directory(fs::symlink_status(built_fan)));
+        CHECK(std::distance(fs::directory_iterator(outside), fs::directory_iterator()) == 3);
+    }
 }
 
 TEST_CASE("disk cache: 8 threads asking for one key build it once", "[disk_cache]") {
