@@ -99,7 +99,9 @@ public:
     // missing or not this library's, "metadata" or "entries" of the wrong type. An entry that is
     // malformed (wrong type, missing field, out of range: e.g. "entries[3].config.vec: expected
     // integer, got string") or that `validator` rejects is skipped with a spdlog warning naming
-    // the file and the entry, and listed in rejected(); the rest loads.
+    // the file and the entry, and listed in rejected(); the rest loads. Only the first
+    // kMaxRejectedListed are warned about and listed (a file of millions of bad entries would
+    // otherwise take gigabytes and as many log lines); rejected_count() counts them all.
     static TuningDb load(const std::filesystem::path& path, const EntryValidator& validator = {});
     static TuningDb parse(std::string_view json_text, const std::string& source_name,
                           const EntryValidator& validator = {});
@@ -144,7 +146,9 @@ public:
     std::vector<const TuningEntry*> select(const TuningFilter& filter) const;
     const TuningDbMeta& meta() const noexcept { return meta_; }
     TuningDbMeta& meta() noexcept { return meta_; }
-    const std::vector<RejectedEntry>& rejected() const noexcept { return rejected_; }
+    static constexpr size_t kMaxRejectedListed = 100;
+    const std::vector<RejectedEntry>& rejected() const noexcept { return rejected_; }  // the first ones
+    size_t rejected_count() const noexcept { return rejected_count_; }
 
     // Same metadata and entries (rejected() is not compared).
     friend TILEOPS_EXPORT bool operator==(const TuningDb& a, const TuningDb& b);
@@ -155,6 +159,7 @@ private:
     TuningDbMeta meta_;
     std::vector<TuningEntry> entries_;
     std::vector<RejectedEntry> rejected_;
+    size_t rejected_count_ = 0;
 };
 
 TILEOPS_EXPORT bool operator==(const TuningEntry& a, const TuningEntry& b);

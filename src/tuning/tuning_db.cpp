@@ -409,9 +409,14 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         } catch (const EntryError& e) {
             reason = e.message;
         }
-        util::logger().warn("tileops: skipping tuning entry {}: {}", source, reason);
-        db.rejected_.push_back({source, i, reason});
+        if (db.rejected_count_++ < kMaxRejectedListed) {
+            util::logger().warn("tileops: skipping tuning entry {}: {}", source, reason);
+            db.rejected_.push_back({source, i, reason});
+        }
     }
+    if (db.rejected_count_ > kMaxRejectedListed)
+        util::logger().warn("tileops: skipping {} more malformed tuning entries of {} (only the first {} are listed)",
+                            db.rejected_count_ - kMaxRejectedListed, source, kMaxRejectedListed);
     sort_keeping_best(db.entries_);
     return db;
 }
@@ -541,9 +546,9 @@ void TuningDb::save(const std::filesystem::path& path) const {
         auto text = util::read_file(path, util::kMaxReadBytes, &why);
         if (!text) throw FileError(fmt::format("tileops: cannot read {} to merge into it: {}", path.string(), why));
         on_disk = parse(*text, path.string());
-        if (!on_disk.rejected().empty())
+        if (on_disk.rejected_count() > 0)
             util::logger().warn("tileops: rewriting tuning database {} drops its {} malformed entries", path.string(),
-                                   on_disk.rejected().size());
+                                on_disk.rejected_count());
     }
     // Entries of other archs may share a file only when neither names an arch in its metadata.
     TuningDb merged = merge(on_disk, *this);

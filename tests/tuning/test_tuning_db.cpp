@@ -784,6 +784,23 @@ TEST_CASE("tuning_db: malformed entries are rejected by index and field with a w
     }
 }
 
+TEST_CASE("tuning_db: a file of many malformed entries lists and warns about the first 100, counts them all",
+          "[tuning_db]") {
+    // 200000 entries of two bytes each: listing and logging every one took hundreds of bytes of
+    // memory and a log line per byte of the file.
+    std::string text = R"({"format_version": 1, "metadata": {"arch": "sm_90a"}, "entries": [)";
+    for (int i = 0; i < 200000; ++i) text += i == 0 ? "1" : ",1";
+    text += "]}";
+    LogCapture log(spdlog::level::warn);
+    const TuningDb db = TuningDb::parse(text, "many.json");
+    CHECK(db.entries().empty());
+    CHECK(db.rejected_count() == 200000);
+    REQUIRE(db.rejected().size() == TuningDb::kMaxRejectedListed);
+    CHECK(db.rejected().back().index == TuningDb::kMaxRejectedListed - 1);
+    CHECK(log.count("skipping tuning entry") == TuningDb::kMaxRejectedListed);
+    CHECK(log.lines_with({"warn", "199900 more malformed tuning entries of many.json"}) == 1);
+}
+
 TEST_CASE("tuning_db: each malformed field of an entry is named; the next entry still loads", "[tuning_db]") {
     struct Case {
         const char* what;

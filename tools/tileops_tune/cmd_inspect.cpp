@@ -138,13 +138,18 @@ int cmd_merge(int argc, char** argv) {
                                                       "merge into it, or remove it first", output));
             }
             std::vector<TuningDb> dbs;
-            nlohmann::json rejected = nlohmann::json::array();
+            nlohmann::json rejected = nlohmann::json::array();  // the entries listed; rejected_count counts all
+            size_t rejected_count = 0;
             for (const std::string& path : inputs) {
                 TuningDb db = TuningDb::load(path);
                 for (const RejectedEntry& r : db.rejected()) {
                     rejected.push_back({{"file", path}, {"index", r.index}, {"why", r.reason}});
                     if (!args.count("json")) fmt::print(stderr, "rejected {}: entries[{}]: {}\n", path, r.index, r.reason);
                 }
+                rejected_count += db.rejected_count();
+                if (db.rejected_count() > db.rejected().size() && !args.count("json"))
+                    fmt::print(stderr, "rejected {}: {} more entries (only the first {} are listed)\n", path,
+                               db.rejected_count() - db.rejected().size(), db.rejected().size());
                 if (db.meta().sources.empty()) db.meta().sources = {path};
                 dbs.push_back(std::move(db));
             }
@@ -159,10 +164,11 @@ int cmd_merge(int argc, char** argv) {
             for (const TuningDb& db : dbs) merged = TuningDb::merge(merged, db);
             if (!rejected.empty() && !args.count("allow-rejected")) {
                 if (args.count("json"))
-                    fmt::print("{}\n", nlohmann::json({{"output", nullptr}, {"rejected", rejected}}).dump(2));
+                    fmt::print("{}\n", nlohmann::json({{"output", nullptr}, {"rejected", rejected}, {"rejected_count", rejected_count}})
+                                   .dump(2));
                 else
                     fmt::print(stderr, "{} malformed entries in the inputs: nothing written to {} (fix them, or merge "
-                               "without them with --allow-rejected)\n", rejected.size(), output);
+                               "without them with --allow-rejected)\n", rejected_count, output);
                 return 1;
             }
             nlohmann::json dropped = nlohmann::json::array();
@@ -184,7 +190,8 @@ int cmd_merge(int argc, char** argv) {
                 fmt::print("{}\n", nlohmann::json({{"output", output},
                                                    {"entries", merged.entries().size()},
                                                    {"dropped", dropped},
-                                                   {"rejected", rejected}})
+                                                   {"rejected", rejected},
+                                                   {"rejected_count", rejected_count}})
                                        .dump(2));
             else
                 fmt::print("{} entries written to {}{}\n", merged.entries().size(), output,

@@ -36,7 +36,7 @@ int cmd_rekey(int argc, char** argv) {
             const TuningDb db = TuningDb::load(args["db"].as<std::string>());
             if (!db.rejected().empty())
                 throw FileError(fmt::format("{} holds {} malformed entries: fix them first",
-                                            args["db"].as<std::string>(), db.rejected().size()));
+                                            args["db"].as<std::string>(), db.rejected_count()));
             TuningDb out;
             out.meta() = db.meta();
             int changed = 0;

@@ -46,7 +46,7 @@ std::optional<TuningDb> open_target_db(const std::string& db_path) {
     if (!db.rejected().empty())
         throw InvalidArgument(fmt::format("{} holds {} malformed entries (the first: {}); fix them, or "
                                           "drop them with `tileops-tune merge --allow-rejected`, before tuning into it",
-                                          db_path, db.rejected().size(),
+                                          db_path, db.rejected_count(),
                                           db.rejected().front().reason));
     return db;
 }
