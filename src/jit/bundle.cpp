@@ -16,6 +16,7 @@
 #include "jit/disk_cache.hpp"
 #include "tileops/error.hpp"
 #include "util/file_util.hpp"
+#include "util/json_keys.hpp"
 #include "util/log.hpp"
 #include "util/sha256.hpp"
 
@@ -117,6 +118,9 @@ Bundle::Bundle(const std::filesystem::path& path) : path_(path) {
     if (!read_at(fd_, kMagicBytes + 8, index_size, index_text)) throw fail("its index cannot be read");
     try {
         const nlohmann::json index = nlohmann::json::parse(index_text);
+        // JSON keeps the last of a repeated key: a second "blobs" list would hide the first.
+        if (const auto repeated = util::repeated_keys(index_text); !repeated.empty())
+            throw fail(fmt::format("its index gives the key {:?} twice in one object", repeated.front().key));
         // An integer equal to the format: get<int>() would read 1.9, or 2^32 + 1, as 1.
         const nlohmann::json& format = index.at("format");
         if (!format.is_number_integer() || format.get<long long>() != kBundleFormat)

@@ -204,6 +204,8 @@ TEST_CASE("a damaged or hostile bundle is refused by name, a damaged kernel pass
             "blobs overlap");
     refused(with_index(replaced("\"name\":\"a100.json\",\"offset\":11", "\"name\":\"a100.json\",\"offset\":5")),
             "blobs overlap");
+    // A repeated key: JSON keeps the last, so a second "format" (or "blobs") would hide the first.
+    refused(with_index(replaced("\"format\":1", "\"format\":2,\"format\":1")), "gives the key \"format\" twice");
     // Strings printed by unpack --list or used as file names: no control characters (a name that
     // clears the terminal or sets its title).
     refused(with_index(replaced("\"h100.json\"", "\"\\u001b[2Jh100.json\"")), "holds a control character");
