@@ -116,6 +116,8 @@ Bundle::Bundle(const std::filesystem::path& path) : path_(path) {
         throw fail(fmt::format("its index of {} bytes does not fit the file ({} bytes)", index_size, file_size));
     std::string index_text;
     if (!read_at(fd_, kMagicBytes + 8, index_size, index_text)) throw fail("its index cannot be read");
+    if (util::json_value_count(index_text) > util::kMaxJsonValues)
+        throw fail(fmt::format("its index holds more than {} JSON values", util::kMaxJsonValues));
     try {
         const nlohmann::json index = nlohmann::json::parse(index_text);
         // JSON keeps the last of a repeated key: a second "blobs" list would hide the first.

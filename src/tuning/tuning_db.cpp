@@ -352,6 +352,9 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         auto [line, column] = line_column(text, nul);
         throw FileError(fmt::format("{}:{}:{}: invalid JSON: a NUL byte", source, line, column));
     }
+    if (util::json_value_count(text) > util::kMaxJsonValues)
+        throw FileError(fmt::format("{}: more than {} JSON values, more than any tuning database holds", source,
+                                    util::kMaxJsonValues));
     json root;
     try {
         root = json::parse(text.begin(), text.end());

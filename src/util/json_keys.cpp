@@ -69,7 +69,39 @@ private:
     std::vector<Container> open_;
 };
 
+// Counts values; stops at the first syntax error (what was counted so far stands).
+class ValueCounter final : public nlohmann::json_sax<nlohmann::json> {
+public:
+    size_t values = 0;
+
+    bool null() override { return count(); }
+    bool boolean(bool) override { return count(); }
+    bool number_integer(number_integer_t) override { return count(); }
+    bool number_unsigned(number_unsigned_t) override { return count(); }
+    bool number_float(number_float_t, const string_t&) override { return count(); }
+    bool string(string_t&) override { return count(); }
+    bool binary(binary_t&) override { return count(); }
+    bool start_object(std::size_t) override { return count(); }
+    bool key(string_t&) override { return true; }
+    bool end_object() override { return true; }
+    bool start_array(std::size_t) override { return count(); }
+    bool end_array() override { return true; }
+    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+private:
+    bool count() {
+        ++values;
+        return true;
+    }
+};
+
 }  // namespace
+
+size_t json_value_count(std::string_view text) {
+    ValueCounter counter;
+    nlohmann::json::sax_parse(text.begin(), text.end(), &counter);
+    return counter.values;
+}
 
 std::vector<RepeatedKey> repeated_keys(std::string_view text) {
     KeyScanner scanner;

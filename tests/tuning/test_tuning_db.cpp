@@ -46,6 +46,7 @@
 #include "tileops/tuning_db.hpp"
 #include "tuning/config_choice.hpp"
 #include "util/file_util.hpp"
+#include "util/json_keys.hpp"
 
 namespace fs = std::filesystem;
 using Catch::Matchers::ContainsSubstring;
@@ -799,6 +800,17 @@ TEST_CASE("tuning_db: a file of many malformed entries lists and warns about the
     CHECK(db.rejected().back().index == TuningDb::kMaxRejectedListed - 1);
     CHECK(log.count("skipping tuning entry") == TuningDb::kMaxRejectedListed);
     CHECK(log.lines_with({"warn", "199900 more malformed tuning entries of many.json"}) == 1);
+}
+
+TEST_CASE("tuning_db: a file of more JSON values than any database holds is refused before it is parsed",
+          "[tuning_db]") {
+    // "[1,1,1,..." within the file-size bound parsed into a tree about 40 times its size.
+    std::string text = R"({"format_version": 1, "entries": [)";
+    text.reserve(2 * tileops::util::kMaxJsonValues + 64);
+    for (size_t i = 0; i < tileops::util::kMaxJsonValues; ++i) text += "1,";
+    text += "1]}";
+    CHECK_THROWS_WITH(TuningDb::parse(text, "tiny_values.json"),
+                      ContainsSubstring("tiny_values.json: more than 16777216 JSON values"));
 }
 
 TEST_CASE("tuning_db: each malformed field of an entry is named; the next entry still loads", "[tuning_db]") {

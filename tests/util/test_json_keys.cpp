@@ -39,3 +39,11 @@ TEST_CASE("repeated_keys walks deep nesting without recursion", "[util]") {
     CHECK(found[0].where.size() == 100000);
     CHECK(found[0].where.back() == "0");
 }
+
+TEST_CASE("json_value_count counts every value without building them, up to where the JSON breaks", "[util]") {
+    using tileops::util::json_value_count;
+    CHECK(json_value_count(R"({"a": [1, 2.5, {"b": null}], "c": "x", "d": true})") == 8);
+    CHECK(json_value_count("[1, 2, x") == 3);
+    CHECK(json_value_count("") == 0);
+    CHECK(json_value_count(std::string(100000, '[') + std::string(100000, ']')) == 100000);
+}

@@ -53,6 +53,8 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
     if (!text) throw FileError(fmt::format("tileops-tune: cannot read workload file {}: {}", path, why));
     if (text->find('\0') != std::string::npos)  // the JSON parser would stop there, ignoring the rest
         throw FileError(fmt::format("tileops-tune: {} is not valid JSON: a NUL byte", path));
+    if (util::json_value_count(*text) > util::kMaxJsonValues)
+        throw FileError(fmt::format("tileops-tune: {}: more than {} JSON values", path, util::kMaxJsonValues));
     nlohmann::json json;
     try {
         json = nlohmann::json::parse(*text);
