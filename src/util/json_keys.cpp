@@ -7,8 +7,12 @@
 namespace tileops::util {
 namespace {
 
-class KeyScanner final : public nlohmann::json_sax<nlohmann::json> {
+// Counts values and, with track_keys, finds repeated keys; stops at the first syntax error (what
+// was found so far stands).
+class Scanner final : public nlohmann::json_sax<nlohmann::json> {
 public:
+    explicit Scanner(bool track_keys) : track_keys_(track_keys) {}
+    size_t values = 0;
     std::vector<RepeatedKey> repeated;
 
     bool null() override { return value(); }
@@ -24,6 +28,7 @@ public:
         return true;
     }
     bool key(string_t& key) override {
+        if (!track_keys_) return true;
         Container& object = open_.back();
         object.key = key;
         if (!object.keys.insert(key).second && !object.reported) {
@@ -51,6 +56,7 @@ private:
     };
 
     bool value() {
+        ++values;
         if (!open_.empty() && open_.back().array) ++open_.back().items;
         return true;
     }
@@ -66,45 +72,20 @@ private:
         return where;
     }
 
+    bool track_keys_;
     std::vector<Container> open_;
-};
-
-// Counts values; stops at the first syntax error (what was counted so far stands).
-class ValueCounter final : public nlohmann::json_sax<nlohmann::json> {
-public:
-    size_t values = 0;
-
-    bool null() override { return count(); }
-    bool boolean(bool) override { return count(); }
-    bool number_integer(number_integer_t) override { return count(); }
-    bool number_unsigned(number_unsigned_t) override { return count(); }
-    bool number_float(number_float_t, const string_t&) override { return count(); }
-    bool string(string_t&) override { return count(); }
-    bool binary(binary_t&) override { return count(); }
-    bool start_object(std::size_t) override { return count(); }
-    bool key(string_t&) override { return true; }
-    bool end_object() override { return true; }
-    bool start_array(std::size_t) override { return count(); }
-    bool end_array() override { return true; }
-    bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
-
-private:
-    bool count() {
-        ++values;
-        return true;
-    }
 };
 
 }  // namespace
 
 size_t json_value_count(std::string_view text) {
-    ValueCounter counter;
-    nlohmann::json::sax_parse(text.begin(), text.end(), &counter);
-    return counter.values;
+    Scanner scanner(false);
+    nlohmann::json::sax_parse(text.begin(), text.end(), &scanner);
+    return scanner.values;
 }
 
 std::vector<RepeatedKey> repeated_keys(std::string_view text) {
-    KeyScanner scanner;
+    Scanner scanner(true);
     nlohmann::json::sax_parse(text.begin(), text.end(), &scanner);
     return std::move(scanner.repeated);
 }
