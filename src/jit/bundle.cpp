@@ -64,9 +64,8 @@ uint64_t count_field(const nlohmann::json& entry, const char* field, const std::
 // characters, which could drive the terminal (an escape sequence starts with one).
 std::string printable_field(const nlohmann::json& value, const std::string& what) {
     std::string text = value.get<std::string>();
-    for (const char c : text)
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-            throw std::runtime_error(fmt::format("{} {:?} holds a control character", what, text.substr(0, 80)));
+    if (util::first_control_character(text) >= 0)
+        throw std::runtime_error(fmt::format("{} {:?} holds a control character", what, text.substr(0, 80)));
     return text;
 }
 
@@ -116,13 +115,14 @@ Bundle::Bundle(const std::filesystem::path& path) : path_(path) {
         throw fail(fmt::format("its index of {} bytes does not fit the file ({} bytes)", index_size, file_size));
     std::string index_text;
     if (!read_at(fd_, kMagicBytes + 8, index_size, index_text)) throw fail("its index cannot be read");
-    if (util::json_value_count(index_text) > util::kMaxJsonValues)
+    const util::JsonScan scan = util::scan_json(index_text);
+    if (scan.values > util::kMaxJsonValues)
         throw fail(fmt::format("its index holds more than {} JSON values", util::kMaxJsonValues));
     try {
         const nlohmann::json index = nlohmann::json::parse(index_text);
         // JSON keeps the last of a repeated key: a second "blobs" list would hide the first.
-        if (const auto repeated = util::repeated_keys(index_text); !repeated.empty())
-            throw fail(fmt::format("its index gives the key {:?} twice in one object", repeated.front().key));
+        if (!scan.repeated.empty())
+            throw fail(fmt::format("its index gives the key {:?} twice in one object", scan.repeated.front().key));
         // An integer equal to the format: get<int>() would read 1.9, or 2^32 + 1, as 1.
         const nlohmann::json& format = index.at("format");
         if (!format.is_number_integer() || format.get<long long>() != kBundleFormat)

@@ -49,11 +49,8 @@ const json& member(const json& object, const char* name, const std::string& path
 // A string from the file that will be printed (list, show, logs) must not drive the terminal: no
 // control characters (escape sequences start with one) and no NUL, which would cut messages.
 void check_printable(const std::string& value, const std::string& what) {
-    for (const char c : value) {
-        const auto code = static_cast<unsigned char>(c);
-        if (code < 0x20 || code == 0x7f)
-            throw EntryError{fmt::format("{}: holds control character 0x{:02x}", what, code)};
-    }
+    if (const int code = util::first_control_character(value); code >= 0)
+        throw EntryError{fmt::format("{}: holds control character 0x{:02x}", what, code)};
 }
 
 std::string get_string(const json& object, const char* name, const std::string& path, bool required = true) {
@@ -352,7 +349,8 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
         auto [line, column] = line_column(text, nul);
         throw FileError(fmt::format("{}:{}:{}: invalid JSON: a NUL byte", source, line, column));
     }
-    if (util::json_value_count(text) > util::kMaxJsonValues)
+    util::JsonScan scan = util::scan_json(text);
+    if (scan.values > util::kMaxJsonValues)
         throw FileError(fmt::format("{}: more than {} JSON values, more than any tuning database holds", source,
                                     util::kMaxJsonValues));
     json root;
@@ -372,7 +370,7 @@ TuningDb TuningDb::parse(std::string_view text, const std::string& source, const
     // repeated inside an entry rejects that entry.
     std::string repeated;                           // the first key repeated outside the entries
     std::map<size_t, std::string> repeated_in_entry;  // entry index -> the first key repeated in it
-    for (util::RepeatedKey& r : util::repeated_keys(text)) {
+    for (util::RepeatedKey& r : scan.repeated) {
         const bool in_entry = r.where.size() >= 2 && r.where[0] == "entries" && !r.where[1].empty() &&
                               r.where[1].find_first_not_of("0123456789") == std::string::npos;  // not "entries": {...}
         if (in_entry)

@@ -7,13 +7,9 @@
 namespace tileops::util {
 namespace {
 
-// Counts values and, with track_keys, finds repeated keys; stops at the first syntax error (what
-// was found so far stands).
 class Scanner final : public nlohmann::json_sax<nlohmann::json> {
 public:
-    explicit Scanner(bool track_keys) : track_keys_(track_keys) {}
-    size_t values = 0;
-    std::vector<RepeatedKey> repeated;
+    JsonScan found;
 
     bool null() override { return value(); }
     bool boolean(bool) override { return value(); }
@@ -28,12 +24,11 @@ public:
         return true;
     }
     bool key(string_t& key) override {
-        if (!track_keys_) return true;
         Container& object = open_.back();
         object.key = key;
         if (!object.keys.insert(key).second && !object.reported) {
             object.reported = true;
-            repeated.push_back({key.substr(0, 64), place()});
+            found.repeated.push_back({key.substr(0, 64), place()});
         }
         return true;
     }
@@ -56,7 +51,7 @@ private:
     };
 
     bool value() {
-        ++values;
+        ++found.values;
         if (!open_.empty() && open_.back().array) ++open_.back().items;
         return true;
     }
@@ -72,22 +67,21 @@ private:
         return where;
     }
 
-    bool track_keys_;
     std::vector<Container> open_;
 };
 
 }  // namespace
 
-size_t json_value_count(std::string_view text) {
-    Scanner scanner(false);
+JsonScan scan_json(std::string_view text) {
+    Scanner scanner;
     nlohmann::json::sax_parse(text.begin(), text.end(), &scanner);
-    return scanner.values;
+    return std::move(scanner.found);
 }
 
-std::vector<RepeatedKey> repeated_keys(std::string_view text) {
-    Scanner scanner(true);
-    nlohmann::json::sax_parse(text.begin(), text.end(), &scanner);
-    return std::move(scanner.repeated);
+int first_control_character(std::string_view text) {
+    for (const char c : text)
+        if (const auto code = static_cast<unsigned char>(c); code < 0x20 || code == 0x7f) return code;
+    return -1;
 }
 
 }  // namespace tileops::util

@@ -5,9 +5,12 @@
 
 #include "util/json_keys.hpp"
 
-using tileops::util::repeated_keys;
+// The repeated keys of a scan.
+static std::vector<tileops::util::RepeatedKey> repeated_keys(const std::string& text) {
+    return tileops::util::scan_json(text).repeated;
+}
 
-TEST_CASE("repeated_keys finds each object's first repeated key and where the object is", "[util]") {
+TEST_CASE("scan_json finds each object's first repeated key and where the object is", "[util]") {
     CHECK(repeated_keys(R"({"a": 1, "b": {"a": 2}, "c": [{"a": 3}, {"b": 4}]})").empty());
 
     const auto top = repeated_keys(R"({"entries": [], "meta": 1, "entries": [1]})");
@@ -32,7 +35,7 @@ TEST_CASE("repeated_keys finds each object's first repeated key and where the ob
     CHECK(listed[0].where == std::vector<std::string>{"1"});
 }
 
-TEST_CASE("repeated_keys walks deep nesting without recursion", "[util]") {
+TEST_CASE("scan_json walks deep nesting without recursion", "[util]") {
     const std::string deep = std::string(100000, '[') + "{\"a\": 1, \"a\": 2}" + std::string(100000, ']');
     const auto found = repeated_keys(deep);
     REQUIRE(found.size() == 1);
@@ -40,10 +43,19 @@ TEST_CASE("repeated_keys walks deep nesting without recursion", "[util]") {
     CHECK(found[0].where.back() == "0");
 }
 
-TEST_CASE("json_value_count counts every value without building them, up to where the JSON breaks", "[util]") {
-    using tileops::util::json_value_count;
+TEST_CASE("scan_json counts every value without building them, up to where the JSON breaks", "[util]") {
+    const auto json_value_count = [](const std::string& text) { return tileops::util::scan_json(text).values; };
     CHECK(json_value_count(R"({"a": [1, 2.5, {"b": null}], "c": "x", "d": true})") == 8);
     CHECK(json_value_count("[1, 2, x") == 3);
     CHECK(json_value_count("") == 0);
     CHECK(json_value_count(std::string(100000, '[') + std::string(100000, ']')) == 100000);
+}
+
+TEST_CASE("first_control_character finds escapes, line breaks, NUL and DEL, not printable text", "[util]") {
+    using tileops::util::first_control_character;
+    CHECK(first_control_character("sm_90a rmsnorm 8192x4096 \xc3\xa9") == -1);
+    CHECK(first_control_character("a\x1b[2J") == 0x1b);
+    CHECK(first_control_character(std::string("a\0b", 3)) == 0);
+    CHECK(first_control_character("x\r\n") == '\r');
+    CHECK(first_control_character("\x7f") == 0x7f);
 }

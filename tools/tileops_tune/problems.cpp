@@ -53,7 +53,8 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
     if (!text) throw FileError(fmt::format("tileops-tune: cannot read workload file {}: {}", path, why));
     if (text->find('\0') != std::string::npos)  // the JSON parser would stop there, ignoring the rest
         throw FileError(fmt::format("tileops-tune: {} is not valid JSON: a NUL byte", path));
-    if (util::json_value_count(*text) > util::kMaxJsonValues)
+    const util::JsonScan scan = util::scan_json(*text);
+    if (scan.values > util::kMaxJsonValues)
         throw FileError(fmt::format("tileops-tune: {}: more than {} JSON values", path, util::kMaxJsonValues));
     nlohmann::json json;
     try {
@@ -61,10 +62,10 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {  // a parse_error, or out_of_range for a number like 1e400
         throw FileError(fmt::format("tileops-tune: {} is not valid JSON: {}", path, e.what()));
     }
-    if (const auto repeated = util::repeated_keys(*text); !repeated.empty())
+    if (!scan.repeated.empty())
         throw FileError(fmt::format("tileops-tune: {}: the key {:?} appears twice in one object (JSON would keep only "
                                     "the last)",
-                                    path, repeated.front().key));
+                                    path, scan.repeated.front().key));
     // Neither copied nor dumped whole: both recurse once per level of nesting, and a file of a
     // few hundred thousand '[' would overflow the stack (parsing and destroying do not recurse).
     const nlohmann::json* found = &json;
@@ -107,10 +108,9 @@ std::vector<detail::ProblemSpec> load_workload(const std::string& path) {
             // Printed in every message about the problem: no control characters, which could drive
             // the terminal (an escape sequence starts with one).
             for (const auto& [name, value] : {std::pair{"op", &spec.op}, {"dtype", &spec.dtype}, {"flags", &spec.flags}})
-                for (const char c : *value)
-                    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-                        throw FileError(fmt::format("tileops-tune: {}: problems[{}]: \"{}\" {:?} holds a control character",
-                                                    path, i, name, value->substr(0, 80)));
+                if (util::first_control_character(*value) >= 0)
+                    throw FileError(fmt::format("tileops-tune: {}: problems[{}]: \"{}\" {:?} holds a control character",
+                                                path, i, name, value->substr(0, 80)));
         } catch (const nlohmann::json::exception& e) {
             throw FileError(fmt::format("tileops-tune: {}: problems[{}]: {}", path, i, e.what()));
         }
