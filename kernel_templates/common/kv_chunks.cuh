@@ -14,8 +14,8 @@
 //
 // The fixed kind (kv_chunk_fixed) is the grid (splits, columns, batch) of a single sequence.
 //
-// Every function here is called by a whole warp (lane = threadIdx.x % 32) and returns the same
-// value in every lane. `keys_of(b)` gives sequence b's keys, already clamped to the cache.
+// Every function here is called by a whole CTA and returns the same value in every thread.
+// `keys_of(b)` gives sequence b's keys, already clamped to the cache.
 #pragma once
 
 namespace tileops {
@@ -39,76 +39,97 @@ __device__ __forceinline__ KvChunk kv_chunk_fixed() {
 // A chunk holds at least this many keys: a shorter one costs more to merge than it saves.
 constexpr int kKvMinChunkKeys = 128;
 
-// Granules (GRANULE keys each) per chunk: about `target_chunks` in the batch, none shorter than
-// kKvMinChunkKeys, and no sequence in more than `max_chunks_per_sequence`.
+// What the CTA's threads share while they search: per-warp partial sums and maxima, and the answer.
+struct KvChunkScratch {
+    long long warp_sum[32];
+    long long warp_max[32];
+    KvChunk found;
+};
+
+// The CTA's sum and maximum of one value a thread. Every thread gets both; ends on a barrier
+// after the scratch was read, so it can be reused at once.
+__device__ __forceinline__ void kv_cta_sum_max(long long& sum, long long& most, KvChunkScratch& s) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+        most = max(most, __shfl_xor_sync(0xffffffffu, most, offset));
+    }
+    if (lane == 0) s.warp_sum[warp] = sum, s.warp_max[warp] = most;
+    __syncthreads();
+    sum = 0, most = 0;
+    for (int w = 0; w < warps; ++w) sum += s.warp_sum[w], most = max(most, s.warp_max[w]);
+    __syncthreads();
+}
+
+// Finds a chunk: the one numbered `x` in batch order when x >= 0 (inactive past the last), else
+// sequence `b_wanted`'s chunks (split 0, active). The chunks hold GRANULE-key granules: about
+// `target_chunks` in the batch, none shorter than kKvMinChunkKeys, and no sequence in more than
+// `max_chunks_per_sequence`. The whole CTA calls it, and every thread gets the answer.
+//
+// Every CTA of a launch searches (thousands of them at a large batch of short sequences), so the
+// search is the CTA's: each thread reads one length a pass, all in flight at once, and the sizes
+// and the scan of chunk counts take a few barriers. (One warp walking the batch 32 lengths at a
+// time, twice, took about a third of the life of a CTA streaming ~128 keys at batch 256.)
 template <int GRANULE, typename KeysOf>
-__device__ long long kv_chunk_granules(int batch_size, long long target_chunks, long long max_chunks_per_sequence,
-                                       KeysOf keys_of) {
-    const int lane = threadIdx.x % 32;
+__device__ KvChunk kv_chunk_search(long long x, int b_wanted, int batch_size, long long target_chunks,
+                                   long long max_chunks_per_sequence, KeysOf keys_of) {
+    __shared__ KvChunkScratch scratch;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
+    const int threads = blockDim.x;
+    auto granules_of = [&](int b) { return b < batch_size ? (keys_of(b) + GRANULE - 1) / GRANULE : 0LL; };
+
+    // The granules per chunk, from the batch's total and longest.
     long long total = 0, longest = 0;
-    for (int b = lane; b < batch_size; b += 32) {
-        const long long granules = (keys_of(b) + GRANULE - 1) / GRANULE;
+#pragma unroll 4
+    for (int b = threadIdx.x; b < batch_size; b += threads) {
+        const long long granules = granules_of(b);
         total += granules;
         longest = max(longest, granules);
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-        total += __shfl_xor_sync(0xffffffffu, total, offset);
-        longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, offset));
-    }
+    if (threadIdx.x == 0) scratch.found = {0, 0, 1, 0, false, 0, 0};
+    kv_cta_sum_max(total, longest, scratch);
     const long long shortest = (kKvMinChunkKeys + GRANULE - 1) / GRANULE;
     const long long by_total = (total + target_chunks - 1) / max(target_chunks, 1LL);
     const long long by_longest = (longest + max_chunks_per_sequence - 1) / max_chunks_per_sequence;
-    return max(max(by_total, by_longest), shortest);
-}
+    const long long chunk_granules = max(max(by_total, by_longest), shortest);
 
-// Sequence b's chunks (`b` in [0, batch_size); split 0, active) when `x` < 0; else the chunk
-// numbered x (inactive past the last).
-template <int GRANULE, typename KeysOf>
-__device__ KvChunk kv_chunk_find(long long x, int b_wanted, int batch_size, long long chunk_granules, KeysOf keys_of) {
-    const int lane = threadIdx.x % 32;
-    KvChunk found{0, 0, 1, 0, false, 0, 0};
-    long long before = 0;  // chunks of the sequences before this pass of 32
-    for (int b0 = 0; b0 < batch_size; b0 += 32) {
-        if (x >= 0 ? before > x : b0 > b_wanted) break;
-        const int b = b0 + lane;
-        const long long granules = b < batch_size ? (keys_of(b) + GRANULE - 1) / GRANULE : 0;
-        const long long own = b < batch_size ? max((granules + chunk_granules - 1) / chunk_granules, 1LL) : 0;
+    // Chunk numbers: an exclusive scan of the sequences' chunk counts in batch order, a pass of
+    // one sequence a thread at a time; the owner of the wanted chunk writes it down.
+    long long before = 0;  // chunks of the passes so far
+    for (int b0 = 0; b0 < batch_size; b0 += threads) {
+        if (x >= 0 ? before > x : b0 > b_wanted) break;  // the same in every thread
+        const int b = b0 + threadIdx.x;
+        const long long own = b < batch_size ? max((granules_of(b) + chunk_granules - 1) / chunk_granules, 1LL) : 0;
         long long inclusive = own;
 #pragma unroll
         for (int offset = 1; offset < 32; offset *= 2) {
             const long long up = __shfl_up_sync(0xffffffffu, inclusive, offset);
             if (lane >= offset) inclusive += up;
         }
-        const long long first = before + inclusive - own;
+        if (lane == 31) scratch.warp_sum[warp] = inclusive;
+        __syncthreads();
+        long long first = before + inclusive - own;
+        for (int w = 0; w < warps; ++w) {
+            if (w < warp) first += scratch.warp_sum[w];
+            before += scratch.warp_sum[w];
+        }
         const bool mine = x >= 0 ? own > 0 && x >= first && x < first + own : b == b_wanted;
-        if (mine) found = {b, x >= 0 ? static_cast<int>(x - first) : 0, static_cast<int>(own), first, true};
-        before += __shfl_sync(0xffffffffu, inclusive, 31);
+        if (mine) scratch.found = {b, x >= 0 ? static_cast<int>(x - first) : 0, static_cast<int>(own), first, true, 0, 0};
+        __syncthreads();  // warp_sum is read before the next pass writes it; `found` is written
     }
-    const unsigned owner = __ballot_sync(0xffffffffu, found.active);
-    if (owner == 0) return found;
-    const int from = __ffs(owner) - 1;
-    return {__shfl_sync(0xffffffffu, found.batch, from), __shfl_sync(0xffffffffu, found.split, from),
-            __shfl_sync(0xffffffffu, found.num_splits, from), __shfl_sync(0xffffffffu, found.first_chunk, from), true,
-            0, 0};
+    return scratch.found;
 }
 
-// The CTA's chunk in the balanced grid (columns, splits + 1, batch). The whole CTA calls it (warp
-// 0 computes, one barrier shares it).
+// The CTA's chunk in the balanced grid (columns, splits + 1, batch). The whole CTA calls it.
 template <int GRANULE, typename KeysOf>
 __device__ KvChunk kv_chunk_of_cta(long long max_chunks_per_sequence, KeysOf keys_of) {
-    __shared__ KvChunk shared_chunk;
-    if (threadIdx.x < 32) {
-        const int batch_size = gridDim.z;
-        const long long target = static_cast<long long>(batch_size) * (gridDim.y - 1);
-        const long long granules = kv_chunk_granules<GRANULE>(batch_size, target, max_chunks_per_sequence, keys_of);
-        const long long number = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
-        KvChunk chunk = kv_chunk_find<GRANULE>(number, 0, batch_size, granules, keys_of);
-        chunk.column = blockIdx.x, chunk.columns = gridDim.x;
-        if (threadIdx.x == 0) shared_chunk = chunk;
-    }
-    __syncthreads();
-    return shared_chunk;
+    const int batch_size = gridDim.z;
+    const long long target = static_cast<long long>(batch_size) * (gridDim.y - 1);
+    const long long number = static_cast<long long>(blockIdx.z) * gridDim.y + blockIdx.y;
+    KvChunk chunk = kv_chunk_search<GRANULE>(number, 0, batch_size, target, max_chunks_per_sequence, keys_of);
+    chunk.column = blockIdx.x, chunk.columns = gridDim.x;
+    return chunk;
 }
 
 }  // namespace tileops

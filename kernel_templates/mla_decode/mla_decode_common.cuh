@@ -260,19 +260,13 @@ template <typename T, int BLOCK_M, int BLOCK_N>
 __global__ void __launch_bounds__(128) mla_merge_kernel(const MlaDecodeArgs p) {
     __shared__ float weights[kMlaMaxSplits];
     __shared__ float merged_lse;
-    __shared__ KvChunk sequence;
     const int row = blockIdx.x, batch = blockIdx.y;
-    if (threadIdx.x < 32) {
-        KvChunk chunks{batch, 0, p.num_splits, static_cast<long long>(batch) * p.num_splits, true};
-        if (p.balanced) {
-            auto keys_of = [&](int b) { return mla_keys_bound(p, b); };
-            const long long target = static_cast<long long>(gridDim.y) * (p.num_splits - 1);  // as kv_chunk_of_cta
-            const long long granules = kv_chunk_granules<BLOCK_N>(gridDim.y, target, kMlaMaxSplits, keys_of);
-            chunks = kv_chunk_find<BLOCK_N>(-1, batch, gridDim.y, granules, keys_of);
-        }
-        if (threadIdx.x == 0) sequence = chunks;
+    KvChunk sequence{batch, 0, p.num_splits, static_cast<long long>(batch) * p.num_splits, true};
+    if (p.balanced) {
+        const long long target = static_cast<long long>(gridDim.y) * (p.num_splits - 1);  // as kv_chunk_of_cta
+        sequence = kv_chunk_search<BLOCK_N>(-1, batch, gridDim.y, target, kMlaMaxSplits,
+                                            [&](int b) { return mla_keys_bound(p, b); });
     }
-    __syncthreads();
     const int splits = sequence.num_splits;
     if (splits == 1) return;
     const int total_rows = p.q_len * p.num_heads;

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/kv_chunks.hpp"
 #include "core/op_model.hpp"
 #include "tileops/decode_attention.hpp"
 #include "tileops/tensor.hpp"
@@ -82,7 +83,7 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
         ring = static_cast<size_t>(l.warps) * l.stages * 32 * (l.unroll * 2 * 16 + 1);
         l.static_shared_bytes = static_cast<size_t>(l.rows) * cuda_core_query_width(shape) * sizeof(float);
     }
-    l.static_shared_bytes += 32;  // a CTA's chunk of a balanced batch (common/kv_chunks.cuh)
+    l.static_shared_bytes += kKvChunkSharedBytes;  // finding a CTA's chunk of a balanced batch
     l.row_blocks = l.rows > 0 ? (shape.rows_per_kv_head() + l.rows - 1) / l.rows : 0;
     // The ring is reused for the warps' partial results.
     const size_t partial = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "core/kv_chunks.hpp"
 #include "core/op_model.hpp"
 #include "ops/mla_decode/split_heuristic.hpp"
 #include "tileops/mla_decode.hpp"
@@ -146,10 +147,9 @@ std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& c
     if (l.splits < 1 || l.splits > kMaxConfigSplits)
         return fmt::format("splits = {} is not in [1, {}]", l.splits, kMaxConfigSplits);
     if (l.row_blocks > 65535) return "row blocks exceed the grid's y limit (65535)";
-    // Beside the dynamic bytes, the kernels hold a CTA's chunk (common/kv_chunks.cuh) statically.
-    constexpr size_t kStaticSharedBytes = 32;
+    // Beside the dynamic bytes, the kernels hold what finding a CTA's chunk takes statically.
     if (device.max_shared_memory_per_block_optin > 0 &&
-        l.shared_bytes + kStaticSharedBytes > static_cast<size_t>(device.max_shared_memory_per_block_optin))
+        l.shared_bytes + kKvChunkSharedBytes > static_cast<size_t>(device.max_shared_memory_per_block_optin))
         return fmt::format("needs {} bytes of shared memory, the device allows {}", l.shared_bytes,
                            device.max_shared_memory_per_block_optin);
     if (device.cc_major > 0 && device.cc_major < 8) return "needs sm_80 or newer (mma.sync bf16, cp.async)";

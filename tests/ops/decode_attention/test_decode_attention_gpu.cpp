@@ -418,7 +418,8 @@ TEST_CASE("DecodeAttention cuts a skewed batch by the lengths it reads at each l
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
     detail::RuntimeImpl& impl = runtime.impl();
-    // 70 sequences (three passes of the scan over the batch's chunk counts): one long sequence among
+    // 70 sequences (two passes of a two-warp CTA's scan over the batch's chunk counts, one of a
+    // four-warp CTA's; common/kv_chunks.cuh): one long sequence among
     // short ones, empty ones and a length past the cache's capacity (clamped); then the same launch,
     // the grid unchanged, with another sequence the long one, as a CUDA graph replays it.
     // (Two KV heads and 6000 keys at most: a contiguous cache of 70 x 6000 tokens is already 1.7 GB
@@ -439,6 +440,7 @@ TEST_CASE("DecodeAttention cuts a skewed batch by the lengths it reads at each l
     const Config heuristic = op.model().heuristic(runtime.device());
     for (const Config& config :
          {heuristic, Config{{"kernel", 1}, {"warps", 4}, {"tile", 32}, {"stages", 2}, {"splits", 1}},
+          Config{{"kernel", 1}, {"warps", 2}, {"tile", 16}, {"stages", 3}, {"splits", 2}},
           Config{{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1}}}) {
         INFO("config " << tuning::config_text(config));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);

@@ -8,6 +8,7 @@
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include "core/kv_chunks.hpp"
 #include "core/op_model.hpp"
 #include "ops/decode_attention/decode_attention_config.hpp"
 #include "ops/registry.hpp"
@@ -361,7 +362,7 @@ TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 2
     const Config mma{{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}};
     const detail::DecodeLaunch mma80 = launch(with([](auto& q) { q.head_dim = 80; }), mma);
     CHECK(mma80.dynamic_shared_bytes == 4 * 3 * (2 * 16 * 88 * 2 + 4));
-    CHECK(mma80.static_shared_bytes == 16 * 88 * 2 + 32);
+    CHECK(mma80.static_shared_bytes == 16 * 88 * 2 + kKvChunkSharedBytes);
     CHECK(launch(gqa(), mma).dynamic_shared_bytes == 4 * 3 * (2 * 16 * 128 * 2 + 4));
     // fp8: a ring of codes, then a widened tile of keys and one of values per warp.
     CHECK(launch(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3; }), mma).dynamic_shared_bytes ==
@@ -369,10 +370,10 @@ TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 2
     // CUDA cores: the fp32 query tile spans the idle lanes too (fp8 at 80: 5 slices on 8 lanes).
     const Config cuda_cores{{"kernel", 0}, {"rows", 4}, {"warps", 8}, {"unroll", 2}, {"stages", 2}, {"splits", 1}};
     CHECK(launch(with([](auto& q) { q.head_dim = 80, q.kv_dtype = DType::fp8_e4m3; }), cuda_cores).static_shared_bytes ==
-          4 * 128 * 4 + 32);
-    CHECK(launch(with([](auto& q) { q.head_dim = 80; }), cuda_cores).static_shared_bytes == 4 * 128 * 4 + 32);
-    CHECK(launch(with([](auto& q) { q.head_dim = 96; }), cuda_cores).static_shared_bytes == 4 * 128 * 4 + 32);
-    CHECK(launch(with([](auto& q) { q.head_dim = 192; }), cuda_cores).static_shared_bytes == 4 * 256 * 4 + 32);
+          4 * 128 * 4 + kKvChunkSharedBytes);
+    CHECK(launch(with([](auto& q) { q.head_dim = 80; }), cuda_cores).static_shared_bytes == 4 * 128 * 4 + kKvChunkSharedBytes);
+    CHECK(launch(with([](auto& q) { q.head_dim = 96; }), cuda_cores).static_shared_bytes == 4 * 128 * 4 + kKvChunkSharedBytes);
+    CHECK(launch(with([](auto& q) { q.head_dim = 192; }), cuda_cores).static_shared_bytes == 4 * 256 * 4 + kKvChunkSharedBytes);
     // The tensor-core default keeps a ring of about 96 KB or less: four warps up to 128, two above.
     const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
     for (int64_t head_dim : {80, 96, 112, 128, 160, 192, 256}) {
