@@ -2,10 +2,10 @@
 """The SASS lines where a kernel's warps stalled most, from an ncu report (profiling aid).
 
     ncu --import R.ncu-rep --page source --print-source sass --csv > src.csv
-    python3 bench/ncu_hotspots.py src.csv [--top N]
+    python3 bench/ncu_hotspots.py src.csv [--top N] [--column "Instructions Executed"]
 
-Prints each hot line's share of the stall samples, its address and instruction, with the lines
-just before it for context.
+Prints each hot line's share of the stall samples (or of another per-line column, such as the
+instructions executed), its address and instruction, with the lines just before it for context.
 """
 import argparse
 import csv
@@ -16,6 +16,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--column", default="Warp Stall Sampling (All", help="rank by the column whose name starts so")
     args = ap.parse_args()
     with open(args.csv, newline="") as f:
         rows = [r for r in csv.reader(f)]
@@ -24,19 +25,21 @@ def main():
         sys.exit("no header with Source and a stall-sampling column")
     header = rows[header_index]
     source = header.index("Source")
-    samples = next(i for i, c in enumerate(header) if c.startswith("Warp Stall Sampling (All"))
+    samples = next((i for i, c in enumerate(header) if c.startswith(args.column)), None)
+    if samples is None:
+        sys.exit(f"no column starting with {args.column!r}; the columns: {', '.join(header)}")
     address = header.index("Address") if "Address" in header else None
     lines = []
     for r in rows[header_index + 1:]:
         if len(r) <= max(source, samples):
             continue
         try:
-            n = float(r[samples] or 0)
+            n = float((r[samples] or "0").replace(",", ""))
         except ValueError:
             continue
         lines.append((n, r[address] if address is not None else "", r[source]))
     total = sum(n for n, _, _ in lines) or 1.0
-    print(f"{len(lines)} SASS lines, {total:.0f} stall samples")
+    print(f"{len(lines)} SASS lines, {total:.0f} in all of {header[samples]!r}")
     order = sorted(range(len(lines)), key=lambda i: -lines[i][0])
     for i in order[: args.top]:
         n, addr, text = lines[i]
