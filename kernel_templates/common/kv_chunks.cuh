@@ -14,7 +14,8 @@
 //
 // The fixed kind (kv_chunk_fixed) is the grid (splits, columns, batch) of a single sequence.
 //
-// Every function here is called by a whole CTA and returns the same value in every thread.
+// Every function here is called by a whole CTA (one-dimensional, whole warps: the scans shuffle
+// across full warps) and returns the same value in every thread.
 // `keys_of(b)` gives sequence b's keys, already clamped to the cache.
 #pragma once
 
@@ -40,6 +41,7 @@ __device__ __forceinline__ KvChunk kv_chunk_fixed() {
 constexpr int kKvMinChunkKeys = 128;
 
 // What the CTA's threads share while they search: per-warp partial sums and maxima, and the answer.
+// The host counts its bytes (src/core/kv_chunks.hpp).
 struct KvChunkScratch {
     long long warp_sum[32];
     long long warp_max[32];

@@ -441,7 +441,8 @@ TEST_CASE("DecodeAttention cuts a skewed batch by the lengths it reads at each l
     for (const Config& config :
          {heuristic, Config{{"kernel", 1}, {"warps", 4}, {"tile", 32}, {"stages", 2}, {"splits", 1}},
           Config{{"kernel", 1}, {"warps", 2}, {"tile", 16}, {"stages", 3}, {"splits", 2}},
-          Config{{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1}}}) {
+          Config{{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1}},
+          Config{{"kernel", 0}, {"rows", 4}, {"warps", 2}, {"unroll", 2}, {"stages", 2}, {"splits", 2}}}) {
         INFO("config " << tuning::config_text(config));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
         for (const DecodeCase* c : {&a, &b, &a}) {

@@ -258,13 +258,13 @@ TEST_CASE("MlaDecode cuts a skewed batch by the lengths it reads at each launch"
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
     detail::RuntimeImpl& impl = runtime.impl();
-    // 70 sequences (two passes of the scan over the batch's chunk counts in a CTA of 64 threads,
-    // common/kv_chunks.cuh): one long among short ones, empty ones and a length past the cache
-    // (clamped); then the same launch, grid unchanged, with another sequence the long one, as a CUDA
-    // graph replays it.
-    MlaDecodeProblem p = problem(DType::bf16, 16, 1, 5000);
+    // 150 sequences (three passes of the scan over the batch's chunk counts in a CTA of 64 threads,
+    // two in the merge kernel's 128; common/kv_chunks.cuh): one long among short ones, empty ones
+    // and a length past the cache (clamped); then the same launch, grid unchanged, with another
+    // sequence the long one, as a CUDA graph replays it.
+    MlaDecodeProblem p = problem(DType::bf16, 16, 1, 2400);
     p.page_size = GENERATE(0, 64);
-    const test::SkewedBatches batches = test::skewed_batches(70, 5000, 4048);
+    const test::SkewedBatches batches = test::skewed_batches(150, 2400, 4048);
     MlaCase a(p, batches.capacity, 99);
     MlaCase b = a;
     a.lengths = batches.first, b.lengths = batches.second;
