@@ -182,7 +182,7 @@ TuneResult autotune(const detail::OpModel& model, const DeviceInfo& device, jit:
 }
 
 TuneResult autotune(Runtime& runtime, const Op& op, const TuneOptions& options) {
-    CandidateBench bench(runtime, op, options.seed);
+    CandidateBench bench(runtime, op, options.seed, options.lengths);
     return autotune(op.model(), runtime.device(), runtime.impl().builder(), bench, options);
 }
 

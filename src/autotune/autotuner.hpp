@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "autotune/length_spread.hpp"
 #include "core/op_model.hpp"
 #include "jit/kernel_builder.hpp"
 #include "tileops/op.hpp"
@@ -26,6 +27,7 @@ struct TuneOptions {
     int max_candidates = 0;      // 0: no limit
     bool exhaustive = true;      // false: a random sample (seeded) of the search space
     uint64_t seed = 1;
+    LengthSpread lengths = LengthSpread::uniform;  // how a batch's sequence lengths are drawn
     int warmup = 3;
     int repeats = 20;            // timed runs per candidate (median)
     int retime_top = 3;          // best candidates re-timed interleaved with the heuristic

@@ -77,10 +77,10 @@ bool context_is_lost(int status) {
     }
 }
 
-CandidateBench::CandidateBench(Runtime& runtime, const Op& op, uint64_t seed)
+CandidateBench::CandidateBench(Runtime& runtime, const Op& op, uint64_t seed, LengthSpread lengths)
     : runtime_(made_current(runtime)),
       op_(op),
-      buffers_(op.model(), seed),
+      buffers_(op.model(), seed, lengths),
       vec_(op.vector_width(buffers_.inputs(), buffers_.outputs())),
       timer_(runtime.device()),
       tolerance_(candidate_tolerance(op.model().dtype_key())) {}

@@ -13,7 +13,7 @@ namespace tileops::tuning {
 
 class CandidateBench final : public CandidateRunner {
 public:
-    CandidateBench(Runtime& runtime, const Op& op, uint64_t seed);
+    CandidateBench(Runtime& runtime, const Op& op, uint64_t seed, LengthSpread lengths = LengthSpread::uniform);
 
     int vector_width() override { return vec_; }
     double bytes_moved() override { return buffers_.bytes_moved(); }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "autotune/length_spread.hpp"
 #include "util/host_dtype.hpp"
 #include "util/parallel_for.hpp"
 
@@ -27,10 +28,15 @@ uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, std::mt19937_64& rng) {
+std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, std::mt19937_64& rng,
+                                 const std::vector<int32_t>& lengths) {
     std::vector<uint8_t> host(bytes);
     const size_t element = dtype_size(spec.dtype);
     const size_t n = bytes / element;
+    if (spec.fill == detail::OperandFill::sequence_lengths && spec.dtype == DType::int32) {
+        std::memcpy(host.data(), lengths.data(), std::min(bytes, lengths.size() * sizeof(int32_t)));
+        return host;
+    }
     if (spec.fill == detail::OperandFill::random) {
         // Uniform in [-2, 2) from the top 24 bits of each element's hash; 64 MB take ~0.3 s drawn
         // one after another with a distribution object, which made a 200-shape sweep host-bound.
@@ -65,13 +71,26 @@ std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, 
 
 }  // namespace
 
-OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed) : specs_(model.operands()) {
+OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed, LengthSpread spread)
+    : specs_(model.operands()) {
     std::mt19937_64 rng(seed);
+    // The sequence lengths first (their own draw, so the other operands do not depend on the
+    // spread), and the share of the full cache they hold.
+    std::vector<int32_t> lengths;
+    double held_share = 1.0;
+    for (const auto& spec : specs_) {
+        if (spec.fill != detail::OperandFill::sequence_lengths) continue;
+        lengths = spread_lengths(spread, spec.cols, spec.fill_value, seed ^ 0x5eedf00dULL);
+        double held = 0;
+        for (int32_t len : lengths) held += len;
+        const double full = static_cast<double>(spec.cols) * static_cast<double>(spec.fill_value);
+        held_share = full > 0 ? held / full : 1.0;
+    }
     buffers_.reserve(specs_.size());
     for (const auto& spec : specs_) {
         const size_t bytes = extent_bytes(spec);
         buffers_.emplace_back(bytes);
-        bytes_moved_ += spec.bytes();
+        bytes_moved_ += spec.bytes() * (spec.read_by_lengths ? held_share : 1.0);
         if (spec.output) {
             buffers_.back().fill_bytes(0xff);
             outputs_.emplace_back(buffers_.back().data());
@@ -82,7 +101,7 @@ OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed) : sp
             const bool repeats = spec.fill == detail::OperandFill::random || spec.fill == detail::OperandFill::constant_real;
             const size_t element = dtype_size(spec.dtype);
             const size_t drawn = repeats ? std::min(bytes, kPatternBytes / element * element) : bytes;
-            std::vector<uint8_t> host = input_bytes(spec, drawn, rng);
+            std::vector<uint8_t> host = input_bytes(spec, drawn, rng, lengths);
             for (size_t offset = 0; offset < bytes; offset += drawn)
                 buffers_.back().upload(host.data(), std::min(drawn, bytes - offset), offset);
             inputs_.emplace_back(buffers_.back().data());

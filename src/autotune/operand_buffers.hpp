@@ -1,11 +1,12 @@
 // Device buffers for every operand of an op, inputs filled with random values (never zeros; past
-// 64 MB an operand repeats its first 64 MB) or as OperandSpec says, outputs poisoned; for the
-// autotuner and benchmarks.
+// 64 MB an operand repeats its first 64 MB) or as OperandSpec says (sequence lengths as `spread`
+// draws them), outputs poisoned; for the autotuner and benchmarks.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "autotune/length_spread.hpp"
 #include "core/op_model.hpp"
 #include "cuda/device.hpp"
 #include "tileops/tensor.hpp"
@@ -14,7 +15,7 @@ namespace tileops::tuning {
 
 class OperandBuffers {
 public:
-    OperandBuffers(const detail::OpModel& model, uint64_t seed);
+    OperandBuffers(const detail::OpModel& model, uint64_t seed, LengthSpread spread = LengthSpread::uniform);
 
     Inputs inputs() const { return Inputs(inputs_.data(), inputs_.size()); }
     Outputs outputs() const { return Outputs(outputs_.data(), outputs_.size()); }
@@ -23,7 +24,8 @@ public:
     void poison_outputs();
     // The outputs as floats, concatenated (for comparing candidates).
     std::vector<float> download_outputs() const;
-    // Bytes the op must move: each input read once, each output written once.
+    // Bytes the op must move: each input read once (a cache as far as the lengths reach), each
+    // output written once.
     double bytes_moved() const { return bytes_moved_; }
 
 private:

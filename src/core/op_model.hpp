@@ -59,10 +59,12 @@ struct LaunchPlan {
 };
 
 // How tools fill an input operand: random values in [-2, 2] (never all zeros), or, for int32
-// index operands, every element `fill_value` (e.g. sequence lengths), a scrambled index in
-// [0, fill_value) (e.g. a page table) or element i = i * fill_value (e.g. offsets of sequences
-// of equal length); for float parameters, every element `real_value` (e.g. a temperature).
-enum class OperandFill { random, constant, scrambled_index, multiples, constant_real };
+// index operands, every element `fill_value`, a scrambled index in [0, fill_value) (e.g. a page
+// table) or element i = i * fill_value (e.g. offsets of sequences of equal length); a batch's
+// sequence lengths, at most `fill_value`: every one at it unless the tuner is asked for another
+// spread (autotune/length_spread.hpp); for float parameters, every element `real_value` (e.g. a
+// temperature).
+enum class OperandFill { random, constant, scrambled_index, multiples, constant_real, sequence_lengths };
 
 // One operand of run(), in order: inputs first, then outputs.
 struct OperandSpec {
@@ -81,7 +83,10 @@ struct OperandSpec {
     // An output written only where the op's indices say (a KV cache): the rest keeps what was
     // there, so tools fill it with zeros, not with poison that would read as unwritten.
     bool partial = false;
-    // Bytes the op must move for this operand (read once or written once).
+    // A cache of keys the op reads only as far as the sequence lengths reach: its bytes moved
+    // scale with the share of the cache the lengths hold.
+    bool read_by_lengths = false;
+    // Bytes the op must move for this operand (read once or written once), every sequence full.
     double bytes() const {
         const long long moved_rows = rows == 0 ? 1 : rows_read >= 0 ? rows_read : rows;
         return static_cast<double>(moved_rows * cols) * dtype_size(dtype);

@@ -1144,7 +1144,7 @@ TEST_CASE("tileops-tune: tune checks its database before it tunes anything", "[c
     CHECK_THAT(unwritable.err, ContainsSubstring((blocker / "tuned.json").string()));
 }
 
-TEST_CASE("tileops-tune: tune refuses bad --devices and --candidate-timeout before it tunes", "[cli]") {
+TEST_CASE("tileops-tune: tune refuses bad --devices, --candidate-timeout and --lengths before it tunes", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;
     const std::vector<std::string> problem = {"tune", "--op", "rmsnorm", "--shape", "64x4096", "--dtype", "bf16",
@@ -1162,6 +1162,8 @@ TEST_CASE("tileops-tune: tune refuses bad --devices and --candidate-timeout befo
         {{"--in-process", "--devices", "0,1"}, "one GPU"},
         {{"--candidate-timeout", "0"}, "--candidate-timeout"},
         {{"--candidate-timeout", "-1"}, "--candidate-timeout"},
+        {{"--lengths", "sideways"}, "unknown length spread 'sideways'"},
+        {{"--lengths", "one_long"}, "problem 1 (rmsnorm 64x4096 bf16) has no sequence lengths"},
     };
     for (const auto& [extra, why] : refused) {
         INFO(fmt::format("{}", fmt::join(extra, " ")));
@@ -1241,6 +1243,32 @@ TEST_CASE("tileops-tune: a candidate that writes out of bounds, traps or hangs f
     const ToolResult nothing_left = run_tool({"tune", "--workload", workload.string(), "--db", db.string(), "--skip-tuned"});
     CHECK(nothing_left.status == 0);
     CHECK_THAT(nothing_left.err, ContainsSubstring("2 of 2 problem(s) already tuned"));
+}
+
+TEST_CASE("tileops-tune: tune --lengths times a decode batch on spread lengths", "[cli][gpu]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    TILEOPS_REQUIRE_GPU();
+    TempDir dir;
+    // The same batch timed with every sequence at the longest, then as chat turns beside one long
+    // document (about 9% of the keys): less time, and throughput counted over the keys held.
+    auto tuned = [&](const std::string& lengths) {
+        const fs::path db = dir.path() / (lengths + ".json");
+        const ToolResult r = run_tool({"tune", "--op", "decode_attention", "--shape", "64x8x2x64x1x2048", "--dtype",
+                                       "bf16", "--db", db.string(), "--max-candidates", "2", "--lengths", lengths,
+                                       "--json"});
+        INFO(r.err);
+        REQUIRE(r.status == 0);
+        const json entry = parse_json(r.out).at("results").at(0).at("entry");
+        const std::string source = TuningDb::load(db.string()).meta().sources.at(0);
+        if (lengths == "uniform") CHECK_THAT(source, !ContainsSubstring("lengths"));
+        else CHECK_THAT(source, ContainsSubstring("lengths " + lengths));
+        return std::pair{entry.at("median_us").get<double>(), entry.at("throughput").get<double>()};
+    };
+    const auto [uniform_us, uniform_gbps] = tuned("uniform");
+    const auto [chat_us, chat_gbps] = tuned("one_long");
+    CHECK(chat_us < uniform_us);
+    const double uniform_bytes = uniform_us * uniform_gbps, chat_bytes = chat_us * chat_gbps;
+    CHECK(chat_bytes < 0.3 * uniform_bytes);
 }
 
 TEST_CASE("tileops-tune: an extra argument or an option given twice is bad usage, never ignored", "[cli]") {

@@ -232,6 +232,14 @@ std::vector<std::optional<tuning::ConfigChoice>> runtime_choices(const std::vect
     return choices;
 }
 
+// Whether the problem's op reads a batch's sequence lengths (what --lengths draws).
+bool has_sequence_lengths(const detail::ProblemSpec& spec) {
+    const auto op = detail::make_op(spec);
+    const auto operands = op->model().operands();
+    return std::any_of(operands.begin(), operands.end(),
+                       [](const detail::OperandSpec& o) { return o.fill == detail::OperandFill::sequence_lengths; });
+}
+
 }  // namespace
 
 int cmd_tune(int argc, char** argv) {
@@ -245,6 +253,9 @@ int cmd_tune(int argc, char** argv) {
                 "max-candidates", "at most this many configs per problem (0: all)",
                 cxxopts::value<int>()->default_value("0"))("random", "sample the search space randomly instead of exhaustively")(
                 "seed", "random seed", cxxopts::value<uint64_t>()->default_value("1"))(
+                "lengths", "decode batches' sequence lengths while timing: uniform (every one at the longest), "
+                           "one_long, long_tail or ragged (seeded; see the README)",
+                cxxopts::value<std::string>()->default_value("uniform"))(
                 "repeats", "timed runs per candidate", cxxopts::value<int>()->default_value("20"))(
                 "device", "GPU ordinal", cxxopts::value<int>()->default_value("0"))(
                 "devices", "tune on these GPUs side by side, one worker each (e.g. 0,1, or all)",
@@ -259,6 +270,13 @@ int cmd_tune(int argc, char** argv) {
             std::vector<detail::ProblemSpec> problems = problems_from(args);
             if (problems.empty()) throw InvalidArgument("nothing to tune: give --op/--shape or --workload");
             if (!args.count("db")) throw InvalidArgument("give the database to write with --db");
+            const tuning::LengthSpread lengths = tuning::parse_length_spread(args["lengths"].as<std::string>());
+            if (lengths != tuning::LengthSpread::uniform)
+                for (size_t p = 0; p < problems.size(); ++p)
+                    if (!has_sequence_lengths(problems[p]))
+                        throw InvalidArgument(fmt::format("--lengths {}: problem {} ({}) has no sequence lengths (only "
+                                                          "decode_attention and mla_decode do)",
+                                                          tuning::length_spread_name(lengths), p + 1, describe(problems[p])));
             const std::string db_path = args["db"].as<std::string>();
             const std::optional<TuningDb> existing = open_target_db(db_path);
             const std::vector<int> devices = tuning_devices(args);
@@ -287,6 +305,7 @@ int cmd_tune(int argc, char** argv) {
             }
 
             tuning::TuneOptions tune;
+            tune.lengths = lengths;
             tune.budget_seconds = args["budget"].as<double>();
             tune.max_candidates = args["max-candidates"].as<int>();
             tune.exhaustive = !args.count("random");
@@ -304,7 +323,10 @@ int cmd_tune(int argc, char** argv) {
             meta.driver = fmt::format("{}.{}", device.driver_version / 1000, (device.driver_version % 1000) / 10);
             meta.nvrtc_version = jit::nvrtc_version();
             meta.created_at = util::utc_timestamp();
-            meta.sources = {fmt::format("tileops-tune on {}", device.name)};
+            meta.sources = {fmt::format("tileops-tune on {}{}", device.name,
+                                        tune.lengths == tuning::LengthSpread::uniform
+                                            ? ""
+                                            : ", lengths " + tuning::length_spread_name(tune.lengths))};
             if (existing) (void)TuningDb::merge(*existing, db);  // refuses a file of another arch now
 
             const auto start = Clock::now();
@@ -365,7 +387,7 @@ int cmd_tune(int argc, char** argv) {
                         const int restarts_before = worker.restarts();
                         outcomes[p] = outcome_of(describe(problems[p]), [&] {
                             auto op = detail::make_op(problems[p]);
-                            worker.set_problem(problems[p], tune.seed);
+                            worker.set_problem(problems[p], tune.seed, tune.lengths);
                             return tuning::autotune(op->model(), infos[k], builder, worker, options);
                         }, current[p], start);
                         outcomes[p].result["device"] = devices[k];

@@ -105,7 +105,8 @@ public:
             spec.dtype = p.at("dtype").get<std::string>();
             spec.flags = p.at("flags").get<std::string>();
             op_ = detail::make_op(spec);
-            bench_ = std::make_unique<tuning::CandidateBench>(*runtime_, *op_, request.at("seed").get<uint64_t>());
+            const tuning::LengthSpread lengths = tuning::parse_length_spread(request.value("lengths", std::string("uniform")));
+            bench_ = std::make_unique<tuning::CandidateBench>(*runtime_, *op_, request.at("seed").get<uint64_t>(), lengths);
             return {{"vector_width", bench_->vector_width()}, {"bytes_moved", bench_->bytes_moved()}};
         }
         if (!bench_) throw InvalidArgument("no problem set");

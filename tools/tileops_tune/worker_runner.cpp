@@ -208,13 +208,14 @@ void WorkerRunner::ensure_running() {
     }
 }
 
-void WorkerRunner::set_problem(const detail::ProblemSpec& spec, uint64_t seed) {
+void WorkerRunner::set_problem(const detail::ProblemSpec& spec, uint64_t seed, tuning::LengthSpread lengths) {
     problem_ = nullptr;
     reference_.reset();
     medians_.clear();
     ensure_running();
     problem_ = {{"problem", {{"op", spec.op}, {"shape", spec.shape}, {"dtype", spec.dtype}, {"flags", spec.flags}}},
-                {"seed", seed}};
+                {"seed", seed},
+                {"lengths", tuning::length_spread_name(lengths)}};
     const json answer = setup(problem_);
     vector_width_ = answer.at("vector_width").get<int>();
     bytes_moved_ = answer.at("bytes_moved").get<double>();

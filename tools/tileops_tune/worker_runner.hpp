@@ -30,7 +30,7 @@ public:
     // The worker's GPU (starting the worker). Throws Error when it cannot start.
     const DeviceInfo& device();
     // The problem the next candidates belong to; sets up its operands in the worker.
-    void set_problem(const detail::ProblemSpec& spec, uint64_t seed);
+    void set_problem(const detail::ProblemSpec& spec, uint64_t seed, tuning::LengthSpread lengths);
     // Workers started after the first (each a candidate that failed it).
     int restarts() const { return restarts_; }
 

@@ -86,8 +86,9 @@ public:
         std::vector<OperandSpec> list{
             {"q", p_.dtype, 0, q_extent, 0, false},
             {"kv", p_.dtype, 0, kv_extent, 0, false},
-            {"lengths", DType::int32, 0, p_.batch, 0, false, OperandFill::constant, p_.max_kv_len},
+            {"lengths", DType::int32, 0, p_.batch, 0, false, OperandFill::sequence_lengths, p_.max_kv_len},
         };
+        list[1].read_by_lengths = true;
         if (p_.page_size > 0)
             list.push_back({"page_table", DType::int32, 0, p_.batch * p_.max_pages_per_seq, 0, false,
                             OperandFill::scrambled_index, p_.num_pages});
