@@ -23,12 +23,16 @@ void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Con
 namespace {
 
 // Per kernel (mangled name) of a ptxas -v log: the spill stores of its "Function properties"
-// block, and whether a "Potential Performance Loss: wgmma ... serialized" line names it.
+// block, the static shared memory of the "Used ..." line after it (absent where there is none),
+// and whether a "Potential Performance Loss: wgmma ... serialized" line names it.
 std::map<std::string, PtxasReport> parse_ptxas_log(const std::string& log) {
     std::map<std::string, PtxasReport> reports;
     const std::regex properties(R"(Function properties for (\S+)\s*\n[^\n]*?(\d+) bytes spill stores)");
     for (auto it = std::sregex_iterator(log.begin(), log.end(), properties); it != std::sregex_iterator(); ++it)
         reports[(*it)[1]].spill_bytes = std::stoi((*it)[2]);
+    const std::regex usage(R"(Function properties for (\S+)\s*\n[^\n]*\n[^\n]*Used \d+ registers[^\n]*?(\d+) bytes smem)");
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), usage); it != std::sregex_iterator(); ++it)
+        reports[(*it)[1]].static_shared_bytes = std::stoi((*it)[2]);
     // C7520 and its kin ("wgmma.mma_async instructions are serialized due to ...").
     const std::regex serialized(R"(Potential Performance Loss: wgmma[^\n]*in the function '([^']+)')");
     for (auto it = std::sregex_iterator(log.begin(), log.end(), serialized); it != std::sregex_iterator(); ++it)
@@ -72,6 +76,8 @@ std::map<std::string, PtxasReport> compile_jobs(const KernelsByFile& kernels, co
         const std::map<std::string, PtxasReport> by_symbol = parse_ptxas_log(result.log);
         for (const auto& [name, symbol] : result.lowered_names) {
             const auto found = by_symbol.find(symbol);
+            INFO(name << " (" << symbol << "): ptxas' report names it");
+            CHECK(found != by_symbol.end());
             by_name[name] = found == by_symbol.end() ? PtxasReport{} : found->second;
         }
     }

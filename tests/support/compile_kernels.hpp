@@ -24,10 +24,12 @@ void add_kernels(KernelsByFile& kernels, const detail::OpModel& model, const Con
 // allocator and the unsanitized suite compiles every name.
 void compile_all(const KernelsByFile& kernels, const std::string& arch);
 
-// What ptxas said about one kernel: bytes of registers spilled to local memory, and whether its
-// wgmmas were serialized (C7520: the compiler could not keep them asynchronous).
+// What ptxas said about one kernel: bytes of registers spilled to local memory, the static shared
+// memory it laid out (what the host must count beside the dynamic bytes), and whether its wgmmas
+// were serialized (C7520: the compiler could not keep them asynchronous).
 struct PtxasReport {
     int spill_bytes = 0;
+    int static_shared_bytes = 0;
     bool wgmma_serialized = false;
 };
 // The same compilation with ptxas' report: name expression -> what ptxas said about its kernel.

@@ -150,7 +150,7 @@ std::optional<std::string> mla_invalid_reason(const MlaShape& s, const Config& c
     // Beside the dynamic bytes, the kernels hold what finding a CTA's chunk takes statically.
     if (device.max_shared_memory_per_block_optin > 0 &&
         l.shared_bytes + kKvChunkSharedBytes > static_cast<size_t>(device.max_shared_memory_per_block_optin))
-        return fmt::format("needs {} bytes of shared memory, the device allows {}", l.shared_bytes,
+        return fmt::format("needs {} bytes of shared memory, the device allows {}", l.shared_bytes + kKvChunkSharedBytes,
                            device.max_shared_memory_per_block_optin);
     if (device.cc_major > 0 && device.cc_major < 8) return "needs sm_80 or newer (mma.sync bf16, cp.async)";
     return std::nullopt;

@@ -402,6 +402,7 @@ namespace {
 void check_decode_kernels_compile_without_spills(const std::string& arch, const std::string& template_file) {
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     test::KernelsByFile kernels;
+    std::map<std::string, size_t> counted_static_bytes;  // main kernel -> the least the host counts for it
     // Batches (keys cut by the lengths on the device) and a single sequence (fixed splits); head
     // dims between the powers of two: 80 (an odd number of k-steps, pages of 16 under tiles of
     // 32), 192 (Q in registers at its limit) and 96 over an fp8 cache (6 slices on 8 lanes; codes
@@ -416,14 +417,28 @@ void check_decode_kernels_compile_without_spills(const std::string& arch, const 
                    with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 160; }, paged()),
                    with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 192; })}) {
         DecodeAttention op(p);
-        for (const Config& config : op.model().search_space(device)) test::add_kernels(kernels, op.model(), config, 1, device);
+        const detail::DecodeShape shape = detail::decode_shape(op.problem());
+        for (const Config& config : op.model().search_space(device)) {
+            test::add_kernels(kernels, op.model(), config, 1, device);
+            const std::string name = op.model().plan(config, 1, device).name_expression;
+            const size_t counted = detail::decode_launch(shape, config).static_shared_bytes;
+            const auto [it, added] = counted_static_bytes.emplace(name, counted);
+            if (!added) it->second = std::min(it->second, counted);
+        }
     }
     CHECK(kernels.size() == 2);  // CUDA-core and tensor-core kernels (files)
     REQUIRE(kernels.count(template_file) == 1);
     const test::KernelsByFile of_file{{template_file, kernels.at(template_file)}};
     for (const auto& [name, report] : test::compile_all_with_report(of_file, arch)) {
-        INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores");
+        INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores, " << report.static_shared_bytes
+                  << " bytes of static shared memory");
         CHECK(report.spill_bytes == 0);
+        // The host counts the static bytes when it checks a config against the device's limit and
+        // its occupancy: it must not count fewer than ptxas laid out (main kernels; the merge
+        // kernel holds only the chunk search's).
+        const auto counted = counted_static_bytes.find(name);
+        const size_t bound = counted == counted_static_bytes.end() ? kKvChunkSharedBytes : counted->second;
+        CHECK(static_cast<size_t>(report.static_shared_bytes) <= bound);
     }
 }
 

@@ -1,9 +1,11 @@
 // Every MLA decode config of the search space compiles with NVRTC, without register spills or
-// serialized wgmmas: the mma.sync kernel for sm_80, the wgmma kernels (kernel 1 and the seesaw
-// kernel 2) for sm_90a, paged and contiguous, with the merge kernel of split configs. Needs no GPU.
+// serialized wgmmas, and with no more static shared memory than the host counts: the mma.sync
+// kernel for sm_80, the wgmma kernels (kernel 1 and the seesaw kernel 2) for sm_90a, paged and
+// contiguous, with the merge kernel of split configs. Needs no GPU.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
+#include "core/kv_chunks.hpp"
 #include "core/op_model.hpp"
 #include "support/compile_kernels.hpp"
 #include "tileops/mla_decode.hpp"
@@ -34,8 +36,11 @@ TEST_CASE("every MLA decode config of the search space compiles for sm_80 and sm
     // kernel's were serialized while its warp index looked divergent to the compiler, C7520; at
     // block_n 32 ptxas still serializes them, C7515: accumulators written between wgmmas of a stage.)
     for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
-        INFO(name);
+        INFO(name << ": " << report.static_shared_bytes << " bytes of static shared memory");
         CHECK(report.spill_bytes == 0);
+        // All their shared memory is dynamic but the chunk search's, which the host adds
+        // (mla_invalid_reason): it must not count fewer bytes than ptxas laid out.
+        CHECK(static_cast<size_t>(report.static_shared_bytes) <= kKvChunkSharedBytes);
         if (name.find("mla_decode_sm90_kernel") == std::string::npos) CHECK_FALSE(report.wgmma_serialized);
     }
 }
