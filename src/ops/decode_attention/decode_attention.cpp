@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "core/kv_cache_checks.hpp"
 #include "core/launch.hpp"
 #include "core/op_model.hpp"
 #include "core/validation.hpp"
@@ -152,18 +153,7 @@ DecodeAttentionProblem normalized(DecodeAttentionProblem p) {
 
     const int64_t d = p.head_dim;
     const bool paged = p.page_size != 0;
-    if (paged) {
-        if (p.page_size != 16 && p.page_size != 32 && p.page_size != 64 && p.page_size != 128 && p.page_size != 256)
-            throw InvalidArgument(fmt::format("tileops::{}: page_size must be 16, 32, 64, 128 or 256 (or 0: contiguous KV), got {}",
-                                              kOp, p.page_size));
-        check_range("num_pages", p.num_pages, 1, kIntMax);
-        check_range("max_pages_per_seq", p.max_pages_per_seq, 1, kIntMax);
-        if (p.max_kv_len > p.max_pages_per_seq * p.page_size)
-            throw InvalidArgument(fmt::format("tileops::{}: max_kv_len ({}) exceeds max_pages_per_seq x page_size ({} x {})",
-                                              kOp, p.max_kv_len, p.max_pages_per_seq, p.page_size));
-    } else if (p.num_pages != 0 || p.max_pages_per_seq != 0) {
-        throw InvalidArgument(fmt::format("tileops::{}: num_pages and max_pages_per_seq need page_size > 0", kOp));
-    }
+    check_kv_pages(kOp, p.page_size, p.num_pages, p.max_pages_per_seq, p.max_kv_len);
     const int64_t kv_tokens = paged ? p.page_size : p.max_kv_len;
     // A stride left at 0 packs its dimension around the ones inside it, as given: a token holds its
     // heads, and a sequence (or page) whatever its tokens and heads span, in either order (BHSD too).
@@ -216,20 +206,14 @@ void bind(const DecodeAttentionProblem& p, Inputs inputs, Outputs outputs) {
         kv[i] = check_tensor(kOp, i == 0 ? "k" : "v", inputs[1 + i].data(), inputs[1 + i].view(), *p.kv_dtype,
                              {outer, tokens, p.num_kv_heads, p.head_dim},
                              {p.kv_outer_stride, p.kv_token_stride, p.kv_head_stride, 1}, 16, kv_dims);
-    const RowsSpan lengths =
-        check_tensor(kOp, "lengths", inputs[3].data(), inputs[3].view(), DType::int32, {p.batch}, {1}, 4, "[batch]");
-    RowsSpan page_table{}, lse{};
-    if (paged)
-        page_table = check_tensor(kOp, "page_table", inputs[4].data(), inputs[4].view(), DType::int32,
-                                  {p.batch, p.max_pages_per_seq}, {p.max_pages_per_seq, 1}, 4, "[batch, max_pages_per_seq]");
     const RowsSpan out = check_tensor(kOp, "out", outputs[0].data(), outputs[0].view(), p.dtype,
                                       {p.batch, p.q_len, p.num_heads, p.head_dim},
                                       {p.o_batch_stride, p.o_token_stride, p.o_head_stride, 1}, element,
                                       "[batch, q_len, num_heads, head_dim]");
-    if (p.return_lse)
-        lse = check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.batch, p.q_len, p.num_heads},
-                           {p.q_len * p.num_heads, p.num_heads, 1}, 4, "[batch, q_len, num_heads]");
-    check_outputs_apart(kOp, {out, lse}, {q, kv[0], kv[1], lengths, page_table});
+    const DecodeIndexSpans indices =
+        check_decode_indices(kOp, inputs[3], paged ? &inputs[4] : nullptr, p.return_lse ? &outputs[1] : nullptr, p.batch,
+                             p.q_len, p.num_heads, p.max_pages_per_seq);
+    check_outputs_apart(kOp, {out, indices.lse}, {q, kv[0], kv[1], indices.lengths, indices.page_table});
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "core/kv_cache_checks.hpp"
 #include "core/launch.hpp"
 #include "core/op_model.hpp"
 #include "core/validation.hpp"
@@ -119,18 +120,7 @@ MlaDecodeProblem normalized(MlaDecodeProblem p) {
     if (p.scale == 0.0f) p.scale = 1.0f / std::sqrt(static_cast<float>(kKeyDim));
     check_positive_finite(kOp, "scale", p.scale);
     const bool paged = p.page_size != 0;
-    if (paged) {
-        if (p.page_size != 16 && p.page_size != 32 && p.page_size != 64 && p.page_size != 128 && p.page_size != 256)
-            throw InvalidArgument(fmt::format(
-                "tileops::{}: page_size must be 16, 32, 64, 128 or 256 (or 0: contiguous KV), got {}", kOp, p.page_size));
-        check_range("num_pages", p.num_pages, 1, kIntMax);
-        check_range("max_pages_per_seq", p.max_pages_per_seq, 1, kIntMax);
-        if (p.max_kv_len > p.max_pages_per_seq * p.page_size)
-            throw InvalidArgument(fmt::format("tileops::{}: max_kv_len ({}) exceeds max_pages_per_seq x page_size ({} x {})",
-                                              kOp, p.max_kv_len, p.max_pages_per_seq, p.page_size));
-    } else if (p.num_pages != 0 || p.max_pages_per_seq != 0) {
-        throw InvalidArgument(fmt::format("tileops::{}: num_pages and max_pages_per_seq need page_size > 0", kOp));
-    }
+    check_kv_pages(kOp, p.page_size, p.num_pages, p.max_pages_per_seq, p.max_kv_len);
     p.q_head_stride = default_stride("q_head_stride", p.q_head_stride, kKeyDim);
     p.q_token_stride = default_stride("q_token_stride", p.q_token_stride, saturating_product(p.num_heads, p.q_head_stride));
     p.q_batch_stride = default_stride("q_batch_stride", p.q_batch_stride, saturating_product(p.q_len, p.q_token_stride));
@@ -173,20 +163,14 @@ void bind(const MlaDecodeProblem& p, Inputs inputs, Outputs outputs) {
     const RowsSpan kv = check_tensor(kOp, "kv", inputs[1].data(), inputs[1].view(), p.dtype, {outer, tokens, kKeyDim},
                                      {p.kv_outer_stride, p.kv_token_stride, 1}, 16,
                                      paged ? "[num_pages, page_size, 576]" : "[batch, max_kv_len, 576]");
-    const RowsSpan lengths =
-        check_tensor(kOp, "lengths", inputs[2].data(), inputs[2].view(), DType::int32, {p.batch}, {1}, 4, "[batch]");
-    RowsSpan page_table{}, lse{};
-    if (paged)
-        page_table = check_tensor(kOp, "page_table", inputs[3].data(), inputs[3].view(), DType::int32,
-                                  {p.batch, p.max_pages_per_seq}, {p.max_pages_per_seq, 1}, 4, "[batch, max_pages_per_seq]");
     const RowsSpan out = check_tensor(kOp, "out", outputs[0].data(), outputs[0].view(), p.dtype,
                                       {p.batch, p.q_len, p.num_heads, kValueDim},
                                       {p.o_batch_stride, p.o_token_stride, p.o_head_stride, 1}, 16,
                                       "[batch, q_len, num_heads, 512]");
-    if (p.return_lse)
-        lse = check_tensor(kOp, "lse", outputs[1].data(), outputs[1].view(), DType::fp32, {p.batch, p.q_len, p.num_heads},
-                           {p.q_len * p.num_heads, p.num_heads, 1}, 4, "[batch, q_len, num_heads]");
-    check_outputs_apart(kOp, {out, lse}, {q, kv, lengths, page_table});
+    const DecodeIndexSpans indices =
+        check_decode_indices(kOp, inputs[2], paged ? &inputs[3] : nullptr, p.return_lse ? &outputs[1] : nullptr, p.batch,
+                             p.q_len, p.num_heads, p.max_pages_per_seq);
+    check_outputs_apart(kOp, {out, indices.lse}, {q, kv, indices.lengths, indices.page_table});
 }
 
 }  // namespace
