@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
+#include "core/op_model.hpp"
 #include "core/validation.hpp"
 #include "tileops/tensor.hpp"
 
@@ -51,6 +53,27 @@ inline bool gemm_d_rows_aligned(size_t out_bytes, std::initializer_list<int64_t>
 inline bool gemm_d_aligned(bool rows_aligned, size_t out_bytes, const void* d) {
     return rows_aligned && (out_bytes != 2 || widest_aligned_vector(8, d, out_bytes) == 8);
 }
+
+// How a TMA GEMM's D is stored, as its launch widths say (OpModel::vector_widths): `aligned_width`
+// where D may be stored with TMA (its rows and pointer 16-byte aligned, gemm_d_aligned),
+// ragged_width(aligned_width) where it is stored from registers.
+class GemmDStore {
+public:
+    GemmDStore(size_t out_bytes, std::initializer_list<int64_t> extents, int aligned_width)
+        : out_bytes_(out_bytes), rows_aligned_(gemm_d_rows_aligned(out_bytes, extents)), aligned_width_(aligned_width) {}
+    std::vector<int> widths() const {
+        if (rows_aligned_) return {aligned_width_, ragged_width(aligned_width_)};
+        return {ragged_width(aligned_width_)};
+    }
+    bool aligned(const void* d) const { return gemm_d_aligned(rows_aligned_, out_bytes_, d); }
+    int width(const void* d) const { return aligned(d) ? aligned_width_ : ragged_width(aligned_width_); }
+    bool rows_aligned() const { return rows_aligned_; }
+
+private:
+    size_t out_bytes_;
+    bool rows_aligned_;  // a 16-bit D may be stored with TMA (gemm_d_rows_aligned), or D is not 16-bit
+    int aligned_width_;
+};
 
 // A and B as TMA reads them: each must start on 16 bytes ("tileops::<op>: argument 'A' must
 // start on 16 bytes (TMA reads it)" otherwise).

@@ -115,7 +115,7 @@ public:
           // store of a 16-bit D needs its rows to start and end on 16 bytes.
           ab_rows_aligned_(widest_dividing_vector(8, {p.lda, p.ldb, p.batch > 1 ? p.batch_stride_a : 0,
                                                       p.batch > 1 ? p.batch_stride_b : 0}) == 8),
-          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, {p.n, p.ldd, p.batch > 1 ? p.batch_stride_d : 0})) {}
+          d_store_(shape_.out_bytes, {p.n, p.ldd, p.batch > 1 ? p.batch_stride_d : 0}, 8) {}
 
     std::string op_name() const override { return "gemm"; }
     std::vector<long long> shape() const override {
@@ -194,7 +194,7 @@ public:
         std::vector<int> widths;
         for (bool pack : {false, true})
             for (bool d_aligned : {true, false})
-                if ((pack || ab_rows_aligned_) && (!d_aligned || d_rows_aligned_))
+                if ((pack || ab_rows_aligned_) && (!d_aligned || d_store_.rows_aligned()))
                     widths.push_back(gemm_width(pack, d_aligned));
         return widths;
     }
@@ -266,9 +266,6 @@ public:
         return ab_rows_aligned_ && widest_aligned_vector(8, data, dtype_size(p_.dtype)) == 8;
     }
     // Whether D's rows can be stored with TMA.
-    bool d_aligned(const void* d) const {
-        return gemm_d_aligned(d_rows_aligned_, shape_.out_bytes, d);
-    }
 
 private:
     // The launch's workspace: split K's counters and partial sums, then, for a launch that copies
@@ -297,7 +294,7 @@ private:
     GemmProblem p_;
     GemmShape shape_;
     bool ab_rows_aligned_;  // lda, ldb and their batch strides are multiples of 16 bytes
-    bool d_rows_aligned_;   // a 16-bit D may be stored with TMA (gemm_d_rows_aligned), or D is not 16-bit
+    GemmDStore d_store_;    // gemm_width() names the launch widths: D stored with TMA or not
 };
 
 namespace {
@@ -345,7 +342,7 @@ namespace detail {
 
 int GemmModel::vector_width(Inputs inputs, Outputs outputs) const {
     detail::bind(p_, inputs, outputs);
-    return gemm_width(!input_aligned(inputs[0].data()) || !input_aligned(inputs[1].data()), d_aligned(outputs[0].data()));
+    return gemm_width(!input_aligned(inputs[0].data()) || !input_aligned(inputs[1].data()), d_store_.aligned(outputs[0].data()));
 }
 
 void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
@@ -394,7 +391,7 @@ void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outp
     // A 16-bit D with aligned rows is stored from shared memory in boxes of 64 x 64; the kernel
     // ignores map_d otherwise (and TMA could not describe unaligned rows).
     alignas(64) CUtensorMap map_d =
-        dtype_size(*p.out_dtype) == 2 && d_aligned(args.d)
+        dtype_size(*p.out_dtype) == 2 && d_store_.aligned(args.d)
             ? detail::gemm_tensor_map(args.d, *p.out_dtype, p.m, p.n, p.ldd, p.batch, p.batch_stride_d, 64)
             : map_a;
     void* params[] = {&map_a, &map_b, &map_d, &args};

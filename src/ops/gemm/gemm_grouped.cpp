@@ -62,9 +62,8 @@ GemmGroupedProblem normalized(GemmGroupedProblem p) {
 
 const char* activation_index(GemmEpilogue e) { return e == GemmEpilogue::gelu ? "1" : e == GemmEpilogue::silu ? "2" : "0"; }
 
-// Launch widths: D's rows aligned for TMA stores (16-bit D), or not (OpModel::vector_widths).
+// The launch width of a D stored with TMA (GemmDStore: its ragged width stores from registers).
 constexpr int kAlignedD = 8;
-constexpr int kUnalignedD = ragged_width(8);
 
 // LaunchPlan::details: the tile the tensor maps' boxes are cut to.
 struct GemmGroupedTile {
@@ -85,7 +84,7 @@ public:
         : p_(p),
           groups_(groups_of(p)),
           shape_{p.groups, groups_.typical_rows(), p.n, p.k, dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
-          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, {p.n, p.ldd})) {}
+          d_store_(shape_.out_bytes, {p.n, p.ldd}, kAlignedD) {}
 
     std::string op_name() const override { return "gemm_grouped"; }
     std::vector<long long> shape() const override { return {p_.groups, p_.rows, p_.n, p_.k}; }
@@ -142,13 +141,7 @@ public:
         if (max_units(c) > 0x7fffffffLL) return "too many tiles for one launch";
         return std::nullopt;
     }
-    std::vector<int> vector_widths(const Config&) const override {
-        if (d_rows_aligned_) return {kAlignedD, kUnalignedD};
-        return {kUnalignedD};
-    }
-    bool d_aligned(const void* d) const {
-        return gemm_d_aligned(d_rows_aligned_, shape_.out_bytes, d);
-    }
+    std::vector<int> vector_widths(const Config&) const override { return d_store_.widths(); }
 
     LaunchPlan plan(const Config& config, int width, const DeviceInfo& device) const override {
         const GemmConfig c = GemmConfig::from(config);
@@ -225,7 +218,7 @@ private:
     GemmGroupedProblem p_;
     GemmGroups groups_;
     GemmShape shape_;
-    bool d_rows_aligned_;  // a 16-bit D may be stored with TMA (gemm_d_rows_aligned), or D is not 16-bit
+    GemmDStore d_store_;
 };
 
 namespace {
@@ -253,7 +246,7 @@ namespace detail {
 
 int GemmGroupedModel::vector_width(Inputs inputs, Outputs outputs) const {
     bind(p_, groups_, inputs, outputs);
-    return d_aligned(outputs[0].data()) ? kAlignedD : kUnalignedD;
+    return d_store_.width(outputs[0].data());
 }
 
 void GemmGroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
@@ -272,7 +265,7 @@ void GemmGroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outpu
     alignas(64) CUtensorMap map_b =
         nt(p) ? gemm_tensor_map(args.b, p.dtype, p.n, p.k, p.ldb, p.groups, p.group_stride_b, tile.paired ? block_n / 2 : block_n)
               : gemm_tensor_map(args.b, p.dtype, p.k, p.n, p.ldb, p.groups, p.group_stride_b, 64);
-    alignas(64) CUtensorMap map_d = dtype_size(*p.out_dtype) == 2 && d_aligned(args.d) ? groups_.d_map(args, *p.out_dtype) : map_a;
+    alignas(64) CUtensorMap map_d = dtype_size(*p.out_dtype) == 2 && d_store_.aligned(args.d) ? groups_.d_map(args, *p.out_dtype) : map_a;
     void* params[] = {&map_a, &map_b, &map_d, &args};
     detail::launch(launch, params, stream, *this);
 }

@@ -43,8 +43,7 @@ struct GemmFp8Tile {
 };
 
 // The launch widths (OpModel::vector_widths): D's rows aligned for TMA stores, or not.
-constexpr int kAlignedD = 16;
-constexpr int kUnalignedD = ragged_width(16);
+constexpr int kAlignedD = 16;  // its ragged width: D stored from registers (GemmDStore)
 
 GemmFp8Problem normalized(GemmFp8Problem p) {
     const int64_t dims[] = {p.m, p.n, p.k};
@@ -118,7 +117,7 @@ public:
         : p_(p),
           shape_{p.batch, p.m, p.n, p.k, p.scaling == GemmFp8Scaling::blocks, dtype_size(p.out_dtype)},
           // A TMA store of a 16-bit D needs its rows to start and end on 16 bytes.
-          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, {p.n, p.ldd, p.batch > 1 ? p.batch_stride_d : 0})) {}
+          d_store_(shape_.out_bytes, {p.n, p.ldd, p.batch > 1 ? p.batch_stride_d : 0}, kAlignedD) {}
 
     std::string op_name() const override { return "gemm_fp8"; }
     std::vector<long long> shape() const override {
@@ -155,15 +154,9 @@ public:
         return gemm_fp8_invalid_reason(c, shape_, device);
     }
     // A and B are read with TMA from 16-byte aligned rows (run() refuses others), so the widths
-    // say only how D is stored: kAlignedD (with TMA, where 16-bit in tiles of 64 columns) or
-    // kUnalignedD (from registers, any alignment).
-    std::vector<int> vector_widths(const Config&) const override {
-        if (d_rows_aligned_) return {kAlignedD, kUnalignedD};
-        return {kUnalignedD};
-    }
-    bool d_aligned(const void* d) const {
-        return gemm_d_aligned(d_rows_aligned_, shape_.out_bytes, d);
-    }
+    // say only how D is stored: kAlignedD (with TMA, where 16-bit in tiles of 64 columns) or its
+    // ragged width (from registers, any alignment).
+    std::vector<int> vector_widths(const Config&) const override { return d_store_.widths(); }
 
     LaunchPlan plan(const Config& config, int width, const DeviceInfo& device) const override {
         const GemmFp8Config c = GemmFp8Config::from(config);
@@ -202,7 +195,7 @@ public:
 private:
     GemmFp8Problem p_;
     GemmFp8Shape shape_;
-    bool d_rows_aligned_;  // a 16-bit D may be stored with TMA (gemm_d_rows_aligned), or D is not 16-bit
+    GemmDStore d_store_;
 };
 
 namespace {
@@ -245,7 +238,7 @@ namespace detail {
 
 int GemmFp8Model::vector_width(Inputs inputs, Outputs outputs) const {
     bind(p_, inputs, outputs);
-    return d_aligned(outputs[0].data()) ? kAlignedD : kUnalignedD;
+    return d_store_.width(outputs[0].data());
 }
 
 void GemmFp8Model::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {

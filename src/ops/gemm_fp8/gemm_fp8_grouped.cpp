@@ -65,8 +65,7 @@ std::pair<int64_t, int64_t> scale_counts(const GemmFp8GroupedProblem& p, int64_t
     }
 }
 
-constexpr int kAlignedD = 16;
-constexpr int kUnalignedD = ragged_width(16);
+constexpr int kAlignedD = 16;  // D stored with TMA (GemmDStore)
 
 struct GemmFp8GroupedTile {
     int block_m, block_n;
@@ -84,7 +83,7 @@ public:
         : p_(p),
           groups_(groups_of(p)),
           shape_{p.groups, groups_.typical_rows(), p.n, p.k, p.scaling == GemmFp8Scaling::blocks, dtype_size(p.out_dtype)},
-          d_rows_aligned_(gemm_d_rows_aligned(shape_.out_bytes, {p.n, p.ldd})) {}
+          d_store_(shape_.out_bytes, {p.n, p.ldd}, kAlignedD) {}
 
     std::string op_name() const override { return "gemm_fp8_grouped"; }
     std::vector<long long> shape() const override { return {p_.groups, p_.rows, p_.n, p_.k}; }
@@ -122,13 +121,7 @@ public:
         if (groups_.max_units(c.block_m, p_.n, c.block_n) > 0x7fffffffLL) return "too many tiles for one launch";
         return std::nullopt;
     }
-    std::vector<int> vector_widths(const Config&) const override {
-        if (d_rows_aligned_) return {kAlignedD, kUnalignedD};
-        return {kUnalignedD};
-    }
-    bool d_aligned(const void* d) const {
-        return gemm_d_aligned(d_rows_aligned_, shape_.out_bytes, d);
-    }
+    std::vector<int> vector_widths(const Config&) const override { return d_store_.widths(); }
 
     LaunchPlan plan(const Config& config, int width, const DeviceInfo& device) const override {
         const GemmFp8Config c = GemmFp8Config::from(config);
@@ -169,7 +162,7 @@ private:
     GemmFp8GroupedProblem p_;
     GemmGroups groups_;
     GemmFp8Shape shape_;
-    bool d_rows_aligned_;  // a 16-bit D may be stored with TMA (gemm_d_rows_aligned), or D is not 16-bit
+    GemmDStore d_store_;
 };
 
 namespace {
@@ -199,7 +192,7 @@ namespace detail {
 
 int GemmFp8GroupedModel::vector_width(Inputs inputs, Outputs outputs) const {
     bind(p_, groups_, inputs, outputs);
-    return d_aligned(outputs[0].data()) ? kAlignedD : kUnalignedD;
+    return d_store_.width(outputs[0].data());
 }
 
 void GemmFp8GroupedModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outputs, CUstream stream) const {
