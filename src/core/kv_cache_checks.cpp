@@ -29,7 +29,7 @@ void check_kv_pages(const char* op, int64_t page_size, int64_t num_pages, int64_
 DecodeIndexSpans check_decode_indices(const char* op, const TensorArg& lengths, const TensorArg* page_table,
                                       const OutputArg* lse, int64_t batch, int64_t q_len, int64_t num_heads,
                                       int64_t max_pages_per_seq) {
-    DecodeIndexSpans spans;
+    DecodeIndexSpans spans{};
     spans.lengths = check_tensor(op, "lengths", lengths.data(), lengths.view(), DType::int32, {batch}, {1}, 4, "[batch]");
     if (page_table != nullptr)
         spans.page_table = check_tensor(op, "page_table", page_table->data(), page_table->view(), DType::int32,

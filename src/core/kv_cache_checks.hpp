@@ -18,7 +18,7 @@ void check_kv_pages(const char* op, int64_t page_size, int64_t num_pages, int64_
 
 // What run()'s per-sequence operands span, for check_outputs_apart (empty where not given).
 struct DecodeIndexSpans {
-    RowsSpan lengths, page_table, lse;
+    RowsSpan lengths{}, page_table{}, lse{};
 };
 // lengths: int32 [batch]; page_table (paged caches only, else null): int32 [batch,
 // max_pages_per_seq]; lse (when asked for, else null): fp32 [batch, q_len, num_heads].
