@@ -25,6 +25,8 @@ void DeviceMatrix::upload(const std::vector<double>& values) {
         buffer_.upload(bytes.data() + r * cols_ * element, cols_ * element, offset_ + r * stride_ * element);
 }
 
+void DeviceMatrix::fill(double value) { upload(std::vector<double>(static_cast<size_t>(rows_ * cols_), value)); }
+
 std::vector<double> DeviceMatrix::download() const {
     const size_t element = dtype_size(dtype_);
     std::vector<uint8_t> all(buffer_.size() - offset_);

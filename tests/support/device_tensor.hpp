@@ -16,6 +16,9 @@ public:
     // Poisoned (all bits set: NaN in every float dtype) everywhere.
     DeviceMatrix(DType dtype, int64_t rows, int64_t cols, int64_t stride = 0, size_t byte_offset = 0);
     void poison();  // every byte back to 0xff
+    // Every element `value` (the gaps between rows stay as they are): a poison for int32 outputs,
+    // whose 0xff pattern reads as -1, a value some of them legitimately hold.
+    void fill(double value);
 
     void upload(const std::vector<double>& values);  // rows*cols values, row-major
     std::vector<double> download() const;            // rows*cols values
@@ -25,6 +28,7 @@ public:
 
     void* data() const { return static_cast<char*>(buffer_.data()) + offset_; }
     int64_t stride() const { return stride_; }
+    DType dtype() const { return dtype_; }
 
 private:
     DType dtype_;

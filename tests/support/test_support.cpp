@@ -94,6 +94,7 @@ std::vector<double> random_values(size_t count, uint64_t seed, double lo, double
 }
 
 double relative_error(const std::vector<double>& out, const std::vector<double>& ref) {
+    if (out.size() != ref.size()) return INFINITY;
     double diff = 0, norm = 0;
     for (size_t i = 0; i < out.size(); ++i) {
         if (!std::isfinite(out[i]) && !(std::isinf(out[i]) && out[i] == ref[i])) return INFINITY;
@@ -113,6 +114,31 @@ double tolerance(DType dtype) {
         case DType::fp8_e4m3: return 6.25e-2;  // 3 mantissa bits
     }
     return 0;
+}
+
+std::vector<size_t> elements_off(const std::vector<double>& out, const std::vector<double>& ref, DType dtype) {
+    double tol = tolerance(dtype), smallest = 0;
+    switch (dtype) {
+        case DType::fp32: smallest = std::ldexp(1.0, -149); break;
+        case DType::fp16: smallest = std::ldexp(1.0, -24), tol = std::max(tol, std::ldexp(1.0, -10)); break;
+        case DType::bf16: smallest = std::ldexp(1.0, -133), tol = std::max(tol, std::ldexp(1.0, -7)); break;
+        case DType::fp8_e4m3: smallest = std::ldexp(1.0, -9), tol = std::max(tol, std::ldexp(1.0, -3)); break;
+        case DType::int32: break;
+    }
+    double sum = 0;
+    size_t finite = 0;
+    for (double r : ref)
+        if (std::isfinite(r)) sum += r * r, ++finite;
+    const double floor = tol * (finite > 0 ? std::sqrt(sum / static_cast<double>(finite)) : 0.0) + smallest;
+    std::vector<size_t> off;
+    for (size_t i = 0; i < std::min(out.size(), ref.size()); ++i) {
+        if (std::isinf(ref[i])) {
+            if (out[i] != ref[i]) off.push_back(i);
+            continue;
+        }
+        if (!(std::abs(out[i] - ref[i]) <= tol * std::abs(ref[i]) + floor)) off.push_back(i);
+    }
+    return off;
 }
 
 int run_self(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env) {

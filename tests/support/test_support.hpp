@@ -78,7 +78,8 @@ std::vector<double> round_to(DType dtype, const std::vector<double>& values);
 // Uniform values in [lo, hi), never all zeros; deterministic for a seed.
 std::vector<double> random_values(size_t count, uint64_t seed, double lo = -2.0, double hi = 2.0);
 
-// ||out - ref|| / ||ref|| over the entries where `mask` (if given) is true; +inf on any NaN.
+// ||out - ref|| / ||ref||, skipping entries where ref is infinite; +inf on any NaN (or an infinity
+// ref does not hold there) and when the two differ in size.
 double relative_error(const std::vector<double>& out, const std::vector<double>& ref);
 
 // The first `width` values of each of `rows` rows `stride` apart in `stored` (a downloaded
@@ -93,6 +94,12 @@ double lse_error(const std::vector<double>& lse, const std::vector<double>& ref)
 
 // The project's tolerances: fp32 1e-5, fp16 1e-3, bf16 1.6e-2 (relative, norm-wise).
 double tolerance(DType dtype);
+
+// Per element, what a kernel rounding its fp32 result to `dtype` may differ by from the exact
+// value rounded the same way: |out - ref| <= tol (|ref| + rms(ref)) + the smallest subnormal, tol
+// the norm-wise tolerance or one unit in the last place at the bottom of a binade, the larger
+// (fp8 e4m3: 0.125). Returns the indices that miss it (NaN always does).
+std::vector<size_t> elements_off(const std::vector<double>& out, const std::vector<double>& ref, DType dtype);
 
 // Two decode batches of `batch` (>= 16) sequences for one launch, seeded: short ones (0-299
 // tokens) and in `first` one of `longest` tokens, an empty one and one past the cache (clamped);

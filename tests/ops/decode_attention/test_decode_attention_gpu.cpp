@@ -38,6 +38,7 @@ struct DecodeCase {
     std::vector<double> q, k, v;         // q: [batch, q_len, heads, d]; k, v: the cache's storage (fp8: the codes' values)
     std::vector<int> page_table;         // [batch, max_pages_per_seq], -1 where unused
     int64_t out_head_stride = 0;         // > head_dim leaves poisoned gaps between heads
+    size_t misalign = 0;                 // elements q and out are moved off a 16-byte boundary
 
     DecodeCase(const DecodeAttentionProblem& problem, std::vector<int> lens, uint64_t seed, int64_t out_pad = 0)
         : p(problem), lengths(std::move(lens)) {
@@ -152,12 +153,12 @@ struct DecodeBuffers {
     DeviceMatrix q, k, v, lengths, page_table, out, lse;
 
     explicit DecodeBuffers(const DecodeCase& c)
-        : q(c.p.dtype, 1, static_cast<int64_t>(c.q.size())),
+        : q(c.p.dtype, 1, static_cast<int64_t>(c.q.size()), 0, c.misalign * dtype_size(c.p.dtype)),
           k(c.kv_type(), 1, static_cast<int64_t>(c.k.size())),
           v(c.kv_type(), 1, static_cast<int64_t>(c.v.size())),
           lengths(DType::int32, 1, c.p.batch),
           page_table(DType::int32, 1, std::max<int64_t>(1, static_cast<int64_t>(c.page_table.size()))),
-          out(c.p.dtype, 1, c.p.batch * c.p.o_batch_stride),
+          out(c.p.dtype, 1, c.p.batch * c.p.o_batch_stride, 0, c.misalign * dtype_size(c.p.dtype)),
           lse(DType::fp32, 1, c.p.batch * c.p.q_len * c.p.num_heads) {
         q.upload(c.q);
         k.upload(c.k);
@@ -176,12 +177,20 @@ struct DecodeBuffers {
         if (c.p.return_lse) list.emplace_back(lse.data());
         return list;
     }
+    // Before every launch after the first: a launch that writes nothing (or only some rows) must
+    // not pass on what the one before it wrote.
+    void poison_outputs() {
+        out.poison();
+        lse.poison();
+    }
 };
 
 std::string label(const DecodeCase& c) {
-    return fmt::format("{} (cache {}) heads {}/{} d {} q_len {} page {} window {} softcap {} lengths [{}]",
+    return fmt::format("{} (cache {}) heads {}/{} d {} q_len {} page {} window {} softcap {} out head stride {} "
+                       "misaligned {} lengths [{}]",
                        dtype_name(c.p.dtype), dtype_name(c.kv_type()), c.p.num_heads, c.p.num_kv_heads, c.p.head_dim,
-                       c.p.q_len, c.p.page_size, c.p.window_left, c.p.softcap, fmt::join(c.lengths, ", "));
+                       c.p.q_len, c.p.page_size, c.p.window_left, c.p.softcap, c.out_head_stride, c.misalign,
+                       fmt::join(c.lengths, ", "));
 }
 
 // Checks the output (and lse) of a run against the reference; the gaps between heads stay poisoned.
@@ -292,6 +301,7 @@ void check_configs(const DecodeCase& c, const std::vector<Config>& configs) {
         INFO("config " << tuning::config_text(config));
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
         for (int repeat = 0; repeat < 2; ++repeat) {
+            buffers.poison_outputs();
             op.launch_with(launch, Inputs(in.data(), in.size()), Outputs(out.data(), out.size()), nullptr);
             check_result(c, buffers);
         }
@@ -414,6 +424,21 @@ TEST_CASE("DecodeAttention over an fp8 cache: speculative tokens, a window, soft
     check_configs(c, test::this_shard(configs));
 }
 
+TEST_CASE("DecodeAttention reads q and writes out off 16 bytes, with odd strides", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    // The op asks only element alignment of q and out, and any stride: both kernels load q and
+    // store out element by element. One element off, heads 131 elements apart in out.
+    DecodeAttentionProblem p = problem(GENERATE(DType::fp16, DType::bf16), 16, 2, 128, 2, 900);
+    p.page_size = GENERATE(0, 16);
+    p.return_lse = true;
+    DecodeCase c(p, {900, 1, 300, 0, 77}, 91, 3);
+    c.misalign = 1;
+    check_configs(c, {{{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1}},
+                      {{"kernel", 0}, {"rows", 8}, {"warps", 4}, {"unroll", 1}, {"stages", 3}, {"splits", 3}},
+                      {{"kernel", 1}, {"warps", 4}, {"tile", 16}, {"stages", 3}, {"splits", 1}},
+                      {{"kernel", 1}, {"warps", 2}, {"tile", 32}, {"stages", 2}, {"splits", 2}}});
+}
+
 TEST_CASE("DecodeAttention cuts a skewed batch by the lengths it reads at each launch", "[gpu][decode]") {
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
@@ -447,6 +472,7 @@ TEST_CASE("DecodeAttention cuts a skewed batch by the lengths it reads at each l
         const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, 1);
         for (const DecodeCase* c : {&a, &b, &a}) {
             buffers.lengths.upload(std::vector<double>(c->lengths.begin(), c->lengths.end()));
+            buffers.poison_outputs();
             op.launch_with(launch, Inputs(in.data(), in.size()), Outputs(out.data(), out.size()), nullptr);
             check_result(*c, buffers);
         }

@@ -56,19 +56,21 @@ TEST_CASE("Embedding matches a double-precision reference", "[gpu][embedding]") 
     const bool positions = GENERATE(false, true);
     struct Case {
         int64_t tokens, vocab, hidden, pad;
-        size_t misalign;  // elements the tables are moved off a 16-byte boundary
+        size_t misalign;        // elements the tables are moved off a 16-byte boundary
+        size_t out_misalign = 0;  // elements y is moved off a 16-byte boundary
     };
     for (const Case c : {Case{1, 1000, 4096, 0, 0}, Case{37, 50257, 768, 0, 0}, Case{130, 3001, 771, 5, 0},
-                         Case{9, 512, 1024, 8, 1}, Case{70000, 64, 16, 0, 0}}) {
+                         Case{9, 512, 1024, 8, 1}, Case{70000, 64, 16, 0, 0}, Case{33, 700, 1024, 0, 0, 1}}) {
         const int64_t max_positions = 1024;
         const DType out = dtype == DType::fp16 ? DType::fp32 : dtype;  // fp16 tables into fp32 rows
         INFO(dtype_name(dtype) << " tokens " << c.tokens << " vocab " << c.vocab << " hidden " << c.hidden << " pad "
-                               << c.pad << " misalign " << c.misalign << (positions ? " positions" : ""));
+                               << c.pad << " misalign " << c.misalign << " / " << c.out_misalign
+                               << (positions ? " positions" : ""));
         DeviceMatrix d_ids(DType::int32, 1, c.tokens), d_positions(DType::int32, 1, c.tokens);
         const size_t offset = c.misalign * dtype_size(dtype);
         DeviceMatrix d_table(dtype, c.vocab, c.hidden, c.hidden + c.pad, offset);
         DeviceMatrix d_position_table(dtype, max_positions, c.hidden, c.hidden + c.pad, offset);
-        DeviceMatrix d_y(out, c.tokens, c.hidden, c.hidden + c.pad);
+        DeviceMatrix d_y(out, c.tokens, c.hidden, c.hidden + c.pad, c.out_misalign * dtype_size(out));
         const auto ids = token_ids(c.tokens, c.vocab, 11);
         const auto pos = token_ids(c.tokens, max_positions, 12);
         const auto table = test::round_to(dtype, test::random_values(static_cast<size_t>(c.vocab * c.hidden), 13));

@@ -693,8 +693,17 @@ TEST_CASE("MoE routing: every config of each search space is correct at every ve
     // Each op's outputs under every config must equal the heuristic's (checked against the host
     // above) bit for bit: the kernels are deterministic and sum in the same order (the top-k's
     // renormalizing sum too, with its k = 8 weights in lanes 0-7 of teams of 16 or 32).
+    // Float outputs are poisoned with NaN; int32 ones with -7, which no id, row or count holds
+    // (their 0xff poison reads -1, what row_map holds for a dropped id).
+    const auto poison = [](const std::vector<DeviceMatrix*>& outputs) {
+        for (DeviceMatrix* m : outputs) {
+            m->poison();
+            if (m->dtype() == DType::int32) m->fill(-7);
+        }
+    };
     const auto sweep = [&](Op& op, std::vector<TensorArg> in, std::vector<OutputArg> out,
                            std::vector<DeviceMatrix*> outputs) {
+        poison(outputs);
         op.run(runtime, Inputs(in.data(), in.size()), Outputs(out.data(), out.size()));
         TILEOPS_CU_CHECK(cu.cuCtxSynchronize());
         std::vector<std::vector<double>> want;
@@ -707,7 +716,7 @@ TEST_CASE("MoE routing: every config of each search space is correct at every ve
         for (const Config& config : configs)
             for (int vec : op.model().vector_widths(config)) {
                 INFO(op.describe() << " config " << tuning::config_text(config) << " width " << vec);
-                for (DeviceMatrix* m : outputs) m->poison();
+                poison(outputs);
                 const detail::ResolvedLaunch launch = impl.resolve_config(op.model(), config, vec);
                 op.launch_with(launch, Inputs(in.data(), in.size()), Outputs(out.data(), out.size()), nullptr);
                 TILEOPS_CU_CHECK(cu.cuCtxSynchronize());

@@ -148,6 +148,11 @@ TEST_CASE("Rope frequencies follow their definitions", "[config][rope]") {
             CHECK(llama[i] == static_cast<float>(f / 8));
             ++divided;
         } else {
+            // Between, Hugging Face's smooth factor on 8192 / wavelength from 1 to 4 moves the
+            // frequency from f / 8 up to f, written here as a step from f / 8.
+            const double smooth = (8192 / wavelength - 1) / (4 - 1);
+            const double blend = f / 8 + smooth * (f - f / 8);
+            CHECK(std::abs(llama[i] - blend) <= 1e-6 * blend);
             CHECK(llama[i] < plain[i]);
             CHECK(llama[i] > static_cast<float>(f / 8));
             ++blended;

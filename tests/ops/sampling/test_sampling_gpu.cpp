@@ -142,10 +142,9 @@ TEST_CASE("Sampling: tokens stay in the exact top-k / top-p / min-p set", "[gpu]
     const int64_t vocab = GENERATE(int64_t{50257}, int64_t{128256});
     const int64_t batch = 64;
     INFO(dtype_name(dtype) << " vocab " << vocab);
-    // Every row holds the same logits; the parameters vary by row.
-    const auto row = test::round_to(dtype, test::random_values(static_cast<size_t>(vocab), 51, -6, 6));
-    std::vector<double> values;
-    for (int64_t r = 0; r < batch; ++r) values.insert(values.end(), row.begin(), row.end());
+    // Every row its own logits (a row read at another row's offset draws outside its set) and
+    // its own parameters.
+    const auto values = test::round_to(dtype, test::random_values(static_cast<size_t>(batch * vocab), 51, -6, 6));
     DeviceMatrix logits(dtype, batch, vocab);
     logits.upload(values);
     // top-k of 3000 leaves more tokens than the kernel keeps in shared memory: it reads the row.
@@ -153,14 +152,18 @@ TEST_CASE("Sampling: tokens stay in the exact top-k / top-p / min-p set", "[gpu]
                                {0.8, 200, 0.8, 0.01}, {1.0, 0, 1.0, 0.0},  {2.0, 7, 1.0, 0.0},
                                {0.5, 1000, 0.5, 0.0}, {1.0, 0, 0.0, 0.0},  {1.0, 3000, 0.9, 0.0}};
     std::vector<RowParams> params;
-    for (int64_t r = 0; r < batch; ++r) params.push_back(kinds[r % 9]);
+    std::vector<std::map<int64_t, double>> allowed;
+    for (int64_t r = 0; r < batch; ++r) {
+        params.push_back(kinds[r % 9]);
+        allowed.push_back(allowed_tokens(&values[static_cast<size_t>(r * vocab)], vocab, params.back()));
+    }
     Sampling op({batch, vocab, dtype, 0, false, 1234});
     for (int step = 0; step < 4; ++step) {
         const auto tokens = run_sampling(op, logits, params, iota_offsets(batch, step * batch));
         for (int64_t r = 0; r < batch; ++r) {
-            const auto allowed = allowed_tokens(row.data(), vocab, params[static_cast<size_t>(r)]);
-            INFO("row " << r << " token " << tokens[static_cast<size_t>(r)] << " of " << allowed.size() << " allowed");
-            CHECK(allowed.count(tokens[static_cast<size_t>(r)]) == 1);
+            const auto& row_allowed = allowed[static_cast<size_t>(r)];
+            INFO("row " << r << " token " << tokens[static_cast<size_t>(r)] << " of " << row_allowed.size() << " allowed");
+            CHECK(row_allowed.count(tokens[static_cast<size_t>(r)]) == 1);
         }
     }
 }
@@ -220,6 +223,11 @@ TEST_CASE("Every Sampling config in the search space draws the same tokens", "[g
         params.push_back({0.5 + 0.01 * static_cast<double>(r % 100), static_cast<int>(r % 90), 0.5 + 0.002 * static_cast<double>(r),
                           0.001 * static_cast<double>(r % 10)});
     const auto want = run_sampling(op, logits, params, iota_offsets(batch));
+    for (int64_t r = 0; r < batch; ++r) {  // the heuristic's draws, every config's reference
+        const auto row_allowed = allowed_tokens(&values[static_cast<size_t>(r * vocab)], vocab, params[static_cast<size_t>(r)]);
+        INFO("row " << r << " token " << want[static_cast<size_t>(r)] << " of " << row_allowed.size() << " allowed");
+        CHECK(row_allowed.count(want[static_cast<size_t>(r)]) == 1);
+    }
     std::vector<double> t, k, tp, mp;
     for (const RowParams& rp : params)
         t.push_back(rp.temperature), k.push_back(rp.top_k), tp.push_back(rp.top_p), mp.push_back(rp.min_p);
