@@ -9,7 +9,8 @@ namespace {
 
 // The matrix `t` holds, as its own dims say: [rows, cols] (leading dims collapsed into rows) or,
 // batched, [batch, rows, cols]; `transposed` reads the last two dims the other way round (b in
-// "nt": a row-major [N, K] seen through its transpose).
+// "nt": a row-major [N, K] seen through its transpose). The stride along cols is the tensor's
+// own, so that the op refuses a view that is not contiguous along them.
 TensorView matrix_view(const PyTensor& t, bool batched, bool transposed = false) {
     if (!batched && !transposed) return t.rows_view();
     TensorView v;
@@ -17,14 +18,15 @@ TensorView matrix_view(const PyTensor& t, bool batched, bool transposed = false)
     v.dtype = t.dtype;
     const int64_t rows = transposed ? t.size(-1) : t.size(-2), cols = transposed ? t.size(-2) : t.size(-1);
     const int64_t ld = transposed ? t.stride(-1) : t.stride(-2);
+    const int64_t inner = cols == 1 ? 1 : transposed ? t.stride(-2) : t.stride(-1);
     if (batched) {
         v.rank = 3;
         v.shape = {t.size(0), rows, cols, 0};
-        v.strides = {t.stride(0), ld, 1, 0};
+        v.strides = {t.stride(0), ld, inner, 0};
     } else {
         v.rank = 2;
         v.shape = {rows, cols, 0, 0};
-        v.strides = {ld, 1, 0, 0};
+        v.strides = {ld, inner, 0, 0};
     }
     return v;
 }
@@ -85,6 +87,9 @@ py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::hand
     p.beta = beta;
     p.has_c = c != nullptr;
     if (c != nullptr) {
+        if (batched && c->rank != 3)
+            throw InvalidArgument(fmt::format("tileops_jit.gemm: with a batched b, c must be [batch, M, N], got rank {}",
+                                              c->rank));
         p.ldc = batched ? c->stride(1) : c->row_stride();
         if (batched) p.batch_stride_c = c->stride(0);
     }

@@ -11,9 +11,11 @@ namespace tileops::python {
 namespace {
 
 // What the row ops' problems share: x's rows and row length, dtype (and out's when it differs)
-// and the row strides of x and out.
+// and the row strides of x and out, whose leading dims must be x's (rows x cols alone would let a
+// [3, 2, 8] out stand for a [2, 3, 8] x).
 template <class P>
-void set_rows(P& p, const PyTensor& x, const PyTensor& out) {
+void set_rows(const char* op, P& p, const PyTensor& x, const PyTensor& out) {
+    out.require_dims_of(op, x, false);
     p.rows = x.rows();
     p.cols = x.size(-1);
     p.dtype = x.dtype;
@@ -35,9 +37,11 @@ py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg,
     if (call.empty(x.numel() == 0, {&out, residual_out}, "rms_norm")) return call.nothing("rms_norm");
     ProblemKey<RmsNormProblem> key;
     RmsNormProblem& p = key.problem();
-    set_rows(p, x, out);
+    set_rows("rms_norm", p, x, out);
     p.eps = eps;
     if (residual != nullptr) {
+        residual->require_dims_of("rms_norm", x);
+        residual_out->require_dims_of("rms_norm", x);
         p.residual = true;
         p.residual_stride = residual->row_stride();
     }
@@ -57,7 +61,7 @@ py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_a
     if (call.empty(x.numel() == 0, {&out}, "layer_norm")) return call.nothing("layer_norm");
     ProblemKey<LayerNormProblem> key;
     LayerNormProblem& p = key.problem();
-    set_rows(p, x, out);
+    set_rows("layer_norm", p, x, out);
     p.eps = eps;
     return call.finish(call.op<LayerNorm>(key), {x.rows_view(), weight.view(), bias.view()}, {out.rows_view()});
 }
@@ -70,7 +74,7 @@ py::object softmax(py::handle x_arg, py::handle out_arg, bool log, py::handle st
     if (call.empty(x.numel() == 0, {&out}, name)) return call.nothing(name);
     ProblemKey<SoftmaxProblem> key;
     SoftmaxProblem& p = key.problem();
-    set_rows(p, x, out);
+    set_rows(name, p, x, out);
     p.log = log;
     return call.finish(call.op<Softmax>(key), {x.rows_view()}, {out.rows_view()});
 }
@@ -85,6 +89,7 @@ py::object elementwise(ElementwiseOp which, py::handle a_arg, py::handle b_arg, 
         throw InvalidArgument(fmt::format("tileops_jit.{}: {}", elementwise_op_name(which),
                                           is_binary(which) ? "needs b" : "takes no b"));
     if (call.empty(a.numel() == 0, {&out}, elementwise_op_name(which))) return call.nothing(elementwise_op_name(which));
+    out.require_dims_of(elementwise_op_name(which), a, false);  // the last: halved by silu_mul
     ProblemKey<ElementwiseProblem> key;
     ElementwiseProblem& p = key.problem();
     p.op = which;
@@ -96,7 +101,10 @@ py::object elementwise(ElementwiseOp which, py::handle a_arg, py::handle b_arg, 
     p.y_stride = out.row_stride();
     if (b != nullptr) {
         p.broadcast_b = b->rank == 1 && a.rank > 1;
-        if (!p.broadcast_b) p.b_stride = b->row_stride();
+        if (!p.broadcast_b) {
+            b->require_dims_of(elementwise_op_name(which), a);
+            p.b_stride = b->row_stride();
+        }
     }
     Elementwise& op = call.op<Elementwise>(key);
     if (b == nullptr) return call.finish(op, {a.rows_view()}, {out.rows_view()});

@@ -130,11 +130,19 @@ Call::Call(py::handle stream) {
     if (!stream.is_none()) {
         stream_ = stream_handle(stream);
         stream_known_ = true;
+        if (!PyLong_Check(stream.ptr()) && py::hasattr(stream, "device_index")) {
+            const py::object index = stream.attr("device_index");
+            if (PyLong_Check(index.ptr())) stream_device_ = index.cast<int>();
+        }
     }
 }
 
 void Call::resolve_stream(const PyTensor& first) {
     device_ = first.device;
+    // A stream of another GPU would fail in the driver with a bare "invalid handle".
+    if (stream_device_ >= 0 && stream_device_ != device_)
+        throw InvalidArgument(fmt::format("tileops_jit: stream is on cuda:{}, the tensors on cuda:{}", stream_device_,
+                                          device_));
     if (!stream_known_) stream_ = first.from_torch ? torch_current_stream(device_) : 0;
     stream_known_ = true;
 }

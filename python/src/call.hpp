@@ -171,6 +171,7 @@ private:
     bool stream_known_ = false;
     bool fresh_ = false;  // entry_ was built by this call and is not cached yet
     uintptr_t stream_ = 0;
+    int stream_device_ = -1;  // the device of a stream object that says it (torch's device_index)
     int device_ = -1;
     std::shared_ptr<CachedOp> entry_;
     std::deque<PyTensor> tensors_;  // stable addresses

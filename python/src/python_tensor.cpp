@@ -222,6 +222,25 @@ PyTensor::~PyTensor() {
     if (managed != nullptr && managed->deleter != nullptr) managed->deleter(managed);
 }
 
+size_t PyTensor::dim(int d) const {
+    const int index = d < 0 ? d + rank : d;
+    if (index < 0 || index >= rank)
+        throw InvalidArgument(fmt::format("tileops_jit: argument '{}' has {} dim{}, too few for this op", name, rank,
+                                          rank == 1 ? "" : "s"));
+    return static_cast<size_t>(index);
+}
+
+void PyTensor::require_dims_of(const char* op, const PyTensor& like, bool last_dim_too) const {
+    const int compared = last_dim_too ? like.rank : like.rank - 1;
+    bool same = rank == like.rank;
+    for (int d = 0; same && d < compared; ++d) same = shape[static_cast<size_t>(d)] == like.shape[static_cast<size_t>(d)];
+    if (same) return;
+    throw InvalidArgument(fmt::format("tileops_jit.{}: {} has shape [{}] where {} has [{}]{}", op, name,
+                                      fmt::join(shape.begin(), shape.begin() + rank, ", "), like.name,
+                                      fmt::join(like.shape.begin(), like.shape.begin() + like.rank, ", "),
+                                      last_dim_too ? "" : " (the last dim aside)"));
+}
+
 int64_t PyTensor::numel() const {
     int64_t n = 1;
     for (int d = 0; d < rank; ++d) n *= shape[static_cast<size_t>(d)];

@@ -31,8 +31,10 @@ struct PyTensor {
     // A DLPack producer's tensor is released (its deleter called) with this object.
     ~PyTensor();
 
-    int64_t size(int d) const { return shape[static_cast<size_t>(d < 0 ? d + rank : d)]; }
-    int64_t stride(int d) const { return strides[static_cast<size_t>(d < 0 ? d + rank : d)]; }
+    // Dim d (from the end where negative); throws InvalidArgument naming the tensor where it has
+    // no such dim (a rank-0 tensor's last dim, a vector's second to last).
+    int64_t size(int d) const { return shape[dim(d)]; }
+    int64_t stride(int d) const { return strides[dim(d)]; }
     int64_t numel() const;
 
     // Views in the ranks the ops check (their shapes and strides as the problem states them).
@@ -48,6 +50,13 @@ struct PyTensor {
     TensorView vector_view() const;
 
     DLManagedTensor* managed = nullptr;
+
+    // The same dims as `like` (all of them, or all but the last); else throws InvalidArgument
+    // naming both: "tileops_jit.<op>: b has shape [3, 2, 8] where a has [2, 3, 8]".
+    void require_dims_of(const char* op, const PyTensor& like, bool last_dim_too = true) const;
+
+private:
+    size_t dim(int d) const;
 };
 
 // Reads `object` into `out`. `dlpack_stream` is what __dlpack__ is asked to make the data ready

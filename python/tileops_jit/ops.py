@@ -39,20 +39,37 @@ def _new(like, shape, dtype=None, name="out", zero=False):
     if _torch is None or not isinstance(like, _torch.Tensor):
         raise _C.InvalidArgument(
             f"tileops_jit: {name}= is required for tensors other than torch's (got a {type(like).__name__})")
+    dtype = like.dtype if dtype is None else _torch_dtype(dtype)
+    return like.new_zeros(shape, dtype=dtype) if zero else like.new_empty(shape, dtype=dtype)
+
+
+def _torch_dtype(dtype):
+    """A torch dtype, or its name ('bfloat16')."""
     if isinstance(dtype, str):
         named = getattr(_torch, dtype, None)
         if not isinstance(named, _torch.dtype):
             raise _C.InvalidArgument(f"tileops_jit: {dtype!r} is not a torch dtype (e.g. torch.bfloat16 or 'bfloat16')")
-        dtype = named
-    dtype = like.dtype if dtype is None else dtype
-    return like.new_zeros(shape, dtype=dtype) if zero else like.new_empty(shape, dtype=dtype)
+        return named
+    return dtype
+
+
+def _result_dtype(out, dtype):
+    """Under torch.compile: the dtype the custom op is to return, as eager mode writes it: `dtype`
+    when given, else out's (None: the op's default)."""
+    if dtype is not None:
+        return _torch_dtype(dtype)
+    return None if out is None else out.dtype
 
 
 def _into(out, result):
     """Under torch.compile: the custom op's `result` copied into the caller's `out` (returned), or
-    `result` itself when no out was given."""
+    `result` itself when no out was given. An out of another shape or dtype is refused, as eager
+    mode refuses it (copy_ would broadcast or cast it)."""
     if out is None:
         return result
+    if out.shape != result.shape or out.dtype != result.dtype:
+        raise _C.InvalidArgument(f"tileops_jit: out= has shape {list(out.shape)} and dtype {out.dtype}; the result has "
+                                 f"{list(result.shape)} and {result.dtype}")
     out.copy_(result)
     return out
 
@@ -116,8 +133,8 @@ def rms_norm(x, weight, eps=1e-6, *, residual=None, out=None, residual_out=None,
         if residual is None:
             if residual_out is not None:
                 raise _C.InvalidArgument("tileops_jit.rms_norm: residual and residual_out go together")
-            return _into(out, _torch_ops().rms_norm(x, weight, eps, None, out_dtype))
-        y, h = _torch_ops().rms_norm(x, weight, eps, residual, out_dtype)
+            return _into(out, _torch_ops().rms_norm(x, weight, eps, None, _result_dtype(out, out_dtype)))
+        y, h = _torch_ops().rms_norm(x, weight, eps, residual, _result_dtype(out, out_dtype))
         return _into(out, y), _into(residual_out, h)
     if type(eps) is not float:
         eps = _float(eps, "eps", "rms_norm")
@@ -132,7 +149,7 @@ def rms_norm(x, weight, eps=1e-6, *, residual=None, out=None, residual_out=None,
 def layer_norm(x, weight, bias, eps=1e-5, *, out=None, out_dtype=None, stream=None):
     """y = (x - mean) / sqrt(var + eps) * weight + bias over the last dim."""
     if _compiling():
-        return _into(out, _torch_ops().layer_norm(x, weight, bias, eps, out_dtype))
+        return _into(out, _torch_ops().layer_norm(x, weight, bias, eps, _result_dtype(out, out_dtype)))
     if type(eps) is not float:
         eps = _float(eps, "eps", "layer_norm")
     if out is None:
@@ -153,7 +170,7 @@ def log_softmax(x, *, out=None, out_dtype=None, stream=None):
 
 def _softmax(x, log, out, out_dtype, stream):
     if _compiling():
-        return _into(out, _torch_ops().softmax(x, log, out_dtype))
+        return _into(out, _torch_ops().softmax(x, log, _result_dtype(out, out_dtype)))
     if out is None:
         out = _new(x, x.shape, out_dtype)
     _C.softmax(x, out, log, stream)
@@ -168,7 +185,7 @@ _BINARY = {"add": _C.ElementwiseOp.add, "mul": _C.ElementwiseOp.mul, "silu_mul":
 
 def _elementwise(name, a, b, out, out_dtype, stream):
     if _compiling():
-        return _into(out, _torch_ops().elementwise(name, a, b, out_dtype))
+        return _into(out, _torch_ops().elementwise(name, a, b, _result_dtype(out, out_dtype)))
     if out is None:
         out = _new(a, a.shape, out_dtype)
     _C.elementwise(_UNARY[name] if b is None else _BINARY[name], a, b, out, stream)
@@ -228,7 +245,8 @@ def matmul(a, b, *, bias=None, c=None, alpha=1.0, beta=0.0, activation=None, out
     if activation not in _EPILOGUES:
         raise _C.InvalidArgument(f"tileops_jit.matmul: activation must be None, 'gelu' or 'silu', got {activation!r}")
     if _compiling():
-        return _into(out, _torch_ops().gemm(a, b, c, bias, alpha, beta, activation or "none", out_dtype))
+        return _into(out, _torch_ops().gemm(a, b, c, bias, alpha, beta, activation or "none",
+                                            _result_dtype(out, out_dtype)))
     if type(alpha) is not float:
         alpha = _float(alpha, "alpha", "matmul")
     if type(beta) is not float:
@@ -346,7 +364,7 @@ def embedding(ids, table, *, positions=None, position_table=None, out=None, out_
     """table[ids] (+ position_table[positions]); ids and positions int32 of any shape; out: [*ids.shape, hidden].
     An id or position outside its table reads nothing and contributes zeros."""
     if _compiling():
-        return _into(out, _torch_ops().embedding(ids, table, positions, position_table, out_dtype))
+        return _into(out, _torch_ops().embedding(ids, table, positions, position_table, _result_dtype(out, out_dtype)))
     if out is None:
         out = _new(table, (*ids.shape, table.shape[1]), out_dtype)
     _C.embedding(ids, table, out, positions, position_table, stream)
@@ -528,7 +546,7 @@ def gemm_fp8(a, b, scales_a, scales_b, scaling="tensor", *, bias=None, c=None, a
         raise _C.InvalidArgument(f"tileops_jit.gemm_fp8: activation must be None, 'gelu' or 'silu', got {activation!r}")
     if _compiling():
         return _into(out, _torch_ops().gemm_fp8(a, b, scales_a, scales_b, scaling, c, bias, alpha, beta,
-                                                activation or "none", out_dtype))
+                                                activation or "none", _result_dtype(out, out_dtype)))
     if type(alpha) is not float:
         alpha = _float(alpha, "alpha", "gemm_fp8")
     if type(beta) is not float:
@@ -668,7 +686,7 @@ def moe_permute(x, topk_ids, num_experts, *, capacity=None, x_scales=None, out=N
         if len(out) != len(result):
             raise _C.InvalidArgument(f"tileops_jit.moe_permute: out must hold {len(result)} tensors, got {len(out)}")
         for given, computed in zip(out, result):
-            given.copy_(computed)
+            _into(given, computed)
         return out
     if type(num_experts) is not int:
         num_experts = _int(num_experts, "num_experts", "moe_permute")
@@ -684,6 +702,9 @@ def moe_permute(x, topk_ids, num_experts, *, capacity=None, x_scales=None, out=N
         raise _C.InvalidArgument(f"tileops_jit.moe_permute: out must hold {3 if x_scales is None else 4} tensors "
                                  f"(x_perm or x_masked, expert_info, row_map{'' if x_scales is None else ', perm_scales'}), "
                                  f"got {len(out)}")
+    if _torch is not None and isinstance(topk_ids, _torch.Tensor) and topk_ids.numel() == 0:
+        out[1].zero_()  # no token: every expert empty, as the grouped GEMM then reads it
+        return out
     _C.moe_permute(x, topk_ids, out[0], out[1], out[2], x_scales, out[3] if x_scales is not None else None,
                    num_experts, capacity or 0, stream)
     return out

@@ -77,6 +77,11 @@ class TensorArgumentTest(Released):
         self.assertRefused(r"stream must be None, an int handle", tj.softmax, FakeTensor((4, 8)),
                            out=FakeTensor((4, 8)), stream="fast")
 
+    def test_stream_of_another_device(self):
+        other = types.SimpleNamespace(cuda_stream=0, device_index=1)  # what a torch.cuda.Stream says
+        self.assertRefused(r"stream is on cuda:1, the tensors on cuda:0", tj.softmax, FakeTensor((4, 8)),
+                           out=FakeTensor((4, 8)), stream=other)
+
     def test_rows_need_a_contiguous_last_dim(self):
         x = FakeTensor((8, 4), strides=(1, 8))
         self.assertRefused(r"argument 'x' must be contiguous in its last dim", tj.softmax, x, out=FakeTensor((8, 4)))
@@ -95,8 +100,23 @@ class OpArgumentTest(Released):
                            FakeTensor((4, 64)), FakeTensor((32,)), out=FakeTensor((4, 64)))
 
     def test_rms_norm_out_shape(self):
-        self.assertRefused(r"argument 'y' must have shape \[4, 64\]", tj.rms_norm, FakeTensor((4, 64)),
-                           FakeTensor((64,)), out=FakeTensor((5, 64)))
+        self.assertRefused(r"rms_norm: out has shape \[5, 64\] where x has \[4, 64\] \(the last dim aside\)",
+                           tj.rms_norm, FakeTensor((4, 64)), FakeTensor((64,)), out=FakeTensor((5, 64)))
+
+    def test_same_rows_in_another_shape_refused(self):
+        # 2 x 3 rows are 3 x 2 rows too; the shapes still differ.
+        x = FakeTensor((2, 3, 8))
+        self.assertRefused(r"add: b has shape \[3, 2, 8\] where a has \[2, 3, 8\]", tj.add, x, FakeTensor((3, 2, 8)),
+                           out=FakeTensor((2, 3, 8)))
+        self.assertRefused(r"softmax: out has shape \[3, 2, 8\] where x has \[2, 3, 8\]", tj.softmax, x,
+                           out=FakeTensor((3, 2, 8)))
+        self.assertRefused(r"rms_norm: residual has shape \[6, 8\] where x has \[2, 3, 8\]", tj.rms_norm, x,
+                           FakeTensor((8,)), residual=FakeTensor((6, 8)), out=FakeTensor((2, 3, 8)),
+                           residual_out=FakeTensor((6, 8)))
+
+    def test_rank_zero_tensor(self):
+        self.assertRefused(r"argument 'x' has 0 dims, too few for this op", tj.softmax, FakeTensor(()),
+                           out=FakeTensor(()))
 
     def test_rms_norm_residual_pairs(self):
         self.assertRefused(r"residual and residual_out go together", tj._C.rms_norm, FakeTensor((4, 64)),
@@ -122,6 +142,14 @@ class OpArgumentTest(Released):
                            out=out)
         self.assertRefused(r"activation must be None, 'gelu' or 'silu'", tj.matmul, a, FakeTensor((64, 32)), out=out,
                            activation="relu")
+
+    def test_batched_matmul_c_layout(self):
+        a, b, out = FakeTensor((2, 64, 32)), FakeTensor((2, 32, 64)), FakeTensor((2, 64, 64))
+        every_other = FakeTensor((2, 64, 64), strides=(8192, 128, 2))  # c[..., ::2] of a [2, 64, 128]
+        self.assertRefused(r"argument 'C' must be a bf16 view of shape \[2, 64, 64\] and strides \[8192, 128, 1\]",
+                           tj.matmul, a, b, c=every_other, beta=1.0, out=out)
+        self.assertRefused(r"with a batched b, c must be \[batch, M, N\], got rank 2", tj.matmul, a, b,
+                           c=FakeTensor((64, 64)), beta=1.0, out=out)
 
     def test_matmul_out_shape(self):
         self.assertRefused(r"argument 'D' must have shape \[16, 32\]", tj.matmul, FakeTensor((16, 64)),
@@ -363,11 +391,18 @@ class GemmGroupedOutputTest(WithStandInTorch):
         self.assertEqual(StandInTensor.made, [("zeros", (64, 128), 0, "bfloat16")])
 
 
+class Result(str):
+    """A custom op's result as the stand-ins below name it, with a tensor's shape and dtype."""
+
+    shape, dtype = (4, 8), "bfloat16"
+
+
 class Recorder:
     """A tensor stand-in for the torch.compile path: records what is copied into it."""
 
-    def __init__(self, name):
+    def __init__(self, name, shape=Result.shape, dtype=Result.dtype):
         self.name = name
+        self.shape, self.dtype = shape, dtype
         self.copied = []
 
     def copy_(self, other):
@@ -387,12 +422,12 @@ class StandInCustomOps:
             if op in ("gemm_grouped_out", "gemm_fp8_grouped_out", "moe_unpermute_accumulate"):
                 return None
             if op in ("flash_attention", "decode_attention", "mla_decode", "rope", "quantize", "moe_topk"):
-                return f"{op}[0]", f"{op}[1]"
+                return Result(f"{op}[0]"), Result(f"{op}[1]")
             if op == "rms_norm" and args[3] is not None:
-                return "y", "h"
+                return Result("y"), Result("h")
             if op == "moe_permute":
-                return "x_perm", "offsets", "row_map"
-            return f"{op}()"
+                return Result("x_perm"), Result("offsets"), Result("row_map")
+            return Result(f"{op}()")
         return call
 
 
@@ -430,6 +465,15 @@ class CompiledOutputsTest(unittest.TestCase):
             self.assertInto(call(out), out, op)
         # Without out, the custom op's result.
         self.assertEqual(tj.softmax(x), "softmax()")
+
+    def test_out_of_another_shape_or_dtype_refused(self):
+        # copy_ would broadcast or cast into it; run eagerly, the op refuses it.
+        x = object()
+        with self.assertRaisesRegex(tj.InvalidArgument, r"out= has shape \[2, 4, 8\] and dtype bfloat16; the result "
+                                                        r"has \[4, 8\] and bfloat16"):
+            tj.softmax(x, out=Recorder("out", (2, 4, 8)))
+        with self.assertRaisesRegex(tj.InvalidArgument, r"dtype float32; the result has \[4, 8\] and bfloat16"):
+            tj.silu(x, out=Recorder("out", dtype="float32"))
 
     def test_residual_out_updated_in_place(self):
         x, residual, out = object(), Recorder("residual"), Recorder("out")
@@ -553,8 +597,8 @@ class OpCacheTest(Released):
 
     def test_an_op_that_fails_its_checks_is_not_cached(self):
         size = tj._C.op_cache_info()["size"]
-        with self.assertRaisesRegex(tj.InvalidArgument, r"argument 'y' must have shape"):
-            tj.rms_norm(FakeTensor((4, 64)), FakeTensor((64,)), 2e-3, out=FakeTensor((5, 64)))
+        with self.assertRaisesRegex(tj.InvalidArgument, r"argument 'weight' must be a contiguous vector of 64"):
+            tj.rms_norm(FakeTensor((4, 64)), FakeTensor((32,)), 2e-3, out=FakeTensor((4, 64)))
         with self.assertRaisesRegex(tj.InvalidArgument, r"k must be in \[1, 32\], got 40"):  # the problem itself
             tj.moe_topk(FakeTensor((4, 64)), 40, out=(FakeTensor((4, 40), "float32"), FakeTensor((4, 40), "int32")))
         self.assertEqual(tj._C.op_cache_info()["size"], size)
