@@ -129,7 +129,10 @@ std::vector<size_t> elements_off(const std::vector<double>& out, const std::vect
     size_t finite = 0;
     for (double r : ref)
         if (std::isfinite(r)) sum += r * r, ++finite;
-    const double floor = tol * (finite > 0 ? std::sqrt(sum / static_cast<double>(finite)) : 0.0) + smallest;
+    // An all-zero reference (log-softmax of one-element rows) has no scale of its own: then the
+    // errors count absolutely, as in relative_error.
+    const double rms = finite > 0 ? std::sqrt(sum / static_cast<double>(finite)) : 0.0;
+    const double floor = tol * (rms > 0 ? rms : 1.0) + smallest;
     std::vector<size_t> off;
     for (size_t i = 0; i < std::min(out.size(), ref.size()); ++i) {
         if (std::isinf(ref[i])) {

@@ -98,7 +98,8 @@ double tolerance(DType dtype);
 // Per element, what a kernel rounding its fp32 result to `dtype` may differ by from the exact
 // value rounded the same way: |out - ref| <= tol (|ref| + rms(ref)) + the smallest subnormal, tol
 // the norm-wise tolerance or one unit in the last place at the bottom of a binade, the larger
-// (fp8 e4m3: 0.125). Returns the indices that miss it (NaN always does).
+// (fp8 e4m3: 0.125); rms(ref) counts as 1 where ref is all zeros. Returns the indices that miss it
+// (NaN always does).
 std::vector<size_t> elements_off(const std::vector<double>& out, const std::vector<double>& ref, DType dtype);
 
 // Two decode batches of `batch` (>= 16) sequences for one launch, seeded: short ones (0-299

@@ -55,6 +55,9 @@ TEST_CASE("A kernel's rounding passes the element check in every dtype", "[test_
     std::vector<double> next = tiny;
     for (double& v : next) v += std::ldexp(1.0, -24);
     CHECK(elements_off(next, tiny, DType::fp16).empty());
+    // An all-zero reference (log-softmax of one-element rows): fp32 rounding of log(1 + eps).
+    CHECK(elements_off({-1.1e-7}, {0.0}, DType::fp32).empty());
+    CHECK(elements_off({-1e-4}, {0.0}, DType::fp32) == std::vector<size_t>{0});
 }
 
 TEST_CASE("NaN, a size mismatch and a missing infinity are errors", "[test_support]") {

@@ -381,6 +381,25 @@ TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 2
         CHECK(heuristic.at("kernel") == detail::kDecodeTensorCores);
         CHECK(heuristic.at("warps") == (head_dim <= 128 ? 4 : 2));
     }
+    // MHA batches (one row a KV head, chunks cut by the lengths): two warps on two stages; a
+    // single sequence, GQA and fp8 caches keep their rules.
+    const auto mha = [&](int64_t batch, int64_t head_dim, bool fp8) {
+        return DecodeAttention(with([&](auto& q) {
+                   q.batch = batch, q.num_kv_heads = 32, q.head_dim = head_dim;
+                   if (fp8) q.kv_dtype = DType::fp8_e4m3;
+               }))
+            .model()
+            .heuristic(h100);
+    };
+    for (int64_t head_dim : {64, 96, 128}) {
+        const Config batch = mha(256, head_dim, false);
+        CHECK(batch.at("kernel") == detail::kDecodeTensorCores);
+        CHECK((batch.at("warps") == 2 && batch.at("stages") == 2));
+    }
+    CHECK(mha(256, 256, false).at("stages") == 3);
+    CHECK(mha(1, 128, false).at("kernel") == detail::kDecodeCudaCores);
+    const Config fp8_batch = mha(256, 128, true);
+    CHECK_FALSE((fp8_batch.at("kernel") == detail::kDecodeTensorCores && fp8_batch.at("warps") == 2));
     // Tiles of 32 keys are refused where rows copied chunk by chunk would spill (past 128, unless
     // the rows are whole 128-byte lines: 192, 256), and left out of the search space there.
     const Config tile32{{"kernel", 1}, {"warps", 2}, {"tile", 32}, {"stages", 2}, {"splits", 1}};
