@@ -38,9 +38,11 @@ TEST_CASE("every MLA decode config of the search space compiles for sm_80 and sm
     for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
         INFO(name << ": " << report.static_shared_bytes << " bytes of static shared memory");
         CHECK(report.spill_bytes == 0);
-        // All their shared memory is dynamic but the chunk search's, which the host adds
-        // (mla_invalid_reason): it must not count fewer bytes than ptxas laid out.
-        CHECK(static_cast<size_t>(report.static_shared_bytes) <= kKvChunkSharedBytes);
+        // The attention kernels' shared memory is dynamic but for the chunk search's, which the
+        // host adds (mla_invalid_reason): it must not count fewer bytes than ptxas laid out. (The
+        // merge kernel, 1.6 KB of static shared memory and no dynamic, is not held to it.)
+        if (name.find("mla_merge_kernel") == std::string::npos)
+            CHECK(static_cast<size_t>(report.static_shared_bytes) <= kKvChunkSharedBytes);
         if (name.find("mla_decode_sm90_kernel") == std::string::npos) CHECK_FALSE(report.wgmma_serialized);
     }
 }
