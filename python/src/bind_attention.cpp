@@ -72,7 +72,7 @@ py::object finish_decode(Call& call, Op& op, const TensorView& q, std::initializ
 
 py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg, py::handle out_arg, py::handle lse_arg,
                            py::handle cu_q_arg, py::handle cu_k_arg, int64_t max_seqlen_q, int64_t max_seqlen_k,
-                           bool causal, float scale, int64_t window_left, AttentionLayout layout, py::handle stream) {
+                           bool causal, double scale, int64_t window_left, AttentionLayout layout, py::handle stream) {
     Call call(stream);
     const PyTensor& q = call.tensor(q_arg, "q");
     const PyTensor& k = call.tensor(k_arg, "k");
@@ -87,7 +87,7 @@ py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg,
     FlashAttentionProblem& p = key.problem();
     p.dtype = q.dtype;
     p.causal = causal;
-    p.scale = scale;
+    p.scale = to_float32(scale, "flash_attention", "scale");
     p.window_left = window_left;
     p.return_lse = lse != nullptr;
     p.layout = layout;
@@ -137,7 +137,7 @@ py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg,
 
 py::object decode_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg, py::handle lengths_arg,
                             py::handle out_arg, py::handle lse_arg, py::handle page_table_arg, int64_t max_kv_len,
-                            float scale, float softcap, int64_t window_left, float k_scale, float v_scale,
+                            double scale, double softcap, int64_t window_left, double k_scale, double v_scale,
                             py::handle stream) {
     Call call(stream);
     const PyTensor& q = call.tensor(q_arg, "q");
@@ -164,10 +164,10 @@ py::object decode_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg
     p.kv_head_stride = k.stride(2);
     p.dtype = q.dtype;
     if (k.dtype != q.dtype) p.kv_dtype = k.dtype;
-    p.k_scale = k_scale;
-    p.v_scale = v_scale;
-    p.scale = scale;
-    p.softcap = softcap;
+    p.k_scale = to_float32(k_scale, "decode_attention", "k_scale");
+    p.v_scale = to_float32(v_scale, "decode_attention", "v_scale");
+    p.scale = to_float32(scale, "decode_attention", "scale");
+    p.softcap = to_float32(softcap, "decode_attention", "softcap");
     p.window_left = window_left;
     p.return_lse = lse != nullptr;
     return finish_decode(call, call.op<DecodeAttention>(key), q_view, {k.view(), v.view()}, lengths, page_table,
@@ -175,7 +175,7 @@ py::object decode_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg
 }
 
 py::object mla_decode(py::handle q_arg, py::handle kv_arg, py::handle lengths_arg, py::handle out_arg,
-                      py::handle lse_arg, py::handle page_table_arg, int64_t max_kv_len, float scale, py::handle stream) {
+                      py::handle lse_arg, py::handle page_table_arg, int64_t max_kv_len, double scale, py::handle stream) {
     Call call(stream);
     const PyTensor& q = call.tensor(q_arg, "q");
     const PyTensor& kv = call.tensor(kv_arg, "kv_cache");
@@ -194,7 +194,7 @@ py::object mla_decode(py::handle q_arg, py::handle kv_arg, py::handle lengths_ar
     MlaDecodeProblem& p = key.problem();
     set_decode_layout(p, q_view, out_view, kv, page_table, max_kv_len, "mla_decode");
     p.dtype = q.dtype;
-    p.scale = scale;
+    p.scale = to_float32(scale, "mla_decode", "scale");
     p.return_lse = lse != nullptr;
     return finish_decode(call, call.op<MlaDecode>(key), q_view, {kv.view()}, lengths, page_table, out_view, lse);
 }
@@ -204,15 +204,15 @@ py::object mla_decode(py::handle q_arg, py::handle kv_arg, py::handle lengths_ar
 void bind_attention(py::module_& m) {
     m.def("flash_attention", &flash_attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
           py::arg("lse") = py::none(), py::arg("cu_seqlens_q") = py::none(), py::arg("cu_seqlens_k") = py::none(),
-          py::arg("max_seqlen_q") = 0, py::arg("max_seqlen_k") = 0, py::arg("causal") = false, py::arg("scale") = 0.0f,
+          py::arg("max_seqlen_q") = 0, py::arg("max_seqlen_k") = 0, py::arg("causal") = false, py::arg("scale") = 0.0,
           py::arg("window_left") = -1, py::arg("layout") = AttentionLayout::bshd, TILEOPS_PY_CALL_ARGS);
     m.def("decode_attention", &decode_attention, py::arg("q"), py::arg("k_cache"), py::arg("v_cache"),
           py::arg("lengths"), py::arg("out"), py::arg("lse") = py::none(), py::arg("page_table") = py::none(),
-          py::arg("max_kv_len") = 0, py::arg("scale") = 0.0f, py::arg("softcap") = 0.0f, py::arg("window_left") = -1,
-          py::arg("k_scale") = 1.0f, py::arg("v_scale") = 1.0f, TILEOPS_PY_CALL_ARGS);
+          py::arg("max_kv_len") = 0, py::arg("scale") = 0.0, py::arg("softcap") = 0.0, py::arg("window_left") = -1,
+          py::arg("k_scale") = 1.0, py::arg("v_scale") = 1.0, TILEOPS_PY_CALL_ARGS);
     m.def("mla_decode", &mla_decode, py::arg("q"), py::arg("kv_cache"), py::arg("lengths"), py::arg("out"),
           py::arg("lse") = py::none(), py::arg("page_table") = py::none(), py::arg("max_kv_len") = 0,
-          py::arg("scale") = 0.0f, TILEOPS_PY_CALL_ARGS);
+          py::arg("scale") = 0.0, TILEOPS_PY_CALL_ARGS);
 }
 
 }  // namespace tileops::python

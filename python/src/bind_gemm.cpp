@@ -32,7 +32,7 @@ TensorView matrix_view(const PyTensor& t, bool batched, bool transposed = false)
 }
 
 py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::handle c_arg, py::handle bias_arg,
-                float alpha, float beta, GemmEpilogue epilogue, py::handle stream) {
+                double alpha, double beta, GemmEpilogue epilogue, py::handle stream) {
     Call call(stream);
     const PyTensor& a = call.tensor(a_arg, "a");
     const PyTensor& b = call.tensor(b_arg, "b");
@@ -40,11 +40,11 @@ py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::hand
     const PyTensor* c = call.optional(c_arg, "c");
     const PyTensor* bias = call.optional(bias_arg, "bias");
     if (b.rank != 2 && b.rank != 3)
-        throw InvalidArgument(fmt::format("tileops_jit.gemm: b must be [K, N] or [batch, K, N], got rank {}", b.rank));
+        throw InvalidArgument(fmt::format("tileops_jit.matmul: b must be [K, N] or [batch, K, N], got rank {}", b.rank));
     const bool batched = b.rank == 3;
     if (batched && (a.rank != 3 || out.rank != 3))
-        throw InvalidArgument("tileops_jit.gemm: a batched b ([batch, K, N]) needs a and out of rank 3");
-    if (a.rank < 2 && !batched) throw InvalidArgument("tileops_jit.gemm: a must have rank 2 or more ([..., M, K])");
+        throw InvalidArgument("tileops_jit.matmul: a batched b ([batch, K, N]) needs a and out of rank 3");
+    if (a.rank < 2 && !batched) throw InvalidArgument("tileops_jit.matmul: a must have rank 2 or more ([..., M, K])");
 
     ProblemKey<GemmProblem> key;
     GemmProblem& p = key.problem();
@@ -60,7 +60,7 @@ py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::hand
         p.layout = GemmLayout::nt;
         p.ldb = b.stride(-1);
     } else {
-        throw InvalidArgument(fmt::format("tileops_jit.gemm: b (strides {}, {}) must be contiguous in one of its last "
+        throw InvalidArgument(fmt::format("tileops_jit.matmul: b (strides {}, {}) must be contiguous in one of its last "
                                           "two dims",
                                           b.stride(-2), b.stride(-1)));
     }
@@ -78,17 +78,17 @@ py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::hand
         p.ldd = out.row_stride();
     }
     if (a.size(-1) != p.k)
-        throw InvalidArgument(fmt::format("tileops_jit.gemm: a's last dim ({}) must equal b's K ({})", a.size(-1), p.k));
-    if (a.stride(-1) != 1 && p.k > 1) throw InvalidArgument("tileops_jit.gemm: a must be contiguous in its last dim");
-    if (out.stride(-1) != 1 && p.n > 1) throw InvalidArgument("tileops_jit.gemm: out must be contiguous in its last dim");
+        throw InvalidArgument(fmt::format("tileops_jit.matmul: a's last dim ({}) must equal b's K ({})", a.size(-1), p.k));
+    if (a.stride(-1) != 1 && p.k > 1) throw InvalidArgument("tileops_jit.matmul: a must be contiguous in its last dim");
+    if (out.stride(-1) != 1 && p.n > 1) throw InvalidArgument("tileops_jit.matmul: out must be contiguous in its last dim");
     // No rows or no columns (K = 0 is not empty: out = beta c + bias).
     if (call.empty(p.m == 0 || p.n == 0 || (batched && p.batch == 0), {&out}, "matmul")) return call.nothing("matmul");
-    p.alpha = alpha;
-    p.beta = beta;
+    p.alpha = to_float32(alpha, "matmul", "alpha");
+    p.beta = to_float32(beta, "matmul", "beta");
     p.has_c = c != nullptr;
     if (c != nullptr) {
         if (batched && c->rank != 3)
-            throw InvalidArgument(fmt::format("tileops_jit.gemm: with a batched b, c must be [batch, M, N], got rank {}",
+            throw InvalidArgument(fmt::format("tileops_jit.matmul: with a batched b, c must be [batch, M, N], got rank {}",
                                               c->rank));
         p.ldc = batched ? c->stride(1) : c->row_stride();
         if (batched) p.batch_stride_c = c->stride(0);
@@ -112,7 +112,7 @@ py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::hand
 
 void bind_gemm(py::module_& m) {
     m.def("gemm", &gemm, py::arg("a"), py::arg("b"), py::arg("out"), py::arg("c") = py::none(),
-          py::arg("bias") = py::none(), py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f,
+          py::arg("bias") = py::none(), py::arg("alpha") = 1.0, py::arg("beta") = 0.0,
           py::arg("epilogue") = GemmEpilogue::none, TILEOPS_PY_CALL_ARGS);
 }
 

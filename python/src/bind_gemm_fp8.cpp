@@ -61,8 +61,8 @@ TensorView block_scales_view(const PyTensor& t, bool of_a, int64_t m, int64_t n,
 // a: [..., M, K] (leading dims folded into M) or, with b [batch, N, K], [batch, M, K]; out and c
 // like a with N for K; bias [N].
 py::object gemm_fp8(py::handle a_arg, py::handle b_arg, py::handle scales_a_arg, py::handle scales_b_arg,
-                    py::handle out_arg, py::handle c_arg, py::handle bias_arg, const std::string& scaling, float alpha,
-                    float beta, GemmEpilogue epilogue, py::handle stream) {
+                    py::handle out_arg, py::handle c_arg, py::handle bias_arg, const std::string& scaling, double alpha,
+                    double beta, GemmEpilogue epilogue, py::handle stream) {
     Call call(stream);
     const GemmFp8Scaling kind = scaling_of(scaling);
     const PyTensor& a = call.tensor(a_arg, "a");
@@ -115,8 +115,8 @@ py::object gemm_fp8(py::handle a_arg, py::handle b_arg, py::handle scales_a_arg,
     }
     p.out_dtype = out.dtype;
     p.scaling = kind;
-    p.alpha = alpha;
-    p.beta = beta;
+    p.alpha = to_float32(alpha, "gemm_fp8", "alpha");
+    p.beta = to_float32(beta, "gemm_fp8", "beta");
     p.has_c = c != nullptr;
     if (c != nullptr) {
         p.ldc = batched ? c->stride(1) : c->row_stride();
@@ -149,7 +149,7 @@ py::object gemm_fp8(py::handle a_arg, py::handle b_arg, py::handle scales_a_arg,
 void bind_gemm_fp8(py::module_& m) {
     m.def("gemm_fp8", &gemm_fp8, py::arg("a"), py::arg("b"), py::arg("scales_a"), py::arg("scales_b"), py::arg("out"),
           py::arg("c") = py::none(), py::arg("bias") = py::none(), py::arg("scaling") = "tensor",
-          py::arg("alpha") = 1.0f, py::arg("beta") = 0.0f, py::arg("epilogue") = GemmEpilogue::none,
+          py::arg("alpha") = 1.0, py::arg("beta") = 0.0, py::arg("epilogue") = GemmEpilogue::none,
           TILEOPS_PY_CALL_ARGS);
 }
 

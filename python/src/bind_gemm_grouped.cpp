@@ -13,7 +13,7 @@ namespace {
 // a [rows, K] with offsets [G + 1] (contiguous) or [G, capacity, K] with counts [G] (masked);
 // out like a with N for K.
 py::object gemm_grouped(py::handle a_arg, py::handle b_arg, py::handle group_rows_arg, py::handle out_arg, bool masked,
-                        float alpha, GemmEpilogue epilogue, py::handle stream) {
+                        double alpha, GemmEpilogue epilogue, py::handle stream) {
     Call call(stream);
     const PyTensor& a = call.tensor(a_arg, "a");
     const PyTensor& b = call.tensor(b_arg, "b");
@@ -61,7 +61,7 @@ py::object gemm_grouped(py::handle a_arg, py::handle b_arg, py::handle group_row
     p.ldd = out.stride(-2);
     p.dtype = a.dtype;
     p.out_dtype = out.dtype;
-    p.alpha = alpha;
+    p.alpha = to_float32(alpha, "gemm_grouped", "alpha");
     p.epilogue = epilogue;
     GemmGrouped& op = call.op<GemmGrouped>(key);
     // B as the op sees its memory: [G, N, K] or [G, K, N] rows.
@@ -98,7 +98,7 @@ bool contiguous_shape(const PyTensor& t, std::initializer_list<int64_t> shape) {
 // their layout here (the op sees only their count).
 py::object gemm_fp8_grouped(py::handle a_arg, py::handle b_arg, py::handle scales_a_arg, py::handle scales_b_arg,
                             py::handle group_rows_arg, py::handle out_arg, bool masked, const std::string& scaling,
-                            float alpha, GemmEpilogue epilogue, py::handle stream) {
+                            double alpha, GemmEpilogue epilogue, py::handle stream) {
     Call call(stream);
     const PyTensor& a = call.tensor(a_arg, "a");
     const PyTensor& b = call.tensor(b_arg, "b");
@@ -131,7 +131,7 @@ py::object gemm_fp8_grouped(py::handle a_arg, py::handle b_arg, py::handle scale
     p.out_dtype = out.dtype;
     p.scaling = fp8_scaling_of(scaling);
     p.group_layout = masked ? GemmGroupLayout::masked : GemmGroupLayout::contiguous;
-    p.alpha = alpha;
+    p.alpha = to_float32(alpha, "gemm_grouped", "alpha");
     p.epilogue = epilogue;
     if (p.scaling == GemmFp8Scaling::blocks) {
         const int64_t k_blocks = (p.k + 127) / 128, n_blocks = (p.n + 127) / 128;
@@ -156,9 +156,9 @@ py::object gemm_fp8_grouped(py::handle a_arg, py::handle b_arg, py::handle scale
 void bind_gemm_grouped(py::module_& m) {
     m.def("gemm_fp8_grouped", &gemm_fp8_grouped, py::arg("a"), py::arg("b"), py::arg("scales_a"), py::arg("scales_b"),
           py::arg("group_rows"), py::arg("out"), py::arg("masked") = false, py::arg("scaling") = "tensor",
-          py::arg("alpha") = 1.0f, py::arg("epilogue") = GemmEpilogue::none, TILEOPS_PY_CALL_ARGS);
+          py::arg("alpha") = 1.0, py::arg("epilogue") = GemmEpilogue::none, TILEOPS_PY_CALL_ARGS);
     m.def("gemm_grouped", &gemm_grouped, py::arg("a"), py::arg("b"), py::arg("group_rows"), py::arg("out"),
-          py::arg("masked") = false, py::arg("alpha") = 1.0f, py::arg("epilogue") = GemmEpilogue::none,
+          py::arg("masked") = false, py::arg("alpha") = 1.0, py::arg("epilogue") = GemmEpilogue::none,
           TILEOPS_PY_CALL_ARGS);
 }
 

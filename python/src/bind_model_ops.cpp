@@ -46,7 +46,7 @@ py::object embedding(py::handle ids_arg, py::handle table_arg, py::handle out_ar
 py::object rope(py::handle q_arg, py::handle k_arg, py::handle positions_arg, py::handle q_out_arg,
                 py::handle k_out_arg, py::handle v_arg, py::handle slots_arg, py::handle k_cache_arg,
                 py::handle v_cache_arg, double theta, RopeStyle style, int64_t rotary_dim, const RopeScaling& scaling,
-                float k_scale, float v_scale, py::handle stream) {
+                double k_scale, double v_scale, py::handle stream) {
     Call call(stream);
     const PyTensor& q = call.tensor(q_arg, "q");
     const PyTensor& k = call.tensor(k_arg, "k");
@@ -92,8 +92,8 @@ py::object rope(py::handle q_arg, py::handle k_arg, py::handle positions_arg, py
         p.page_size = k_cache->size(1);
         p.num_pages = k_cache->size(0);
         if (k_cache->dtype != q.dtype) p.kv_dtype = k_cache->dtype;
-        p.k_scale = k_scale;
-        p.v_scale = v_scale;
+        p.k_scale = to_float32(k_scale, "rope", "k_scale");
+        p.v_scale = to_float32(v_scale, "rope", "v_scale");
         p.cache_page_stride = k_cache->stride(0);
         p.cache_token_stride = k_cache->stride(1);
         p.cache_head_stride = k_cache->stride(2);
@@ -143,8 +143,8 @@ void bind_model_ops(py::module_& m) {
     m.def("rope", &rope, py::arg("q"), py::arg("k"), py::arg("positions"), py::arg("q_out"), py::arg("k_out"),
           py::arg("v") = py::none(), py::arg("slots") = py::none(), py::arg("k_cache") = py::none(),
           py::arg("v_cache") = py::none(), py::arg("theta") = 10000.0, py::arg("style") = RopeStyle::neox,
-          py::arg("rotary_dim") = 0, py::arg("scaling") = RopeScaling{}, py::arg("k_scale") = 1.0f,
-          py::arg("v_scale") = 1.0f, TILEOPS_PY_CALL_ARGS);
+          py::arg("rotary_dim") = 0, py::arg("scaling") = RopeScaling{}, py::arg("k_scale") = 1.0,
+          py::arg("v_scale") = 1.0, TILEOPS_PY_CALL_ARGS);
     m.def("sample", &sample, py::arg("logits"), py::arg("out"), py::arg("temperature") = py::none(),
           py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("min_p") = py::none(),
           py::arg("offsets") = py::none(), py::arg("seed") = 0, TILEOPS_PY_CALL_ARGS);

@@ -15,7 +15,7 @@ MoeScoring scoring_of(const std::string& name) {
 }
 
 py::object moe_topk(py::handle logits_arg, py::handle weights_arg, py::handle ids_arg, py::handle bias_arg, int64_t k,
-                    const std::string& scoring, bool renormalize, float routed_scaling_factor, int64_t n_group,
+                    const std::string& scoring, bool renormalize, double routed_scaling_factor, int64_t n_group,
                     int64_t topk_group, py::handle stream) {
     Call call(stream);
     const MoeScoring kind = scoring_of(scoring);
@@ -32,7 +32,7 @@ py::object moe_topk(py::handle logits_arg, py::handle weights_arg, py::handle id
     p.dtype = logits.dtype;
     p.scoring = kind;
     p.renormalize = renormalize;
-    p.routed_scaling_factor = routed_scaling_factor;
+    p.routed_scaling_factor = to_float32(routed_scaling_factor, "moe_topk", "routed_scaling_factor");
     p.n_group = n_group;
     p.topk_group = topk_group;
     p.correction_bias = bias != nullptr;

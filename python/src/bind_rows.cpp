@@ -25,7 +25,7 @@ void set_rows(const char* op, P& p, const PyTensor& x, const PyTensor& out) {
 }
 
 py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg, py::handle residual_arg,
-                    py::handle residual_out_arg, float eps, py::handle stream) {
+                    py::handle residual_out_arg, double eps, py::handle stream) {
     Call call(stream);
     const PyTensor& x = call.tensor(x_arg, "x");
     const PyTensor& weight = call.tensor(weight_arg, "weight");
@@ -38,7 +38,7 @@ py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg,
     ProblemKey<RmsNormProblem> key;
     RmsNormProblem& p = key.problem();
     set_rows("rms_norm", p, x, out);
-    p.eps = eps;
+    p.eps = to_float32(eps, "rms_norm", "eps");
     if (residual != nullptr) {
         residual->require_dims_of("rms_norm", x);
         residual_out->require_dims_of("rms_norm", x);
@@ -51,7 +51,7 @@ py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg,
     return call.finish(op, {x.rows_view(), residual->rows_view(), w}, {out.rows_view(), residual_out->rows_view()});
 }
 
-py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_arg, py::handle out_arg, float eps,
+py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_arg, py::handle out_arg, double eps,
                       py::handle stream) {
     Call call(stream);
     const PyTensor& x = call.tensor(x_arg, "x");
@@ -62,7 +62,7 @@ py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_a
     ProblemKey<LayerNormProblem> key;
     LayerNormProblem& p = key.problem();
     set_rows("layer_norm", p, x, out);
-    p.eps = eps;
+    p.eps = to_float32(eps, "layer_norm", "eps");
     return call.finish(call.op<LayerNorm>(key), {x.rows_view(), weight.view(), bias.view()}, {out.rows_view()});
 }
 
@@ -115,9 +115,9 @@ py::object elementwise(ElementwiseOp which, py::handle a_arg, py::handle b_arg, 
 
 void bind_rows(py::module_& m) {
     m.def("rms_norm", &rms_norm, py::arg("x"), py::arg("weight"), py::arg("out"), py::arg("residual") = py::none(),
-          py::arg("residual_out") = py::none(), py::arg("eps") = 1e-6f, TILEOPS_PY_CALL_ARGS);
+          py::arg("residual_out") = py::none(), py::arg("eps") = 1e-6, TILEOPS_PY_CALL_ARGS);
     m.def("layer_norm", &layer_norm, py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("out"),
-          py::arg("eps") = 1e-5f, TILEOPS_PY_CALL_ARGS);
+          py::arg("eps") = 1e-5, TILEOPS_PY_CALL_ARGS);
     m.def("softmax", &softmax, py::arg("x"), py::arg("out"), py::arg("log") = false, TILEOPS_PY_CALL_ARGS);
     m.def("elementwise", &elementwise, py::arg("op"), py::arg("a"), py::arg("b"), py::arg("out"), TILEOPS_PY_CALL_ARGS);
 }

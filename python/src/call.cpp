@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 #include <utility>
 
@@ -67,6 +68,15 @@ std::map<int, std::unique_ptr<Runtime>>& runtimes() {
 void set_mode(Mode mode) { current_mode = mode; }
 
 std::string take_explanation() { return std::exchange(explanation, std::string()); }
+
+float to_float32(double value, const char* op, const char* name) {
+    const float narrowed = static_cast<float>(value);
+    if (std::isfinite(value) && (std::isinf(narrowed) || (narrowed == 0.0f && value != 0.0)))
+        throw InvalidArgument(fmt::format("tileops_jit.{}: {} = {} is out of float32's range (its magnitude must be "
+                                          "between about 1.4e-45 and 3.4e38, or 0)",
+                                          op, name, value));
+    return narrowed;
+}
 
 Runtime& runtime_for(int device) {
     auto found = runtimes().find(device);

@@ -36,6 +36,11 @@ std::string take_explanation();
 // The runtime of CUDA device `device`, created on first use and kept for the process's life.
 Runtime& runtime_for(int device);
 
+// A float argument (Python passes doubles) as the op's float32. A value float32 cannot hold is
+// refused by name: rounded to 0 it would silently become an op's default (a softmax scale of 0
+// means 1 / sqrt(head_dim)), rounded to infinity it would poison every output.
+float to_float32(double value, const char* op, const char* name);
+
 // The address of problem_tag<P> names the problem type P in a cache key, so that problems of
 // different types never share a key.
 template <class P>

@@ -79,6 +79,9 @@ def _into(out, result):
 # list of signatures); a value of the expected type passes at the cost of a type check.
 
 _INT64 = 1 << 63
+# The fast paths below test ints of the right type for int64's range (pybind11 refuses a larger one
+# with a bare TypeError): `(a.bit_length() | b.bit_length()) < 64` holds when both fit (-2**63
+# aside, which the slow path's _int takes).
 
 
 def _int(value, name, op):
@@ -284,7 +287,8 @@ def flash_attention(q, k, v, *, causal=False, scale=None, window_left=-1, layout
                                             scale or 0.0, window_left, layout, return_lse)
         return (_into(out, o), _into(lse, l)) if return_lse else _into(out, o)
     if not (type(causal) is bool and type(window_left) is int and type(max_seqlen_q) is int
-            and type(max_seqlen_k) is int and (scale is None or type(scale) is float)):
+            and type(max_seqlen_k) is int and (window_left.bit_length() | max_seqlen_q.bit_length() | max_seqlen_k.bit_length()) < 64
+            and (scale is None or type(scale) is float)):
         op = "flash_attention"
         causal, window_left = _bool(causal, "causal", op), _int(window_left, "window_left", op)
         max_seqlen_q, max_seqlen_k = _int(max_seqlen_q, "max_seqlen_q", op), _int(max_seqlen_k, "max_seqlen_k", op)
@@ -323,8 +327,9 @@ def decode_attention(q, k_cache, v_cache, lengths, *, page_table=None, max_kv_le
         o, l = _torch_ops().decode_attention(q, k_cache, v_cache, lengths, page_table, max_kv_len, scale or 0.0,
                                              softcap, window_left, k_scale, v_scale, return_lse)
         return (_into(out, o), _into(lse, l)) if return_lse else _into(out, o)
-    if not (type(max_kv_len) is int and type(window_left) is int and type(softcap) is float
-            and type(k_scale) is float and type(v_scale) is float and (scale is None or type(scale) is float)):
+    if not (type(max_kv_len) is int and type(window_left) is int and (max_kv_len.bit_length() | window_left.bit_length()) < 64
+            and type(softcap) is float and type(k_scale) is float and type(v_scale) is float
+            and (scale is None or type(scale) is float)):
         op = "decode_attention"
         max_kv_len, window_left = _int(max_kv_len, "max_kv_len", op), _int(window_left, "window_left", op)
         scale, softcap = _scale(scale, op), _float(softcap, "softcap", op)
@@ -347,7 +352,7 @@ def mla_decode(q, kv_cache, lengths, *, page_table=None, max_kv_len=0, scale=Non
     if _compiling():
         o, l = _torch_ops().mla_decode(q, kv_cache, lengths, page_table, max_kv_len, scale or 0.0, return_lse)
         return (_into(out, o), _into(lse, l)) if return_lse else _into(out, o)
-    if not (type(max_kv_len) is int and (scale is None or type(scale) is float)):
+    if not (type(max_kv_len) is int and max_kv_len.bit_length() < 64 and (scale is None or type(scale) is float)):
         max_kv_len, scale = _int(max_kv_len, "max_kv_len", "mla_decode"), _scale(scale, "mla_decode")
     scale = scale or 0.0
     if out is None:
@@ -412,7 +417,8 @@ def rope(q, k, positions, *, theta=10000.0, style="neox", rotary_dim=0, scaling=
                                      scaling.type, [float(x) for x in scaling[1:]], k_scale, v_scale, inplace)
         return (q_o, k_o) if inplace else (_into(q_out, q_o), _into(k_out, k_o))
     factors = scaling[1:]
-    if not (type(theta) is float and type(rotary_dim) is int and type(k_scale) is float and type(v_scale) is float
+    if not (type(theta) is float and type(rotary_dim) is int and rotary_dim.bit_length() < 64
+            and type(k_scale) is float and type(v_scale) is float
             and type(factors[0]) is float and type(factors[1]) is float and type(factors[2]) is float
             and type(factors[3]) is float):
         op = "rope"
@@ -642,7 +648,8 @@ def moe_topk(logits, k, scoring="softmax", *, renormalize=False, routed_scaling_
         out[0].copy_(weights)
         out[1].copy_(ids)
         return out[0], out[1]
-    if not (type(k) is int and type(n_group) is int and type(topk_group) is int and type(renormalize) is bool
+    if not (type(k) is int and type(n_group) is int and type(topk_group) is int
+            and (k.bit_length() | n_group.bit_length() | topk_group.bit_length()) < 64 and type(renormalize) is bool
             and type(routed_scaling_factor) is float):
         op = "moe_topk"
         k, n_group, topk_group = _int(k, "k", op), _int(n_group, "n_group", op), _int(topk_group, "topk_group", op)

@@ -661,6 +661,59 @@ class ScalarArgumentTest(Released):
         self.assertRefused(r"moe_permute: num_experts must be an int, got float", tj.moe_permute, x,
                            FakeTensor((4, 2), "int32"), 16.0, out=(x, x, x))
 
+    def test_ints_past_int64_refused_by_name_on_the_fast_path(self):
+        big = 1 << 63
+        q, k = FakeTensor((4, 32, 128)), FakeTensor((4, 256, 8, 128))
+        lengths = FakeTensor((4,), "int32")
+        self.assertRefused(r"decode_attention: max_kv_len = 9223372036854775808 does not fit in a 64-bit int",
+                           tj.decode_attention, q, k, k, lengths, max_kv_len=big, out=q)
+        self.assertRefused(r"decode_attention: window_left = -9223372036854775809 does not fit", tj.decode_attention,
+                           q, k, k, lengths, window_left=-big - 1, out=q)
+        self.assertRefused(r"mla_decode: max_kv_len = 9223372036854775808 does not fit", tj.mla_decode,
+                           FakeTensor((2, 16, 576)), FakeTensor((2, 64, 576)), FakeTensor((2,), "int32"),
+                           max_kv_len=big, out=FakeTensor((2, 16, 512)))
+        fq = FakeTensor((96, 8, 128))
+        self.assertRefused(r"flash_attention: max_seqlen_k = 18446744073709551616 does not fit", tj.flash_attention,
+                           fq, fq, fq, out=fq, cu_seqlens_q=FakeTensor((3,), "int32"),
+                           cu_seqlens_k=FakeTensor((3,), "int32"), max_seqlen_q=16, max_seqlen_k=1 << 64)
+        self.assertRefused(r"rope: rotary_dim = 9223372036854775808 does not fit", tj.rope, FakeTensor((8, 4, 64)),
+                           FakeTensor((8, 2, 64)), FakeTensor((8,), "int32"), rotary_dim=big)
+        pair = (FakeTensor((4, 2), "float32"), FakeTensor((4, 2), "int32"))
+        self.assertRefused(r"moe_topk: topk_group = 9223372036854775808 does not fit", tj.moe_topk,
+                           FakeTensor((4, 64)), 2, n_group=1, topk_group=big, out=pair)
+        # -2**63 itself fits: it takes the slow path, and the call goes on (to fail later without a GPU).
+        with self.assertRaises(Exception) as raised:
+            tj.decode_attention(q, k, k, lengths, window_left=-big, out=FakeTensor((4, 32, 128)))
+        self.assertNotIn("does not fit", str(raised.exception))
+
+    def test_floats_outside_float32_refused_by_name(self):
+        x, out = FakeTensor((4, 8)), FakeTensor((4, 8))
+        q, k = FakeTensor((4, 32, 128)), FakeTensor((4, 256, 8, 128))
+        lengths = FakeTensor((4,), "int32")
+        # A scale that rounds to 0 would silently become the default 1 / sqrt(head_dim).
+        self.assertRefused(r"decode_attention: scale = 1e-50 is out of float32's range", tj.decode_attention, q, k, k,
+                           lengths, scale=1e-50, out=q)
+        self.assertRefused(r"decode_attention: k_scale = 1e\+39 is out of float32's range", tj.decode_attention, q, k,
+                           k, lengths, k_scale=1e39, out=q)
+        fq = FakeTensor((2, 128, 8, 128))
+        self.assertRefused(r"flash_attention: scale = -1e-60 is out of float32's range", tj.flash_attention, fq, fq, fq,
+                           scale=-1e-60, out=fq)
+        self.assertRefused(r"mla_decode: scale = 1e-300 is out", tj.mla_decode, FakeTensor((2, 16, 576)),
+                           FakeTensor((2, 64, 576)), FakeTensor((2,), "int32"), scale=1e-300,
+                           out=FakeTensor((2, 16, 512)))
+        self.assertRefused(r"rms_norm: eps = 1e-50 is out of float32's range", tj.rms_norm, x, FakeTensor((8,)), 1e-50,
+                           out=out)
+        self.assertRefused(r"layer_norm: eps = 1e\+40 is out", tj.layer_norm, x, FakeTensor((8,)), FakeTensor((8,)),
+                           1e40, out=out)
+        self.assertRefused(r"matmul: alpha = 1e-50 is out", tj.matmul, x, FakeTensor((8, 8)), alpha=1e-50, out=out)
+        pair = (FakeTensor((4, 2), "float32"), FakeTensor((4, 2), "int32"))
+        self.assertRefused(r"moe_topk: routed_scaling_factor = 1e\+300 is out", tj.moe_topk, FakeTensor((4, 64)), 2,
+                           routed_scaling_factor=1e300, out=pair)
+        # A float32 subnormal is no rounding to 0: the call goes on (to fail later without a GPU).
+        with self.assertRaises(Exception) as raised:
+            tj.decode_attention(q, k, k, lengths, scale=1e-40, out=FakeTensor((4, 32, 128)))
+        self.assertNotIn("float32's range", str(raised.exception))
+
     def test_integers_of_other_types_pass(self):
         class Index:
             def __index__(self):
