@@ -55,6 +55,9 @@ void set_decode_layout(P& p, const TensorView& q, const TensorView& out, const P
     p.kv_outer_stride = cache.stride(0), p.kv_token_stride = cache.stride(1);
 }
 
+// The caches as the package names them.
+constexpr OperandName kCacheNames[] = {{"k", "k_cache"}, {"v", "v_cache"}, {"kv", "kv_cache"}};
+
 // Runs a decode op on {q, caches..., lengths[, page_table]} into {out[, lse]}.
 py::object finish_decode(Call& call, Op& op, const TensorView& q, std::initializer_list<TensorView> caches,
                          const PyTensor& lengths, const PyTensor* page_table, const TensorView& out,
@@ -67,7 +70,7 @@ py::object finish_decode(Call& call, Op& op, const TensorView& q, std::initializ
     if (page_table != nullptr) views[count++] = page_table->view();
     const TensorArg inputs[5] = {views[0], views[1], views[2], views[3], views[4]};
     const OutputArg outputs[2] = {out, lse != nullptr ? with_tokens(*lse, 3) : TensorView{}};
-    return call.finish(op, Inputs(inputs, count), Outputs(outputs, lse != nullptr ? 2 : 1));
+    return call.finish(op, Inputs(inputs, count), Outputs(outputs, lse != nullptr ? 2 : 1), kCacheNames);
 }
 
 py::object flash_attention(py::handle q_arg, py::handle k_arg, py::handle v_arg, py::handle out_arg, py::handle lse_arg,

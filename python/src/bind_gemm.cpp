@@ -105,7 +105,7 @@ py::object gemm(py::handle a_arg, py::handle b_arg, py::handle out_arg, py::hand
     if (bias != nullptr) views[count++] = bias->view();
     const TensorArg inputs[4] = {views[0], views[1], views[2], views[3]};
     const OutputArg d = matrix_view(out, batched);
-    return call.finish(op, Inputs(inputs, count), {d});
+    return call.finish(op, Inputs(inputs, count), {d}, kGemmNames);
 }
 
 }  // namespace

@@ -141,7 +141,7 @@ py::object gemm_fp8(py::handle a_arg, py::handle b_arg, py::handle scales_a_arg,
     if (bias != nullptr) views[count++] = bias->view();
     const TensorArg inputs[6] = {views[0], views[1], views[2], views[3], views[4], views[5]};
     const OutputArg d = batched ? out.view() : out.rows_view();
-    return call.finish(op, Inputs(inputs, count), {d});
+    return call.finish(op, Inputs(inputs, count), {d}, kGemmNames);
 }
 
 }  // namespace

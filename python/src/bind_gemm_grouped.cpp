@@ -71,7 +71,7 @@ py::object gemm_grouped(py::handle a_arg, py::handle b_arg, py::handle group_row
         std::swap(b_view.strides[1], b_view.strides[2]);
     }
     const TensorArg inputs[3] = {a.view(), b_view, group_rows.vector_view()};
-    return call.finish(op, Inputs(inputs, 3), {OutputArg(out.view())});
+    return call.finish(op, Inputs(inputs, 3), {OutputArg(out.view())}, kGemmNames);
 }
 
 GemmFp8Scaling fp8_scaling_of(const std::string& name) {
@@ -148,7 +148,7 @@ py::object gemm_fp8_grouped(py::handle a_arg, py::handle b_arg, py::handle scale
     std::swap(b_view.shape[1], b_view.shape[2]);
     std::swap(b_view.strides[1], b_view.strides[2]);
     const TensorArg inputs[5] = {a.view(), b_view, scales_a.vector_view(), scales_b.vector_view(), group_rows.vector_view()};
-    return call.finish(op, Inputs(inputs, 5), {OutputArg(out.view())});
+    return call.finish(op, Inputs(inputs, 5), {OutputArg(out.view())}, kGemmNames);
 }
 
 }  // namespace

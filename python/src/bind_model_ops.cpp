@@ -37,10 +37,11 @@ py::object embedding(py::handle ids_arg, py::handle table_arg, py::handle out_ar
         p.max_positions = position_table->size(0);
     }
     Embedding& op = call.op<Embedding>(key);
-    if (positions == nullptr) return call.finish(op, {ids.vector_view(), table.rows_view()}, {out.rows_view()});
+    if (positions == nullptr)
+        return call.finish(op, {ids.vector_view(), table.rows_view()}, {out.rows_view()}, kOutNamedY);
     return call.finish(op,
                        {ids.vector_view(), table.rows_view(), positions->vector_view(), position_table->rows_view()},
-                       {out.rows_view()});
+                       {out.rows_view()}, kOutNamedY);
 }
 
 py::object rope(py::handle q_arg, py::handle k_arg, py::handle positions_arg, py::handle q_out_arg,
@@ -105,6 +106,9 @@ py::object rope(py::handle q_arg, py::handle k_arg, py::handle positions_arg, py
                        {q_out.view(), k_out.view(), k_cache->view(), v_cache->view()});
 }
 
+// The sampled tokens as the package names them.
+constexpr OperandName kSampleNames[] = {{"tokens", "out"}};
+
 py::object sample(py::handle logits_arg, py::handle out_arg, py::handle temperature_arg, py::handle top_k_arg,
                   py::handle top_p_arg, py::handle min_p_arg, py::handle offsets_arg, uint64_t seed, py::handle stream) {
     Call call(stream);
@@ -128,11 +132,11 @@ py::object sample(py::handle logits_arg, py::handle out_arg, py::handle temperat
     p.greedy = given == 0;
     p.seed = p.greedy ? 0 : seed;
     Sampling& op = call.op<Sampling>(key);
-    if (p.greedy) return call.finish(op, {logits.rows_view()}, {out.vector_view()});
+    if (p.greedy) return call.finish(op, {logits.rows_view()}, {out.vector_view()}, kSampleNames);
     return call.finish(op,
                        {logits.rows_view(), parameters[0]->vector_view(), parameters[1]->vector_view(),
                         parameters[2]->vector_view(), parameters[3]->vector_view(), parameters[4]->vector_view()},
-                       {out.vector_view()});
+                       {out.vector_view()}, kSampleNames);
 }
 
 }  // namespace

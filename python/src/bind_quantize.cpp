@@ -17,6 +17,9 @@ QuantizeScaling scaling_of(const std::string& name) {
 
 // q (the codes) and scales are the outputs; `scale`, when given, is a static per-tensor scale (an
 // input) and then scales must be None.
+// The codes as the package names them.
+constexpr OperandName kQuantizeNames[] = {{"q", "out"}};
+
 py::object quantize(py::handle x_arg, py::handle q_arg, py::handle scales_arg, py::handle scale_arg,
                     const std::string& scaling, py::handle stream) {
     Call call(stream);
@@ -49,9 +52,10 @@ py::object quantize(py::handle x_arg, py::handle q_arg, py::handle scales_arg, p
     p.q_stride = q.row_stride();
     if (kind == QuantizeScaling::block_1x128 && scales->size(0) > 1) p.scale_stride = scales->stride(0);
     Quantize& op = call.op<Quantize>(key);
-    if (scale != nullptr) return call.finish(op, {x.rows_view(), scale->vector_view()}, {q.rows_view()});
+    if (scale != nullptr)
+        return call.finish(op, {x.rows_view(), scale->vector_view()}, {q.rows_view()}, kQuantizeNames);
     const TensorView scales_view = kind == QuantizeScaling::block_1x128 ? scales->view() : scales->vector_view();
-    return call.finish(op, {x.rows_view()}, {q.rows_view(), scales_view});
+    return call.finish(op, {x.rows_view()}, {q.rows_view(), scales_view}, kQuantizeNames);
 }
 
 }  // namespace

@@ -24,6 +24,9 @@ void set_rows(const char* op, P& p, const PyTensor& x, const PyTensor& out) {
     p.y_stride = out.row_stride();
 }
 
+// RmsNorm's outputs as the package names them.
+constexpr OperandName kRmsNormNames[] = {{"y", "out"}, {"sum", "residual_out"}};
+
 py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg, py::handle residual_arg,
                     py::handle residual_out_arg, double eps, py::handle stream) {
     Call call(stream);
@@ -47,8 +50,9 @@ py::object rms_norm(py::handle x_arg, py::handle weight_arg, py::handle out_arg,
     }
     RmsNorm& op = call.op<RmsNorm>(key);
     const TensorView w = weight.view();
-    if (residual == nullptr) return call.finish(op, {x.rows_view(), w}, {out.rows_view()});
-    return call.finish(op, {x.rows_view(), residual->rows_view(), w}, {out.rows_view(), residual_out->rows_view()});
+    if (residual == nullptr) return call.finish(op, {x.rows_view(), w}, {out.rows_view()}, kRmsNormNames);
+    return call.finish(op, {x.rows_view(), residual->rows_view(), w}, {out.rows_view(), residual_out->rows_view()},
+                       kRmsNormNames);
 }
 
 py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_arg, py::handle out_arg, double eps,
@@ -63,7 +67,8 @@ py::object layer_norm(py::handle x_arg, py::handle weight_arg, py::handle bias_a
     LayerNormProblem& p = key.problem();
     set_rows("layer_norm", p, x, out);
     p.eps = to_float32(eps, "layer_norm", "eps");
-    return call.finish(call.op<LayerNorm>(key), {x.rows_view(), weight.view(), bias.view()}, {out.rows_view()});
+    return call.finish(call.op<LayerNorm>(key), {x.rows_view(), weight.view(), bias.view()}, {out.rows_view()},
+                       kOutNamedY);
 }
 
 py::object softmax(py::handle x_arg, py::handle out_arg, bool log, py::handle stream) {
@@ -76,7 +81,7 @@ py::object softmax(py::handle x_arg, py::handle out_arg, bool log, py::handle st
     SoftmaxProblem& p = key.problem();
     set_rows(name, p, x, out);
     p.log = log;
-    return call.finish(call.op<Softmax>(key), {x.rows_view()}, {out.rows_view()});
+    return call.finish(call.op<Softmax>(key), {x.rows_view()}, {out.rows_view()}, kOutNamedY);
 }
 
 // b may be a row of the last dim's length (broadcast over a's rows) or a's shape.
@@ -107,8 +112,9 @@ py::object elementwise(ElementwiseOp which, py::handle a_arg, py::handle b_arg, 
         }
     }
     Elementwise& op = call.op<Elementwise>(key);
-    if (b == nullptr) return call.finish(op, {a.rows_view()}, {out.rows_view()});
-    return call.finish(op, {a.rows_view(), p.broadcast_b ? b->view() : b->rows_view()}, {out.rows_view()});
+    if (b == nullptr) return call.finish(op, {a.rows_view()}, {out.rows_view()}, kOutNamedY);
+    return call.finish(op, {a.rows_view(), p.broadcast_b ? b->view() : b->rows_view()}, {out.rows_view()},
+                       kOutNamedY);
 }
 
 }  // namespace

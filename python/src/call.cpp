@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <utility>
@@ -192,7 +193,34 @@ py::object Call::nothing(const char* op) {
     return py::none();
 }
 
-py::object Call::finish(Op& op, Inputs inputs, Outputs outputs) {
+std::string with_python_names(std::string_view message, OperandNames names) {
+    std::string renamed;
+    size_t at = 0;
+    while (at < message.size()) {
+        const size_t open = message.find('\'', at);
+        const size_t close = open == std::string_view::npos ? open : message.find('\'', open + 1);
+        if (close == std::string_view::npos) break;
+        const std::string_view quoted = message.substr(open + 1, close - open - 1);
+        renamed.append(message.substr(at, open + 1 - at));
+        const auto match = std::find_if(names.begin(), names.end(), [&](const auto& n) { return n.first == quoted; });
+        renamed.append(match != names.end() ? match->second : quoted);
+        renamed.push_back('\'');
+        at = close + 1;
+    }
+    renamed.append(message.substr(std::min(at, message.size())));
+    return renamed;
+}
+
+py::object Call::finish(Op& op, Inputs inputs, Outputs outputs, OperandNames names) {
+    try {
+        return run_or_explain(op, inputs, outputs);
+    } catch (const InvalidArgument& e) {
+        if (names.size() == 0) throw;
+        throw InvalidArgument(with_python_names(e.what(), names));
+    }
+}
+
+py::object Call::run_or_explain(Op& op, Inputs inputs, Outputs outputs) {
     if (device_ < 0) throw InvalidArgument("tileops_jit: the call has no tensor to take its device from");
     // The hot path: a cached op run on a device whose runtime exists; run() checks the operands
     // itself. Otherwise the operand checks come first: they need no GPU, so bad arguments are

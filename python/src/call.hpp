@@ -12,9 +12,11 @@
 #include <list>
 #include <memory>
 #include <new>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "python_tensor.hpp"
@@ -35,6 +37,10 @@ std::string take_explanation();
 
 // The runtime of CUDA device `device`, created on first use and kept for the process's life.
 Runtime& runtime_for(int device);
+
+// {the op's operand name, the Python argument's}: see Call::finish.
+using OperandName = std::pair<std::string_view, std::string_view>;
+using OperandNames = std::span<const OperandName>;
 
 // A float argument (Python passes doubles) as the op's float32. A value float32 cannot hold is
 // refused by name: rounded to 0 it would silently become an op's default (a softmax scale of 0
@@ -167,11 +173,14 @@ public:
 
     // Runs, explains or prepares `op` (the one op() returned) on the call's device and stream,
     // the GIL released; the CUDA context current before the call is current again after it.
-    // Returns None (explain mode keeps the text for take_explanation()).
-    py::object finish(Op& op, Inputs inputs, Outputs outputs);
+    // Returns None (explain mode keeps the text for take_explanation()). `names` maps the op's
+    // operand names to the Python arguments they come from where the two differ (the C++ API's
+    // 'y' is the package's 'out'): an InvalidArgument of the op names what the caller passed.
+    py::object finish(Op& op, Inputs inputs, Outputs outputs, OperandNames names = {});
 
 private:
     void resolve_stream(const PyTensor& first);
+    py::object run_or_explain(Op& op, Inputs inputs, Outputs outputs);
 
     bool stream_known_ = false;
     bool fresh_ = false;  // entry_ was built by this call and is not cached yet
@@ -181,6 +190,14 @@ private:
     std::shared_ptr<CachedOp> entry_;
     std::deque<PyTensor> tensors_;  // stable addresses
 };
+
+// The GEMM ops' operands as the package names them (matmul, gemm_fp8, gemm_grouped).
+inline constexpr OperandName kGemmNames[] = {{"A", "a"}, {"B", "b"}, {"C", "c"}, {"D", "out"}};
+// The output of the ops whose C++ API calls it 'y' (row ops, elementwise, embedding).
+inline constexpr OperandName kOutNamedY[] = {{"y", "out"}};
+
+// `message` with every quoted operand name of `names` ('y') replaced by its Python name ('out').
+std::string with_python_names(std::string_view message, OperandNames names);
 
 // Shared by every op's binding: the `stream` argument.
 #define TILEOPS_PY_CALL_ARGS py::arg("stream") = py::none()

@@ -146,13 +146,13 @@ class OpArgumentTest(Released):
     def test_batched_matmul_c_layout(self):
         a, b, out = FakeTensor((2, 64, 32)), FakeTensor((2, 32, 64)), FakeTensor((2, 64, 64))
         every_other = FakeTensor((2, 64, 64), strides=(8192, 128, 2))  # c[..., ::2] of a [2, 64, 128]
-        self.assertRefused(r"argument 'C' must be a bf16 view of shape \[2, 64, 64\] and strides \[8192, 128, 1\]",
+        self.assertRefused(r"argument 'c' must be a bf16 view of shape \[2, 64, 64\] and strides \[8192, 128, 1\]",
                            tj.matmul, a, b, c=every_other, beta=1.0, out=out)
         self.assertRefused(r"with a batched b, c must be \[batch, M, N\], got rank 2", tj.matmul, a, b,
                            c=FakeTensor((64, 64)), beta=1.0, out=out)
 
     def test_matmul_out_shape(self):
-        self.assertRefused(r"argument 'D' must have shape \[16, 32\]", tj.matmul, FakeTensor((16, 64)),
+        self.assertRefused(r"argument 'out' must have shape \[16, 32\]", tj.matmul, FakeTensor((16, 64)),
                            FakeTensor((64, 32)), out=FakeTensor((17, 32)))
 
     def test_flash_attention_ranks_and_heads(self):
@@ -183,7 +183,7 @@ class OpArgumentTest(Released):
         x = FakeTensor((4, 64))
         self.assertRefused(r"scaling must be 'per_token', 'block_1x128' or 'per_tensor', got 'per_row'", tj.quantize, x,
                            "per_row")
-        self.assertRefused(r"argument 'q' has dtype bf16, expected fp8_e4m3", tj.quantize, x, out=FakeTensor((4, 64)),
+        self.assertRefused(r"argument 'out' has dtype bf16, expected fp8_e4m3", tj.quantize, x, out=FakeTensor((4, 64)),
                            scales=FakeTensor((4,), "float32"))
         self.assertRefused(r"dtype must be bf16 or fp16, got fp32", tj.quantize, FakeTensor((4, 64), "float32"),
                            out=FakeTensor((4, 64)), scales=FakeTensor((4,), "float32"))
@@ -246,7 +246,7 @@ class OpArgumentTest(Released):
                            "per_row", out=out)
         self.assertRefused(r"activation must be None, 'gelu' or 'silu', got 'relu'", tj.gemm_fp8, a, b, one, one,
                            activation="relu", out=out)
-        self.assertRefused(r"argument 'A' has dtype bf16, expected fp8_e4m3", tj.gemm_fp8, a, b, one, one, out=out)
+        self.assertRefused(r"argument 'a' has dtype bf16, expected fp8_e4m3", tj.gemm_fp8, a, b, one, one, out=out)
         self.assertRefused(r"a's last dim \(256\) must equal b's K \(128\)", tj.gemm_fp8, a, FakeTensor((32, 128)), one,
                            one, out=out)
         self.assertRefused(r"b must be \[N, K\] or \[batch, N, K\], got rank 1", tj.gemm_fp8, a, FakeTensor((256,)),
@@ -286,7 +286,7 @@ class OpArgumentTest(Released):
                            FakeTensor((4,), "float32"), "block", out=out)
         # Both layouts of scales_a pass to the op's own checks (here: A's dtype).
         for scales_a in [FakeTensor((2, 16), "float32"), FakeTensor((16, 2), "float32", strides=(1, 16))]:
-            self.assertRefused(r"argument 'A' has dtype bf16, expected fp8_e4m3", tj.gemm_fp8, a, b, scales_a, scales_b,
+            self.assertRefused(r"argument 'a' has dtype bf16, expected fp8_e4m3", tj.gemm_fp8, a, b, scales_a, scales_b,
                                "block", out=out)
 
     def test_rope_append_needs_all_four(self):
@@ -371,12 +371,12 @@ class SampleParametersTest(WithStandInTorch):
     def test_missing_parameters_take_neutral_values_on_the_logits_device(self):
         logits = StandInTensor((2, 1000), "float32")
         # A float32 out stops the call at the op's check of it, after the parameters passed theirs.
-        self.assertRefused(r"argument 'tokens' has dtype fp32, expected int32", tj.sample, logits,
+        self.assertRefused(r"argument 'out' has dtype fp32, expected int32", tj.sample, logits,
                            temperature=FakeTensor((2,), "float32"), out=FakeTensor((2,), "float32"))
         self.assertEqual(StandInTensor.made, [("full", (2,), 0, "int32"), ("full", (2,), 1.0, "float32"),
                                               ("full", (2,), 0.0, "float32"), ("full", (2,), 0, "int32")])
         StandInTensor.made = []
-        self.assertRefused(r"argument 'tokens' has dtype fp32", tj.sample, logits, top_p=FakeTensor((2,), "float32"),
+        self.assertRefused(r"argument 'out' has dtype fp32", tj.sample, logits, top_p=FakeTensor((2,), "float32"),
                            out=FakeTensor((2,), "float32"))
         self.assertEqual([(value, dtype) for _, _, value, dtype in StandInTensor.made],
                          [(1.0, "float32"), (0, "int32"), (0.0, "float32"), (0, "int32")])
@@ -713,6 +713,19 @@ class ScalarArgumentTest(Released):
         with self.assertRaises(Exception) as raised:
             tj.decode_attention(q, k, k, lengths, scale=1e-40, out=FakeTensor((4, 32, 128)))
         self.assertNotIn("float32's range", str(raised.exception))
+
+    def test_op_errors_name_the_python_arguments(self):
+        x = FakeTensor((4, 8))
+        self.assertRefused(r"argument 'residual_out' has dtype fp32", tj.rms_norm, x, FakeTensor((8,)), residual=x,
+                           out=FakeTensor((4, 8)), residual_out=FakeTensor((4, 8), "float32"))
+        self.assertRefused(r"argument 'c' has dtype fp32", tj.matmul, x, FakeTensor((8, 8)),
+                           c=FakeTensor((4, 8), "float32"), beta=1.0, out=FakeTensor((4, 8)))
+        cache = FakeTensor((4, 256, 8, 128))
+        self.assertRefused(r"argument 'v_cache' has dtype fp32", tj.decode_attention, FakeTensor((4, 32, 128)), cache,
+                           FakeTensor((4, 256, 8, 128), "float32"), FakeTensor((4,), "int32"),
+                           out=FakeTensor((4, 32, 128)))
+        self.assertRefused(r"argument 'out' has dtype bf16, expected fp8_e4m3", tj.quantize, FakeTensor((4, 128)),
+                           out=FakeTensor((4, 128)), scales=FakeTensor((4,), "float32"))
 
     def test_integers_of_other_types_pass(self):
         class Index:
