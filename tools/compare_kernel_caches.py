@@ -8,7 +8,7 @@ build (or TILEOPS_TEMPLATE_DIR pointing at a copy of the old templates) and one 
     old/tileops-tune warm --arch sm_90a --db db.json --cache-dir /tmp/a
     tileops-tune rekey db.json -o rekeyed.json
     tileops-tune warm --arch sm_90a --db rekeyed.json --cache-dir /tmp/b
-    tools/compare_kernel_caches.py /tmp/a /tmp/b
+    tools/compare_kernel_caches.py /tmp/a /tmp/b [--rename FROM=TO]...
 
 Kernels whose code comes out the same keep their measured speed, so their tuning entries can be
 re-keyed (`tileops-tune rekey`) instead of re-tuned. Each kernel present in both caches is:
@@ -21,8 +21,15 @@ re-keyed (`tileops-tune rekey`) instead of re-tuned. Each kernel present in both
              renumbers the symbols that the kernel's .nv.info records refer to);
   different  otherwise.
 
+--rename FROM=TO rewrites the first cache's lowered names (and so its section names) before they
+are matched, FROM a Python regular expression (no '='), TO its replacement: a template parameter
+added with a default value changes every lowered name of the template while the code may stay the
+same (e.g. `--rename '(_mma_kernelI.*ELb[01])EEEv=\1ELb0EEEv'` for a bool appended after another).
+
 Exit status: 0 when every kernel present in both caches has the same code, 1 otherwise.
 """
+import argparse
+import re
 import hashlib
 import os
 import struct
@@ -63,10 +70,10 @@ def sections(cubin):
     return out
 
 
-def digests(cubin):
+def digests(cubin, rename):
     """(digest of every section but the string and symbol tables, digest of the code sections)."""
     all_data, code = hashlib.sha256(), hashlib.sha256()
-    for name, data in sorted(sections(cubin).items()):
+    for name, data in sorted((rename(name), data) for name, data in sections(cubin).items()):
         if name in (".strtab", ".symtab"):
             continue
         all_data.update(name.encode() + b"\0" + data)
@@ -75,33 +82,47 @@ def digests(cubin):
     return all_data.hexdigest(), code.hexdigest()
 
 
-def scan(directory):
+def scan(directory, rename=lambda name: name):
     kernels = {}
     for root, _, files in os.walk(directory):
         for file in files:
             entry = read_entry(os.path.join(root, file))
             if entry:
-                kernels[entry[0]] = digests(entry[1])
+                kernels[rename(entry[0])] = digests(entry[1], rename)
     return kernels
 
 
 def main():
-    if len(sys.argv) != 3:
-        print(__doc__)
-        return 2
-    a, b = scan(sys.argv[1]), scan(sys.argv[2])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("old")
+    parser.add_argument("new")
+    parser.add_argument("--rename", action="append", default=[], metavar="FROM=TO")
+    args = parser.parse_args()
+    pairs = []
+    for text in args.rename:
+        old, equals, new = text.partition("=")
+        if not equals or not old:
+            parser.error(f"--rename '{text}' is not FROM=TO")
+        pairs.append((old, new))
+
+    def rename(name):
+        for old, new in pairs:
+            name = re.sub(old, new, name)
+        return name
+
+    a, b = scan(args.old, rename), scan(args.new)
     common = sorted(set(a) & set(b))
     identical = [name for name in common if a[name][0] == b[name][0]]
     same_code = [name for name in common if a[name][0] != b[name][0] and a[name][1] == b[name][1]]
     different = [name for name in common if a[name][1] != b[name][1]]
-    print(f"{len(a)} kernels in {sys.argv[1]}, {len(b)} in {sys.argv[2]}, {len(common)} in both: "
+    print(f"{len(a)} kernels in {args.old}, {len(b)} in {args.new}, {len(common)} in both: "
           f"{len(identical)} identical, {len(same_code)} same code, {len(different)} different")
     for name in same_code:
         print("same code:", name)
     for name in different:
         print("different:", name)
     for name in sorted(set(a) ^ set(b)):
-        print(f"only in {sys.argv[1] if name in a else sys.argv[2]}:", name)
+        print(f"only in {args.old if name in a else args.new}:", name)
     return 0 if not different else 1
 
 if __name__ == "__main__":
