@@ -4,18 +4,26 @@
 //   bench_problems --problem "embedding 8192x128256x4096 bf16" [--problem "OP SHAPE DTYPE [FLAGS]"]...
 //                  [--json out.json] [--repeats N]
 //
+// --config '{"kernel": 1, "warps": 4, ...}' runs the problems after it with that config instead of
+// the one the runtime picks (an A/B of two configs without a database); --config '{}' goes back
+// to the runtime's choice.
+//
 // Timing as the tuner times (CUDA events, L2 flushed before each run, median of the repeats);
 // bytes are the fewest the op must move (each operand read or written once).
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "autotune/operand_buffers.hpp"
+#include "core/op_model.hpp"
+#include "runtime/runtime_impl.hpp"
 #include "bench_common.hpp"
 #include "ops/registry.hpp"
 #include "tileops/tileops.hpp"
@@ -36,19 +44,33 @@ detail::ProblemSpec parse_problem(const std::string& text) {
     return spec;
 }
 
+// '{"kernel": 1, "warps": 4}' -> the config ({} for none: the runtime's choice).
+Config parse_config(const std::string& text) {
+    const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+    if (!value.is_object()) throw InvalidArgument(fmt::format("--config '{}' is not a JSON object", text));
+    Config config;
+    for (const auto& [key, item] : value.items()) {
+        if (!item.is_number_integer()) throw InvalidArgument(fmt::format("--config: '{}' is not an integer", key));
+        config[key] = item.get<long long>();
+    }
+    return config;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::string> problems;
-    std::string json_path;
+    std::vector<std::pair<std::string, std::string>> problems;  // (problem, config text)
+    std::string json_path, config_text = "{}";
     int repeats = 50;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if (arg == "--problem" && i + 1 < argc) problems.push_back(argv[++i]);
+        if (arg == "--problem" && i + 1 < argc) problems.emplace_back(argv[++i], config_text);
+        else if (arg == "--config" && i + 1 < argc) config_text = argv[++i];
         else if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
         else if (arg == "--repeats" && i + 1 < argc) repeats = std::max(1, std::atoi(argv[++i]));
         else {
-            std::fprintf(stderr, "usage: bench_problems --problem \"OP SHAPE DTYPE [FLAGS]\"... [--json out.json] [--repeats N]\n");
+            std::fprintf(stderr, "usage: bench_problems [--config JSON] --problem \"OP SHAPE DTYPE [FLAGS]\"... "
+                                 "[--json out.json] [--repeats N]\n");
             return 2;
         }
     }
@@ -58,16 +80,29 @@ int main(int argc, char** argv) {
         const double copy_gbps = bench::measure_copy_bandwidth(timer, repeats);
         bench::print_device(rt.device(), copy_gbps);
         nlohmann::json out = {{"device", rt.device().name}, {"copy_gbps", copy_gbps}, {"results", nlohmann::json::array()}};
-        fmt::print("{:<48} {:>10} {:>10} {:>9}\n", "problem", "us", "GB/s", "of copy");
-        for (const std::string& text : problems) {
+        fmt::print("{:<48} {:>10} {:>10} {:>9}  {}\n", "problem", "us", "GB/s", "of copy", "config");
+        for (const auto& [text, forced_text] : problems) {
             const auto op = detail::make_op(parse_problem(text));
+            const Config forced = parse_config(forced_text);
             tuning::OperandBuffers buffers(op->model(), 1);
-            rt.prepare(*op);
-            const double ms = bench::time_ms([&] { op->run(rt, buffers.inputs(), buffers.outputs()); }, timer, repeats);
+            std::function<void()> run = [&] { op->run(rt, buffers.inputs(), buffers.outputs()); };
+            std::string config = forced_text;
+            if (forced.empty()) {
+                rt.prepare(*op);
+                config = rt.explain(*op);
+            } else {
+                if (auto reason = op->model().invalid_reason(forced, rt.device()))
+                    throw InvalidArgument(fmt::format("{}: --config {}: {}", text, forced_text, *reason));
+                const int vec = op->vector_width(buffers.inputs(), buffers.outputs());
+                const detail::ResolvedLaunch launch = rt.impl().resolve_config(op->model(), forced, vec);
+                run = [&, launch] { op->launch_with(launch, buffers.inputs(), buffers.outputs(), nullptr); };
+            }
+            const double ms = bench::time_ms(run, timer, repeats);
             const double gbps = buffers.bytes_moved() / (ms * 1e-3) / 1e9;
-            fmt::print("{:<48} {:>10.2f} {:>10.0f} {:>8.1f}%\n", op->describe(), ms * 1e3, gbps, 100 * gbps / copy_gbps);
+            fmt::print("{:<48} {:>10.2f} {:>10.0f} {:>8.1f}%  {}\n", op->describe(), ms * 1e3, gbps, 100 * gbps / copy_gbps,
+                       config);
             out["results"].push_back({{"problem", op->describe()}, {"median_us", ms * 1e3}, {"gbps", gbps},
-                                      {"fraction_of_copy", gbps / copy_gbps}, {"config", rt.explain(*op)}});
+                                      {"fraction_of_copy", gbps / copy_gbps}, {"config", config}});
         }
         if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";
     } catch (const std::exception& e) {
