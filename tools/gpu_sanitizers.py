@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Runs the [gpu] tests under compute-sanitizer, one test case and tool a job, the jobs spread
-over every visible GPU (one at a time per GPU), and writes what each found.
+over every visible GPU (--jobs-per-gpu at a time on each, default one), and writes what each found.
 
     tools/gpu_sanitizers.py --tests build/tests/tileops_tests --tools memcheck,racecheck \
         --families gemm,decode --out results/ [--deadline-s 540] [--done earlier/summary.json]
@@ -89,6 +89,9 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--deadline-s", type=float, default=540, help="kill what still runs after this long")
     parser.add_argument("--gpus", help="the GPU ordinals to use (default: every visible one)")
+    parser.add_argument("--jobs-per-gpu", type=int, default=1,
+                        help="jobs run at once on each GPU; racecheck spends most of its time on the host "
+                             "(instrumenting each loaded kernel), so several jobs share a GPU well")
     parser.add_argument("--num-cuda-barriers", type=int, default=0,
                         help="mbarriers per block racecheck and synccheck should track (0: the tool counts them; "
                              "it does not count the kernels' raw shared-memory mbarriers)")
@@ -128,7 +131,8 @@ def main():
 
     start = time.monotonic()
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else list(range(gpu_count()))
-    running = {}  # gpu -> (job, process, log file, started)
+    slots = [(gpu, k) for gpu in gpus for k in range(max(1, args.jobs_per_gpu))]
+    running = {}  # slot -> (job, process, log file, started)
     results = []
 
     def write_summary():
@@ -138,15 +142,15 @@ def main():
             json.dump(results, f, indent=1)
         os.replace(path + ".tmp", path)
 
-    def finish(gpu, timed_out):
-        (tool, family, name, shard), process, log_file, started = running.pop(gpu)
+    def finish(slot, timed_out):
+        (tool, family, name, shard), process, log_file, started = running.pop(slot)
         if timed_out:
             process.kill()
         process.wait()
         log_file.close()
         with open(log_file.name, errors="replace") as f:
             log = f.read()
-        result = {"tool": tool, "family": family, "test": name, "shard": shard, "gpu": gpu,
+        result = {"tool": tool, "family": family, "test": name, "shard": shard, "gpu": slot[0],
                   "seconds": round(time.monotonic() - started, 1)}
         result.update(summarize(log, process.returncode, timed_out))
         results.append(result)
@@ -154,8 +158,8 @@ def main():
         write_summary()
 
     while jobs or running:
-        for gpu in gpus:
-            if gpu not in running and jobs and time.monotonic() - start < args.deadline_s:
+        for slot in slots:
+            if slot not in running and jobs and time.monotonic() - start < args.deadline_s:
                 tool, family, name, shard = jobs.pop(0)
                 log_name = f"{tool}-{family}-{len(results) + len(running)}.log"
                 log_file = open(os.path.join(args.out, "logs", log_name), "w")
@@ -165,16 +169,16 @@ def main():
                 if tool in ("racecheck", "synccheck") and args.num_cuda_barriers > 0:
                     command += ["--num-cuda-barriers", str(args.num_cuda_barriers)]
                 command += [args.tests, exact_spec(name)]
-                env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+                env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(slot[0]))
                 if shard:
                     env["TILEOPS_TEST_SHARD"] = shard
                 process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-                running[gpu] = ((tool, family, name, shard), process, log_file, time.monotonic())
-        for gpu in list(running):
-            if running[gpu][1].poll() is not None:
-                finish(gpu, False)
+                running[slot] = ((tool, family, name, shard), process, log_file, time.monotonic())
+        for slot in list(running):
+            if running[slot][1].poll() is not None:
+                finish(slot, False)
             elif time.monotonic() - start > args.deadline_s:
-                finish(gpu, True)
+                finish(slot, True)
         if not running and time.monotonic() - start >= args.deadline_s:
             break
         time.sleep(1)
