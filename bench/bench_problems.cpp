@@ -24,6 +24,7 @@
 #include "autotune/operand_buffers.hpp"
 #include "core/op_model.hpp"
 #include "runtime/runtime_impl.hpp"
+#include "tuning/op_config.hpp"
 #include "bench_common.hpp"
 #include "ops/registry.hpp"
 #include "tileops/tileops.hpp"
@@ -59,16 +60,26 @@ Config parse_config(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::pair<std::string, std::string>> problems;  // (problem, config text)
-    std::string json_path, config_text = "{}";
+    std::vector<std::pair<std::string, Config>> problems;  // (problem, forced config or {})
+    std::string json_path;
+    Config forced;
     int repeats = 50;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
-        if (arg == "--problem" && i + 1 < argc) problems.emplace_back(argv[++i], config_text);
-        else if (arg == "--config" && i + 1 < argc) config_text = argv[++i];
-        else if (arg == "--json" && i + 1 < argc) json_path = argv[++i];
-        else if (arg == "--repeats" && i + 1 < argc) repeats = std::max(1, std::atoi(argv[++i]));
-        else {
+        if (arg == "--problem" && i + 1 < argc) {
+            problems.emplace_back(argv[++i], forced);
+        } else if (arg == "--config" && i + 1 < argc) {
+            try {
+                forced = parse_config(argv[++i]);
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "bench_problems: %s\n", e.what());
+                return 2;
+            }
+        } else if (arg == "--json" && i + 1 < argc) {
+            json_path = argv[++i];
+        } else if (arg == "--repeats" && i + 1 < argc) {
+            repeats = std::max(1, std::atoi(argv[++i]));
+        } else {
             std::fprintf(stderr, "usage: bench_problems [--config JSON] --problem \"OP SHAPE DTYPE [FLAGS]\"... "
                                  "[--json out.json] [--repeats N]\n");
             return 2;
@@ -81,20 +92,22 @@ int main(int argc, char** argv) {
         bench::print_device(rt.device(), copy_gbps);
         nlohmann::json out = {{"device", rt.device().name}, {"copy_gbps", copy_gbps}, {"results", nlohmann::json::array()}};
         fmt::print("{:<48} {:>10} {:>10} {:>9}  {}\n", "problem", "us", "GB/s", "of copy", "config");
-        for (const auto& [text, forced_text] : problems) {
+        for (const auto& [text, config_forced] : problems) {
             const auto op = detail::make_op(parse_problem(text));
-            const Config forced = parse_config(forced_text);
             tuning::OperandBuffers buffers(op->model(), 1);
             std::function<void()> run = [&] { op->run(rt, buffers.inputs(), buffers.outputs()); };
-            std::string config = forced_text;
-            if (forced.empty()) {
+            std::string config;
+            if (config_forced.empty()) {
                 rt.prepare(*op);
                 config = rt.explain(*op);
             } else {
-                if (auto reason = op->model().invalid_reason(forced, rt.device()))
-                    throw InvalidArgument(fmt::format("{}: --config {}: {}", text, forced_text, *reason));
+                // The checks a database entry's config passes at run time.
+                config = tuning::config_text(config_forced);
+                auto reason = op->model().invalid_reason(config_forced, rt.device());
+                if (!reason) reason = tuning::unknown_tunable_reason(op->model(), config_forced, rt.device());
+                if (reason) throw InvalidArgument(fmt::format("{}: --config {}: {}", text, config, *reason));
                 const int vec = op->vector_width(buffers.inputs(), buffers.outputs());
-                const detail::ResolvedLaunch launch = rt.impl().resolve_config(op->model(), forced, vec);
+                const detail::ResolvedLaunch launch = rt.impl().resolve_config(op->model(), config_forced, vec);
                 run = [&, launch] { op->launch_with(launch, buffers.inputs(), buffers.outputs(), nullptr); };
             }
             const double ms = bench::time_ms(run, timer, repeats);
