@@ -29,9 +29,9 @@ same (e.g. `--rename '(_mma_kernelI.*ELb[01])EEEv=\1ELb0EEEv'` for a bool append
 Exit status: 0 when every kernel present in both caches has the same code, 1 otherwise.
 """
 import argparse
-import re
 import hashlib
 import os
+import re
 import struct
 import sys
 
