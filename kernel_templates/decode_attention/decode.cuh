@@ -93,18 +93,19 @@ struct DecodeOutput {
 };
 
 // Turns the warps' partial results into the CTA's result. On entry, after a __syncthreads(),
-// `warp_out` holds each of the WARPS warps' unnormalized output [WARPS][ROWS][HEAD_DIM], followed by its
-// running maxima (log2 domain) and sums [WARPS][ROWS] each. With one split the rows are written
+// `warp_out` holds PARTS partial results, unnormalized outputs [PARTS][ROWS][HEAD_DIM], followed by
+// their running maxima (log2 domain) and sums [PARTS][ROWS] each: one a warp where the warps split
+// the keys, one for the CTA where they split the rows. With one split the rows are written
 // out; with several, each CTA writes its normalized partial output and log-sum-exp to the
 // workspace and the last CTA of the (batch, kv head, row block) to finish merges them (through an
 // atomic counter it resets, so the workspace is ready for the next launch).
-template <typename T, int HEAD_DIM, int ROWS, int WARPS>
+template <typename T, int HEAD_DIM, int ROWS, int WARPS, int PARTS = WARPS>
 __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
     constexpr int THREADS = WARPS * 32;
     constexpr float kLn2 = 0.6931471805599453f;
     const int split = o.work.split, num_splits = o.work.num_splits;
-    const float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
-    const float* warp_l = warp_m + WARPS * ROWS;
+    const float* warp_m = warp_out + PARTS * ROWS * HEAD_DIM;
+    const float* warp_l = warp_m + PARTS * ROWS;
 
     // This CTA's result per row: normalized output and log-sum-exp (log2 domain), or 0 and -inf
     // when it saw no visible key.
@@ -135,11 +136,11 @@ __device__ void decode_finish(float* warp_out, const DecodeOutput<T>& o) {
         const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
         float row_max = kNegativeInfinity;
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) row_max = fmaxf(row_max, warp_m[w * ROWS + r]);
+        for (int w = 0; w < PARTS; ++w) row_max = fmaxf(row_max, warp_m[w * ROWS + r]);
         const float base_m = row_max == kNegativeInfinity ? 0.0f : row_max;
         float sum = 0.0f, value = 0.0f;
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
+        for (int w = 0; w < PARTS; ++w) {
             const float weight = exp2f(warp_m[w * ROWS + r] - base_m);
             sum += warp_l[w * ROWS + r] * weight;
             value += warp_out[(w * ROWS + r) * HEAD_DIM + d] * weight;

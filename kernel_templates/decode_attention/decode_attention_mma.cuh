@@ -13,6 +13,15 @@
 // P V together) where the CUDA-core kernel spends about a thousand instructions: the loop is
 // bound by the loads.
 //
+// Rows split over the warps (ROW_WARPS): where a KV head has many rows (large GQA groups times
+// speculative query tokens: Falcon's 71 query heads on one KV head at 4 tokens are 284 rows), 16
+// rows a CTA would stream the same keys once per 16 rows, and those re-reads, served by L2, bound
+// the kernel. With ROW_WARPS each warp owns 16 rows of the CTA's 16 x WARPS and all warps read
+// every tile of the split from one ring shared by the CTA: every thread copies its share of a
+// tile, and one CTA barrier a tile both publishes the tile and frees the stage the next copies
+// overwrite. A warp's registers are those of the other mode (16 rows each), and its result needs
+// no merge with the other warps'.
+//
 // Latency, which decides small problems (batch 1: each CTA streams a few hundred keys): the first
 // tiles' copies start as soon as the sequence length is known, before Q is staged; with a paged
 // cache, a warp loads the page numbers of 16-32 tiles at once, a batch ahead, so that it never
@@ -31,12 +40,13 @@
 // Template parameters: T query/output type, and key/value type of a 16-bit cache (__half or
 // __nv_bfloat16), HEAD_DIM (a multiple of 16 up to 256), WARPS, TILE keys per warp iteration (16
 // or 32), STAGES, PAGE_SIZE tokens per page (0: contiguous), BALANCED the batch's keys cut into
-// chunks by the lengths (decode.cuh).
+// chunks by the lengths (decode.cuh), ROW_WARPS the warps split the rows, not the keys.
 // Shared memory: the query tile (static, 16 x STRIDE elements, STRIDE = DecodeTileRows::STRIDE)
 // and, dynamic, the larger of the rings (WARPS * STAGES * 2 * TILE * STRIDE elements plus a word
 // per warp and stage; fp8: WARPS * STAGES * 2 * TILE * HEAD_DIM codes, then the warps' widened
-// tiles, WARPS * 2 * TILE * STRIDE elements, then the words) and the warps' partial results
-// (WARPS * 16 * (HEAD_DIM + 2) floats).
+// tiles, WARPS * 2 * TILE * STRIDE elements, then the words; with ROW_WARPS one ring for the CTA,
+// the widened tiles still one a warp) and the warps' partial results (WARPS * 16 * (HEAD_DIM + 2)
+// floats). With ROW_WARPS the query tile has 16 x WARPS rows.
 #pragma once
 
 #include "arch/mma_sm80.cuh"
@@ -97,7 +107,8 @@ __device__ __forceinline__ uint4 widen_e4m3(uint2 codes) {
 }
 
 // The kernels' body; TKV is T for a 16-bit cache, __nv_fp8_e4m3 for an fp8 one.
-template <typename T, typename TKV, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED>
+template <typename T, typename TKV, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED,
+          bool ROW_WARPS>
 __device__ __forceinline__ void decode_attention_mma(
     const T* __restrict__ q, long long q_batch_stride, long long q_token_stride, long long q_head_stride,
     const TKV* __restrict__ k, const TKV* __restrict__ v, long long kv_outer_stride, long long kv_token_stride,
@@ -105,7 +116,11 @@ __device__ __forceinline__ void decode_attention_mma(
     long long page_table_stride, int num_pages, int max_kv_len, T* __restrict__ out, long long o_batch_stride,
     long long o_token_stride, long long o_head_stride, float* __restrict__ lse, int group, int q_len, int window_left,
     float scale, float softcap, float* workspace, float v_scale) {
-    constexpr int ROWS = 16;
+    constexpr int ROWS = ROW_WARPS ? 16 * WARPS : 16;
+    // Rings and partial results: one per warp, or (ROW_WARPS) one for the CTA.
+    constexpr int RINGS = ROW_WARPS ? 1 : WARPS, PARTS = ROW_WARPS ? 1 : WARPS;
+    // A warp's iterations take tiles TILE_STRIDE apart (every tile with ROW_WARPS).
+    constexpr int TILE_STRIDE = ROW_WARPS ? 1 : WARPS;
     using Rows = DecodeTileRows<HEAD_DIM>;
     constexpr int CHUNKS = Rows::CHUNKS;             // 16-byte chunks of a row of T (the query tile's, the MMAs')
     constexpr bool FP8 = sizeof(TKV) == 1;
@@ -124,6 +139,7 @@ __device__ __forceinline__ void decode_attention_mma(
     constexpr int BLOCKS = KV_CHUNKS / BLOCK_CHUNKS;  // blocks of a row
     constexpr int ROWS_PER_COPY = BLOCKED ? 32 / BLOCK_CHUNKS : 1;
     constexpr int COPIES = TILE * KV_CHUNKS / 32;    // chunks a lane copies per tile, of keys and of values
+    constexpr int LANE_COPIES = ROW_WARPS ? COPIES / WARPS : COPIES;  // ROW_WARPS: the warps share a tile's
     constexpr int PAGE_SPAN = PAGE_SIZE > 0 && PAGE_SIZE < TILE ? PAGE_SIZE : TILE;  // keys sharing a page lookup
     constexpr int PAGES = TILE / PAGE_SPAN;          // page lookups per tile
     constexpr int S_TILES = TILE / 8;                // n-tiles of S
@@ -134,6 +150,7 @@ __device__ __forceinline__ void decode_attention_mma(
     static_assert(TILE == 16 || TILE == 32, "TILE is 16 or 32 keys");
     static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM <= 256, "head dim a multiple of 16 up to 256");
     static_assert(TILE * KV_CHUNKS % 32 == 0, "a tile is a whole number of copies per lane");
+    static_assert(!ROW_WARPS || (COPIES % WARPS == 0 && STAGES >= 2), "ROW_WARPS: whole copies per warp, 2+ stages");
     static_assert(ROWS_PER_COPY <= TILE, "a copy stays in one tile");
     static_assert(PAGES <= 2, "a tile spans at most two page spans (pages of 16 keys or more)");
 
@@ -146,6 +163,8 @@ __device__ __forceinline__ void decode_attention_mma(
     const int row0 = (work.column % row_blocks) * ROWS;
     const int batch = work.batch;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int ring_index = ROW_WARPS ? 0 : warp;  // this warp's ring and its place in the tile order
+    const int warp_row0 = ROW_WARPS ? 16 * warp : 0;  // this warp's first row of the CTA's
     const int quad_row = lane / 4, quad_col = 2 * (lane % 4);  // accumulator fragment coordinates
 
     // Lengths past the cache's capacity are clamped so that no read leaves it.
@@ -153,21 +172,21 @@ __device__ __forceinline__ void decode_attention_mma(
     len = len < 0 ? 0 : len > max_kv_len ? max_kv_len : len;
 
     __shared__ __align__(128) T q_tile[ROWS * Rows::STRIDE];
-    // The warps' load rings, [WARPS][STAGES][keys, values][RING_TILE], (fp8) the warps' widened
-    // tiles, [WARPS][keys, values][TILE_ELEMS], then a word of valid pages per warp and stage;
-    // after the loop, the warps' partial results (decode_finish).
+    // The load rings, [RINGS][STAGES][keys, values][RING_TILE], (fp8) the warps' widened tiles,
+    // [WARPS][keys, values][TILE_ELEMS], then a word of valid pages per ring and stage; after the
+    // loop, the warps' partial results (decode_finish).
     extern __shared__ __align__(128) unsigned char shared[];
-    TKV* ring = reinterpret_cast<TKV*>(shared) + warp * STAGES * 2 * RING_TILE;
-    T* widened = reinterpret_cast<T*>(reinterpret_cast<TKV*>(shared) + WARPS * STAGES * 2 * RING_TILE) + warp * 2 * TILE_ELEMS;
+    TKV* ring = reinterpret_cast<TKV*>(shared) + ring_index * STAGES * 2 * RING_TILE;
+    T* widened = reinterpret_cast<T*>(reinterpret_cast<TKV*>(shared) + RINGS * STAGES * 2 * RING_TILE) + warp * 2 * TILE_ELEMS;
     unsigned* page_flags = reinterpret_cast<unsigned*>(reinterpret_cast<T*>(reinterpret_cast<TKV*>(shared) +
-                                                                            WARPS * STAGES * 2 * RING_TILE) +
+                                                                            RINGS * STAGES * 2 * RING_TILE) +
                                                        (FP8 ? WARPS * 2 * TILE_ELEMS : 0)) +
-                           warp * STAGES;
+                           ring_index * STAGES;
     float* warp_out = reinterpret_cast<float*>(shared);
 
     // This thread's two accumulator rows, and the keys they see.
-    const VisibleKeys keys_lo = visible_keys(row0 + quad_row, total_rows, group, q_len, len, window_left);
-    const VisibleKeys keys_hi = visible_keys(row0 + quad_row + 8, total_rows, group, q_len, len, window_left);
+    const VisibleKeys keys_lo = visible_keys(row0 + warp_row0 + quad_row, total_rows, group, q_len, len, window_left);
+    const VisibleKeys keys_hi = visible_keys(row0 + warp_row0 + quad_row + 8, total_rows, group, q_len, len, window_left);
     const DecodeKeyRange range = decode_key_range<ROWS>(row0, total_rows, group, q_len, len, window_left, max_kv_len);
     const int kv_begin = range.any.begin, kv_end = range.any.end;
 
@@ -178,7 +197,8 @@ __device__ __forceinline__ void decode_attention_mma(
     const int split_tiles = (tiles + num_splits - 1) / num_splits;
     const int tile_begin = first_tile + split * split_tiles;
     const int tile_end = min(tile_begin + split_tiles, first_tile + tiles);
-    const int iterations = tile_end > tile_begin + warp ? (tile_end - tile_begin - warp + WARPS - 1) / WARPS : 0;
+    const int iterations =
+        tile_end > tile_begin + ring_index ? (tile_end - tile_begin - ring_index + TILE_STRIDE - 1) / TILE_STRIDE : 0;
     const float score_scale = scale * (softcap > 0.0f ? 1.0f : kDecodeLog2e);
 
     const int* pages_of_sequence = PAGE_SIZE > 0 ? page_table + batch * page_table_stride : nullptr;
@@ -201,7 +221,7 @@ __device__ __forceinline__ void decode_attention_mma(
     constexpr int BATCH_ITERATIONS = 32 / PAGES;
     auto fetch_pages = [&](int batch_index) {
         const int it = batch_index * BATCH_ITERATIONS + lane / PAGES;
-        const int token = (tile_begin + warp + it * WARPS) * TILE + (lane % PAGES) * PAGE_SPAN;
+        const int token = (tile_begin + ring_index + it * TILE_STRIDE) * TILE + (lane % PAGES) * PAGE_SPAN;
         return it < iterations && token < kv_end
                    ? __ldg(pages_of_sequence + static_cast<unsigned>(token) / (PAGE_SIZE > 0 ? PAGE_SIZE : 1))
                    : -1;
@@ -214,12 +234,13 @@ __device__ __forceinline__ void decode_attention_mma(
 
     // Starts the copies of iteration `it` into its stage (zero-filled past the end), and records
     // which of the tile's pages are valid: a bad page table entry reads nothing and is masked.
-    // Iterations are issued in order, by the whole warp (the shuffles need every lane). The address
+    // Iterations are issued in order, by the whole warp (the shuffles need every lane; with
+    // ROW_WARPS by every warp, each copying its share of the tile). The address
     // of each page span is computed once per tile (a tile lies in one page, or spans whole pages), so
     // a copy adds only constants (a multiple of copy_step and a chunk offset).
     auto issue = [&](int it) {
         const int stage = it % STAGES;
-        const int base = (tile_begin + warp + it * WARPS) * TILE;
+        const int base = (tile_begin + ring_index + it * TILE_STRIDE) * TILE;
         const bool live = it < iterations;
         const unsigned in_batch = static_cast<unsigned>(it) % BATCH_ITERATIONS;
         if (PAGE_SIZE > 0 && in_batch == 0 && it > 0) {
@@ -245,7 +266,8 @@ __device__ __forceinline__ void decode_attention_mma(
         }
         TKV* stage_k = ring + stage * 2 * RING_TILE;
 #pragma unroll
-        for (int i = 0; i < COPIES; ++i) {
+        for (int lane_copy = 0; lane_copy < LANE_COPIES; ++lane_copy) {
+            const int i = ROW_WARPS ? warp * LANE_COPIES + lane_copy : lane_copy;  // the copy of the tile
             if constexpr (BLOCKED) {
                 const int first_row = i / BLOCKS * ROWS_PER_COPY, first_chunk = i % BLOCKS * BLOCK_CHUNKS;
                 const int p = first_row / PAGE_SPAN;
@@ -272,7 +294,7 @@ __device__ __forceinline__ void decode_attention_mma(
                 cp_async<16>(stage_k + RING_TILE + offset, v + at, valid ? 16 : 0);
             }
         }
-        if (lane == 0) page_flags[stage] = valid_pages;
+        if (lane == 0 && (!ROW_WARPS || warp == 0)) page_flags[stage] = valid_pages;
         cp_async_commit();
     };
 
@@ -306,7 +328,7 @@ __device__ __forceinline__ void decode_attention_mma(
     constexpr bool Q_IN_REGISTERS = HEAD_DIM <= 192;
     auto load_q = [&](unsigned (&frag)[4], int kk) {
         const int matrix = lane / 8;
-        ldmatrix_x4(frag, q_tile + Rows::offset((matrix & 1) * 8 + lane % 8, kk * 16 + (matrix >> 1) * 8));
+        ldmatrix_x4(frag, q_tile + Rows::offset(warp_row0 + (matrix & 1) * 8 + lane % 8, kk * 16 + (matrix >> 1) * 8));
     };
     unsigned q_frag[Q_IN_REGISTERS ? D_STEPS : 2][4];
     if constexpr (Q_IN_REGISTERS) {
@@ -321,12 +343,20 @@ __device__ __forceinline__ void decode_attention_mma(
         for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
 
     for (int it = 0; it < iterations; ++it) {
-        __syncwarp();  // every lane is done with the stage the next copies overwrite
-        issue(it + STAGES - 1);
-        cp_async_wait<STAGES - 1>();
-        __syncwarp();  // the other lanes' copies of this tile are visible
+        if constexpr (ROW_WARPS) {
+            // One barrier: every thread's copies of this tile have landed, and every warp is done
+            // with the previous tile, whose stage the next copies overwrite.
+            cp_async_wait<STAGES - 2>();
+            __syncthreads();
+            issue(it + STAGES - 1);
+        } else {
+            __syncwarp();  // every lane is done with the stage the next copies overwrite
+            issue(it + STAGES - 1);
+            cp_async_wait<STAGES - 1>();
+            __syncwarp();  // the other lanes' copies of this tile are visible
+        }
         const int stage = it % STAGES;
-        const int base = (tile_begin + warp + it * WARPS) * TILE;
+        const int base = (tile_begin + ring_index + it * TILE_STRIDE) * TILE;
         if constexpr (FP8) {
             // Widen the stage's keys and values: 8 codes a lane at a time, read in order, written
             // as one 16-byte chunk of T.
@@ -474,7 +504,9 @@ __device__ __forceinline__ void decode_attention_mma(
 #pragma unroll
             for (int e = 0; e < 4; ++e) o[n][e] *= v_scale;
     }
-    float* my_out = warp_out + warp * ROWS * HEAD_DIM;
+    // Each warp's 16 rows: its own partial result, or (ROW_WARPS) its rows of the CTA's one.
+    const int my_row0 = ROW_WARPS ? warp_row0 : warp * ROWS;
+    float* my_out = warp_out + my_row0 * HEAD_DIM;
 #pragma unroll
     for (int n = 0; n < O_TILES; ++n) {
         my_out[quad_row * HEAD_DIM + n * 8 + quad_col] = o[n][0];
@@ -483,21 +515,23 @@ __device__ __forceinline__ void decode_attention_mma(
         my_out[(quad_row + 8) * HEAD_DIM + n * 8 + quad_col + 1] = o[n][3];
     }
     if (lane % 4 == 0) {
-        float* warp_m = warp_out + WARPS * ROWS * HEAD_DIM;
-        float* warp_l = warp_m + WARPS * ROWS;
-        warp_m[warp * ROWS + quad_row] = m[0];
-        warp_m[warp * ROWS + quad_row + 8] = m[1];
-        warp_l[warp * ROWS + quad_row] = l[0];
-        warp_l[warp * ROWS + quad_row + 8] = l[1];
+        float* warp_m = warp_out + PARTS * ROWS * HEAD_DIM;
+        float* warp_l = warp_m + PARTS * ROWS;
+        warp_m[my_row0 + quad_row] = m[0];
+        warp_m[my_row0 + quad_row + 8] = m[1];
+        warp_l[my_row0 + quad_row] = l[0];
+        warp_l[my_row0 + quad_row + 8] = l[1];
     }
     __syncthreads();
 
-    decode_finish<T, HEAD_DIM, ROWS, WARPS>(warp_out, {out, o_batch_stride, o_token_stride, o_head_stride, lse, workspace,
-                                                      group, q_len, row0, total_rows, kv_head, row_blocks, work});
+    decode_finish<T, HEAD_DIM, ROWS, WARPS, PARTS>(warp_out, {out, o_batch_stride, o_token_stride, o_head_stride, lse,
+                                                             workspace, group, q_len, row0, total_rows, kv_head,
+                                                             row_blocks, work});
 }
 
 // A 16-bit cache.
-template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false>
+template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false,
+          bool ROW_WARPS = false>
 __global__ void __launch_bounds__(WARPS * 32)
     decode_attention_mma_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
                                 long long q_head_stride, const T* __restrict__ k, const T* __restrict__ v,
@@ -507,7 +541,7 @@ __global__ void __launch_bounds__(WARPS * 32)
                                 int max_kv_len, T* __restrict__ out, long long o_batch_stride, long long o_token_stride,
                                 long long o_head_stride, float* __restrict__ lse, int group, int q_len,
                                 int window_left, float scale, float softcap, float* workspace) {
-    decode_attention_mma<T, T, HEAD_DIM, WARPS, TILE, STAGES, PAGE_SIZE, BALANCED>(
+    decode_attention_mma<T, T, HEAD_DIM, WARPS, TILE, STAGES, PAGE_SIZE, BALANCED, ROW_WARPS>(
         q, q_batch_stride, q_token_stride, q_head_stride, k, v, kv_outer_stride, kv_token_stride, kv_head_stride,
         lengths, page_table, page_table_stride, num_pages, max_kv_len, out, o_batch_stride, o_token_stride,
         o_head_stride, lse, group, q_len, window_left, scale, softcap, workspace, 1.0f);
@@ -518,7 +552,8 @@ __global__ void __launch_bounds__(WARPS * 32)
 // of 32 keys would spill) so that three CTAs share an SM: the widening's shared-memory round trips
 // want more warps in flight (H200, 256 x 32/8 x 4k contiguous with a 2-stage ring: 734 us against
 // 870 at two CTAs an SM).
-template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false>
+template <typename T, int HEAD_DIM, int WARPS, int TILE, int STAGES, int PAGE_SIZE, bool BALANCED = false,
+          bool ROW_WARPS = false>
 __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 && TILE == 16 && HEAD_DIM <= 128 ? 3 : 1)
     decode_attention_mma_fp8_kernel(const T* __restrict__ q, long long q_batch_stride, long long q_token_stride,
                                     long long q_head_stride, const __nv_fp8_e4m3* __restrict__ k,
@@ -529,7 +564,7 @@ __global__ void __launch_bounds__(WARPS * 32, WARPS == 4 && TILE == 16 && HEAD_D
                                     long long o_token_stride, long long o_head_stride, float* __restrict__ lse,
                                     int group, int q_len, int window_left, float scale, float softcap,
                                     float* workspace, float v_scale) {
-    decode_attention_mma<T, __nv_fp8_e4m3, HEAD_DIM, WARPS, TILE, STAGES, PAGE_SIZE, BALANCED>(
+    decode_attention_mma<T, __nv_fp8_e4m3, HEAD_DIM, WARPS, TILE, STAGES, PAGE_SIZE, BALANCED, ROW_WARPS>(
         q, q_batch_stride, q_token_stride, q_head_stride, k, v, kv_outer_stride, kv_token_stride, kv_head_stride,
         lengths, page_table, page_table_stride, num_pages, max_kv_len, out, o_batch_stride, o_token_stride,
         o_head_stride, lse, group, q_len, window_left, scale, softcap, workspace, v_scale);

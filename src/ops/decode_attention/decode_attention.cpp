@@ -60,18 +60,19 @@ public:
         const DecodeLaunch l = decode_launch(shape_, config);
         LaunchPlan plan;
         const char* type = device_type_name(p_.dtype);
-        const char* balanced = l.balanced ? ", true" : "";  // the template's default is false
+        // The templates' trailing flags, BALANCED and (tensor cores) ROW_WARPS, default to false.
+        const std::string template_flags = l.row_warps ? fmt::format(", {}, true", l.balanced) : l.balanced ? ", true" : "";
         plan.details = DecodeKernelChoice{l.kernel};  // launch_with passes each kernel its own parameters
         if (l.kernel == kDecodeTensorCores) {
             plan.template_file = kTensorCoreTemplate;
             plan.name_expression = fmt::format("tileops::decode_attention_mma{}_kernel<{}, {}, {}, {}, {}, {}{}>",
                                                fp8_cache() ? "_fp8" : "", type, p_.head_dim, l.warps, l.tile, l.stages,
-                                               p_.page_size, balanced);
+                                               p_.page_size, template_flags);
         } else {
             plan.template_file = kCudaCoreTemplate;
             plan.name_expression = fmt::format("tileops::decode_attention_kernel<{}, {}, {}, {}, {}, {}, {}, {}{}>", type,
                                                device_type_name(*p_.kv_dtype), p_.head_dim, l.rows, l.warps, l.unroll,
-                                               l.stages, p_.page_size, balanced);
+                                               l.stages, p_.page_size, template_flags);
         }
         // Balanced: the (kv head, row block) columns vary fastest (common/kv_chunks.cuh says why).
         const unsigned columns = static_cast<unsigned>(p_.num_kv_heads * l.row_blocks);

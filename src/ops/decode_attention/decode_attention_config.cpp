@@ -1,6 +1,7 @@
 #include "ops/decode_attention/decode_attention_config.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -37,6 +38,9 @@ long long cuda_core_query_width(const DecodeShape& s) {
     return next_power_of_two(s.head_dim / vec) * vec;
 }
 
+// What a kernel may declare statically (beyond it, shared memory must be dynamic).
+constexpr size_t kMaxStaticSharedBytes = 48 * 1024;
+
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 128;
 constexpr long long kMaxSplits = 256;
@@ -65,16 +69,20 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
     l.split_ctas = l.balanced ? l.splits + 1LL : l.splits;
     size_t ring = 0;
     if (l.kernel == kDecodeTensorCores) {
-        l.rows = kDecodeMmaRows;
+        const auto row_warps = config.find("row_warps");
+        l.row_warps = row_warps != config.end() && row_warps->second != 0;
+        l.rows = l.row_warps ? kDecodeMmaRows * l.warps : kDecodeMmaRows;
         l.tile = static_cast<int>(config_value(config, "tile", op));
-        // Must match decode_attention_mma.cuh: per warp and stage, a tile of keys and one of
-        // values, and a word of valid pages; an fp8 cache's tiles are dense codes, and each warp
-        // has a tile of keys and one of values widened to 16 bits. The query tile is static.
+        // Must match decode_attention_mma.cuh: per ring and stage, a tile of keys and one of
+        // values, and a word of valid pages (a ring per warp, or one for the CTA with row_warps);
+        // an fp8 cache's tiles are dense codes, and each warp has a tile of keys and one of values
+        // widened to 16 bits. The query tile, of the CTA's rows, is static.
         const long long row_stride = mma_row_stride(shape.head_dim);
         const long long tile_bytes = l.tile * row_stride * shape.element_bytes;
-        ring = shape.fp8_cache ? static_cast<size_t>(l.warps) * (l.stages * (2 * l.tile * shape.head_dim + 4) + 2 * tile_bytes)
-                               : static_cast<size_t>(l.warps) * l.stages * (2 * tile_bytes + 4);
-        l.static_shared_bytes = static_cast<size_t>(kDecodeMmaRows) * row_stride * shape.element_bytes;
+        const size_t rings = l.row_warps ? 1 : static_cast<size_t>(l.warps);
+        ring = shape.fp8_cache ? rings * l.stages * (2 * l.tile * shape.head_dim + 4) + l.warps * 2 * tile_bytes
+                               : rings * l.stages * (2 * tile_bytes + 4);
+        l.static_shared_bytes = static_cast<size_t>(l.rows) * row_stride * shape.element_bytes;
     } else {
         l.rows = static_cast<int>(config_value(config, "rows", op));
         l.unroll = static_cast<int>(config_value(config, "unroll", op));
@@ -85,8 +93,9 @@ DecodeLaunch decode_launch(const DecodeShape& shape, const Config& config) {
     }
     l.static_shared_bytes += kKvChunkSharedBytes;  // finding a CTA's chunk of a balanced batch
     l.row_blocks = l.rows > 0 ? (shape.rows_per_kv_head() + l.rows - 1) / l.rows : 0;
-    // The ring is reused for the warps' partial results.
-    const size_t partial = static_cast<size_t>(l.warps) * l.rows * (shape.head_dim + 2) * sizeof(float);
+    // The ring is reused for the partial results: one a warp, or one for the CTA with row_warps.
+    const size_t parts = l.row_warps ? 1 : static_cast<size_t>(l.warps);
+    const size_t partial = parts * l.rows * (shape.head_dim + 2) * sizeof(float);
     l.dynamic_shared_bytes = std::max(ring, partial);
     return l;
 }
@@ -124,6 +133,30 @@ std::optional<std::string> fp8_tile_refusal(const DecodeShape& s, long long tile
     return std::nullopt;
 }
 
+// Why the tensor-core kernel cannot split the rows over `warps` warps with tiles of `tile` keys
+// (nullopt: it can). Must match decode_attention_mma.cuh: the warps share a tile's 16-byte copies
+// evenly.
+std::optional<std::string> row_warps_refusal(const DecodeShape& s, long long tile, long long warps) {
+    const long long copies = tile * s.head_dim / (s.fp8_cache ? 16 : 8) / 32;  // a warp's copies of a tile
+    if (warps < 2) return fmt::format("row_warps needs 2 warps or more, not {}", warps);
+    if (copies % warps != 0)
+        return fmt::format("row_warps: the {} copies of a warp per tile ({} keys, head dim {}) do not split over {} warps",
+                           copies, tile, s.head_dim, warps);
+    return std::nullopt;
+}
+
+// The heuristic's (warps, tile) for warps splitting a KV head's rows (row_warps), or nullopt:
+// each warp takes 16 rows, a CTA at most four warps' worth or fewer where the rows are fewer,
+// tiles of `tile` keys, else of 32, else fewer warps, where the warps cannot share the copies.
+std::optional<std::pair<long long, long long>> row_split(const DecodeShape& s, long long tile) {
+    if (s.rows_per_kv_head() <= kDecodeMmaRows) return std::nullopt;
+    for (long long warps = std::min(4LL, next_power_of_two((s.rows_per_kv_head() + kDecodeMmaRows - 1) / kDecodeMmaRows));
+         warps >= 2; warps /= 2)
+        for (long long t : {tile, 32LL})
+            if (!row_warps_refusal(s, t, warps) && !fp8_tile_refusal(s, t) && !tile_spills(s, t)) return std::pair{warps, t};
+    return std::nullopt;
+}
+
 }  // namespace
 
 Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
@@ -155,9 +188,15 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
         // warps and three stages on one long sequence among turns, 969 against 1011 on uniform
         // lengths).
         const bool one_row_chunks = !s.fp8_cache && decode_balanced(s) && s.rows_per_kv_head() == 1 && s.head_dim <= 128;
-        const long long warps = s.head_dim <= 128 && !one_row_chunks ? 4 : 2;
-        const long long stages = (s.fp8_cache && warps == 4 && tile == 16) || one_row_chunks ? 2 : 3;
-        const Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile}, {"stages", stages}, {"splits", 1}};
+        long long warps = s.head_dim <= 128 && !one_row_chunks ? 4 : 2;
+        long long stages = (s.fp8_cache && warps == 4 && tile == 16) || one_row_chunks ? 2 : 3;
+        Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile}, {"stages", stages}, {"splits", 1}};
+        // More than 16 rows a KV head: the warps split them, so the keys are read once per CTA
+        // of up to 64 rows, not once per 16 (16 x 71/1 x 64 with 4 query tokens: 284 rows, 18
+        // row blocks re-reading the keys, ran at 11-12% of the copy bandwidth).
+        if (const auto split = row_split(s, tile))
+            config = {{"kernel", kDecodeTensorCores}, {"warps", split->first}, {"tile", split->second}, {"stages", 4},
+                      {"splits", 1}, {"row_warps", 1}};
         const DecodeLaunch l = decode_launch(s, config);
         Config with_splits = config;
         with_splits["splits"] = heuristic_splits(s, s.batch * s.num_kv_heads * l.row_blocks, device);
@@ -192,14 +231,22 @@ std::vector<Config> decode_search_space(const DecodeShape& s, const DeviceInfo& 
                                            {"stages", stages}, {"splits", splits}});
     // The tensor-core kernel pads a KV head's rows to 16; the MMAs per key are the same for one
     // row as for sixteen, so it is tried for MHA too.
+    // Where a KV head has more than 16 rows, also with the warps splitting the rows: as many as
+    // the rows fill at least in part.
+    const bool split_rows = s.rows_per_kv_head() > kDecodeMmaRows;
     if (device.sm() >= 80)
         for (long long warps : {2, 4, 8})
             for (long long tile : {16, 32})
                 for (long long stages : {2, 3, 4})
-                    for (long long splits : split_options)
-                        if (!tile_spills(s, tile) && !fp8_tile_refusal(s, tile))
+                    for (long long splits : split_options) {
+                        if (tile_spills(s, tile) || fp8_tile_refusal(s, tile)) continue;
+                        configs.push_back({{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile},
+                                           {"stages", stages}, {"splits", splits}});
+                        if (split_rows && kDecodeMmaRows * (warps / 2) < s.rows_per_kv_head() &&
+                            !row_warps_refusal(s, tile, warps))
                             configs.push_back({{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile},
-                                               {"stages", stages}, {"splits", splits}});
+                                               {"stages", stages}, {"splits", splits}, {"row_warps", 1}});
+                    }
     return configs;
 }
 
@@ -222,7 +269,18 @@ std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Con
         if (auto refusal = fp8_tile_refusal(s, l.tile)) return refusal;
         if (tile_spills(s, l.tile)) return fmt::format("kernel 1: tiles of 32 keys spill registers at head dim {}", s.head_dim);
         if (l.warps > 8) return fmt::format("kernel 1: warps = {} is more than 8 (registers)", l.warps);
+        if (config.count("row_warps")) {
+            const long long row_warps = config.at("row_warps");
+            if (row_warps != 0 && row_warps != 1) return fmt::format("row_warps = {} is not 0 or 1", row_warps);
+            if (row_warps == 1)
+                if (auto refusal = row_warps_refusal(s, l.tile, l.warps)) return refusal;
+        }
+        // The query tile is static shared memory, of which a kernel may declare 48 KB.
+        if (l.static_shared_bytes > kMaxStaticSharedBytes)
+            return fmt::format("kernel 1: the query tile of {} rows needs {} bytes of static shared memory, more than {}",
+                               l.rows, l.static_shared_bytes, kMaxStaticSharedBytes);
     } else {
+        if (config.count("row_warps")) return "row_warps is a tunable of kernel 1 (tensor cores) only";
         if (device.sm() < 80) return fmt::format("kernel 0 (cp.async) needs sm_80 or newer, the device is {}", device.arch());
         if (!is_power_of_two_up_to(l.rows, 8)) return fmt::format("rows = {} is not 1, 2, 4 or 8", l.rows);
         if (!is_power_of_two_up_to(l.unroll, 8)) return fmt::format("unroll = {} is not 1, 2, 4 or 8", l.unroll);

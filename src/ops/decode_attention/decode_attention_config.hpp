@@ -8,7 +8,9 @@
 //      stages - 1 iterations ahead);
 //   1, tensor cores (decode_attention_mma.cuh, sm_80+): 16 query rows per CTA, warps, tile (keys
 //      per warp iteration, 16 or 32), stages. An fp8 cache streams its codes and each warp widens
-//      a tile to 16 bits before its MMAs read it.
+//      a tile to 16 bits before its MMAs read it. Optional row_warps (0 when absent): 1 gives each
+//      warp 16 rows of the CTA's 16 x warps, all warps reading every key from one ring, so a KV
+//      head's keys are read once per 16 x warps rows instead of once per 16.
 // Both: splits. At batch 1, the CTAs sharing the sequence's keys (1: no workspace, no merge); for
 // a batch, the kernel cuts the keys of the whole batch into about batch x splits chunks of equal
 // tokens by the lengths it reads on the device (decode.cuh), so a skewed batch keeps every SM
@@ -52,6 +54,7 @@ constexpr int kDecodeMmaRows = 16;  // the M of mma.sync m16n8k16
 
 struct DecodeLaunch {
     int kernel, rows, warps, unroll, tile, stages, splits;  // unroll: kernel 0 only; tile: kernel 1 only
+    bool row_warps;                  // kernel 1: the warps split the rows, not the keys
     bool balanced;                   // chunks sized by the lengths (batch > 1)
     long long split_ctas;            // CTAs per (kv head x row block, sequence): splits, or splits + 1 balanced
                                      // (the grid's x, or its y balanced: decode.cuh)

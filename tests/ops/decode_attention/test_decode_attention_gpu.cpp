@@ -354,6 +354,47 @@ TEST_CASE("The tensor-core DecodeAttention kernel with one row per KV head (MHA)
                       {{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 16}}});
 }
 
+TEST_CASE("The tensor-core DecodeAttention kernel with its warps splitting many rows of a KV head", "[gpu][decode]") {
+    TILEOPS_REQUIRE_GPU();
+    // More than 16 rows a KV head: the warps take 16 rows each and share one ring of keys. Falcon's
+    // 71 query heads on one KV head with 4 query tokens (284 rows: the last CTA's last warps hold
+    // padding only), paged and contiguous, with a window; GQA 8 with 4 tokens over an fp8 cache;
+    // head dim 80 (copies chunk by chunk) with 6 tokens; head dim 256 (Q read per tile) at batch 1
+    // (fixed splits). Lengths shorter than the query tokens leave some rows without keys.
+    struct Shape {
+        int64_t heads, kv_heads, head_dim, q_len;
+        bool fp8;
+        std::vector<int> lengths;
+    };
+    const auto [shape_index, page_size] = GENERATE(std::tuple{0, 0}, std::tuple{0, 16}, std::tuple{1, 32},
+                                                   std::tuple{2, 0}, std::tuple{3, 0});
+    const Shape shapes[] = {{71, 1, 64, 4, false, {3000, 1, 0, 700, 2049}},
+                            {32, 4, 128, 4, true, {2500, 3, 999}},
+                            {24, 4, 80, 6, false, {1100, 5, 300}},
+                            {16, 2, 256, 4, false, {2222}}};
+    const Shape& shape = shapes[shape_index];
+    DecodeAttentionProblem p = problem(shape.fp8 ? DType::fp16 : DType::bf16, shape.heads, shape.kv_heads,
+                                       shape.head_dim, shape.q_len, 3000);
+    p.page_size = page_size;
+    p.return_lse = true;
+    if (shape_index == 0 && page_size > 0) p.window_left = 500;
+    if (shape.fp8) {
+        p.kv_dtype = DType::fp8_e4m3;
+        p.k_scale = 0.37f;
+        p.v_scale = 1.9f;
+    }
+    const DecodeCase c(p, shape.lengths, 1717 + 10 * static_cast<uint64_t>(shape_index) + page_size, 8);
+    const DecodeAttention op(c.p);
+    const detail::OpModel& model = op.model();
+    const Config heuristic = model.heuristic(shared_runtime().device());
+    CHECK(heuristic.count("row_warps") == 1);
+    std::vector<Config> configs{heuristic};
+    for (const Config& config : model.search_space(shared_runtime().device()))
+        if (config.count("row_warps") && (config.at("splits") == 1 || config.at("splits") == 4)) configs.push_back(config);
+    REQUIRE(configs.size() > 4);
+    check_configs(c, configs);
+}
+
 TEST_CASE("DecodeAttention at head dims between the powers of two, on both kernels", "[gpu][decode]") {
     TILEOPS_REQUIRE_GPU();
     // The tensor cores: padded shared-memory rows copied chunk by chunk (80, 96, 112, 160) or in

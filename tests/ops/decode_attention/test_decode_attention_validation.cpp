@@ -313,6 +313,53 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only where keys a
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'kernel'") != std::string::npos);
 }
 
+TEST_CASE("DecodeAttention splits more than 16 rows of a KV head over the warps", "[validation][decode]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    // 16 rows or fewer: one CTA of 16 rows, the warps splitting the keys.
+    for (auto p : {gqa(), with([](auto& q) { q.q_len = 4; }), with([](auto& q) { q.num_heads = 64, q.q_len = 2; })}) {
+        const DecodeAttention op(p);
+        CHECK(op.model().heuristic(h100).count("row_warps") == 0);
+        for (const Config& config : op.model().search_space(h100)) CHECK(config.count("row_warps") == 0);
+    }
+    // More: 16 rows a warp, up to four warps a CTA (Falcon's 71 heads on one KV head, 4 tokens:
+    // 284 rows in 5 CTAs of 64 instead of 18 of 16); 32 rows take two warps; at head dim 80 the
+    // two warps cannot share 16-key tiles (5 copies a lane): 32-key tiles.
+    const auto heuristic = [&](auto edit) { return DecodeAttention(with(edit)).model().heuristic(h100); };
+    const Config falcon = heuristic([](auto& q) { q.num_heads = 71, q.num_kv_heads = 1, q.head_dim = 64, q.q_len = 4; });
+    CHECK(falcon.at("row_warps") == 1);
+    CHECK(falcon.at("warps") == 4);
+    CHECK(falcon.at("kernel") == detail::kDecodeTensorCores);
+    CHECK(heuristic([](auto& q) { q.q_len = 8; }).at("warps") == 2);
+    const Config dim80 = heuristic([](auto& q) { q.head_dim = 80, q.q_len = 8; });
+    CHECK(dim80.at("row_warps") == 1);
+    CHECK(dim80.at("tile") == 32);
+    const DecodeAttention falcon_op(with([](auto& q) { q.num_heads = 71, q.num_kv_heads = 1, q.head_dim = 64, q.q_len = 4; }));
+    const detail::DecodeShape shape = detail::decode_shape(falcon_op.problem());
+    const detail::DecodeLaunch l = detail::decode_launch(shape, falcon);
+    CHECK(l.rows == 64);
+    CHECK(l.row_blocks == 5);
+    // Configs that cannot run are refused with a reason.
+    const auto refusal = [&](const DecodeAttention& op, Config config) {
+        return op.model().invalid_reason(config, h100).value_or("");
+    };
+    Config bad = falcon;
+    bad["row_warps"] = 2;
+    CHECK(refusal(falcon_op, bad).find("row_warps = 2") != std::string::npos);
+    bad["row_warps"] = 1;
+    bad["warps"] = 1;
+    CHECK(refusal(falcon_op, bad).find("2 warps or more") != std::string::npos);
+    bad["warps"] = 8;  // 16 keys of head dim 64: 4 copies a lane, not a whole number for 8 warps
+    CHECK(refusal(falcon_op, bad).find("do not split") != std::string::npos);
+    CHECK(refusal(falcon_op, {{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1},
+                              {"row_warps", 1}})
+              .find("kernel 1") != std::string::npos);
+    // 128 rows of head dim 256: a 64 KB query tile, more than a kernel may declare statically.
+    const DecodeAttention wide(with([](auto& q) { q.head_dim = 256, q.num_heads = 64, q.q_len = 4; }));
+    CHECK(refusal(wide, {{"kernel", 1}, {"warps", 8}, {"tile", 16}, {"stages", 2}, {"splits", 1}, {"row_warps", 1}})
+              .find("static shared memory") != std::string::npos);
+    for (const Config& config : wide.model().search_space(h100)) CHECK(refusal(wide, config).empty());
+}
+
 // The fp8 kernel's launch bounds hold four warps on 16-key tiles up to head dim 128 to the registers
 // of three CTAs an SM; the heuristic's ring must leave room for three in an H100's or H200's 228 KB
 // of shared memory (1 KB of each CTA's is the driver's).
@@ -425,7 +472,9 @@ void check_decode_kernels_compile_without_spills(const std::string& arch, const 
     // Batches (keys cut by the lengths on the device) and a single sequence (fixed splits); head
     // dims between the powers of two: 80 (an odd number of k-steps, pages of 16 under tiles of
     // 32), 192 (Q in registers at its limit) and 96 over an fp8 cache (6 slices on 8 lanes; codes
-    // copied in row order on the tensor cores).
+    // copied in row order on the tensor cores). More than 16 rows a KV head, where the warps may
+    // split the rows: Falcon's 71/1 heads with 4 query tokens, head dim 80 (copies chunk by chunk),
+    // 256 (Q read per tile) and an fp8 cache.
     for (auto p : {gqa(), with([](auto& q) { q.batch = 1; }), with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 64; }, paged()),
                    with([](auto& q) { q.head_dim = 256, q.page_size = 64, q.max_pages_per_seq = 64; }, paged()),
                    with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.dtype = DType::fp16; }),
@@ -434,7 +483,11 @@ void check_decode_kernels_compile_without_spills(const std::string& arch, const 
                    with([](auto& q) { q.dtype = DType::fp16, q.head_dim = 192, q.batch = 1; }),
                    with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 96; }, paged()),
                    with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 160; }, paged()),
-                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 192; })}) {
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.head_dim = 192; }),
+                   with([](auto& q) { q.num_heads = 71, q.num_kv_heads = 1, q.head_dim = 64, q.q_len = 4; }, paged()),
+                   with([](auto& q) { q.head_dim = 80, q.q_len = 6; }),
+                   with([](auto& q) { q.head_dim = 256, q.q_len = 8, q.batch = 1; }),
+                   with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.q_len = 8; }, paged())}) {
         DecodeAttention op(p);
         const detail::DecodeShape shape = detail::decode_shape(op.problem());
         for (const Config& config : op.model().search_space(device)) {
