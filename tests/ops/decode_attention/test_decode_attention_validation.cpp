@@ -349,6 +349,7 @@ TEST_CASE("DecodeAttention splits more than 16 rows of a KV head over the warps"
     bad["warps"] = 1;
     CHECK(refusal(falcon_op, bad).find("2 warps or more") != std::string::npos);
     bad["warps"] = 8;  // 16 keys of head dim 64: 4 copies a lane, not a whole number for 8 warps
+    bad["tile"] = 16;
     CHECK(refusal(falcon_op, bad).find("do not split") != std::string::npos);
     CHECK(refusal(falcon_op, {{"kernel", 0}, {"rows", 4}, {"warps", 4}, {"unroll", 2}, {"stages", 2}, {"splits", 1},
                               {"row_warps", 1}})
