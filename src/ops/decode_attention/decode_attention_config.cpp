@@ -1,7 +1,6 @@
 #include "ops/decode_attention/decode_attention_config.hpp"
 
 #include <algorithm>
-#include <utility>
 
 #include <fmt/format.h>
 
@@ -145,19 +144,6 @@ std::optional<std::string> row_warps_refusal(const DecodeShape& s, long long til
     return std::nullopt;
 }
 
-// The heuristic's (warps, tile) for warps splitting a KV head's rows (row_warps), or nullopt:
-// each warp takes 16 rows, a CTA at most four warps' worth or fewer where the rows are fewer;
-// tiles of 32 keys (the one ring of the CTA then holds twice the bytes a barrier), else of 16,
-// else fewer warps, where the warps cannot share the copies.
-std::optional<std::pair<long long, long long>> row_split(const DecodeShape& s, long long tile) {
-    if (s.rows_per_kv_head() <= kDecodeMmaRows) return std::nullopt;
-    for (long long warps = std::min(4LL, next_power_of_two((s.rows_per_kv_head() + kDecodeMmaRows - 1) / kDecodeMmaRows));
-         warps >= 2; warps /= 2)
-        for (long long t : {32LL, tile})
-            if (!row_warps_refusal(s, t, warps) && !fp8_tile_refusal(s, t) && !tile_spills(s, t)) return std::pair{warps, t};
-    return std::nullopt;
-}
-
 }  // namespace
 
 Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
@@ -191,20 +177,12 @@ Config decode_heuristic(const DecodeShape& s, const DeviceInfo& device) {
         const bool one_row_chunks = !s.fp8_cache && decode_balanced(s) && s.rows_per_kv_head() == 1 && s.head_dim <= 128;
         const long long warps = s.head_dim <= 128 && !one_row_chunks ? 4 : 2;
         const long long stages = (s.fp8_cache && warps == 4 && tile == 16) || one_row_chunks ? 2 : 3;
-        Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile}, {"stages", stages}, {"splits", 1}};
-        // More than 16 rows a KV head: the warps split them, so the keys are read once per CTA
-        // of up to 64 rows, not once per 16 (16 x 71/1 x 64 with 4 query tokens: 284 rows, 18
-        // row blocks re-reading the keys, ran at 11-12% of the copy bandwidth).
-        if (const auto split = row_split(s, tile))
-            config = {{"kernel", kDecodeTensorCores}, {"warps", split->first}, {"tile", split->second}, {"stages", 4},
-                      {"splits", 1}, {"row_warps", 1}};
+        // (row_warps stays the tuner's: on an H100 it lost on most batches with more than 16 rows
+        // a KV head; docs/perf/decode_attention.md.)
+        const Config config{{"kernel", kDecodeTensorCores}, {"warps", warps}, {"tile", tile}, {"stages", stages}, {"splits", 1}};
         const DecodeLaunch l = decode_launch(s, config);
-        // With row_warps a CTA has one ring where the other mode has one a warp, so about `warps`
-        // of its CTAs hold the bytes in flight of one: the splits count its grid that much smaller.
-        const long long ctas = s.batch * s.num_kv_heads * l.row_blocks;
-        const long long ring_units = l.row_warps ? (ctas + l.warps - 1) / l.warps : ctas;
         Config with_splits = config;
-        with_splits["splits"] = heuristic_splits(s, ring_units, device);
+        with_splits["splits"] = heuristic_splits(s, s.batch * s.num_kv_heads * l.row_blocks, device);
         return with_splits;
     }
     const long long rows = cuda_core_rows(s);

@@ -1,5 +1,6 @@
 // DecodeAttention refuses bad problems and bad operands before any launch, naming what was wrong;
 // its configs, workspace and the problem factory behave as documented. No GPU needed.
+#include <algorithm>
 #include <cmath>
 
 #include <string>
@@ -313,7 +314,7 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only where keys a
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'kernel'") != std::string::npos);
 }
 
-TEST_CASE("DecodeAttention splits more than 16 rows of a KV head over the warps", "[validation][decode]") {
+TEST_CASE("DecodeAttention may split more than 16 rows of a KV head over the warps", "[validation][decode]") {
     const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
     // 16 rows or fewer: one CTA of 16 rows, the warps splitting the keys.
     for (auto p : {gqa(), with([](auto& q) { q.q_len = 4; }), with([](auto& q) { q.num_heads = 64, q.q_len = 2; })}) {
@@ -321,19 +322,15 @@ TEST_CASE("DecodeAttention splits more than 16 rows of a KV head over the warps"
         CHECK(op.model().heuristic(h100).count("row_warps") == 0);
         for (const Config& config : op.model().search_space(h100)) CHECK(config.count("row_warps") == 0);
     }
-    // More: 16 rows a warp, up to four warps a CTA (Falcon's 71 heads on one KV head, 4 tokens:
-    // 284 rows in 5 CTAs of 64 instead of 18 of 16); 32 rows take two warps; at head dim 80 the
-    // two warps cannot share 16-key tiles (5 copies a lane): 32-key tiles.
-    const auto heuristic = [&](auto edit) { return DecodeAttention(with(edit)).model().heuristic(h100); };
-    const Config falcon = heuristic([](auto& q) { q.num_heads = 71, q.num_kv_heads = 1, q.head_dim = 64, q.q_len = 4; });
-    CHECK(falcon.at("row_warps") == 1);
-    CHECK(falcon.at("warps") == 4);
-    CHECK(falcon.at("kernel") == detail::kDecodeTensorCores);
-    CHECK(heuristic([](auto& q) { q.q_len = 8; }).at("warps") == 2);
-    const Config dim80 = heuristic([](auto& q) { q.head_dim = 80, q.q_len = 8; });
-    CHECK(dim80.at("row_warps") == 1);
-    CHECK(dim80.at("tile") == 32);
+    // More: in the search space (16 rows a warp), never the heuristic's (it lost on most such
+    // batches on an H100). Falcon's 71 heads on one KV head, 4 tokens: 284 rows in 5 CTAs of 64
+    // with four warps instead of 18 of 16.
     const DecodeAttention falcon_op(with([](auto& q) { q.num_heads = 71, q.num_kv_heads = 1, q.head_dim = 64, q.q_len = 4; }));
+    CHECK(falcon_op.model().heuristic(h100).count("row_warps") == 0);
+    const Config falcon{{"kernel", detail::kDecodeTensorCores}, {"warps", 4}, {"tile", 16}, {"stages", 4}, {"splits", 1},
+                        {"row_warps", 1}};
+    const auto space = falcon_op.model().search_space(h100);
+    CHECK(std::find(space.begin(), space.end(), falcon) != space.end());
     const detail::DecodeShape shape = detail::decode_shape(falcon_op.problem());
     const detail::DecodeLaunch l = detail::decode_launch(shape, falcon);
     CHECK(l.rows == 64);
