@@ -30,16 +30,15 @@ __device__ __forceinline__ void layernorm_rows(const T* x, long long x_stride, c
     const T* const x_bases[1] = {x};
     const long long x_strides[1] = {x_stride};
 
-    // Outputs of a row's body (y_body at its head); a ragged row's weights and biases may be off a
-    // vector.
-    auto store_y = [&](TOut* y_body, int head, long long col, const Vec<T, VEC>& raw, float mean, float scale) {
+    // The weights and biases of a row's body vector at col, for a row whose body starts at head (a
+    // ragged row's may be off a vector).
+    auto load_side_at = [&](int head, long long col) {
         if constexpr (RAGGED) {
             const bool aligned = vector_aligned<T, VEC>(weight, head) && vector_aligned<T, VEC>(bias, head);
-            const LayerNormSide<T, VEC> side{load_side<T, VEC>(weight + head + col, aligned),
-                                             load_side<T, VEC>(bias + head + col, aligned)};
-            store_layernorm<T, TOut, VEC, true>(y_body, side, col, raw, mean, scale);
+            return LayerNormSide<T, VEC>{load_side<T, VEC>(weight + head + col, aligned),
+                                         load_side<T, VEC>(bias + head + col, aligned)};
         } else {
-            store_layernorm<T, TOut, VEC>(y_body, weight, bias, col, raw, mean, scale);
+            return LayerNormSide<T, VEC>{load_raw<T, VEC>(weight + col), load_raw<T, VEC>(bias + col)};
         }
     };
     auto store_edges = [&](const auto& edges, TOut* y_row, float mean, float scale) {
@@ -57,6 +56,15 @@ __device__ __forceinline__ void layernorm_rows(const T* x, long long x_stride, c
                 const long long body = frame.body(at.row);
                 float sum = 0.0f;  // held vectors past the row are zeros
                 edges.for_each(cols, [&](int s, long long) { sum += to_float(edges.value[0][s]); });
+                // Where a thread holds one vector of the row, its weights and biases are loaded
+                // before the reductions, so that their round trip overlaps them: on one row or a few
+                // (a launch-bound problem) they were a second memory latency after the row's. Held
+                // through the reductions for more vectors, they spill at 1024 threads (ptxas,
+                // sm_90a: layernorm 256 x 262144 fp32, 8 vectors of 2); those load them after.
+                constexpr bool kSideFirst = ITEMS == 1;
+                LayerNormSide<T, VEC> side[ITEMS] = {};
+                if constexpr (kSideFirst)
+                    if (active && at.column(0) < body) side[0] = load_side_at(head, at.column(0));
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     float v[VEC];
@@ -85,7 +93,10 @@ __device__ __forceinline__ void layernorm_rows(const T* x, long long x_stride, c
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     const long long col = at.column(i);
-                    if (active && col < body) store_y(y + at.row * y_stride + head, head, col, held[0][i], mean, scale);
+                    if (active && col < body)
+                        store_layernorm<T, TOut, VEC, RAGGED>(y + at.row * y_stride + head,
+                                                              kSideFirst ? side[i] : load_side_at(head, col), col,
+                                                              held[0][i], mean, scale);
                 }
             });
     } else {
@@ -124,7 +135,8 @@ __device__ __forceinline__ void layernorm_rows(const T* x, long long x_stride, c
         store_edges(edges, y + at.row * y_stride, mean, scale);
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < body; col += THREADS_PER_ROW * VEC)
-                store_y(y + at.row * y_stride + head, head, col, load_raw<T, VEC>(x_row + col), mean, scale);
+                store_layernorm<T, TOut, VEC, RAGGED>(y + at.row * y_stride + head, load_side_at(head, col), col,
+                                                      load_raw<T, VEC>(x_row + col), mean, scale);
         }
     }
     reducer.finish();

@@ -57,13 +57,12 @@ __device__ __forceinline__ void rmsnorm_rows(const T* x, long long x_stride, con
 #pragma unroll
         for (int k = 0; k < VEC; ++k) sum += v[k] * v[k];
     };
-    // Outputs of a row's body (y_body at its head); a ragged row's weights may be off a vector.
-    auto store_y = [&](TOut* y_body, int head, long long col, const Vec<T, VEC>& h, float scale) {
+    // The weights of a row's body vector at col, for a row whose body starts at head.
+    auto load_weights = [&](int head, long long col) {
         if constexpr (RAGGED)
-            store_rmsnorm<T, TOut, VEC, true>(
-                y_body, load_side<T, VEC>(weight + head + col, vector_aligned<T, VEC>(weight, head)), col, h, scale);
+            return load_side<T, VEC>(weight + head + col, vector_aligned<T, VEC>(weight, head));
         else
-            store_rmsnorm<T, TOut, VEC>(y_body, weight, col, h, scale);
+            return load_raw<T, VEC>(weight + col);
     };
     auto store_sum = [](T* at, const Vec<T, VEC>& h) {
         if constexpr (RAGGED)
@@ -96,17 +95,20 @@ __device__ __forceinline__ void rmsnorm_rows(const T* x, long long x_stride, con
                 const bool active = at.row < rows;
                 const int head = frame.head(at.row);
                 const long long body = frame.body(at.row);
-                Vec<T, VEC> h[ITEMS];
+                Vec<T, VEC> h[ITEMS], w[ITEMS] = {};
                 float sum_sq = 0.0f;
                 add_edges(edges, at.row, sum_sq);
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     h[i] = RESIDUAL ? combine(held[0][i], held[kInputs - 1][i]) : held[0][i];
                     add_squares(h[i], sum_sq);
-                    if constexpr (RESIDUAL) {
-                        const long long col = at.column(i);
+                    const long long col = at.column(i);
+                    // The weights are loaded before the reduction, so that their round trip
+                    // overlaps it: on one row or a few (a launch-bound problem) they were a second
+                    // memory latency after the row's.
+                    if (active && col < body) w[i] = load_weights(head, col);
+                    if constexpr (RESIDUAL)
                         if (active && col < body) store_sum(sum_out + at.row * sum_stride + head + col, h[i]);
-                    }
                 }
                 const float scale =
                     rsqrtf(reducer.template reduce<SumOp>(sum_sq) /
@@ -115,7 +117,8 @@ __device__ __forceinline__ void rmsnorm_rows(const T* x, long long x_stride, con
 #pragma unroll
                 for (int i = 0; i < ITEMS; ++i) {
                     const long long col = at.column(i);
-                    if (active && col < body) store_y(y + at.row * y_stride + head, head, col, h[i], scale);
+                    if (active && col < body)
+                        store_rmsnorm<T, TOut, VEC, RAGGED>(y + at.row * y_stride + head, w[i], col, h[i], scale);
                 }
             });
     } else {
@@ -148,8 +151,8 @@ __device__ __forceinline__ void rmsnorm_rows(const T* x, long long x_stride, con
         if (active) {
             for (long long col = static_cast<long long>(at.lane) * VEC; col < body; col += THREADS_PER_ROW * VEC) {
                 // The same thread wrote h to sum_out in pass 1, so reading it back is ordered.
-                store_y(y + at.row * y_stride + head, head, col,
-                        load_raw<T, VEC>(RESIDUAL ? s_row + col : x_row + col), scale);
+                store_rmsnorm<T, TOut, VEC, RAGGED>(y + at.row * y_stride + head, load_weights(head, col), col,
+                                                    load_raw<T, VEC>(RESIDUAL ? s_row + col : x_row + col), scale);
             }
         }
     }
