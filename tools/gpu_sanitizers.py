@@ -90,8 +90,8 @@ def main():
     parser.add_argument("--deadline-s", type=float, default=540, help="kill what still runs after this long")
     parser.add_argument("--gpus", help="the GPU ordinals to use (default: every visible one)")
     parser.add_argument("--jobs-per-gpu", type=int, default=1,
-                        help="jobs run at once on each GPU (racecheck's cost does not grow with the problems' "
-                             "size, so it may lie on the host and several jobs share a GPU well; not yet measured)")
+                        help="jobs run at once on each GPU (default 1; under racecheck 8 jobs on one H100 "
+                             "finished none of 8 shards in 430 s where one alone took 177 s)")
     parser.add_argument("--num-cuda-barriers", type=int, default=0,
                         help="mbarriers per block racecheck and synccheck should track (0: the tool counts them; "
                              "it does not count the kernels' raw shared-memory mbarriers)")
