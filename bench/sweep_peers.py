@@ -349,6 +349,14 @@ def main():
     if len(rows) < len(problems):
         print(f"\n{len(problems) - len(rows)} of {len(problems)} problems have no peer figure (above)")
     print_summary(stats)
+    # Where the peer is the faster of two, each alone too: the rows target is a geomean against
+    # torch eager and a minimum against both.
+    for alone, name in (("eager_us", "torch eager"), ("compile_us", "torch.compile")):
+        versus = [dict(r, speedup=r["peer"][alone] / r["us"]) for r in rows
+                  if isinstance(r.get("peer"), dict) and r["peer"].get(alone)]
+        if versus:
+            stats["versus_" + alone[:-3]] = summary(versus, name)
+            print_summary(stats["versus_" + alone[:-3]])
     if args.family == "decode":  # the target: every batch of >= 64 MB of KV at >= 85% of copy
         big = [r for r in rows if r["kv_bytes"] >= 64e6]
         stats["at_least_64mb"] = {"problems": len(big), "below_85_percent": sum(r["speedup"] < 0.85 for r in big)}
