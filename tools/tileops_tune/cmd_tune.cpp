@@ -292,15 +292,17 @@ int cmd_tune(int argc, char** argv) {
                 runtime_choices(problems, device, db_path, existing.has_value());
             if (args.count("skip-tuned") && existing) {
                 const size_t before = problems.size();
-                size_t kept = 0;
+                std::vector<detail::ProblemSpec> untuned;
+                std::vector<std::optional<tuning::ConfigChoice>> untuned_current;
                 for (size_t p = 0; p < before; ++p) {
                     if (current[p] && current[p]->source == tuning::ConfigSource::user_db) continue;  // tuned in db_path
-                    problems[kept] = std::move(problems[p]);
-                    current[kept++] = std::move(current[p]);
+                    untuned.push_back(std::move(problems[p]));
+                    untuned_current.push_back(std::move(current[p]));
                 }
-                problems.resize(kept);
-                current.resize(kept);
-                fmt::print(stderr, "{} of {} problem(s) already tuned in {}: skipped\n", before - kept, before, db_path);
+                problems = std::move(untuned);
+                current = std::move(untuned_current);
+                fmt::print(stderr, "{} of {} problem(s) already tuned in {}: skipped\n", before - problems.size(), before,
+                           db_path);
                 if (problems.empty()) return 0;
             }
 
