@@ -43,8 +43,16 @@ constexpr size_t kMaxStaticSharedBytes = 48 * 1024;
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 128;
 constexpr long long kMaxSplits = 256;
-// The CUDA-core kernel's rows per CTA: the KV head's rows, rounded up to a power of two, 8 at most.
-long long cuda_core_rows(const DecodeShape& s) { return std::min(8LL, next_power_of_two(s.rows_per_kv_head())); }
+
+// The CUDA-core kernel's most rows a CTA: 8, or 4 over an fp8 cache, whose keys widened for 8 rows
+// spill 380-2600 bytes (ptxas, sm_80 and sm_90a, head dim 128, every unroll).
+long long max_cuda_core_rows(const DecodeShape& s) { return s.fp8_cache ? 4 : 8; }
+
+// The CUDA-core kernel's rows per CTA: the KV head's rows, rounded up to a power of two, at most
+// the above.
+long long cuda_core_rows(const DecodeShape& s) {
+    return std::min(max_cuda_core_rows(s), next_power_of_two(s.rows_per_kv_head()));
+}
 
 long long max_useful_splits(const DecodeShape& s) {
     return std::clamp((s.max_kv_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit, 1LL, kMaxSplits);
@@ -266,6 +274,8 @@ std::optional<std::string> decode_invalid_reason(const DecodeShape& s, const Con
         if (config.count("row_warps")) return "row_warps is a tunable of kernel 1 (tensor cores) only";
         if (device.sm() < 80) return fmt::format("kernel 0 (cp.async) needs sm_80 or newer, the device is {}", device.arch());
         if (!is_power_of_two_up_to(l.rows, 8)) return fmt::format("rows = {} is not 1, 2, 4 or 8", l.rows);
+        if (l.rows > max_cuda_core_rows(s))
+            return fmt::format("kernel 0: rows = {} over an fp8 cache spill registers (at most {})", l.rows, max_cuda_core_rows(s));
         if (!is_power_of_two_up_to(l.unroll, 8)) return fmt::format("unroll = {} is not 1, 2, 4 or 8", l.unroll);
         if (l.rows * l.unroll > 32) return fmt::format("rows x unroll = {} scores per lane would spill", l.rows * l.unroll);
     }

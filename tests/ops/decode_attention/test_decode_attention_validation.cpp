@@ -314,6 +314,23 @@ TEST_CASE("DecodeAttention configs: heuristic valid, workspace only where keys a
     CHECK(op.model().invalid_reason(bad, h100).value_or("").find("'kernel'") != std::string::npos);
 }
 
+TEST_CASE("DecodeAttention's CUDA-core kernel takes at most 4 rows over an fp8 cache", "[validation][decode]") {
+    const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
+    // 32 rows a KV head (GQA 4, 8 query tokens): 8 rows of widened fp8 keys spill (compile test).
+    const DecodeAttention fp8(with([](auto& q) { q.kv_dtype = DType::fp8_e4m3, q.q_len = 8; }, paged()));
+    const Config eight{{"kernel", detail::kDecodeCudaCores}, {"rows", 8}, {"warps", 4}, {"unroll", 1}, {"stages", 2},
+                       {"splits", 1}};
+    CHECK(fp8.model().invalid_reason(eight, h100).value_or("").find("fp8 cache spill") != std::string::npos);
+    Config four = eight;
+    four["rows"] = 4;
+    CHECK_FALSE(fp8.model().invalid_reason(four, h100));
+    for (const Config& config : fp8.model().search_space(h100))
+        if (config.at("kernel") == detail::kDecodeCudaCores) CHECK(config.at("rows") <= 4);
+    // A 16-bit cache keeps 8.
+    const DecodeAttention bf16(with([](auto& q) { q.q_len = 8; }));
+    CHECK_FALSE(bf16.model().invalid_reason(eight, h100));
+}
+
 TEST_CASE("DecodeAttention may split more than 16 rows of a KV head over the warps", "[validation][decode]") {
     const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
     // 16 rows or fewer: one CTA of 16 rows, the warps splitting the keys.
