@@ -15,12 +15,14 @@
 //
 // Rows split over the warps (ROW_WARPS): where a KV head has many rows (large GQA groups times
 // speculative query tokens: Falcon's 71 query heads on one KV head at 4 tokens are 284 rows), 16
-// rows a CTA would stream the same keys once per 16 rows, and those re-reads, served by L2, bound
-// the kernel. With ROW_WARPS each warp owns 16 rows of the CTA's 16 x WARPS and all warps read
-// every tile of the split from one ring shared by the CTA: every thread copies its share of a
-// tile, and one CTA barrier a tile both publishes the tile and frees the stage the next copies
-// overwrite. A warp's registers are those of the other mode (16 rows each), and its result needs
-// no merge with the other warps'.
+// rows a CTA stream the same keys once per 16 rows. With ROW_WARPS each warp owns 16 rows of the
+// CTA's 16 x WARPS and all warps read every tile of the split from one ring shared by the CTA:
+// every thread copies its share of a tile, and one CTA barrier a tile both publishes the tile and
+// frees the stage the next copies overwrite. A warp's registers are those of the other mode (16
+// rows each), and its result needs no merge with the other warps'. The re-reads are served by L2
+// and do not bound the per-warp mode (docs/perf/decode_attention.md measures both): ROW_WARPS
+// wins only where a KV head's rows fill its CTAs and the batch keeps enough bytes in flight, so
+// the heuristic leaves it to the tuner.
 //
 // Latency, which decides small problems (batch 1: each CTA streams a few hundred keys): the first
 // tiles' copies start as soon as the sequence length is known, before Q is staged; with a paged
