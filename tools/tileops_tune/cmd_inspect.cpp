@@ -19,12 +19,8 @@
 namespace tileops::cli {
 namespace {
 
-constexpr size_t kConfigColumn = 44;
-
-// `text` cut to `width` characters, "..." marking the cut.
-std::string shortened(const std::string& text, size_t width) {
-    return text.size() <= width ? text : text.substr(0, width - 3) + "...";
-}
+// A terminal's width: list cuts the config column to keep its lines within it.
+constexpr size_t kListWidth = 140;
 
 void add_db_argument(cxxopts::Options& options) {
     options.add_options()("db", "the database file", cxxopts::value<std::string>());
@@ -53,16 +49,17 @@ int cmd_list(int argc, char** argv) {
             for (const TuningEntry& e : db.entries()) {
                 if (!matches_filters(e, args)) continue;
                 list.push_back(entry_json(e));
-                // One short line per entry: the config cut to a column (show prints it whole, and the
-                // device and time of tuning).
+                // One short line per entry: the config cut to what the line leaves of kListWidth (show
+                // prints it whole, and the device and time of tuning).
                 rows.push_back({e.key.op, fmt::format("{}", fmt::join(e.key.shape, "x")), e.key.dtype, e.key.flags,
-                                e.key.arch, shortened(config_text(e.config), kConfigColumn),
+                                e.key.arch, config_text(e.config),
                                 fmt::format("{:.2f}", e.median_us), fmt::format("{:.0f} {}", e.throughput, e.throughput_unit)});
             }
             if (args.count("json"))
                 fmt::print("{}\n", list.dump(2));
             else
-                print_table({"op", "shape", "dtype", "flags", "arch", "config", "us", "throughput"}, rows);
+                print_table({"op", "shape", "dtype", "flags", "arch", "config", "us", "throughput"}, rows,
+                            ShrinkColumn{5, kListWidth});
             return 0;
         });
 }

@@ -69,14 +69,26 @@ void Progress::done() {
     drawn_ = false;
 }
 
-void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                 std::optional<ShrinkColumn> shrink) {
     std::vector<size_t> widths(header.size());
     for (size_t c = 0; c < header.size(); ++c) widths[c] = header[c].size();
     for (const auto& row : rows)
         for (size_t c = 0; c < row.size() && c < widths.size(); ++c) widths[c] = std::max(widths[c], row[c].size());
+    if (shrink && shrink->column < widths.size()) {
+        size_t line = 2 * (widths.size() - 1);
+        for (size_t width : widths) line += width;
+        size_t& width = widths[shrink->column];
+        const size_t floor = std::max<size_t>(header[shrink->column].size(), 4);  // room for "x..."
+        if (line > shrink->max_width) width = std::max(floor, width - std::min(width, line - shrink->max_width));
+    }
+    auto cell = [&](const std::string& text, size_t c) {
+        if (!shrink || c != shrink->column || text.size() <= widths[c]) return text;
+        return text.substr(0, widths[c] - 3) + "...";
+    };
     auto print_row = [&](const std::vector<std::string>& row) {
         std::string line;
-        for (size_t c = 0; c < row.size(); ++c) line += fmt::format("{:<{}}  ", row[c], widths[c]);
+        for (size_t c = 0; c < row.size(); ++c) line += fmt::format("{:<{}}  ", cell(row[c], c), widths[c]);
         while (!line.empty() && line.back() == ' ') line.pop_back();
         fmt::print("{}\n", line);
     };

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,7 +32,15 @@ private:
 // True when stderr is a terminal (and NO_COLOR-style quiet is not requested).
 bool stderr_is_terminal();
 
+// A column that gives way: its cells are cut ("..." marking the cut) so that a line of the table
+// stays within `max_width` characters, as far as the other columns leave it its header's width.
+struct ShrinkColumn {
+    size_t column;
+    size_t max_width;
+};
+
 // Prints rows as an aligned table with a header.
-void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
+void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                 std::optional<ShrinkColumn> shrink = std::nullopt);
 
 }  // namespace tileops::cli
