@@ -79,8 +79,8 @@ void print_table(const std::vector<std::string>& header, const std::vector<std::
         size_t line = 2 * (widths.size() - 1);
         for (size_t width : widths) line += width;
         size_t& width = widths[shrink->column];
-        const size_t floor = std::max<size_t>(header[shrink->column].size(), 4);  // room for "x..."
-        if (line > shrink->max_width) width = std::max(floor, width - std::min(width, line - shrink->max_width));
+        const size_t narrowest = std::max<size_t>(header[shrink->column].size(), 4);  // room for "x..."
+        if (line > shrink->max_width) width = std::max(narrowest, width - std::min(width, line - shrink->max_width));
     }
     auto cell = [&](const std::string& text, size_t c) {
         if (!shrink || c != shrink->column || text.size() <= widths[c]) return text;
