@@ -8,7 +8,8 @@ over every visible GPU (--jobs-per-gpu at a time on each, default one), and writ
 Each job's log goes to OUT/logs/; OUT/summary.json (rewritten as each job ends, so a run cut
 short keeps what it finished) and the table printed at the end say per job: clean, the errors the
 tool reported, the tests that failed, or that it ran out of time (a job still running at the
-deadline is killed and reported as such; one not started is "not run").
+deadline is killed and reported as such; one not started is "not run"). --start-by-s starts no job
+after that long: a test that takes minutes under a tool then waits for the next run.
 --done skips the jobs an earlier summary finished, so a long pass can be split over several runs.
 --shards N runs each [search_space] test as N jobs, each on its share of the configs;
 --search-space-only leaves the families' other tests out; otherwise the search-space tests run
@@ -88,6 +89,9 @@ def main():
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--out", required=True)
     parser.add_argument("--deadline-s", type=float, default=540, help="kill what still runs after this long")
+    parser.add_argument("--start-by-s", type=float, default=None,
+                        help="start no job after this long (default: the deadline), so that one that needs "
+                             "minutes is left for the next run rather than started only to be killed")
     parser.add_argument("--gpus", help="the GPU ordinals to use (default: every visible one)")
     parser.add_argument("--jobs-per-gpu", type=int, default=1,
                         help="jobs run at once on each GPU (default 1; under racecheck 8 jobs on one H100 "
@@ -130,6 +134,7 @@ def main():
     jobs.sort(key=lambda job: job[2] in search_space)
 
     start = time.monotonic()
+    start_by = args.deadline_s if args.start_by_s is None else min(args.start_by_s, args.deadline_s)
     gpus = [int(g) for g in args.gpus.split(",")] if args.gpus else list(range(gpu_count()))
     slots = [(gpu, k) for gpu in gpus for k in range(max(1, args.jobs_per_gpu))]
     running = {}  # slot -> (job, process, log file, started)
@@ -159,7 +164,7 @@ def main():
 
     while jobs or running:
         for slot in slots:
-            if slot not in running and jobs and time.monotonic() - start < args.deadline_s:
+            if slot not in running and jobs and time.monotonic() - start < start_by:
                 tool, family, name, shard = jobs.pop(0)
                 log_name = f"{tool}-{family}-{len(results) + len(running)}.log"
                 log_file = open(os.path.join(args.out, "logs", log_name), "w")
@@ -179,7 +184,7 @@ def main():
                 finish(slot, False)
             elif time.monotonic() - start > args.deadline_s:
                 finish(slot, True)
-        if not running and time.monotonic() - start >= args.deadline_s:
+        if not running and time.monotonic() - start >= start_by:
             break
         time.sleep(1)
     for tool, family, name, shard in jobs:
