@@ -184,8 +184,9 @@ std::optional<RowConfig> split_heuristic(int64_t rows, int64_t cols, size_t elem
     return c;
 }
 
-// Fewer rows than SMs (one CTA or cluster a row, in one wave): the time is one row's latency, so
-// each row is spread as wide as it goes. Rows of up to 2048 vectors: one CTA with a vector or two a
+// Fewer rows than SMs (one CTA or cluster a row, in one wave), or more rows whose one-vector-a-
+// thread CTAs still fit one wave: the time is one row's latency, so each row is spread as wide as
+// it goes. Rows of up to 2048 vectors: one CTA with a vector or two a
 // thread; longer ones, where there are at most two CTAs an SM: clusters of 16 CTAs of 256 threads
 // holding up to four vectors a thread in registers. Held-out tunes on an H200 (2026-12-04): the
 // other heuristics' several vectors a thread (rmsnorm 3 x 4096 bf16 5.8 us, 17 x 4096 5.9,
@@ -193,7 +194,6 @@ std::optional<RowConfig> split_heuristic(int64_t rows, int64_t cols, size_t elem
 // 9.9-10.1 us against 5.8-5.9 tuned on clusters of 16 x 256 threads.
 std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
                                             const DeviceInfo& device) {
-    if (rows > device.sm_count) return std::nullopt;
     RowConfig c;
     c.vec = static_cast<int>(16 / element_bytes);
     c.rows_per_block = 1, c.prefetch = 0, c.cluster = 1;
@@ -202,8 +202,13 @@ std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t e
     if (vectors <= 2048) {
         c.threads_per_row = std::min(next_pow2(vectors), 1024);
         c.items = static_cast<int>(ceil_div(vectors, int64_t{c.threads_per_row}));
-        if (!row_invalid_reason(c, cols, element_bytes, inputs, device)) return c;
+        // More rows than SMs still run in one wave while the CTAs fit at half an SM's threads
+        // (one vector a thread needs few registers): one row's latency is still the time.
+        const bool one_wave = rows * c.threads_per_row <= int64_t{device.sm_count} * 1024;
+        if ((rows <= device.sm_count || one_wave) && !row_invalid_reason(c, cols, element_bytes, inputs, device))
+            return c;
     }
+    if (rows > device.sm_count) return std::nullopt;
     constexpr int kCluster = 16, kThreads = 256, kMaxHeld = 4;
     if (device.sm() < 90 || rows * kCluster > 2 * int64_t{device.sm_count}) return std::nullopt;
     c.threads_per_row = kThreads, c.cluster = kCluster;

@@ -219,7 +219,8 @@ TEST_CASE("few short rows spread over the SMs, one row a block", "[row_config]")
     };
     CHECK(rows_per_block(64, 896) == 1);     // 64 blocks, not 8 of 8 rows
     CHECK(rows_per_block(8192, 896) == 8);   // enough blocks either way: 256-thread blocks
-    CHECK(rows_per_block(512, 896) == 2);    // 256 blocks
+    CHECK(rows_per_block(512, 896) == 1);    // 512 blocks of 128 threads: still one wave
+    CHECK(rows_per_block(1100, 896) == 8);   // past one wave (1100 x 128 threads): 138 blocks of 8 rows
 }
 
 TEST_CASE("fewer rows than SMs spread each row as wide as it goes", "[row_config]") {
@@ -243,6 +244,13 @@ TEST_CASE("fewer rows than SMs spread each row as wide as it goes", "[row_config
         CHECK(two_each->items == 2);
         CHECK_FALSE(row_invalid_reason(*two_each, 16384, 2, bf16, hopper).has_value());
     }
+    SECTION("more rows than SMs in one wave (half an SM's threads): still one vector a thread") {
+        const auto layernorm = few_rows_heuristic(255, 896, 2, bf16, hopper);  // 112 vectors
+        REQUIRE(layernorm.has_value());
+        CHECK(layernorm->threads_per_row == 128);
+        CHECK(layernorm->items == 1);
+        CHECK(few_rows_heuristic(264, 4096, 2, bf16, hopper).has_value());  // 264 x 512 threads: the edge
+    }
     SECTION("longer rows, at most two CTAs an SM: clusters of 16 holding up to four vectors a thread") {
         const auto vocabulary = few_rows_heuristic(5, 50432, 2, bf16, hopper);
         REQUIRE(vocabulary.has_value());
@@ -255,7 +263,8 @@ TEST_CASE("fewer rows than SMs spread each row as wide as it goes", "[row_config
         CHECK_FALSE(row_invalid_reason(*fp32, 50432, 4, RowInputs{4, 1}, hopper).has_value());
     }
     SECTION("the other heuristics decide elsewhere") {
-        CHECK_FALSE(few_rows_heuristic(133, 4096, 2, bf16, hopper).has_value());     // more rows than SMs
+        CHECK_FALSE(few_rows_heuristic(300, 4096, 2, bf16, hopper).has_value());     // 300 CTAs of 512: two waves
+        CHECK_FALSE(few_rows_heuristic(133, 50432, 2, bf16, hopper).has_value());    // more rows than SMs, clusters
         CHECK_FALSE(few_rows_heuristic(4, 256, 2, bf16, hopper).has_value());        // rows under 1 KB
         CHECK_FALSE(few_rows_heuristic(17, 50432, 2, bf16, hopper).has_value());     // 272 CTAs: over two an SM
         CHECK_FALSE(few_rows_heuristic(1, 1048576, 2, bf16, hopper).has_value());    // too long to hold: split
