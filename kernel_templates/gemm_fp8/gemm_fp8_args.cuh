@@ -18,7 +18,8 @@ struct GemmFp8Scales {
 };
 
 // With block scales, the kernel keeps a slot of them per stage in shared memory: the tile's
-// block_m scales of A, then B's block's (padded to 16 bytes, so what follows stays aligned).
+// block_m scales of A, then B's block's and, for 192-column tiles, the next block's (padded to 16
+// bytes, so what follows stays aligned).
 constexpr int gemm_fp8_scale_slot_floats(int block_m) { return block_m + 4; }
 
 }  // namespace tileops

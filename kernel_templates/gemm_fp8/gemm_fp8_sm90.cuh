@@ -34,7 +34,8 @@
 //
 // Template parameters: TOut (float, __half, __nv_bfloat16), BM x BN (BM = 64 x CONSUMERS x
 // atoms, BN a wgmma width), STAGES, CONSUMERS (1 or 2), GROUP_M, SCALING (gemm_fp8_args.cuh;
-// block scales need BN to divide 128, so a tile's columns share one block of B), HAS_C, BIAS, ACT,
+// block scales need BN to divide 128, so a tile's columns share one block of B, or BN = 192,
+// whose tiles start at column 0 or 64 of a block and so span exactly two), HAS_C, BIAS, ACT,
 // TMA_STORE, GROUPS (gemm/gemm_groups.cuh: batch entries, or groups of rows given on the device,
 // each with its own B and B scales: s.b + group x (1, N or ceil(N/128) x ceil(K/128))). A and B
 // rows and pointers must be 16-byte aligned (the host checks).
@@ -73,8 +74,9 @@ __device__ __forceinline__ const float* gemm_fp8_group_scales_b(const GemmArgs& 
 }
 
 // The producer warp's part with block scales: for every K step of every tile this block takes,
-// waits for the stage to be free, copies the step's scales into the stage's slot (zeros past M)
-// and counts each lane on the stage's "full" barrier (which then also waits for these 32).
+// waits for the stage to be free, copies the step's scales into the stage's slot (zeros past M;
+// slot[BM] the tile's block of B, slot[BM + 1] the next block where a 192-column tile reaches
+// it) and counts each lane on the stage's "full" barrier (which then also waits for these 32).
 template <int BM, int BN, int STAGES, int GROUPS, typename Schedule>
 __device__ __forceinline__ void gemm_fp8_load_block_scales(const GemmArgs& p, const GemmFp8Scales& scales, float* slots,
                                                            unsigned long long* full, unsigned long long* empty,
@@ -87,7 +89,9 @@ __device__ __forceinline__ void gemm_fp8_load_block_scales(const GemmArgs& p, co
         const GemmTile at = schedule.tile(p, tile, 0);
         const float* b = GROUPS == kGemmBatched ? scales.b
                                                 : gemm_fp8_group_scales_b<kGemmFp8Blocks>(p, scales.b, at.b_batch, k_tiles);
-        b += static_cast<long long>(at.tile_n) * BN / 128 * k_tiles;  // the tile's block of columns, step 0
+        const long long first_block = static_cast<long long>(at.tile_n) * BN / 128;
+        b += first_block * k_tiles;  // the tile's (first) block of columns, step 0
+        const bool next_block = BN > 128 && (first_block + 1) * 128 < p.n;
         const float* a = scales.a + at.row0;                              // the tile's first row, step 0
         const int rows = static_cast<int>(min(p.m - at.row0, static_cast<long long>(BM)));
         for (int kt = 0; kt < k_tiles; ++kt, a += p.m) {
@@ -107,10 +111,24 @@ __device__ __forceinline__ void gemm_fp8_load_block_scales(const GemmArgs& p, co
                 for (int j = 0; j < kBatch; ++j) slot[lane + 32 * (j0 + j)] = v[j];
             }
             if (lane == 0) slot[BM] = b[kt];
+            if (BN > 128 && lane == 1) slot[BM + 1] = next_block ? b[k_tiles + kt] : 0.0f;
             mbarrier_arrive(&full[stage]);
             if (++stage == STAGES) stage = 0, phase ^= 1;
         }
     }
+}
+
+// A K step's products added to the accumulators with block scales where a tile spans two blocks
+// of B's (192 columns): the first FIRST_GROUPS groups of 8 columns take `first`, the rest `second`
+// (scales per atom and row half). Value i of an atom is column group i / 4, row half (i / 2) % 2.
+template <int FIRST_GROUPS, int ATOMS, int VALUES>
+__device__ __forceinline__ void gemm_fp8_promote_two_blocks(float (&acc)[ATOMS][VALUES], const float (&part)[ATOMS][VALUES],
+                                                            const float (&first)[ATOMS][2], const float (&second)[ATOMS][2]) {
+#pragma unroll
+    for (int atom = 0; atom < ATOMS; ++atom)
+#pragma unroll
+        for (int i = 0; i < VALUES; ++i)
+            acc[atom][i] += part[atom][i] * (i / 4 < FIRST_GROUPS ? first[atom][(i / 2) % 2] : second[atom][(i / 2) % 2]);
 }
 
 template <typename TOut, int BM, int BN, int STAGES, int CONSUMERS, int GROUP_M, int SCALING, bool HAS_C, bool BIAS,
@@ -170,16 +188,20 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
         for (int kt = 0; kt < k_tiles; ++kt) {
             mbarrier_wait(&full[stage], phase);
             // The step's block scales (copied by the producer warp with the stage): A's for this
-            // thread's rows times B's for the tile's block of columns.
-            float scale[kAtoms][2];
+            // thread's rows times B's for the tile's block of columns (and the next block's, for
+            // the columns of a 192-wide tile that lie in it).
+            float scale[kAtoms][2], next_scale[kAtoms][2];
             if constexpr (SCALING == kGemmFp8Blocks) {
                 const float* slot = scale_slots + stage * gemm_fp8_scale_slot_floats(BM);
                 const float b_scale = slot[BM];
 #pragma unroll
                 for (int atom = 0; atom < kAtoms; ++atom)
 #pragma unroll
-                    for (int half = 0; half < 2; ++half)
-                        scale[atom][half] = slot[consumer * kRows + atom * 64 + r0 + half * 8] * b_scale;
+                    for (int half = 0; half < 2; ++half) {
+                        const float a_scale = slot[consumer * kRows + atom * 64 + r0 + half * 8];
+                        scale[atom][half] = a_scale * b_scale;
+                        if constexpr (BN > 128) next_scale[atom][half] = a_scale * slot[BM + 1];
+                    }
             }
             const unsigned char* tile_a = ring_a + stage * BM * BK + consumer * kRows * BK;
             const unsigned long long desc_b = wgmma_descriptor_sw128(ring_b + stage * BN * BK);
@@ -197,16 +219,25 @@ __device__ __forceinline__ void gemm_fp8_consume(const GemmArgs& p, const GemmFp
             for (int atom = 0; atom < kAtoms; ++atom) wgmma_fence_registers(part[atom]);
             if (warp_leader) mbarrier_arrive(&empty[stage]);
             if (++stage == STAGES) stage = 0, phase ^= 1;
+            if constexpr (SCALING == kGemmFp8Blocks && BN > 128) {
+                // A 192-column tile starts at column 0 or 64 of a block of B's scales: its first 16
+                // or 8 groups of 8 columns lie in that block, the rest in the next.
+                if (n0 % 128 == 0)
+                    gemm_fp8_promote_two_blocks<16>(acc, part, scale, next_scale);
+                else
+                    gemm_fp8_promote_two_blocks<8>(acc, part, scale, next_scale);
+            } else {
 #pragma unroll
-            for (int atom = 0; atom < kAtoms; ++atom)
+                for (int atom = 0; atom < kAtoms; ++atom)
 #pragma unroll
-                for (int i = 0; i < kValues; ++i) {
-                    if constexpr (SCALING == kGemmFp8Blocks) {
-                        acc[atom][i] += part[atom][i] * scale[atom][(i / 2) % 2];  // values 4j + 2 half + e
-                    } else {
-                        acc[atom][i] += part[atom][i];
+                    for (int i = 0; i < kValues; ++i) {
+                        if constexpr (SCALING == kGemmFp8Blocks) {
+                            acc[atom][i] += part[atom][i] * scale[atom][(i / 2) % 2];  // values 4j + 2 half + e
+                        } else {
+                            acc[atom][i] += part[atom][i];
+                        }
                     }
-                }
+            }
         }
 
         const float tensor_scale = SCALING == kGemmFp8PerTensor ? s.a[0] * s.b[0] : 1.0f;
@@ -280,7 +311,8 @@ __global__ void __launch_bounds__((CONSUMERS + 1) * 128, 1)
     constexpr int BK = 128;
     static_assert(CONSUMERS == 1 || CONSUMERS == 2, "one or two consumer warpgroups");
     static_assert(BM % (64 * CONSUMERS) == 0 && BM / CONSUMERS <= 128, "a consumer owns 64 or 128 rows");
-    static_assert(SCALING != kGemmFp8Blocks || 128 % BN == 0, "a tile's columns share one block of B's scales");
+    static_assert(SCALING != kGemmFp8Blocks || 128 % BN == 0 || BN == 192,
+                  "a tile's columns share one block of B's scales, or span two at 192 columns");
     // Unlike the 16-bit kernel, tiles of 96-224 columns store wholly from registers: beside the K
     // step's second accumulator set, storing their last 32 columns so after the boxes spilled
     // (128 x 224: 24-120 bytes).

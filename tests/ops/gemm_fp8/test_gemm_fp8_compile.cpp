@@ -19,8 +19,12 @@ TEST_CASE("every FP8 GEMM config of the search space compiles for sm_90a", "[com
         GemmFp8 op(p);
         const detail::OpModel& model = op.model();
         // The whole space once (per-tensor); the other scalings at their heuristic's config.
-        const auto configs = scaling == GemmFp8Scaling::per_tensor ? model.search_space(device)
-                                                                   : std::vector<Config>{model.heuristic(device)};
+        auto configs = scaling == GemmFp8Scaling::per_tensor ? model.search_space(device)
+                                                             : std::vector<Config>{model.heuristic(device)};
+        // Block scales over two blocks of B's: the 192-column tiles (their promotion has two forms).
+        if (scaling == GemmFp8Scaling::blocks)
+            for (const Config& config : model.search_space(device))
+                if (config.at("block_n") == 192) configs.push_back(config);
         REQUIRE_FALSE(configs.empty());
         // Every width: D stored with TMA and from registers.
         for (const Config& config : configs)

@@ -114,7 +114,7 @@ TEST_CASE("GemmFp8 configs: sm_90 only; heuristics and search spaces valid", "[v
             CHECK(space.size() >= 4);
             for (const Config& c : space) {
                 CHECK_FALSE(model.invalid_reason(c, sm90));
-                if (scaling == GemmFp8Scaling::blocks) CHECK(128 % c.at("block_n") == 0);
+                if (scaling == GemmFp8Scaling::blocks) CHECK((128 % c.at("block_n") == 0 || c.at("block_n") == 192));
             }
             const auto why = model.invalid_reason(model.heuristic(sm80), sm80);
             REQUIRE(why);
@@ -144,4 +144,29 @@ TEST_CASE("GemmFp8 configs: sm_90 only; heuristics and search spaces valid", "[v
         CHECK(std::find(space.begin(), space.end(), blocks) != space.end());
     }
     CHECK(square.model().heuristic(sm90).at("stages") >= 6);
+}
+
+TEST_CASE("GemmFp8 block scales: tiles within one block of B's, or 192 columns over two", "[validation][gemm_fp8]") {
+    const DeviceInfo sm90 = DeviceInfo::for_arch("sm_90a");
+    GemmFp8 op(problem(4096, 7168, 16384, GemmFp8Scaling::blocks));
+    const detail::OpModel& model = op.model();
+    Config c = model.heuristic(sm90);
+    c["stages"] = 3;
+    for (int width : {32, 64, 128, 192}) {
+        c["block_n"] = width;
+        INFO("block_n " << width);
+        CHECK_FALSE(model.invalid_reason(c, sm90));
+    }
+    // 160 and 224 columns start anywhere in a block in steps of 32 and can span three blocks.
+    for (int width : {96, 160, 224}) {
+        c["block_n"] = width;
+        const auto why = model.invalid_reason(c, sm90);
+        REQUIRE(why);
+        CHECK_THAT(*why, ContainsSubstring("span exactly two (192)"));
+    }
+    // Searched, but not the heuristic's choice until measured against 128 x 128.
+    const auto space = model.search_space(sm90);
+    CHECK(std::any_of(space.begin(), space.end(), [](const Config& s) { return s.at("block_n") == 192; }));
+    for (const auto& [m, n, k] : {std::array<int64_t, 3>{8192, 8192, 8192}, {4096, 7168, 16384}, {8192, 28672, 4096}})
+        CHECK(128 % GemmFp8(problem(m, n, k, GemmFp8Scaling::blocks)).model().heuristic(sm90).at("block_n") == 0);
 }
