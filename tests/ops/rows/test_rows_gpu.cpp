@@ -10,6 +10,7 @@
 #include <catch2/generators/catch_generators.hpp>
 #include <fmt/format.h>
 
+#include "core/op_model.hpp"
 #include "support/device_tensor.hpp"
 #include "support/row_checks.hpp"
 #include "support/row_reference.hpp"
@@ -160,6 +161,34 @@ TEST_CASE("Softmax and log-softmax match a double-precision reference", "[gpu][s
         op.run(shared_runtime(), {dx.data()}, {dy.data()});
         const auto ref = test::softmax_reference(x, s.rows, s.cols, log);
         expect_close(dy.download(), ref, dtype, label(log ? "log_softmax" : "softmax", s, dtype, pad));
+        CHECK(dy.gaps_untouched());
+    }
+}
+
+TEST_CASE("Softmax of long rows held on chip by the heuristic's resident clusters", "[gpu][softmax]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    struct Case {
+        int64_t rows, cols;
+        DType dtype;
+        bool log;
+        int64_t pad;
+    };
+    // 8 x 256-thread clusters (100 rows), one 1024-thread CTA a row (256), two (33 x 152064);
+    // odd lengths and padded strides, so rows start off the vector width.
+    for (const Case& c : {Case{100, 50257, DType::fp32, false, 0}, Case{256, 50432, DType::bf16, true, 0},
+                          Case{33, 151936, DType::bf16, false, 8}, Case{130, 100277, DType::fp16, true, 3}}) {
+        const int64_t stride = c.cols + c.pad;
+        Softmax op({c.rows, c.cols, c.dtype, {}, c.log, stride, stride});
+        const Config chosen = op.model().heuristic(shared_runtime().device());
+        INFO(op.describe() << ": cluster " << chosen.at("cluster") << " x " << chosen.at("threads_per_row") << " threads");
+        if (shared_runtime().device().sm() >= 90) CHECK(chosen.count("slots"));
+        auto x = test::round_to(c.dtype, test::random_values(c.rows * c.cols, 7 + c.cols, -8.0, 8.0));
+        DeviceMatrix dx(c.dtype, c.rows, c.cols, stride), dy(c.dtype, c.rows, c.cols, stride);
+        dx.upload(x);
+        op.run(shared_runtime(), {dx.data()}, {dy.data()});
+        expect_close(dy.download(), test::softmax_reference(x, c.rows, c.cols, c.log), c.dtype,
+                     label(c.log ? "log_softmax" : "softmax", Shape{c.rows, c.cols}, c.dtype, c.pad));
         CHECK(dy.gaps_untouched());
     }
 }
