@@ -91,7 +91,8 @@ std::optional<std::string> resident_invalid_reason(const RowConfig& c, int64_t c
     return std::nullopt;
 }
 
-// Rows of one input of more than 128 KB and at most 512 KB: the resident kernel, 1024-thread
+// Rows of one input from `min_row_bytes` (past 128 KB; from 96 KB for ops that reread their rows,
+// RowOpModel::heuristic) to 512 KB: the resident kernel, 1024-thread
 // CTAs holding 32 bytes a thread in registers and the rest of their chunk in shared memory, in the
 // smallest cluster whose CTAs' chunks fit. Measured on H100 (docs/perf/rows.md): 256 KB
 // fp32 rows 188-209 us against 210-221 for the cluster heuristic (one CTA a row), 512 KB bf16 rows
@@ -101,9 +102,9 @@ std::optional<std::string> resident_invalid_reason(const RowConfig& c, int64_t c
 // of softmax run 5% faster on clusters of 16 CTAs of 512 threads, two an SM, and layernorm's 24%
 // slower; the database carries the difference.)
 std::optional<RowConfig> resident_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs,
-                                            const DeviceInfo& device) {
+                                            const DeviceInfo& device, int64_t min_row_bytes) {
     const int64_t row_bytes = cols * static_cast<int64_t>(inputs.element_bytes);
-    if (inputs.count != 1 || row_bytes <= 128 * 1024 || row_bytes > 512 * 1024) return std::nullopt;
+    if (inputs.count != 1 || row_bytes < min_row_bytes || row_bytes > 512 * 1024) return std::nullopt;
     RowConfig c;
     c.threads_per_row = 1024;
     c.rows_per_block = 1;
@@ -130,7 +131,7 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, co
     // Small rows: several rows per block so blocks still have 256 threads.
     config.rows_per_block = std::max(1, 256 / config.threads_per_row);
     config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
-    if (auto resident = resident_heuristic(cols, element_bytes, inputs, device)) return *resident;
+    if (auto resident = resident_heuristic(cols, element_bytes, inputs, device, 128 * 1024 + 1)) return *resident;
     if (config.items > max_items(config.vec, element_bytes, config.threads_per_row * config.rows_per_block)) {
         // Longer than a block holds: split the row over a cluster of CTAs (sm_90), 64 bytes a
         // thread, persistent with the next two rows' copies in flight (prefetch). Measured on
@@ -215,40 +216,6 @@ std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t e
     c.items = static_cast<int>(ceil_div(vectors, int64_t{kCluster} * kThreads));
     if (c.items > kMaxHeld || row_invalid_reason(c, cols, element_bytes, inputs, device)) return std::nullopt;
     return c;
-}
-
-// Rows of 96 KB to 1 MB for an op that rereads its row (softmax): the resident kernel, so the
-// row is read once, with about ten vectors a thread over a cluster's CTAs, and the CTA size that
-// spreads rows x cluster CTAs most evenly over the SMs (the largest among equals). Held-out tunes
-// on an H100 (2026-12-06), us, heuristic before against tuned: softmax 256 x 50432 bf16 29.5
-// against 21.3 (1 x 1024 threads), 100 x 50257 fp32 21.1 against 18.7 (8 x 256), 256 x 152064
-// bf16 62.9 against 58.7 (2 x 1024), 100 x 128256 bf16 log_softmax 25.6 against 22.5 (8 x 256).
-std::optional<RowConfig> balanced_resident_heuristic(int64_t rows, int64_t cols, size_t element_bytes,
-                                                     RowInputs inputs, const DeviceInfo& device) {
-    const int64_t row_bytes = cols * static_cast<int64_t>(inputs.element_bytes);
-    if (device.sm() < 90 || inputs.count != 1 || row_bytes < 96 * 1024 || row_bytes > 1024 * 1024) return std::nullopt;
-    RowConfig c;
-    c.rows_per_block = 1, c.prefetch = 0;
-    c.vec = static_cast<int>(16 / element_bytes);
-    const int64_t vectors = ceil_div(cols, int64_t{c.vec});
-    constexpr int64_t kVectorsAThread = 10, kMaxThreadsARow = 8192;
-    const int64_t threads = std::clamp<int64_t>(next_pow2(ceil_div(vectors, kVectorsAThread)), 1024, kMaxThreadsARow);
-    std::optional<RowConfig> best;
-    double best_balance = 0;
-    for (int block : {1024, 512, 256}) {
-        c.threads_per_row = block;
-        c.cluster = static_cast<int>(threads / block);
-        const int64_t per_thread = ceil_div(vectors, threads);
-        c.items = static_cast<int>(std::min<int64_t>(
-            per_thread, resident_held_bytes_limit(block) / static_cast<int>(c.vec * inputs.element_bytes)));
-        c.slots = static_cast<int>(per_thread - c.items);
-        if (row_invalid_reason(c, cols, element_bytes, inputs, device)) continue;
-        const int64_t ctas = rows * c.cluster;
-        const double balance =
-            static_cast<double>(ctas) / static_cast<double>(ceil_div(ctas, int64_t{device.sm_count}) * device.sm_count);
-        if (!best || balance > best_balance + 1e-9) best = c, best_balance = balance;
-    }
-    return best;
 }
 
 std::vector<RowConfig> split_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device) {
@@ -464,9 +431,12 @@ Config RowOpModel::heuristic(const DeviceInfo& device) const {
     if (auto few = few_rows_heuristic(rows_, cols_, element_bytes(), inputs(), device)) return few->to_config();
     if (has_split_kernels())
         if (auto split = split_heuristic(rows_, cols_, element_bytes(), device)) return split->to_config();
-    if (rereads_row())
-        if (auto held = balanced_resident_heuristic(rows_, cols_, element_bytes(), inputs(), device))
-            return held->to_config();
+    // An op that rereads its row (softmax's apply after its max and sum) holds rows from 96 KB on
+    // chip once they fill the SMs: H100 A/B 2026-12-06 (us, register kernels' prefetch against one
+    // resident CTA a row), softmax 256 x 51200 bf16 29.3 -> 22.3, 256 x 32064 fp32 25.9 -> 22.6,
+    // 160 x 65024 bf16 25.3 -> 22.7, 384 x 32000 fp32 34.4 -> 32.1.
+    if (rereads_row() && rows_ >= device.sm_count)
+        if (auto held = resident_heuristic(cols_, element_bytes(), inputs(), device, 96 * 1024)) return held->to_config();
     RowConfig c = row_heuristic(cols_, element_bytes(), inputs(), device);
     // Few short rows: a problem of a few KB is one memory round trip, and the SMs that take part
     // set its time, so fewer rows a block while that leaves SMs idle (64 x 896 bf16: 8 blocks of

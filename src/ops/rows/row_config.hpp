@@ -78,10 +78,6 @@ std::optional<RowConfig> split_heuristic(int64_t rows, int64_t cols, size_t elem
 // (or a cluster of 16) a row, spread as wide as it goes. nullopt: the other heuristics decide.
 std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
                                             const DeviceInfo& device);
-// For ops that reread their rows (softmax): rows of 96 KB to 1 MB held on chip by the resident
-// kernel, spread over a cluster as evenly over the SMs as goes. nullopt: the other heuristics decide.
-std::optional<RowConfig> balanced_resident_heuristic(int64_t rows, int64_t cols, size_t element_bytes,
-                                                     RowInputs inputs, const DeviceInfo& device);
 // Split configs worth timing for such a problem (none for others).
 std::vector<RowConfig> split_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device);
 // Workspace of a split launch: one (max, sum) pair a CTA.
@@ -130,7 +126,7 @@ protected:
     // Ops with split kernels (rows/softmax_split.cuh): the stats and the apply kernels' names.
     virtual bool has_split_kernels() const { return false; }
     // Ops whose second pass over a row rereads it unless it is held on chip (softmax's apply after
-    // its max and sum): their long rows want the resident kernels (balanced_resident_heuristic).
+    // its max and sum): rows from 96 KB want the resident kernels (RowOpModel::heuristic).
     virtual bool rereads_row() const { return false; }
     virtual std::pair<std::string, std::string> split_name_expressions(const RowLaunch&) const { return {}; }
     // The widest of the input and output elements (the configs' vector widths are sized by it).

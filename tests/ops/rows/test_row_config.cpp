@@ -1,4 +1,6 @@
 // The row ops' heuristic: what an untuned problem gets (CPU only; speed is measured in bench/).
+#include <tuple>
+
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
@@ -210,39 +212,28 @@ TEST_CASE("few long rows are split over the grid; many rows or short ones are no
     CHECK(row_invalid_reason(bad, 1048576, 2, RowInputs{2, 1}, hopper).has_value());
 }
 
-TEST_CASE("softmax holds long rows on chip, its CTAs spread evenly over the SMs", "[row_config]") {
-    using tileops::detail::balanced_resident_heuristic;
+TEST_CASE("softmax holds rows from 96 KB on chip once they fill the SMs; the norms from 128 KB", "[row_config]") {
     const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
-    auto softmax = [&](long long rows, long long cols, const char* dtype) {
-        auto op = tileops::detail::make_op({"softmax", {rows, cols}, dtype, ""});
-        return op->model().heuristic(hopper);
+    auto heuristic = [&](const char* op, long long rows, long long cols, const char* dtype) {
+        return tileops::detail::make_op({op, {rows, cols}, dtype, ""})->model().heuristic(hopper);
     };
-    // What held-out tunes on an H100 chose: one 1024-thread CTA a row where 256 rows fill two a
-    // SM; clusters of 8 x 256 threads for 100 rows (800 CTAs, not 200 on 132 SMs).
-    const tileops::Config wide_bf16 = softmax(256, 50432, "bf16");
-    CHECK(wide_bf16.at("slots") > 0);
-    CHECK(wide_bf16.at("cluster") == 1);
-    CHECK(wide_bf16.at("threads_per_row") == 1024);
-    const tileops::Config few_fp32 = softmax(100, 50257, "fp32");
-    CHECK(few_fp32.at("slots") > 0);
-    CHECK(few_fp32.at("cluster") == 8);
-    CHECK(few_fp32.at("threads_per_row") == 256);
-    CHECK(softmax(256, 152064, "bf16").at("cluster") == 2);
-    // Every choice valid, from 96 KB to 1 MB rows, odd lengths too; outside that range, none.
-    for (long long cols : {49152LL, 50257LL, 100277LL, 151936LL, 262144LL}) {
-        for (long long rows : {33LL, 100LL, 132LL, 777LL, 4096LL}) {
-            for (size_t bytes : {size_t{2}, size_t{4}}) {
-                INFO(rows << " x " << cols << " of " << bytes << " bytes");
-                const auto c = balanced_resident_heuristic(rows, cols, bytes, RowInputs{bytes, 1}, hopper);
-                REQUIRE(c.has_value());
-                CHECK_FALSE(row_invalid_reason(*c, cols, bytes, RowInputs{bytes, 1}, hopper).has_value());
-                CHECK(int64_t{c->cluster} * c->threads_per_row * c->vec * (c->items + c->slots) >= cols);
-            }
-        }
+    // One resident 1024-thread CTA a row (A/B on an H100: 256 x 51200 bf16 29.3 -> 22.3 us).
+    for (const auto& [op, rows, cols, dtype] : {std::tuple{"softmax", 256LL, 51200LL, "bf16"},
+                                                {"log_softmax", 384LL, 32000LL, "fp32"},
+                                                {"softmax", 160LL, 65024LL, "bf16"}}) {
+        const tileops::Config c = heuristic(op, rows, cols, dtype);
+        INFO(op << " " << rows << "x" << cols << " " << dtype);
+        CHECK(c.at("slots") > 0);
+        CHECK(c.at("cluster") == 1);
+        CHECK(c.at("threads_per_row") == 1024);
+        CHECK_FALSE(tileops::detail::make_op({op, {rows, cols}, dtype, ""})->model().invalid_reason(c, hopper));
     }
-    CHECK_FALSE(balanced_resident_heuristic(256, 32768, 2, RowInputs{2, 1}, hopper).has_value());   // 64 KB
-    CHECK_FALSE(balanced_resident_heuristic(16, 1048576, 4, RowInputs{4, 1}, hopper).has_value());  // 4 MB
-    CHECK_FALSE(balanced_resident_heuristic(256, 50432, 2, RowInputs{2, 1}, DeviceInfo::for_arch("sm_80")).has_value());
+    // Not where the rows leave SMs idle, nor for the norms under 128 KB, nor below 96 KB.
+    CHECK_FALSE(heuristic("softmax", 64, 51200, "bf16").count("slots"));
+    CHECK_FALSE(heuristic("rmsnorm", 256, 51200, "bf16").count("slots"));
+    CHECK_FALSE(heuristic("softmax", 256, 32768, "bf16").count("slots"));
+    // Past 128 KB every op holds its rows (unchanged).
+    CHECK(heuristic("rmsnorm", 256, 100000, "fp32").count("slots"));
 }
 
 TEST_CASE("few short rows spread over the SMs, one row a block", "[row_config]") {

@@ -165,7 +165,7 @@ TEST_CASE("Softmax and log-softmax match a double-precision reference", "[gpu][s
     }
 }
 
-TEST_CASE("Softmax of long rows held on chip by the heuristic's resident clusters", "[gpu][softmax]") {
+TEST_CASE("Softmax of long rows held on chip by the heuristic's resident kernel", "[gpu][softmax]") {
     TILEOPS_REQUIRE_GPU();
     shared_runtime();
     struct Case {
@@ -174,10 +174,11 @@ TEST_CASE("Softmax of long rows held on chip by the heuristic's resident cluster
         bool log;
         int64_t pad;
     };
-    // 8 x 256-thread clusters (100 rows), one 1024-thread CTA a row (256), two (33 x 152064);
+    // Rows of 100 KB (held from 96 KB once they fill the SMs) to 300 KB (clusters of two CTAs);
     // odd lengths and padded strides, so rows start off the vector width.
     for (const Case& c : {Case{100, 50257, DType::fp32, false, 0}, Case{256, 50432, DType::bf16, true, 0},
-                          Case{33, 151936, DType::bf16, false, 8}, Case{130, 100277, DType::fp16, true, 3}}) {
+                          Case{200, 151936, DType::bf16, false, 8}, Case{130, 100277, DType::fp16, true, 3},
+                          Case{160, 65023, DType::bf16, false, 1}}) {
         const int64_t stride = c.cols + c.pad;
         Softmax op({c.rows, c.cols, c.dtype, {}, c.log, stride, stride});
         const Config chosen = op.model().heuristic(shared_runtime().device());
