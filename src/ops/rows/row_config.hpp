@@ -74,8 +74,9 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, co
 // For ops with split kernels: the split config for `rows` rows too few and too long for the
 // others to fill the GPU, or nullopt.
 std::optional<RowConfig> split_heuristic(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device);
-// Rows fewer than the SMs, each at least 1 KB and short enough to be held in registers: a CTA
-// (or a cluster of 16) a row, spread as wide as it goes. nullopt: the other heuristics decide.
+// Rows fewer than the SMs (or more whose one-vector-a-thread CTAs still fit one wave), each at
+// least 1 KB and short enough to be held in registers: a CTA (or, for fewer rows than SMs, a
+// cluster of 16) a row, spread as wide as it goes. nullopt: the other heuristics decide.
 std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
                                             const DeviceInfo& device);
 // Split configs worth timing for such a problem (none for others).
