@@ -146,12 +146,10 @@ GemmFp8Config gemm_fp8_heuristic(const GemmFp8Shape& s, const DeviceInfo& device
     bool found = false;
     for (const Tile& t : kTiles) {
         if (t.bm > 64 && s.m <= t.bm / 2) continue;
-        // With block scales a tile lies in one block of B's scales or spans exactly two (192).
-        if (s.block_scales && 128 % t.bn != 0 && t.bn != 192) continue;
         GemmFp8Config c;
         c.block_m = t.bm, c.consumers = t.consumers, c.block_n = t.bn;
         c.stages = heuristic_ring(c, s, device);
-        if (c.stages == 0) continue;
+        if (c.stages == 0) continue;  // no ring is valid (with block scales: 96, 160, 224 columns)
         const int64_t tiles = gemm_fp8_tiles(c, s);
         double score;
         if (one_wave) {

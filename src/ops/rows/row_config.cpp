@@ -101,6 +101,8 @@ std::optional<std::string> resident_invalid_reason(const RowConfig& c, int64_t c
 // SM, and the register kernels' prefetch does about as well there untuned. (Tuned, 1 MB fp32 rows
 // of softmax run 5% faster on clusters of 16 CTAs of 512 threads, two an SM, and layernorm's 24%
 // slower; the database carries the difference.)
+constexpr int64_t kResidentRowBytes = 128 * 1024 + 1;  // past 128 KB
+constexpr int64_t kRereadResidentRowBytes = 96 * 1024;  // softmax: from 96 KB
 std::optional<RowConfig> resident_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs,
                                             const DeviceInfo& device, int64_t min_row_bytes) {
     const int64_t row_bytes = cols * static_cast<int64_t>(inputs.element_bytes);
@@ -131,7 +133,7 @@ RowConfig row_heuristic(int64_t cols, size_t element_bytes, RowInputs inputs, co
     // Small rows: several rows per block so blocks still have 256 threads.
     config.rows_per_block = std::max(1, 256 / config.threads_per_row);
     config.items = static_cast<int>(ceil_div(cols, int64_t{config.threads_per_row} * config.vec));
-    if (auto resident = resident_heuristic(cols, element_bytes, inputs, device, 128 * 1024 + 1)) return *resident;
+    if (auto resident = resident_heuristic(cols, element_bytes, inputs, device, kResidentRowBytes)) return *resident;
     if (config.items > max_items(config.vec, element_bytes, config.threads_per_row * config.rows_per_block)) {
         // Longer than a block holds: split the row over a cluster of CTAs (sm_90), 64 bytes a
         // thread, persistent with the next two rows' copies in flight (prefetch). Measured on
@@ -205,9 +207,9 @@ std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t e
         c.items = static_cast<int>(ceil_div(vectors, int64_t{c.threads_per_row}));
         // More rows than SMs still run in one wave while the CTAs fit at half an SM's threads
         // (one vector a thread needs few registers): one row's latency is still the time.
+        // (Fewer rows than SMs always do: a CTA has at most 1024 threads.)
         const bool one_wave = rows * c.threads_per_row <= int64_t{device.sm_count} * 1024;
-        if ((rows <= device.sm_count || one_wave) && !row_invalid_reason(c, cols, element_bytes, inputs, device))
-            return c;
+        if (one_wave && !row_invalid_reason(c, cols, element_bytes, inputs, device)) return c;
     }
     if (rows > device.sm_count) return std::nullopt;
     constexpr int kCluster = 16, kThreads = 256, kMaxHeld = 4;
@@ -436,7 +438,8 @@ Config RowOpModel::heuristic(const DeviceInfo& device) const {
     // resident CTA a row), softmax 256 x 51200 bf16 29.3 -> 22.3, 256 x 32064 fp32 25.9 -> 22.6,
     // 160 x 65024 bf16 25.3 -> 22.7, 384 x 32000 fp32 34.4 -> 32.1.
     if (rereads_row() && rows_ >= device.sm_count)
-        if (auto held = resident_heuristic(cols_, element_bytes(), inputs(), device, 96 * 1024)) return held->to_config();
+        if (auto held = resident_heuristic(cols_, element_bytes(), inputs(), device, kRereadResidentRowBytes))
+            return held->to_config();
     RowConfig c = row_heuristic(cols_, element_bytes(), inputs(), device);
     // Few short rows: a problem of a few KB is one memory round trip, and the SMs that take part
     // set its time, so fewer rows a block while that leaves SMs idle (64 x 896 bf16: 8 blocks of
