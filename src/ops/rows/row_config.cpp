@@ -220,6 +220,31 @@ std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t e
     return c;
 }
 
+// Rows that leave SMs idle one CTA or two a row, and that are too many for few_rows_heuristic's
+// clusters of 16 to run in one wave: clusters of eight 256-thread CTAs, the row in their shared
+// memory. H100 2026-12-06, `bench_problems --repeats 20`, main's config against this one in one
+// run, two passes that agreed within 2% (docs/perf/rows.md has the table): 17 of 20 held-out
+// problems 1.09-1.43x faster (softmax 24 x 50304 fp32 14.5 -> 10.2 us, log_softmax 100 x 51200
+// bf16 17.3 -> 13.4, softmax 72 x 202048 bf16 39.9 -> 33.3). It lost where one 1024-thread CTA
+// a row nearly fills the SMs already (120-131 rows: 0.88-0.95x) and on 1 MB rows, whose 32 slots
+// a thread leave one CTA an SM (40 x 262144 fp32: 0.89x), hence the bounds: rows up to 7/8 of
+// the SMs, and at most 24 slots (96 KB a CTA: two CTAs an SM). Clusters of 16 ran level with
+// eight up to 64 rows and 5-10% slower at 100.
+constexpr int kClusteredResidentMaxSlots = 24;
+std::optional<RowConfig> clustered_resident_heuristic(int64_t rows, int64_t cols, size_t element_bytes,
+                                                      RowInputs inputs, const DeviceInfo& device) {
+    constexpr int kCluster = 8, kThreads = 256;
+    const int64_t row_bytes = cols * static_cast<int64_t>(inputs.element_bytes);
+    if (device.sm() < 90 || rows * kCluster < device.sm_count || rows * 8 > int64_t{device.sm_count} * 7)
+        return std::nullopt;
+    if (row_bytes < kRereadResidentRowBytes) return std::nullopt;
+    RowConfig c{kThreads, 1, static_cast<int>(16 / element_bytes), 0, kCluster, 0};
+    c.slots = static_cast<int>(ceil_div(cols, int64_t{kCluster} * kThreads * c.vec));
+    if (c.slots > kClusteredResidentMaxSlots || row_invalid_reason(c, cols, element_bytes, inputs, device))
+        return std::nullopt;
+    return c;
+}
+
 std::vector<RowConfig> split_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device) {
     std::vector<RowConfig> space;
     if (!split_heuristic(rows, cols, element_bytes, device)) return space;
@@ -431,6 +456,9 @@ size_t RowOpModel::element_bytes() const { return std::max(dtype_size(dtype_), d
 
 Config RowOpModel::heuristic(const DeviceInfo& device) const {
     if (auto few = few_rows_heuristic(rows_, cols_, element_bytes(), inputs(), device)) return few->to_config();
+    if (rereads_row())
+        if (auto held = clustered_resident_heuristic(rows_, cols_, element_bytes(), inputs(), device))
+            return held->to_config();
     if (has_split_kernels())
         if (auto split = split_heuristic(rows_, cols_, element_bytes(), device)) return split->to_config();
     // An op that rereads its row (softmax's apply after its max and sum) holds rows from 96 KB on

@@ -79,6 +79,12 @@ std::optional<RowConfig> split_heuristic(int64_t rows, int64_t cols, size_t elem
 // cluster of 16) a row, spread as wide as it goes. nullopt: the other heuristics decide.
 std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
                                             const DeviceInfo& device);
+// For ops that reread their rows (softmax): fewer rows than SMs (up to 7/8 of them), yet enough
+// to give every SM a CTA of a cluster of eight (17-115 rows on an H100), of 96 KB to 768 KB
+// each: the row held in the shared memory of a cluster of small CTAs. nullopt: the other
+// heuristics decide.
+std::optional<RowConfig> clustered_resident_heuristic(int64_t rows, int64_t cols, size_t element_bytes,
+                                                      RowInputs inputs, const DeviceInfo& device);
 // Split configs worth timing for such a problem (none for others).
 std::vector<RowConfig> split_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device);
 // Workspace of a split launch: one (max, sum) pair a CTA.

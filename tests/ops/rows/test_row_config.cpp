@@ -228,12 +228,44 @@ TEST_CASE("softmax holds rows from 96 KB on chip once they fill the SMs; the nor
         CHECK(c.at("threads_per_row") == 1024);
         CHECK_FALSE(tileops::detail::make_op({op, {rows, cols}, dtype, ""})->model().invalid_reason(c, hopper));
     }
-    // Not where the rows leave SMs idle, nor for the norms under 128 KB, nor below 96 KB.
-    CHECK_FALSE(heuristic("softmax", 64, 51200, "bf16").count("slots"));
+    // Not where the rows leave SMs idle (clusters of small CTAs, the next test), nor for the norms
+    // under 128 KB, nor below 96 KB.
+    CHECK(heuristic("softmax", 64, 51200, "bf16").at("threads_per_row") == 256);
     CHECK_FALSE(heuristic("rmsnorm", 256, 51200, "bf16").count("slots"));
     CHECK_FALSE(heuristic("softmax", 256, 32768, "bf16").count("slots"));
     // Past 128 KB every op holds its rows (unchanged).
     CHECK(heuristic("rmsnorm", 256, 100000, "fp32").count("slots"));
+}
+
+TEST_CASE("softmax's rows fewer than the SMs are held by clusters of eight small CTAs", "[row_config]") {
+    using tileops::detail::clustered_resident_heuristic;
+    const DeviceInfo hopper = DeviceInfo::for_arch("sm_90a");
+    auto heuristic = [&](const char* op, long long rows, long long cols, const char* dtype) {
+        return tileops::detail::make_op({op, {rows, cols}, dtype, ""})->model().heuristic(hopper);
+    };
+    // From 17 rows (8 CTAs each reach every SM) to 7/8 of the SMs, rows of 96 KB to 768 KB.
+    for (const auto& [op, rows, cols, dtype] : {std::tuple{"softmax", 33LL, 92416LL, "bf16"},
+                                                {"log_softmax", 64LL, 128256LL, "bf16"},
+                                                {"softmax", 17LL, 196608LL, "fp32"},
+                                                {"softmax", 115LL, 49152LL, "bf16"}}) {
+        const tileops::Config c = heuristic(op, rows, cols, dtype);
+        INFO(op << " " << rows << "x" << cols << " " << dtype);
+        CHECK(c.at("cluster") == 8);
+        CHECK(c.at("threads_per_row") == 256);
+        CHECK(c.at("items") == 0);
+        CHECK(c.at("slots") * 8 * 256 * c.at("vec") >= cols);  // the whole row on chip
+        CHECK_FALSE(tileops::detail::make_op({op, {rows, cols}, dtype, ""})->model().invalid_reason(c, hopper));
+    }
+    const RowInputs bf16{2, 1};
+    CHECK_FALSE(clustered_resident_heuristic(16, 128256, 2, bf16, hopper));    // few_rows or split rows
+    CHECK_FALSE(clustered_resident_heuristic(116, 128256, 2, bf16, hopper));   // a wide CTA a row fills the SMs
+    CHECK_FALSE(clustered_resident_heuristic(64, 32768, 2, bf16, hopper));     // 64 KB rows
+    CHECK_FALSE(clustered_resident_heuristic(40, 262144, 4, RowInputs{4, 1}, hopper));  // 1 MB: 32 slots
+    CHECK_FALSE(clustered_resident_heuristic(64, 1048576, 2, bf16, hopper));   // 2 MB rows
+    CHECK_FALSE(clustered_resident_heuristic(64, 128256, 2, bf16, DeviceInfo::for_arch("sm_80")));  // no clusters
+    CHECK_FALSE(clustered_resident_heuristic(64, 128256, 2, RowInputs{2, 2}, hopper));  // two inputs
+    // Only for ops that reread their rows: the norms keep their heuristics.
+    CHECK(heuristic("rmsnorm", 64, 128256, "bf16").at("cluster") != 8);
 }
 
 TEST_CASE("few short rows spread over the SMs, one row a block", "[row_config]") {

@@ -174,11 +174,13 @@ TEST_CASE("Softmax of long rows held on chip by the heuristic's resident kernel"
         bool log;
         int64_t pad;
     };
-    // Rows of 100 KB (held from 96 KB once they fill the SMs) to 300 KB (clusters of two CTAs);
+    // Rows of 100 KB (held from 96 KB once they fill the SMs) to 300 KB (clusters of two CTAs),
+    // and fewer rows than SMs held by clusters of eight CTAs, up to 768 KB (24 slots a thread);
     // odd lengths and padded strides, so rows start off the vector width.
     for (const Case& c : {Case{100, 50257, DType::fp32, false, 0}, Case{256, 50432, DType::bf16, true, 0},
                           Case{200, 151936, DType::bf16, false, 8}, Case{130, 100277, DType::fp16, true, 3},
-                          Case{160, 65023, DType::bf16, false, 1}}) {
+                          Case{160, 65023, DType::bf16, false, 1}, Case{33, 92417, DType::bf16, true, 5},
+                          Case{64, 50257, DType::fp32, false, 0}, Case{17, 196607, DType::fp32, false, 2}}) {
         const int64_t stride = c.cols + c.pad;
         Softmax op({c.rows, c.cols, c.dtype, {}, c.log, stride, stride});
         const Config chosen = op.model().heuristic(shared_runtime().device());
