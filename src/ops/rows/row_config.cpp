@@ -229,7 +229,10 @@ std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t e
 // a row nearly fills the SMs already (120-131 rows: 0.88-0.95x) and on 1 MB rows, whose 32 slots
 // a thread leave one CTA an SM (40 x 262144 fp32: 0.89x), hence the bounds: rows up to 7/8 of
 // the SMs, and at most 24 slots (96 KB a CTA: two CTAs an SM). Clusters of 16 ran level with
-// eight up to 64 rows and 5-10% slower at 100.
+// eight up to 64 rows and 5-10% slower at 100. Where resident_heuristic's wide CTAs come in
+// pairs and give 1.5 CTAs an SM or more, they stay (H200: softmax 100 x 256000 bf16 on 200
+// CTAs of 1024 threads 44.5 us, on clusters of eight 48.8; 72 x 202048 bf16, 144 CTAs, ran 1.2x
+// faster on clusters of eight on an H100).
 constexpr int kClusteredResidentMaxSlots = 24;
 std::optional<RowConfig> clustered_resident_heuristic(int64_t rows, int64_t cols, size_t element_bytes,
                                                       RowInputs inputs, const DeviceInfo& device) {
@@ -238,6 +241,9 @@ std::optional<RowConfig> clustered_resident_heuristic(int64_t rows, int64_t cols
     if (device.sm() < 90 || rows * kCluster < device.sm_count || rows * 8 > int64_t{device.sm_count} * 7)
         return std::nullopt;
     if (row_bytes < kRereadResidentRowBytes) return std::nullopt;
+    if (const auto wide = resident_heuristic(cols, element_bytes, inputs, device, kRereadResidentRowBytes);
+        wide && 2 * rows * wide->cluster >= 3 * int64_t{device.sm_count})
+        return std::nullopt;
     RowConfig c{kThreads, 1, static_cast<int>(16 / element_bytes), 0, kCluster, 0};
     c.slots = static_cast<int>(ceil_div(cols, int64_t{kCluster} * kThreads * c.vec));
     if (c.slots > kClusteredResidentMaxSlots || row_invalid_reason(c, cols, element_bytes, inputs, device))

@@ -262,6 +262,8 @@ TEST_CASE("softmax's rows fewer than the SMs are held by clusters of eight small
     CHECK_FALSE(clustered_resident_heuristic(64, 32768, 2, bf16, hopper));     // 64 KB rows
     CHECK_FALSE(clustered_resident_heuristic(40, 262144, 4, RowInputs{4, 1}, hopper));  // 1 MB: 32 slots
     CHECK_FALSE(clustered_resident_heuristic(64, 1048576, 2, bf16, hopper));   // 2 MB rows
+    CHECK_FALSE(clustered_resident_heuristic(100, 256000, 2, bf16, hopper));   // 200 wide CTAs: 1.5 an SM
+    CHECK(clustered_resident_heuristic(72, 202048, 2, bf16, hopper));          // 144 wide CTAs
     CHECK_FALSE(clustered_resident_heuristic(64, 128256, 2, bf16, DeviceInfo::for_arch("sm_80")));  // no clusters
     CHECK_FALSE(clustered_resident_heuristic(64, 128256, 2, RowInputs{2, 2}, hopper));  // two inputs
     // Only for ops that reread their rows: the norms keep their heuristics.
