@@ -220,29 +220,27 @@ std::optional<RowConfig> few_rows_heuristic(int64_t rows, int64_t cols, size_t e
     return c;
 }
 
-// Rows that leave SMs idle one CTA or two a row, and that are too many for few_rows_heuristic's
+// Rows that leave SMs idle at one CTA or two a row, and too many for few_rows_heuristic's
 // clusters of 16 to run in one wave: clusters of eight 256-thread CTAs, the row in their shared
-// memory. H100 2026-12-06, `bench_problems --repeats 20`, main's config against this one in one
-// run, two passes that agreed within 2% (docs/perf/rows.md has the table): 17 of 20 held-out
-// problems 1.09-1.43x faster (softmax 24 x 50304 fp32 14.5 -> 10.2 us, log_softmax 100 x 51200
-// bf16 17.3 -> 13.4, softmax 72 x 202048 bf16 39.9 -> 33.3). It lost where one 1024-thread CTA
-// a row nearly fills the SMs already (120-131 rows: 0.88-0.95x) and on 1 MB rows, whose 32 slots
-// a thread leave one CTA an SM (40 x 262144 fp32: 0.89x), hence the bounds: rows up to 7/8 of
-// the SMs, and at most 24 slots (96 KB a CTA: two CTAs an SM). Clusters of 16 ran level with
-// eight up to 64 rows and 5-10% slower at 100. Where resident_heuristic's wide CTAs come in
-// pairs and give 1.5 CTAs an SM or more, they stay (H200: softmax 100 x 256000 bf16 on 200
-// CTAs of 1024 threads 44.5 us, on clusters of eight 48.8; 72 x 202048 bf16, 144 CTAs, ran 1.2x
-// faster on clusters of eight on an H100).
-constexpr int kClusteredResidentMaxSlots = 24;
+// memory. Held-out A/B, main's config against this one in one run (H100 and H200, 2026-12-06;
+// docs/perf/rows.md has the tables): 19 of 24 problems 1.03-1.43x faster (softmax 24 x 50304
+// fp32 14.5 -> 10.2 us, log_softmax 100 x 51200 bf16 17.3 -> 13.4). The bounds come from the five
+// that lost (0.88-0.95x): 120-131 rows, where one 1024-thread CTA a row nearly fills the SMs;
+// 1 MB rows, whose 32 slots a thread leave one CTA an SM; and 100 x 256000 bf16, whose resident
+// CTAs came in pairs, 1.5 an SM. Clusters of 16 ran level with eight up to 64 rows and 5-10%
+// slower at 100.
+constexpr int kClusteredResidentMaxSlots = 24;  // 96 KB a CTA: two CTAs an SM
 std::optional<RowConfig> clustered_resident_heuristic(int64_t rows, int64_t cols, size_t element_bytes,
                                                       RowInputs inputs, const DeviceInfo& device) {
     constexpr int kCluster = 8, kThreads = 256;
     const int64_t row_bytes = cols * static_cast<int64_t>(inputs.element_bytes);
-    if (device.sm() < 90 || rows * kCluster < device.sm_count || rows * 8 > int64_t{device.sm_count} * 7)
-        return std::nullopt;
+    const int64_t sms = device.sm_count;
+    // From a CTA for every SM up to 7/8 of the SMs in rows.
+    if (device.sm() < 90 || rows * kCluster < sms || 8 * rows > 7 * sms) return std::nullopt;
     if (row_bytes < kRereadResidentRowBytes) return std::nullopt;
+    // The wide resident CTAs stay where they give 1.5 an SM or more.
     if (const auto wide = resident_heuristic(cols, element_bytes, inputs, device, kRereadResidentRowBytes);
-        wide && 2 * rows * wide->cluster >= 3 * int64_t{device.sm_count})
+        wide && 2 * rows * wide->cluster >= 3 * sms)
         return std::nullopt;
     RowConfig c{kThreads, 1, static_cast<int>(16 / element_bytes), 0, kCluster, 0};
     c.slots = static_cast<int>(ceil_div(cols, int64_t{kCluster} * kThreads * c.vec));
