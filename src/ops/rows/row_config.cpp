@@ -249,6 +249,21 @@ std::optional<RowConfig> clustered_resident_heuristic(int64_t rows, int64_t cols
     return c;
 }
 
+namespace {
+
+// Ops that reread their rows (softmax's apply after its max and sum) hold rows from 96 KB on chip:
+// one wide resident CTA (or a pair) a row once the rows fill the SMs (H100 A/B 2026-12-06, us,
+// register kernels' prefetch against it: softmax 256 x 51200 bf16 29.3 -> 22.3, 256 x 32064 fp32
+// 25.9 -> 22.6, 160 x 65024 bf16 25.3 -> 22.7, 384 x 32000 fp32 34.4 -> 32.1); clusters of eight
+// small CTAs a row for fewer rows (clustered_resident_heuristic).
+std::optional<RowConfig> reread_row_heuristic(int64_t rows, int64_t cols, size_t element_bytes, RowInputs inputs,
+                                              const DeviceInfo& device) {
+    if (rows >= device.sm_count) return resident_heuristic(cols, element_bytes, inputs, device, kRereadResidentRowBytes);
+    return clustered_resident_heuristic(rows, cols, element_bytes, inputs, device);
+}
+
+}  // namespace
+
 std::vector<RowConfig> split_search_space(int64_t rows, int64_t cols, size_t element_bytes, const DeviceInfo& device) {
     std::vector<RowConfig> space;
     if (!split_heuristic(rows, cols, element_bytes, device)) return space;
@@ -461,17 +476,9 @@ size_t RowOpModel::element_bytes() const { return std::max(dtype_size(dtype_), d
 Config RowOpModel::heuristic(const DeviceInfo& device) const {
     if (auto few = few_rows_heuristic(rows_, cols_, element_bytes(), inputs(), device)) return few->to_config();
     if (rereads_row())
-        if (auto held = clustered_resident_heuristic(rows_, cols_, element_bytes(), inputs(), device))
-            return held->to_config();
+        if (auto held = reread_row_heuristic(rows_, cols_, element_bytes(), inputs(), device)) return held->to_config();
     if (has_split_kernels())
         if (auto split = split_heuristic(rows_, cols_, element_bytes(), device)) return split->to_config();
-    // An op that rereads its row (softmax's apply after its max and sum) holds rows from 96 KB on
-    // chip once they fill the SMs: H100 A/B 2026-12-06 (us, register kernels' prefetch against one
-    // resident CTA a row), softmax 256 x 51200 bf16 29.3 -> 22.3, 256 x 32064 fp32 25.9 -> 22.6,
-    // 160 x 65024 bf16 25.3 -> 22.7, 384 x 32000 fp32 34.4 -> 32.1.
-    if (rereads_row() && rows_ >= device.sm_count)
-        if (auto held = resident_heuristic(cols_, element_bytes(), inputs(), device, kRereadResidentRowBytes))
-            return held->to_config();
     RowConfig c = row_heuristic(cols_, element_bytes(), inputs(), device);
     // Few short rows: a problem of a few KB is one memory round trip, and the SMs that take part
     // set its time, so fewer rows a block while that leaves SMs idle (64 x 896 bf16: 8 blocks of
