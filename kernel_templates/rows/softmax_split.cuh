@@ -18,27 +18,9 @@
 #include "common/whole_store.cuh"
 #include "rows/reduce.cuh"
 #include "rows/row_outputs.cuh"
+#include "rows/split_chunk.cuh"
 
 namespace tileops {
-
-// Where CTA blockIdx.x works: its row, its chunk of the row's body and the row's edges.
-template <typename T, int THREADS, int VEC, int SPLIT, bool RAGGED>
-struct SplitChunk {
-    long long row;
-    int part;
-    long long first, last;  // body columns [first, last), whole vectors
-    int head;
-
-    __device__ __forceinline__ SplitChunk(const RowFrame<T, VEC, RAGGED>& frame) {
-        row = blockIdx.x / SPLIT;
-        part = static_cast<int>(blockIdx.x % SPLIT);
-        head = frame.head(row);
-        const long long vectors = frame.body(row) / VEC;
-        const long long per_part = (vectors + SPLIT - 1) / SPLIT;
-        first = min(vectors, per_part * part) * VEC;
-        last = min(vectors, per_part * (part + 1)) * VEC;
-    }
-};
 
 // The online (max, sum) of values, sum relative to max: softmax.cuh's streaming update, which
 // stays spelled out there because folding it in changed those kernels' machine code.

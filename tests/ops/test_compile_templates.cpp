@@ -100,3 +100,23 @@ TEST_CASE("split softmax kernels compile for sm_80 and sm_90a", "[compile]") {
     REQUIRE(kernels.count("rows/softmax_split.cuh") == 1);
     test::compile_all(kernels, arch);
 }
+
+TEST_CASE("split norm kernels compile for sm_80 and sm_90a", "[compile]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    test::KernelsByFile kernels;
+    // Aligned and ragged rows, with and without the residual add.
+    const std::vector<std::shared_ptr<const Op>> ops{
+        std::make_shared<RmsNorm>(RmsNormProblem{1, 1048576, DType::bf16}),
+        std::make_shared<RmsNorm>(RmsNormProblem{3, 1000003, DType::fp32, {}, 1e-5f, true}),
+        std::make_shared<LayerNorm>(LayerNormProblem{1, 1048576, DType::bf16}),
+        std::make_shared<LayerNorm>(LayerNormProblem{3, 1000003, DType::fp32})};
+    for (const auto& op : ops) {
+        for (const Config& config : op->model().search_space(device))
+            if (config.count("split")) add_kernels(kernels, op->model(), config, device);
+        add_kernels(kernels, op->model(), op->model().heuristic(device), device);
+    }
+    REQUIRE(kernels.count("rows/rmsnorm_split.cuh") == 1);
+    REQUIRE(kernels.count("rows/layernorm_split.cuh") == 1);
+    test::compile_all(kernels, arch);
+}

@@ -33,6 +33,12 @@ public:
 
 private:
     std::string resident_template_file() const override { return "rows/layernorm_resident.cuh"; }
+    std::string split_template_file() const override { return "rows/layernorm_split.cuh"; }
+    std::pair<std::string, std::string> split_name_expressions(const RowLaunch& l) const override {
+        const std::string arguments =
+            fmt::format("<{}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row, l.vec, l.split, l.ragged);
+        return {"tileops::layernorm_split_stats_kernel" + arguments, "tileops::layernorm_split_apply_kernel" + arguments};
+    }
     std::string name_expression(const RowLaunch& l) const override {
         const char* ragged = l.ragged ? "_ragged" : "";
         if (l.slots > 0)
@@ -108,7 +114,8 @@ void LayerNormModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs
     void* y = outputs.begin()[0].data();
     long long x_stride = p.x_stride, y_stride = p.y_stride, rows = p.rows, cols = p.cols;
     float eps = p.eps;
-    void* args[] = {&x, &x_stride, &weight, &bias, &y, &y_stride, &rows, &cols, &eps};
+    void* partials = launch.workspace_data();  // the split kernels' partials; the others ignore it
+    void* args[] = {&x, &x_stride, &weight, &bias, &y, &y_stride, &rows, &cols, &eps, &partials};
     detail::launch(launch, args, stream, *this);
 }
 

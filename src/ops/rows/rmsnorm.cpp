@@ -39,6 +39,12 @@ public:
 private:
     RowInputs inputs() const override { return {dtype_size(problem_.dtype), residual_ ? 2 : 1}; }
     std::string resident_template_file() const override { return "rows/rmsnorm_resident.cuh"; }
+    std::string split_template_file() const override { return "rows/rmsnorm_split.cuh"; }
+    std::pair<std::string, std::string> split_name_expressions(const RowLaunch& l) const override {
+        const std::string arguments = fmt::format("<{}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row, l.vec,
+                                                  l.split, residual_, l.ragged);
+        return {"tileops::rmsnorm_split_stats_kernel" + arguments, "tileops::rmsnorm_split_apply_kernel" + arguments};
+    }
     std::string name_expression(const RowLaunch& l) const override {
         const char* ragged = l.ragged ? "_ragged" : "";
         if (l.slots > 0)
@@ -136,7 +142,9 @@ void RmsNormModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs o
     long long x_stride = p.x_stride, r_stride = p.residual_stride, y_stride = p.y_stride;
     long long rows = p.rows, cols = p.cols;
     float eps = p.eps;
-    void* args[] = {&x, &x_stride, &residual, &r_stride, &weight, &y, &y_stride, &sum, &r_stride, &rows, &cols, &eps};
+    void* partials = launch.workspace_data();  // the split kernels' partials; the others ignore it
+    void* args[] = {&x,   &x_stride, &residual, &r_stride, &weight, &y,   &y_stride,
+                    &sum, &r_stride, &rows,     &cols,     &eps,    &partials};
     detail::launch(launch, args, stream, *this);
 }
 

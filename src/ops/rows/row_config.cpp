@@ -304,7 +304,6 @@ std::optional<std::string> row_invalid_reason(const RowConfig& c, int64_t cols, 
             c.prefetch != 0)
             return "a split row streams, one row a CTA of at least 32 threads: rows_per_block = 1, items = 0, "
                    "cluster = 1, slots = 0, prefetch = 0";
-        if (inputs.count != 1) return "the split kernels read one input row";
         return std::nullopt;
     }
     if (c.slots > 0) return resident_invalid_reason(c, cols, inputs, device);
@@ -527,8 +526,8 @@ LaunchPlan RowOpModel::plan(const Config& config, int vec, const DeviceInfo&) co
     RowLaunch launch = row_launch(RowConfig::from(config, op_name()), vec, rows_, cols_, inputs());
     LaunchPlan plan;
     if (launch.split > 0) {
-        if (!has_split_kernels()) throw InvalidArgument(fmt::format("tileops::{}: config has split, which only softmax and log_softmax take", op_name()));
-        plan.template_file = "rows/softmax_split.cuh";
+        if (!has_split_kernels()) throw InvalidArgument(fmt::format("tileops::{}: config has split, and {} has no split kernels", op_name(), op_name()));
+        plan.template_file = split_template_file();
         std::tie(plan.name_expression, plan.after.name_expression) = split_name_expressions(launch);
         plan.grid[0] = plan.after.grid[0] = launch.grid;
         plan.block[0] = plan.after.block[0] = launch.block;

@@ -29,7 +29,7 @@ struct RowConfig {
     // of two reach rows of 512 KB. 0: the register kernels. Optional in a config (default 0).
     int slots = 0;
     // CTAs each row is split over anywhere in the grid (softmax of few long rows: two kernels,
-    // rows/softmax_split.cuh; a power of two up to threads_per_row); 0: not split. A split config
+    // rows/softmax_split.cuh and the norms'; a power of two up to threads_per_row); 0: not split. A split config
     // streams (items 0) one row a CTA. Optional in a config (default 0).
     int split = 0;
 
@@ -130,8 +130,10 @@ protected:
     std::string type_arguments() const;
     // The input rows the kernel reads (what its prefetch stages hold).
     virtual RowInputs inputs() const { return {dtype_size(dtype_), 1}; }
-    // Ops with split kernels (rows/softmax_split.cuh): the stats and the apply kernels' names.
-    virtual bool has_split_kernels() const { return false; }
+    // Ops with split kernels (e.g. rows/softmax_split.cuh): their template, and the stats and the
+    // apply kernels' names. No template: no split kernels.
+    virtual std::string split_template_file() const { return ""; }
+    bool has_split_kernels() const { return !split_template_file().empty(); }
     // Ops whose second pass over a row rereads it unless it is held on chip (softmax's apply after
     // its max and sum): rows from 96 KB want the resident kernels (RowOpModel::heuristic).
     virtual bool rereads_row() const { return false; }

@@ -29,7 +29,7 @@ public:
 
 private:
     std::string resident_template_file() const override { return "rows/softmax_resident.cuh"; }
-    bool has_split_kernels() const override { return true; }
+    std::string split_template_file() const override { return "rows/softmax_split.cuh"; }
     bool rereads_row() const override { return true; }
     std::pair<std::string, std::string> split_name_expressions(const RowLaunch& l) const override {
         const std::string arguments = fmt::format("<{}, {}, {}, {}, {}, {}>", type_arguments(), l.threads_per_row, l.vec,

@@ -335,5 +335,10 @@ TEST_CASE("fewer rows than SMs spread each row as wide as it goes", "[row_config
         CHECK(vocabulary.model().heuristic(hopper).at("cluster") == 16);
         const tileops::Softmax long_row({1, 1048576, tileops::DType::bf16, {}, false, 1048576, 1048576});
         CHECK(long_row.model().heuristic(hopper).count("split") == 1);
+        // The norms too, with the residual add.
+        const tileops::RmsNorm norm({1, 1048576, tileops::DType::bf16, {}, 1e-5f, true});
+        CHECK(norm.model().heuristic(hopper).count("split") == 1);
+        const tileops::LayerNorm layer_norm({2, 1000003, tileops::DType::fp32});
+        CHECK(layer_norm.model().heuristic(hopper).count("split") == 1);
     }
 }

@@ -49,7 +49,20 @@ std::vector<Config> persistent_configs(const Op& op, const DeviceInfo& device) {
     return configs;
 }
 
-void check_every_config(const RowCase& c) {
+// The split configs of the search space (rows too few and too long to fill the GPU otherwise)
+// and the heuristic's, which must be one of them.
+std::vector<Config> split_configs(const Op& op, const DeviceInfo& device) {
+    const Config heuristic = op.model().heuristic(device);
+    REQUIRE(heuristic.count("split"));
+    std::vector<Config> configs{heuristic};
+    for (const Config& config : op.model().search_space(device))
+        if (config.count("split")) configs.push_back(config);
+    return configs;
+}
+
+using ConfigChoice = std::vector<Config> (*)(const Op&, const DeviceInfo&);
+
+void check_every_config(const RowCase& c, ConfigChoice choose = persistent_configs) {
     Runtime& runtime = shared_runtime();
     detail::RuntimeImpl& impl = runtime.impl();
     const int64_t stride = c.cols + 4;  // padded rows: the gaps must stay untouched
@@ -106,7 +119,7 @@ void check_every_config(const RowCase& c) {
     const int vec = op->vector_width(Inputs(inputs.data(), inputs.size()), Outputs(outputs.data(), outputs.size()));
 
     // Compile every kernel at once (misses on different keys compile in parallel), then run each.
-    const std::vector<Config> configs = test::this_shard(persistent_configs(*op, runtime.device()));
+    const std::vector<Config> configs = test::this_shard(choose(*op, runtime.device()));
     std::vector<std::future<detail::ResolvedLaunch>> launches;
     for (const Config& config : configs)
         launches.push_back(std::async(std::launch::async, [&, config] { return impl.resolve_config(op->model(), config, vec); }));
@@ -157,4 +170,17 @@ TEST_CASE("Every prefetching or resident row-op config is correct on many rows",
         {RowOpKind::layernorm, DType::bf16, 31, 100003},        {RowOpKind::softmax, DType::bf16, 33, 50257},
     };
     for (const RowCase& c : cases) check_every_config(c);
+}
+
+TEST_CASE("Every split config of the norms is correct on few long rows", "[gpu][rmsnorm][layernorm]") {
+    TILEOPS_REQUIRE_GPU();
+    shared_runtime();
+    // One row of a million elements (what the split kernels are for), odd lengths (ragged rows:
+    // the edges belong to the first chunk), the residual add with its sum, also over the residual.
+    const RowCase cases[] = {
+        {RowOpKind::rmsnorm, DType::bf16, 1, 1048576},         {RowOpKind::rmsnorm_residual, DType::fp32, 2, 300001},
+        {RowOpKind::rmsnorm_residual, DType::bf16, 3, 262147}, {RowOpKind::layernorm, DType::bf16, 1, 1048576},
+        {RowOpKind::layernorm, DType::fp32, 2, 1000003},
+    };
+    for (const RowCase& c : cases) check_every_config(c, split_configs);
 }
