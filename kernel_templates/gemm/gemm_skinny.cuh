@@ -1,5 +1,6 @@
 // GEMM for few rows of A (decode-time projections, M up to 64) with B in the weight layout (N x K
-// row-major, "NT"), sm_80 and newer: D = act(alpha * A * B^T + beta * C + bias).
+// row-major, "NT"), sm_80 and newer: D = act(alpha * A * B^T + beta * C + bias). Rows of A and B
+// may start anywhere (an odd K, a leading dimension or pointer off 16 bytes): they are read in place.
 //
 // Such a product is bound by reading B once: at M = 1-64 a byte of B feeds 2-128 flops, far below
 // what the tensor cores could use. So the design is that of a stream, not of a GEMM tile: a CTA
@@ -12,32 +13,45 @@
 // The warps' partial sums meet in shared memory (fp32 atomic adds), and the epilogue (alpha,
 // beta * C, bias, activation) writes D by rows, two columns per thread.
 //
-// The MMA is mma.sync m16n8k16 with the BM rows of A (zero-padded past M) as the row operand and
-// B's rows as the column operand, both read with ldmatrix from 128-byte swizzled rows. A is tiny
-// (BM x K) and every CTA reads it: it is served by L2.
+// Rows in place: a row's 64-element K step is copied as the nine 16-byte aligned chunks that
+// cover it whatever its offset (only those that hold some of its elements: a chunk that holds
+// one valid byte lies in mapped memory); the row then starts `shift` elements into its copy,
+// the same shift at every K step (steps are 128 bytes). Copying such rows first into aligned ones
+// (gemm_pack.cuh, what the TMA kernel does) triples the bytes a memory-bound product moves.
+// The MMA is mma.sync m16n8k16, its fragments read as pairs of elements from the shifted rows
+// (two 4-byte shared loads and a byte permute a pair). The chunk that holds a step's end is copied
+// only up to it and zero-filled past it, so the sums never see what lies past K.
 //
 // Template parameters: T (__half, __nv_bfloat16), TOut, BM (16, 32 or 64 rows of A per CTA), BN
-// (16, 32 or 64), WARPS, STAGES, HAS_C, BIAS, ACT. Rows of A and B must be 16-byte aligned (K a
-// multiple of 8 elements, aligned pointers and leading dimensions): the host only offers this kernel
-// then. Dynamic shared memory: WARPS * STAGES * (BM + BN) * 64 elements, then BM * BN floats.
+// (16, 32 or 64), WARPS, STAGES, HAS_C, BIAS, ACT. Dynamic shared memory: WARPS * STAGES * (BM + BN)
+// * 72 elements, then BM * BN floats (GemmConfig::shared_bytes).
 #pragma once
 
 #include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_epilogue.cuh"
-#include "gemm/gemm_pack.cuh"
 
 namespace tileops {
 
+// A pair of elements of a row copied in place, k elements (k even) after the lane's pair: `word` is
+// the lane's word in shared memory, its pair's first element in it (an even shift) or in its upper
+// half (an odd one); `select` the byte permute that takes the pair (0x3210 or 0x5432).
+__device__ __forceinline__ unsigned skinny_pair(const unsigned* word, unsigned select, int k) {
+    return __byte_perm(word[k / 2], word[k / 2 + 1], select);
+}
+
 template <typename T, typename TOut, int BM, int BN, int WARPS, int STAGES, bool HAS_C, bool BIAS, int ACT>
 __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs p) {
-    constexpr int BK = 64;                    // one 128-byte swizzled row per operand row and step
-    constexpr int CHUNKS = BK / 8;            // 16-byte chunks of a row
-    constexpr int STAGE_ELEMS = (BM + BN) * BK;
-    constexpr int COPIES = (BM + BN) * CHUNKS / 32;  // 16-byte copies per lane and stage
+    constexpr int BK = 64;
+    constexpr int PITCH = BK + 8;           // a row's K step as the nine 16-byte chunks that cover it at any shift
+    constexpr int CHUNKS = PITCH / 8;
+    constexpr int ROWS = BM + BN;           // rows 0..BM-1 of a stage are A's, then B's
+    constexpr int STAGE_ELEMS = ROWS * PITCH;
+    constexpr int COPIES = ROWS * CHUNKS;   // 16-byte copies of a stage
     constexpr int M_TILES = BM / 16, N_TILES = BN / 8;
     constexpr int THREADS = WARPS * 32;
-    static_assert(BM % 16 == 0 && BN % 16 == 0 && (BM + BN) * CHUNKS % 32 == 0, "BM and BN are multiples of 16");
+    static_assert(sizeof(T) == 2, "A and B are 16-bit");
+    static_assert(BM % 16 == 0 && BN % 16 == 0, "BM and BN are multiples of 16");
     static_assert(STAGES >= 2, "at least double buffering");
 
     extern __shared__ __align__(128) unsigned char gemm_shared[];
@@ -51,30 +65,34 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
     const T* B = static_cast<const T*>(p.b) + batch * p.batch_stride_b;
     const int k_tiles = static_cast<int>((p.k + BK - 1) / BK);
     const int iterations = warp < k_tiles ? (k_tiles - warp + WARPS - 1) / WARPS : 0;
+    // Row r of a stage: where it starts in memory (rows past M or N are never read).
+    auto row_start = [&](int r) { return r < BM ? A + (m0 + r) * p.lda : B + (n0 + r - BM) * p.ldb; };
+    auto row_inside = [&](int r) { return r < BM ? m0 + r < p.m : n0 + r - BM < p.n; };
+    auto shift_of = [&](int r) { return static_cast<int>(reinterpret_cast<unsigned long long>(row_start(r)) % 16) / 2; };
+
+    // The (unread) source of a zero-filled copy: an aligned address.
+    const unsigned long long zero_source = reinterpret_cast<unsigned long long>(p.b) & ~15ull;
 
     // Starts the copies of this warp's iteration `it` (K step warp + it * WARPS) into its stage:
-    // rows 0..BM-1 of the stage are A's, BM..BM+BN-1 are B's; what lies outside the matrices is
-    // zero-filled (K is a multiple of 8, so a chunk is either wholly inside or wholly outside).
+    // the chunks that hold some of the step's elements of an existing row; the others zero-filled.
     auto issue = [&](int it) {
         T* stage = ring + (it % STAGES) * STAGE_ELEMS;
         const long long k0 = static_cast<long long>(warp + it * WARPS) * BK;
         const bool live = it < iterations;
+        const long long step_bytes = live ? static_cast<long long>(sizeof(T)) * min(static_cast<long long>(BK), p.k - k0) : 0;
         // Not unrolled: unrolled, the compiler keeps every copy's source address live across the
-        // main loop (24 pointers at 64 + 32 rows), and the accumulators spill.
+        // main loop, and the accumulators spill.
 #pragma unroll 1
-        for (int i = 0; i < COPIES; ++i) {
-            const int idx = i * 32 + lane, row = idx / CHUNKS, chunk = idx % CHUNKS;
-            const long long k = k0 + chunk * 8;
-            const T* src = A;
-            bool valid = live && k < p.k;
-            if (row < BM) {
-                valid = valid && m0 + row < p.m;
-                src = valid ? A + (m0 + row) * p.lda + k : A;
-            } else {
-                valid = valid && n0 + row - BM < p.n;
-                src = valid ? B + (n0 + row - BM) * p.ldb + k : B;
-            }
-            cp_async<16>(stage + swizzled_offset<BK>(row, chunk * 8), src, valid ? 16 : 0);
+        for (int idx = lane; idx < COPIES; idx += 32) {
+            const int row = idx / CHUNKS, chunk = idx % CHUNKS;
+            const unsigned long long first = reinterpret_cast<unsigned long long>(row_start(row) + k0);
+            const unsigned long long src = (first & ~15ull) + 16ull * chunk;
+            const unsigned long long end = first + step_bytes;
+            const bool valid = live && row_inside(row) && src < end;
+            // A chunk that holds the step's end copies only the bytes before it: past K the copy is
+            // zeros (what the MMAs need there), and nothing past the matrix is read.
+            cp_async<16>(stage + row * PITCH + chunk * 8, reinterpret_cast<const void*>(valid ? src : zero_source),
+                         valid ? static_cast<int>(min(16ull, end - src)) : 0);
         }
         cp_async_commit();
     };
@@ -82,6 +100,17 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
     for (int it = 0; it < STAGES - 1; ++it) issue(it);
 
     for (int i = static_cast<int>(threadIdx.x); i < BM * BN; i += THREADS) sums[i] = 0.0f;
+
+    // This lane's fragment rows: A's rows g and g + 8 of each m-tile, B's row g of each n-tile (g =
+    // lane / 4). Rows 8 apart start 8 x ld elements apart, a multiple of 16 bytes: every A row of
+    // the lane has one shift, every B row another, so a row is a fixed word offset from the lane's
+    // first.
+    const int g = lane / 4, t = lane % 4;
+    const int a_shift = shift_of(g), b_shift = shift_of(BM + g);
+    // Word offsets of the lane's first pair (elements 2t and 2t + 1 of a K step, t = lane % 4).
+    const int a_word = (g * PITCH + a_shift) / 2 + t, b_word = ((BM + g) * PITCH + b_shift) / 2 + t;
+    const unsigned a_select = a_shift % 2 ? 0x5432u : 0x3210u, b_select = b_shift % 2 ? 0x5432u : 0x3210u;
+    constexpr int kRowWords = PITCH / 2;
 
     float acc[M_TILES][N_TILES][4];
 #pragma unroll
@@ -91,45 +120,50 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
+    // One K step's MMAs from a landed stage.
+    auto multiply = [&](const unsigned* stage) {
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            unsigned a[M_TILES][4];
+#pragma unroll
+            for (int i = 0; i < M_TILES; ++i) {
+                // a0: (g, kk + 2t), a1: (g + 8, kk + 2t), a2: (g, kk + 8 + 2t), a3: (g + 8, kk + 8 + 2t).
+                const unsigned* row = stage + a_word + i * 16 * kRowWords;
+                a[i][0] = skinny_pair(row, a_select, kk);
+                a[i][1] = skinny_pair(row + 8 * kRowWords, a_select, kk);
+                a[i][2] = skinny_pair(row, a_select, kk + 8);
+                a[i][3] = skinny_pair(row + 8 * kRowWords, a_select, kk + 8);
+            }
+#pragma unroll
+            for (int j = 0; j < N_TILES; ++j) {
+                // b0: (k kk + 2t, n g), b1: (k kk + 8 + 2t, n g).
+                const unsigned* row = stage + b_word + j * 8 * kRowWords;
+                const unsigned b[2] = {skinny_pair(row, b_select, kk), skinny_pair(row, b_select, kk + 8)};
+#pragma unroll
+                for (int i = 0; i < M_TILES; ++i) mma_16816<T>(acc[i][j], a[i], b);
+            }
+        }
+    };
+
     for (int it = 0; it < iterations; ++it) {
         __syncwarp();  // every lane is done with the stage the next copies overwrite
         issue(it + STAGES - 1);
         cp_async_wait<STAGES - 1>();
         __syncwarp();  // the other lanes' copies of this step are visible
-        const T* tile_a = ring + (it % STAGES) * STAGE_ELEMS;
-        const T* tile_b = tile_a + BM * BK;
-#pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
-            unsigned a[M_TILES][4];
-#pragma unroll
-            for (int i = 0; i < M_TILES; ++i)
-                ldmatrix_x4(a[i], tile_a + swizzled_offset<BK>(i * 16 + lane % 16, kk + (lane / 16) * 8));
-#pragma unroll
-            for (int j = 0; j < N_TILES; j += 2) {
-                // Matrices: (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
-                unsigned r[4];
-                ldmatrix_x4(r, tile_b + swizzled_offset<BK>(j * 8 + lane % 8 + (lane / 16) * 8, kk + ((lane / 8) % 2) * 8));
-                const unsigned b0[2] = {r[0], r[1]}, b1[2] = {r[2], r[3]};
-#pragma unroll
-                for (int i = 0; i < M_TILES; ++i) {
-                    mma_16816<T>(acc[i][j], a[i], b0);
-                    mma_16816<T>(acc[i][j + 1], a[i], b1);
-                }
-            }
-        }
+        multiply(reinterpret_cast<const unsigned*>(ring + (it % STAGES) * STAGE_ELEMS));
     }
     cp_async_wait<0>();
     __syncthreads();  // `sums` is zeroed
 
-    // The warps' K parts meet in shared memory. Accumulator (i, j): rows lane / 4 and lane / 4 + 8
-    // of m-tile i, columns 2 * (lane % 4) and the next of n-tile j.
+    // The warps' K parts meet in shared memory. Accumulator (i, j): rows g and g + 8 of m-tile i,
+    // columns 2 * t and the next of n-tile j.
 #pragma unroll
     for (int i = 0; i < M_TILES; ++i)
 #pragma unroll
         for (int j = 0; j < N_TILES; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int row = i * 16 + lane / 4 + (e / 2) * 8, col = j * 8 + (lane % 4) * 2 + e % 2;
+                const int row = i * 16 + g + (e / 2) * 8, col = j * 8 + t * 2 + e % 2;
                 atomicAdd(&sums[row * BN + col], acc[i][j][e]);
             }
     __syncthreads();
@@ -143,13 +177,6 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
         gemm_store_pair<T, TOut, HAS_C, BIAS, ACT>(p, D + row * p.ldd, HAS_C ? C + row * p.ldc : nullptr, col,
                                                    sums[r * BN + c], sums[r * BN + c + 1]);
     }
-}
-
-// The copies of misaligned operands before a launch of gemm_skinny_kernel, with its arguments.
-template <typename T>
-__global__ void __launch_bounds__(256) gemm_skinny_pack_kernel(const GemmArgs p) {
-    static_assert(sizeof(T) == 2, "A and B are 16-bit");
-    gemm_pack_operand(p);
 }
 
 }  // namespace tileops

@@ -1,6 +1,6 @@
 // GEMM: problem checks, tuning key and kernel choice (GemmModel), operand checks and the launch.
 // Kernels: kernel_templates/gemm/: gemm_sm80.cuh (any sm_80+), gemm_sm90.cuh (sm_90a: TMA + wgmma) and
-// gemm_skinny.cuh (M <= 64, B as N x K).
+// gemm_skinny.cuh (M <= 64, B as N x K, rows of any alignment read in place).
 // Configs: gemm_config.cpp.
 #include "tileops/gemm.hpp"
 
@@ -89,7 +89,8 @@ const char* activation_index(GemmEpilogue e) { return e == GemmEpilogue::gelu ? 
 // as 16-byte vectors, so what varies is how operands that are not 16-byte aligned get there:
 //   8: A, B and D aligned (the sm_90 kernel stores a 16-bit D with TMA);
 //   ragged_width(8): A and B aligned, D not (stored from registers);
-//   1: A or B not aligned: copied first into the workspace with aligned rows (gemm_pack.cuh);
+//   1: A or B not aligned: copied first into the workspace with aligned rows (gemm_pack.cuh), but
+//      for the skinny kernel, which reads any row in place;
 //   ragged_width(1): both.
 constexpr int kAlignedWidth = 8;
 constexpr bool packs_operands(int width) { return width_vector(width) == 1; }
@@ -110,11 +111,11 @@ public:
     const GemmProblem& problem() const noexcept { return p_; }
     explicit GemmModel(const GemmProblem& p)
         : p_(p),
-          shape_{p.batch, p.m, p.n, p.k, dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype)},
           // 16-byte loads need every row of A and B to start 16 bytes apart from the last; a TMA
           // store of a 16-bit D needs its rows to start and end on 16 bytes.
-          ab_rows_aligned_(widest_dividing_vector(8, {p.lda, p.ldb, p.batch > 1 ? p.batch_stride_a : 0,
-                                                      p.batch > 1 ? p.batch_stride_b : 0}) == 8),
+          shape_{p.batch, p.m, p.n, p.k, dtype_size(p.dtype), nt(p), dtype_size(*p.out_dtype),
+                 widest_dividing_vector(8, {p.lda, p.ldb, p.batch > 1 ? p.batch_stride_a : 0,
+                                            p.batch > 1 ? p.batch_stride_b : 0}) == 8},
           d_store_(shape_.out_bytes, {p.n, p.ldd, p.batch > 1 ? p.batch_stride_d : 0}, 8) {}
 
     std::string op_name() const override { return "gemm"; }
@@ -155,12 +156,18 @@ public:
         }
         return gemm_invalid_reason(c, shape_, device);
     }
-    // A config tuned for a near shape is reused only where its tiles fill the GPU's waves about as
-    // well here as there (sweep of 200 model shapes, H200: 64 x 4608 x 3584 took the 64 x 32 tiles
-    // tuned for 64 x 4096 x 4096, 144 tiles in two waves, 22.9 us against the heuristic's 14.3).
+    // A config tuned for a near shape is reused only where it would not copy rows here that the
+    // skinny kernel reads in place, and where its tiles fill the GPU's waves about as well here as
+    // there (sweep of 200 model shapes, H200: 64 x 4608 x 3584 took the 64 x 32 tiles tuned for
+    // 64 x 4096 x 4096, 144 tiles in two waves, 22.9 us against the heuristic's 14.3).
     std::optional<std::string> neighbour_misfit(const std::vector<long long>& tuned_shape, const Config& config,
                                                 const DeviceInfo& device) const override {
         const GemmConfig c = GemmConfig::from(config);
+        // The key holds no leading dimensions: 1 x 4096 x 4095 finds 1 x 4096 x 4096's TMA tiles,
+        // which would copy A and B first here.
+        if (gemm_heuristic(shape_, device).kernel == kGemmSkinny && c.kernel != kGemmSkinny)
+            return std::string("its kernel would copy A and B into aligned rows first here; the skinny kernel reads "
+                               "these rows (off 16 bytes) in place");
         GemmShape there = shape_;
         const size_t first = tuned_shape.size() == 4 ? 1 : 0;
         if (tuned_shape.size() != 3 + first) return std::nullopt;
@@ -194,7 +201,7 @@ public:
         std::vector<int> widths;
         for (bool pack : {false, true})
             for (bool d_aligned : {true, false})
-                if ((pack || ab_rows_aligned_) && (!d_aligned || d_store_.rows_aligned()))
+                if ((pack || shape_.rows_aligned) && (!d_aligned || d_store_.rows_aligned()))
                     widths.push_back(gemm_width(pack, d_aligned));
         return widths;
     }
@@ -209,7 +216,7 @@ public:
         const std::string epilogue = fmt::format("{}, {}, {}", p_.has_c ? "true" : "false", p_.bias ? "true" : "false",
                                                  activation_index(p_.epilogue));
         const char* kernel_prefix = c.kernel == kGemmSm90 ? "gemm_sm90" : c.kernel == kGemmSkinny ? "gemm_skinny" : "gemm_sm80";
-        if (packs_operands(width)) {
+        if (launch_packs(c, width)) {
             // One thread a 16-byte chunk of a copy (blockIdx.y: A or B), the blocks striding over
             // the larger of the two, at most a full GPU's worth.
             const int64_t chunks = p_.batch * std::max(p_.m * round_up_to_vector(p_.k), b_rows(p_) * round_up_to_vector(b_cols(p_))) / 8;
@@ -263,13 +270,16 @@ public:
 
     // Whether the rows of A (or B) at this pointer are 16-byte aligned; else the launch packs them.
     bool input_aligned(const void* data) const {
-        return ab_rows_aligned_ && widest_aligned_vector(8, data, dtype_size(p_.dtype)) == 8;
+        return shape_.rows_aligned && widest_aligned_vector(8, data, dtype_size(p_.dtype)) == 8;
     }
     // Whether D's rows can be stored with TMA.
 
 private:
+    // Whether a launch copies A and B into aligned rows first: where they are not 16-byte aligned,
+    // but for the skinny kernel, which reads rows in place.
+    static bool launch_packs(const GemmConfig& c, int width) { return packs_operands(width) && c.kernel != kGemmSkinny; }
     // The launch's workspace: split K's counters and partial sums, then, for a launch that copies
-    // A and B (packs_operands), room for both copies, rows padded to 8 elements, each starting on
+    // A and B (launch_packs), room for both copies, rows padded to 8 elements, each starting on
     // a 256-byte boundary.
     GemmLaunch launch_details(const GemmConfig& c, int width) const {
         GemmLaunch details;
@@ -278,7 +288,7 @@ private:
         details.paired = c.cluster == 2;
         details.split = GemmSplitWorkspace::of(c, shape_);
         details.workspace_bytes = details.split.bytes();
-        details.packs = packs_operands(width);
+        details.packs = launch_packs(c, width);
         if (details.packs) {
             auto reserve = [&](int64_t rows, int64_t cols) {
                 const size_t offset = (details.workspace_bytes + 255) / 256 * 256;
@@ -293,7 +303,6 @@ private:
 
     GemmProblem p_;
     GemmShape shape_;
-    bool ab_rows_aligned_;  // lda, ldb and their batch strides are multiples of 16 bytes
     GemmDStore d_store_;    // gemm_width() names the launch widths: D stored with TMA or not
 };
 

@@ -91,8 +91,8 @@ Config GemmConfig::to_config() const {
 unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
     // Saturated, not wrapped: a hostile config's ring must not pass the shared-memory check.
     const auto bytes = [](size_t n) { return static_cast<unsigned>(std::min<size_t>(n, UINT_MAX)); };
-    if (kernel == kGemmSkinny)  // must match gemm_skinny.cuh
-        return bytes(static_cast<size_t>(warps) * stages * (block_m + block_n) * block_k * s.in_bytes +
+    if (kernel == kGemmSkinny)  // must match gemm_skinny.cuh: rows of block_k + 8 elements, read in place
+        return bytes(static_cast<size_t>(warps) * stages * (block_m + block_n) * (block_k + 8) * s.in_bytes +
                      static_cast<size_t>(block_m) * block_n * sizeof(float));
     const size_t ring = ring_bytes(*this, s);
     if (kernel != kGemmSm90) return bytes(ring);
@@ -162,10 +162,7 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
     if (c.kernel == kGemmSkinny) {
         if (device.sm() < 80) return fmt::format("kernel 2 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
         if (!s.b_nt) return "kernel 2 (skinny) needs layout nt (B as N x K rows)";
-        if (c.vec != 8) return "kernel 2 (skinny) needs vec = 8 (16-byte aligned rows)";
-        // It copies whole 16-byte chunks of K: past a K that is not a multiple of 8 it would read
-        // the rows' padding (or past the last row) into the sum.
-        if (s.k % 8 != 0) return fmt::format("kernel 2 (skinny) needs K a multiple of 8, K = {}", s.k);
+        if (c.vec != 8) return "kernel 2 (skinny) needs vec = 8 (it copies 16-byte chunks of rows at any alignment)";
         if (c.block_m != 16 && c.block_m != 32 && c.block_m != 64)
             return fmt::format("block_m = {} is not 16, 32 or 64", c.block_m);
         if (c.block_n != 16 && c.block_n != 32 && c.block_n != 64)
@@ -259,6 +256,10 @@ GemmConfig gemm_skinny_heuristic(const GemmShape& s) {
 }
 
 GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
+    // Few rows of A against rows off 16 bytes (an odd K, a padded leading dimension): the other
+    // kernels copy A and B into aligned rows first, three times the bytes of a product bound by
+    // reading B; the skinny kernel reads them in place.
+    if (!s.rows_aligned && s.b_nt && s.m <= kGemmSkinnyMaxM && device.sm() >= 80) return gemm_skinny_heuristic(s);
     if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
     // Small M takes TMA tiles too, not the skinny kernel: since A's box holds only M's rows (TMA
     // zero-filled the rest slowly), 64 x 32 tiles run 16 x 4096 x 4096 in 17.0 us against the

@@ -23,7 +23,8 @@
 namespace tileops::detail {
 
 enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1, kGemmSkinny = 2 };
-// The skinny kernel is searched (and the heuristic's choice on sm_90) up to this M.
+// The skinny kernel is searched up to this M, and is the heuristic's choice there for rows off
+// 16 bytes (GemmShape::rows_aligned false).
 constexpr int64_t kGemmSkinnyMaxM = 64;
 constexpr int kGemmMaxSplitK = 16;
 constexpr int kGemmSm90MaxStages = 16;  // the TMA kernel's deepest ring (small tiles)
@@ -33,6 +34,9 @@ struct GemmShape {
     size_t in_bytes;   // element size of A and B
     bool b_nt;
     size_t out_bytes;  // element size of C and D
+    // lda, ldb and the batch strides are multiples of 16 bytes: for aligned pointers the TMA and
+    // sm_80 kernels load A and B where they are, else they copy them first (gemm_pack.cuh).
+    bool rows_aligned = true;
 };
 
 struct GemmConfig {

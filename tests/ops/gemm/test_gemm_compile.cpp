@@ -42,3 +42,28 @@ TEST_CASE("every GEMM config of the search space compiles for sm_80 and sm_90a",
     }
     test::compile_all(kernels, arch);
 }
+
+// The skinny kernel keeps its accumulators, a 64 x 64 tile's 128 a lane included, and each
+// fragment row's shift (gemm_skinny.cuh) in registers.
+TEST_CASE("the skinny kernel's configs compile without spilling for sm_80 and sm_90a", "[compile][gemm]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    test::KernelsByFile kernels;
+    for (int64_t m : {16, 64}) {
+        GemmProblem p;
+        p.m = m, p.n = 4096, p.k = 4095, p.layout = GemmLayout::nt, p.has_c = true, p.beta = 1.0f, p.bias = true;
+        p.epilogue = GemmEpilogue::silu;
+        Gemm op(p);
+        const detail::OpModel& model = op.model();
+        for (const Config& config : model.search_space(device))
+            if (config.at("kernel") == 2) test::add_kernels(kernels, model, config, model.vector_widths(config).front(), device);
+    }
+    REQUIRE(kernels.size() == 1);
+    int compiled = 0;
+    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
+        INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores");
+        CHECK(report.spill_bytes == 0);
+        ++compiled;
+    }
+    CHECK(compiled >= 12);
+}

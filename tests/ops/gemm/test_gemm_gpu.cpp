@@ -289,17 +289,27 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
     // M below, at and past one block of rows; N and K not multiples of the block (K down to one
-    // 16-byte chunk); 16-bit outputs need N a multiple of 8 (aligned rows of D), fp32 outputs not.
+    // element). Rows off 16 bytes are read in place, each at its own shift: an odd K (rows of A
+    // and B start at every offset in turn), rows padded off 16 bytes, pointers shifted by 2 bytes;
+    // past K the copies hold the next row's elements (or the poisoned padding), which must not
+    // reach the sums.
     struct Shape {
         int64_t m, n, k;
         DType in, out;
         GemmEpilogue epilogue;
+        int64_t pad = 0;
+        size_t misalign = 0;
     };
     const Shape shapes[] = {{1, 1000, 2000, DType::bf16, DType::bf16, GemmEpilogue::none},
                             {7, 333, 72, DType::fp16, DType::fp32, GemmEpilogue::gelu},
                             {16, 4104, 1032, DType::bf16, DType::bf16, GemmEpilogue::silu},
                             {33, 70, 8, DType::bf16, DType::fp32, GemmEpilogue::none},
-                            {64, 1000, 520, DType::fp16, DType::fp16, GemmEpilogue::silu}};
+                            {64, 1000, 520, DType::fp16, DType::fp16, GemmEpilogue::silu},
+                            {1, 1000, 1001, DType::bf16, DType::bf16, GemmEpilogue::none},
+                            {5, 333, 127, DType::fp16, DType::fp32, GemmEpilogue::gelu, 3, 2},
+                            {16, 264, 777, DType::bf16, DType::bf16, GemmEpilogue::silu, 0, 2},
+                            {64, 200, 65, DType::bf16, DType::fp32, GemmEpilogue::none, 1},
+                            {2, 70, 1, DType::fp16, DType::fp16, GemmEpilogue::none}};
     for (const Shape& s : shapes) {
         GemmProblem p = make(s.m, s.n, s.k, GemmLayout::nt, s.in, s.out);
         p.has_c = s.epilogue != GemmEpilogue::none, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.m % 2 == 1;
@@ -308,7 +318,7 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of
         int tried = 0;
         for (const Config& config : Gemm(p).model().search_space(runtime.device())) {
             if (config.at("kernel") != 2) continue;
-            Case c{p};
+            Case c{p, s.pad, s.misalign};
             c.config = config;
             run_case(c);
             ++tried;
@@ -321,6 +331,10 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of
     Case c{p};
     c.config = Config{{"kernel", 2}, {"block_m", 16}, {"block_n", 32}, {"block_k", 64}, {"stages", 3},
                       {"group_m", 1},  {"vec", 8},      {"warps", 4}};
+    run_case(c);
+    // Batched with every stride odd: each batch entry's rows at other shifts.
+    c.p = make(5, 264, 99, GemmLayout::nt, DType::bf16);
+    c.p.batch = 3;
     run_case(c);
 }
 

@@ -1,5 +1,6 @@
 // A GEMM config tuned for one shape serves a near untuned shape only where its tiles fill the GPU's
-// waves about as well there: the lookup of the nearest tuned shape asks the op
+// waves about as well there, and where its kernel would not copy rows the skinny kernel reads in
+// place: the lookup of the nearest tuned shape asks the op
 // (OpModel::neighbour_misfit) and falls back to the heuristic otherwise. CPU only.
 #include <filesystem>
 #include <fstream>
@@ -99,6 +100,16 @@ TEST_CASE("a near shape's GEMM config is reused only where it fills the waves as
     CHECK_THAT(*why, ContainsSubstring("64 x 32 tiles") && ContainsSubstring("55%") && ContainsSubstring("97%"));
     // The exact shape is never second-guessed.
     CHECK(tuning::choose_config(resolver, tuned.model(), hopper).source == tuning::ConfigSource::user_db);
+
+    // An odd K (log2 distance 0.0004): its rows are off 16 bytes, where the TMA tiles would copy A
+    // and B first; the heuristic's skinny kernel reads them in place.
+    const Gemm odd_k = nt_gemm(64, 4096, 4095);
+    const tuning::ConfigChoice skinny = tuning::choose_config(resolver, odd_k.model(), hopper);
+    CHECK(skinny.source == tuning::ConfigSource::heuristic);
+    CHECK(skinny.config.at("kernel") == detail::kGemmSkinny);
+    const auto copies = odd_k.model().neighbour_misfit({64, 4096, 4096}, narrow_tiles(), hopper);
+    REQUIRE(copies);
+    CHECK_THAT(*copies, ContainsSubstring("in place"));
 }
 
 // In one wave a tensor-bound problem takes one block's time: the smallest tile work over its

@@ -312,8 +312,7 @@ TEST_CASE("Gemm configs: heuristics are valid, search spaces are pruned to the d
     }
 }
 
-TEST_CASE("Gemm refuses D over its operands, C read at beta = 0, and the skinny kernel at K not a multiple of 8",
-          "[validation][gemm]") {
+TEST_CASE("Gemm refuses D over its operands and C read at beta = 0", "[validation][gemm]") {
     // D written over A or B races (X = X W in place).
     GemmProblem p = problem(64, 64, 64);  // square: A, B and D each 64 x 64 bf16, 8 KB
     Gemm square(p);
@@ -336,22 +335,40 @@ TEST_CASE("Gemm refuses D over its operands, C read at beta = 0, and the skinny 
     GemmProblem unread_c = p;
     unread_c.has_c = true, unread_c.beta = 0.0f;
     CHECK_THROWS_WITH(Gemm(unread_c), ContainsSubstring("beta = 0"));
+}
 
-    // The skinny kernel copies whole 16-byte chunks of K: with K = 4100 and padded rows (lda = ldb
-    // = 4104) it would add the padding into the sum. The heuristic takes the TMA kernel instead.
+TEST_CASE("Gemm takes the skinny kernel for few rows of A against rows off 16 bytes, at any K", "[validation][gemm]") {
+    // The other kernels would copy rows off 16 bytes into aligned ones first; the skinny kernel
+    // reads them in place, so the heuristic takes it up to 64 rows of A (layout NT) on sm_80 and
+    // sm_90a. Rows that are aligned keep the TMA (or sm_80) kernel, whatever K.
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+        const DeviceInfo device = DeviceInfo::for_arch(arch);
+        INFO(arch);
+        auto heuristic_kernel = [&](int64_t m, int64_t k, int64_t ld, GemmLayout layout) {
+            GemmProblem p = problem(m, 4096, k);
+            p.layout = layout, p.lda = ld, p.ldb = ld;
+            return Gemm(p).model().heuristic(device).at("kernel");
+        };
+        CHECK(heuristic_kernel(1, 4095, 4095, GemmLayout::nt) == 2);    // odd K
+        CHECK(heuristic_kernel(64, 4095, 4095, GemmLayout::nt) == 2);
+        CHECK(heuristic_kernel(16, 4096, 4100, GemmLayout::nt) == 2);   // padded off 16 bytes
+        CHECK(heuristic_kernel(65, 4095, 4095, GemmLayout::nt) != 2);   // past the skinny kernel's M
+        CHECK(heuristic_kernel(1, 4100, 4104, GemmLayout::nt) != 2);    // aligned rows, K not a multiple of 8
+        CHECK(heuristic_kernel(1, 4096, 4096, GemmLayout::nt) != 2);
+    }
+    // Every K is valid for it, the search space offers it at K not a multiple of 8, and its rows
+    // carry eight elements of slack for the shift (shared memory).
     const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
-    GemmProblem padded = problem(1, 4096, 4100);
-    padded.layout = GemmLayout::nt, padded.lda = 4104, padded.ldb = 4104;
-    Gemm decode_step(padded);
-    const Config heuristic = decode_step.model().heuristic(h100);
-    CHECK(heuristic.at("kernel") != 2);
-    Config skinny{{"kernel", 2}, {"block_m", 16}, {"block_n", 16}, {"block_k", 64}, {"warps", 8},
-                  {"stages", 2}, {"group_m", 1},  {"vec", 8}};
-    CHECK_THAT(decode_step.model().invalid_reason(skinny, h100).value_or(""), ContainsSubstring("K a multiple of 8"));
-    for (const Config& c : decode_step.model().search_space(h100)) CHECK(c.at("kernel") != 2);
-    GemmProblem aligned = padded;
-    aligned.k = 4096;
-    CHECK_FALSE(Gemm(aligned).model().invalid_reason(skinny, h100).has_value());
+    GemmProblem odd_k = problem(1, 4096, 4095);
+    odd_k.layout = GemmLayout::nt;
+    const Config skinny{{"kernel", 2}, {"block_m", 16}, {"block_n", 16}, {"block_k", 64}, {"warps", 8},
+                        {"stages", 2}, {"group_m", 1},  {"vec", 8}};
+    CHECK_FALSE(Gemm(odd_k).model().invalid_reason(skinny, h100).has_value());
+    int skinny_configs = 0;
+    for (const Config& c : Gemm(odd_k).model().search_space(h100)) skinny_configs += c.at("kernel") == 2;
+    CHECK(skinny_configs >= 6);
+    const detail::GemmShape shape{1, 1, 4096, 4095, 2, true, 2, false};
+    CHECK(detail::GemmConfig::from(skinny).shared_bytes(shape) == 8 * 2 * (16 + 16) * 72 * 2 + 16 * 16 * 4);
 }
 
 TEST_CASE("Gemm tiles of 96-224 columns store their whole boxes with TMA where the ring leaves room",
