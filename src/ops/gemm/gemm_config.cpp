@@ -259,7 +259,7 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     // Few rows of A against rows off 16 bytes (an odd K, a padded leading dimension): the other
     // kernels copy A and B into aligned rows first, three times the bytes of a product bound by
     // reading B; the skinny kernel reads them in place.
-    if (!s.rows_aligned && s.b_nt && s.m <= kGemmSkinnyMaxM && device.sm() >= 80) return gemm_skinny_heuristic(s);
+    if (!s.rows_aligned && s.b_nt && s.m <= kGemmSkinnyInPlaceMaxM && device.sm() >= 80) return gemm_skinny_heuristic(s);
     if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
     // Small M takes TMA tiles too, not the skinny kernel: since A's box holds only M's rows (TMA
     // zero-filled the rest slowly), 64 x 32 tiles run 16 x 4096 x 4096 in 17.0 us against the

@@ -23,9 +23,13 @@
 namespace tileops::detail {
 
 enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1, kGemmSkinny = 2 };
-// The skinny kernel is searched up to this M, and is the heuristic's choice there for rows off
-// 16 bytes (GemmShape::rows_aligned false).
+// The skinny kernel is searched up to this M.
 constexpr int64_t kGemmSkinnyMaxM = 64;
+// Up to this M it is the heuristic's choice for rows off 16 bytes (GemmShape::rows_aligned false):
+// reading them in place beat copying them for the TMA kernel at M = 1 and 16, and lost at 64
+// (H100: 1 x 4096 x 4095 33.7 against 43.5 us, 16 x 14336 x 4095 98.4 against 141.0, 64 x 4096
+// x 4095 108.8 against 43.6).
+constexpr int64_t kGemmSkinnyInPlaceMaxM = 16;
 constexpr int kGemmMaxSplitK = 16;
 constexpr int kGemmSm90MaxStages = 16;  // the TMA kernel's deepest ring (small tiles)
 

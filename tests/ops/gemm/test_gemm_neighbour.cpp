@@ -73,6 +73,10 @@ TEST_CASE("a near shape's GEMM config is reused only where it fills the waves as
     entry.device = "Test GPU";
     entry.tuned_at = "2026-12-02T00:00:00Z";
     db.upsert(entry);
+    // The same tiles tuned for a decode-sized M (below).
+    const Gemm tuned_decode = nt_gemm(16, 4096, 4096);
+    entry.key = tuning::tuned_key_for(tuned_decode.model(), narrow_tiles(), hopper);
+    db.upsert(entry);
     const std::filesystem::path path = dir.path() / "fleet.json";
     std::ofstream(path) << db.to_json();
 
@@ -101,13 +105,13 @@ TEST_CASE("a near shape's GEMM config is reused only where it fills the waves as
     // The exact shape is never second-guessed.
     CHECK(tuning::choose_config(resolver, tuned.model(), hopper).source == tuning::ConfigSource::user_db);
 
-    // An odd K (log2 distance 0.0004): its rows are off 16 bytes, where the TMA tiles would copy A
-    // and B first; the heuristic's skinny kernel reads them in place.
-    const Gemm odd_k = nt_gemm(64, 4096, 4095);
+    // An odd K next to the decode entry (log2 distance 0.0004): its rows are off 16 bytes, where
+    // the TMA tiles would copy A and B first; the heuristic's skinny kernel reads them in place.
+    const Gemm odd_k = nt_gemm(16, 4096, 4095);
     const tuning::ConfigChoice skinny = tuning::choose_config(resolver, odd_k.model(), hopper);
     CHECK(skinny.source == tuning::ConfigSource::heuristic);
     CHECK(skinny.config.at("kernel") == detail::kGemmSkinny);
-    const auto copies = odd_k.model().neighbour_misfit({64, 4096, 4096}, narrow_tiles(), hopper);
+    const auto copies = odd_k.model().neighbour_misfit({16, 4096, 4096}, narrow_tiles(), hopper);
     REQUIRE(copies);
     CHECK_THAT(*copies, ContainsSubstring("in place"));
 }

@@ -339,8 +339,8 @@ TEST_CASE("Gemm refuses D over its operands and C read at beta = 0", "[validatio
 
 TEST_CASE("Gemm takes the skinny kernel for few rows of A against rows off 16 bytes, at any K", "[validation][gemm]") {
     // The other kernels would copy rows off 16 bytes into aligned ones first; the skinny kernel
-    // reads them in place, so the heuristic takes it up to 64 rows of A (layout NT) on sm_80 and
-    // sm_90a. Rows that are aligned keep the TMA (or sm_80) kernel, whatever K.
+    // reads them in place, so the heuristic takes it up to 16 rows of A (layout NT) on sm_80 and
+    // sm_90a (at 64 the copies won). Rows that are aligned keep the TMA (or sm_80) kernel, whatever K.
     for (const char* arch : {"sm_80", "sm_90a"}) {
         const DeviceInfo device = DeviceInfo::for_arch(arch);
         INFO(arch);
@@ -350,9 +350,9 @@ TEST_CASE("Gemm takes the skinny kernel for few rows of A against rows off 16 by
             return Gemm(p).model().heuristic(device).at("kernel");
         };
         CHECK(heuristic_kernel(1, 4095, 4095, GemmLayout::nt) == 2);    // odd K
-        CHECK(heuristic_kernel(64, 4095, 4095, GemmLayout::nt) == 2);
+        CHECK(heuristic_kernel(16, 4095, 4095, GemmLayout::nt) == 2);
         CHECK(heuristic_kernel(16, 4096, 4100, GemmLayout::nt) == 2);   // padded off 16 bytes
-        CHECK(heuristic_kernel(65, 4095, 4095, GemmLayout::nt) != 2);   // past the skinny kernel's M
+        CHECK(heuristic_kernel(17, 4095, 4095, GemmLayout::nt) != 2);   // the copies win from here
         CHECK(heuristic_kernel(1, 4100, 4104, GemmLayout::nt) != 2);    // aligned rows, K not a multiple of 8
         CHECK(heuristic_kernel(1, 4096, 4096, GemmLayout::nt) != 2);
     }
