@@ -80,14 +80,16 @@ public:
     }
 
     Config heuristic(const DeviceInfo& device) const override {
-        // Binary ops: 16-byte accesses, four of them in flight per thread. The unary activations
-        // (an exponential and a reciprocal or more per element, one input stream): 8-byte
-        // accesses, two per thread, so twice the threads share the arithmetic. Measured on H100
-        // (docs/perf/elementwise.md): gelu fp32 8% and gelu_tanh / silu bf16 2-4% faster that
-        // way, silu_mul bf16 1-4% slower. Fewer for short rows so that a block is not mostly idle.
+        // Binary ops: one 16-byte access a thread and input. Four in flight per thread took 4-13%
+        // longer on 1-8M elements (a few waves of blocks: one whole block more or less on an SM
+        // weighs more) and tied from 16M (H100: silu_mul 255 x 16384 bf16 11.7 -> 10.5 us, add 1000
+        // x 4096 fp32 16.8 -> 15.8; docs/perf/elementwise.md). The unary activations (an exponential
+        // and a reciprocal or more per element, one input stream): 8-byte accesses, two per
+        // thread, so twice the threads share the arithmetic (gelu fp32 8% and gelu_tanh / silu
+        // bf16 2-4% faster that way). Fewer for short rows so that a block is not mostly idle.
         const bool activation = !is_binary(problem_.op);
         const long long vec = activation ? std::max(1LL, max_vec() / 2) : max_vec();
-        long long unroll = activation ? 2 : 4;
+        long long unroll = activation ? 2 : 1;
         while (unroll > 1 && 256 * vec * unroll / 2 >= shape_.cols) unroll /= 2;
         // A small problem is one memory round trip, and the SMs that take part set its time: less
         // work a block while blocks leave SMs idle (silu_mul 3 x 8192 bf16 on 3 blocks took 5.5 us
