@@ -24,11 +24,8 @@ __global__ void __launch_bounds__(THREADS)
     layernorm_split_stats_kernel(const T* x, long long x_stride, const T* /*weight*/, const T* /*bias*/,
                                  TOut* /*y*/, long long /*y_stride*/, long long rows, long long cols, float /*eps*/,
                                  float2* partials) {
-    using Reducer = RowReducer<THREADS, 1, 1>;
-    __shared__ typename Reducer::Shared reduce_shared;
-    Reducer reducer(reduce_shared);
-    const RowFrame<T, VEC, RAGGED> frame(x, x_stride, cols);
-    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(frame);
+    auto reducer = split_reducer<THREADS>();
+    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(x, x_stride, cols);
     if (at.row >= rows) return;  // uniform over the CTA
     const T* x_row = x + at.row * x_stride;
     const float shift = to_float(x_row[0]);
@@ -47,7 +44,7 @@ __global__ void __launch_bounds__(THREADS)
     RowEdges<T, VEC, THREADS, 1, RAGGED> edges;
     const T* const bases[1] = {x};
     const long long strides[1] = {x_stride};
-    edges.load(frame, at.row, true, threadIdx.x, at.part == 0, bases, strides);
+    at.load_edges(edges, bases, strides);
     edges.for_each(cols, [&](int s, long long) {
         const float d = to_float(edges.value[0][s]) - shift;
         sum += d;
@@ -63,11 +60,8 @@ __global__ void __launch_bounds__(THREADS)
     layernorm_split_apply_kernel(const T* x, long long x_stride, const T* weight, const T* bias, TOut* y,
                                  long long y_stride, long long rows, long long cols, float eps, float2* partials) {
     static_assert(SPLIT <= THREADS, "a thread reads each partial");
-    using Reducer = RowReducer<THREADS, 1, 1>;
-    __shared__ typename Reducer::Shared reduce_shared;
-    Reducer reducer(reduce_shared);
-    const RowFrame<T, VEC, RAGGED> frame(x, x_stride, cols);
-    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(frame);
+    auto reducer = split_reducer<THREADS>();
+    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(x, x_stride, cols);
     if (at.row >= rows) return;
     const float2 partial = threadIdx.x < SPLIT ? partials[at.row * SPLIT + threadIdx.x] : make_float2(0.0f, 0.0f);
     const float inv_cols = 1.0f / static_cast<float>(cols);
@@ -92,7 +86,7 @@ __global__ void __launch_bounds__(THREADS)
     RowEdges<T, VEC, THREADS, 1, RAGGED> edges;
     const T* const bases[1] = {x};
     const long long strides[1] = {x_stride};
-    edges.load(frame, at.row, true, threadIdx.x, at.part == 0, bases, strides);
+    at.load_edges(edges, bases, strides);
     edges.for_each(cols, [&](int s, long long col) {
         store_layernorm<T, TOut, 1>(y_row, weight, bias, col, edges.at(0, s), mean, scale);
     });

@@ -29,11 +29,8 @@ __global__ void __launch_bounds__(THREADS)
                                long long sum_stride, long long rows, long long cols, float /*eps*/,
                                float2* partials) {
     constexpr int kInputs = RESIDUAL ? 2 : 1;
-    using Reducer = RowReducer<THREADS, 1, 1>;
-    __shared__ typename Reducer::Shared reduce_shared;
-    Reducer reducer(reduce_shared);
-    const RowFrame<T, VEC, RAGGED> frame(x, x_stride, cols);
-    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(frame);
+    auto reducer = split_reducer<THREADS>();
+    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(x, x_stride, cols);
     if (at.row >= rows) return;  // uniform over the CTA
     const T* x_body = x + at.row * x_stride + at.head;
     const T* r_body = RESIDUAL ? residual + at.row * residual_stride + at.head : nullptr;
@@ -59,7 +56,7 @@ __global__ void __launch_bounds__(THREADS)
     RowEdges<T, VEC, THREADS, kInputs, RAGGED> edges;
     const T* const bases[2] = {x, residual};
     const long long strides[2] = {x_stride, residual_stride};
-    edges.load(frame, at.row, true, threadIdx.x, at.part == 0, bases, strides);
+    at.load_edges(edges, bases, strides);
     for (int s = 0; s < edges.kPerLane; ++s) {
         if (!edges.present(s)) continue;
         const T h = rmsnorm_edge<T, RESIDUAL>(edges, s);
@@ -76,11 +73,8 @@ __global__ void __launch_bounds__(THREADS)
                                const T* weight, TOut* y, long long y_stride, T* sum_out, long long sum_stride,
                                long long rows, long long cols, float eps, float2* partials) {
     static_assert(SPLIT <= THREADS, "a thread reads each partial");
-    using Reducer = RowReducer<THREADS, 1, 1>;
-    __shared__ typename Reducer::Shared reduce_shared;
-    Reducer reducer(reduce_shared);
-    const RowFrame<T, VEC, RAGGED> frame(x, x_stride, cols);
-    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(frame);
+    auto reducer = split_reducer<THREADS>();
+    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(x, x_stride, cols);
     if (at.row >= rows) return;
     const float partial = threadIdx.x < SPLIT ? partials[at.row * SPLIT + threadIdx.x].x : 0.0f;
     const float scale = rsqrtf(reducer.template reduce<SumOp>(partial) / static_cast<float>(cols) + eps);
@@ -100,7 +94,7 @@ __global__ void __launch_bounds__(THREADS)
     RowEdges<T, VEC, THREADS, 1, RAGGED> edges;
     const T* const bases[1] = {h_base};
     const long long strides[1] = {h_stride};
-    edges.load(frame, at.row, true, threadIdx.x, at.part == 0, bases, strides);
+    at.load_edges(edges, bases, strides);
     edges.for_each(cols, [&](int s, long long col) {
         store_rmsnorm<T, TOut, 1>(y_row, weight, col, edges.at(0, s), scale);
     });

@@ -51,11 +51,8 @@ template <typename T, typename TOut, int THREADS, int VEC, int SPLIT, bool LOG, 
 __global__ void __launch_bounds__(THREADS)
     softmax_split_stats_kernel(const T* x, long long x_stride, TOut* /*y*/, long long /*y_stride*/, long long rows,
                                long long cols, float2* partials) {
-    using Reducer = RowReducer<THREADS, 1, 1>;
-    __shared__ typename Reducer::Shared reduce_shared;
-    Reducer reducer(reduce_shared);
-    const RowFrame<T, VEC, RAGGED> frame(x, x_stride, cols);
-    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(frame);
+    auto reducer = split_reducer<THREADS>();
+    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(x, x_stride, cols);
     if (at.row >= rows) return;  // uniform over the CTA
     const T* x_body = x + at.row * x_stride + at.head;
     OnlineSoftmax stats;
@@ -68,7 +65,7 @@ __global__ void __launch_bounds__(THREADS)
     RowEdges<T, VEC, THREADS, 1, RAGGED> edges;
     const T* const bases[1] = {x};
     const long long strides[1] = {x_stride};
-    edges.load(frame, at.row, true, threadIdx.x, at.part == 0, bases, strides);
+    at.load_edges(edges, bases, strides);
     edges.for_each(cols, [&](int s, long long) { stats.add(to_float(edges.value[0][s])); });
     stats.reduce(reducer);
     if (threadIdx.x == 0) partials[blockIdx.x] = make_float2(stats.max, stats.sum);
@@ -80,11 +77,8 @@ __global__ void __launch_bounds__(THREADS)
                                long long cols, float2* partials) {
     static_assert(SPLIT <= THREADS, "a thread merges each partial");
     constexpr float kLog2e = log2_e();
-    using Reducer = RowReducer<THREADS, 1, 1>;
-    __shared__ typename Reducer::Shared reduce_shared;
-    Reducer reducer(reduce_shared);
-    const RowFrame<T, VEC, RAGGED> frame(x, x_stride, cols);
-    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(frame);
+    auto reducer = split_reducer<THREADS>();
+    const SplitChunk<T, THREADS, VEC, SPLIT, RAGGED> at(x, x_stride, cols);
     if (at.row >= rows) return;
     OnlineSoftmax stats;
     if (threadIdx.x < SPLIT) {
@@ -103,7 +97,7 @@ __global__ void __launch_bounds__(THREADS)
     RowEdges<T, VEC, THREADS, 1, RAGGED> edges;
     const T* const bases[1] = {x};
     const long long strides[1] = {x_stride};
-    edges.load(frame, at.row, true, threadIdx.x, at.part == 0, bases, strides);
+    at.load_edges(edges, bases, strides);
     edges.for_each(cols, [&](int s, long long col) {
         store_softmax<LOG, T, TOut, 1>(y_row, col, edges.at(0, s), max_scaled, log2_sum);
     });
