@@ -1,6 +1,7 @@
-// GEMM for few rows of A (decode-time projections, M up to 64) with B in the weight layout (N x K
-// row-major, "NT"), sm_80 and newer: D = act(alpha * A * B^T + beta * C + bias). Rows of A and B
-// may start anywhere (an odd K, a leading dimension or pointer off 16 bytes): they are read in place.
+// GEMM for few rows of A (decode-time projections, M up to 64), sm_80 and newer: D = act(alpha *
+// A * op(B) + beta * C + bias), B either in the weight layout (N x K row-major, "NT", B_NT) or K x
+// N row-major ("NN"). Rows of A and B may start anywhere (an odd K or N, a leading dimension or
+// pointer off 16 bytes): they are read in place.
 //
 // Such a product is bound by reading B once: at M = 1-64 a byte of B feeds 2-128 flops, far below
 // what the tensor cores could use. So the design is that of a stream, not of a GEMM tile: a CTA
@@ -22,9 +23,16 @@
 // (two 4-byte shared loads and a byte permute a pair). The chunk that holds a step's end is copied
 // only up to it and zero-filled past it, so the sums never see what lies past K.
 //
+// Layout NN: a K step of B is its 64 rows of K, each copied as the chunks that cover the CTA's BN
+// columns (BN + 8 elements, the row's own shift in front). Row k's shift repeats every 8 rows
+// (8 x ldb elements are a multiple of 16 bytes), so a lane's B elements, rows 2t and 2t + 1 of each
+// 8 (t = lane % 4), come at two shifts; they are read one by one (a 2-byte shared load each) and
+// paired with a byte permute, as many loads as the NT fragments take.
+//
 // Template parameters: T (__half, __nv_bfloat16), TOut, BM (16, 32 or 64 rows of A per CTA), BN
-// (16, 32 or 64), WARPS, STAGES, HAS_C, BIAS, ACT. Dynamic shared memory: WARPS * STAGES * (BM + BN)
-// * 72 elements, then BM * BN floats (GemmConfig::shared_bytes).
+// (16, 32 or 64), WARPS, STAGES, HAS_C, BIAS, ACT, B_NT. Dynamic shared memory: WARPS * STAGES *
+// (BM * 72 + B's step: BN * 72 (NT) or 64 * (BN + 8) (NN)) elements, then BM * BN floats
+// (GemmConfig::shared_bytes).
 #pragma once
 
 #include "arch/mma_sm80.cuh"
@@ -40,14 +48,17 @@ __device__ __forceinline__ unsigned skinny_pair(const unsigned* word, unsigned s
     return __byte_perm(word[k / 2], word[k / 2 + 1], select);
 }
 
-template <typename T, typename TOut, int BM, int BN, int WARPS, int STAGES, bool HAS_C, bool BIAS, int ACT>
+template <typename T, typename TOut, int BM, int BN, int WARPS, int STAGES, bool HAS_C, bool BIAS, int ACT, bool B_NT>
 __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs p) {
     constexpr int BK = 64;
     constexpr int PITCH = BK + 8;           // a row's K step as the nine 16-byte chunks that cover it at any shift
     constexpr int CHUNKS = PITCH / 8;
-    constexpr int ROWS = BM + BN;           // rows 0..BM-1 of a stage are A's, then B's
-    constexpr int STAGE_ELEMS = ROWS * PITCH;
-    constexpr int COPIES = ROWS * CHUNKS;   // 16-byte copies of a stage
+    constexpr int ROWS = BM + BN;           // NT: rows 0..BM-1 of a stage are A's, then B's
+    // NN: A's BM rows, then B's BK rows of BN columns (+ 8 for the shift), B_CHUNKS copies each.
+    constexpr int B_PITCH = BN + 8;
+    constexpr int B_CHUNKS = B_PITCH / 8;
+    constexpr int A_ELEMS = BM * PITCH;
+    constexpr int STAGE_ELEMS = B_NT ? ROWS * PITCH : A_ELEMS + BK * B_PITCH;
     constexpr int M_TILES = BM / 16, N_TILES = BN / 8;
     constexpr int THREADS = WARPS * 32;
     static_assert(sizeof(T) == 2, "A and B are 16-bit");
@@ -70,6 +81,8 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
     auto row_inside = [&](int r) { return r < BM ? m0 + r < p.m : n0 + r - BM < p.n; };
     auto shift_of = [&](int r) { return static_cast<int>(reinterpret_cast<unsigned long long>(row_start(r)) % 16) / 2; };
 
+    // NN: the bytes of a row of B that the CTA's columns cover.
+    const unsigned long long b_row_bytes = sizeof(T) * static_cast<unsigned long long>(min(static_cast<long long>(BN), p.n - n0));
     // The (unread) source of a zero-filled copy: an aligned address.
     const unsigned long long zero_source = reinterpret_cast<unsigned long long>(p.b) & ~15ull;
 
@@ -82,17 +95,42 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
         const long long step_bytes = live ? static_cast<long long>(sizeof(T)) * min(static_cast<long long>(BK), p.k - k0) : 0;
         // Not unrolled: unrolled, the compiler keeps every copy's source address live across the
         // main loop, and the accumulators spill.
+        if constexpr (B_NT) {
 #pragma unroll 1
-        for (int idx = lane; idx < COPIES; idx += 32) {
-            const int row = idx / CHUNKS, chunk = idx % CHUNKS;
-            const unsigned long long first = reinterpret_cast<unsigned long long>(row_start(row) + k0);
-            const unsigned long long src = (first & ~15ull) + 16ull * chunk;
-            const unsigned long long end = first + step_bytes;
-            const bool valid = live && row_inside(row) && src < end;
-            // A chunk that holds the step's end copies only the bytes before it: past K the copy is
-            // zeros (what the MMAs need there), and nothing past the matrix is read.
-            cp_async<16>(stage + row * PITCH + chunk * 8, reinterpret_cast<const void*>(valid ? src : zero_source),
-                         valid ? static_cast<int>(min(16ull, end - src)) : 0);
+            for (int idx = lane; idx < ROWS * CHUNKS; idx += 32) {
+                const int row = idx / CHUNKS, chunk = idx % CHUNKS;
+                const unsigned long long first = reinterpret_cast<unsigned long long>(row_start(row) + k0);
+                const unsigned long long src = (first & ~15ull) + 16ull * chunk;
+                const unsigned long long end = first + step_bytes;
+                const bool valid = live && row_inside(row) && src < end;
+                // A chunk that holds the step's end copies only the bytes before it: past K the copy is
+                // zeros (what the MMAs need there), and nothing past the matrix is read.
+                cp_async<16>(stage + row * PITCH + chunk * 8, reinterpret_cast<const void*>(valid ? src : zero_source),
+                             valid ? static_cast<int>(min(16ull, end - src)) : 0);
+            }
+        } else {
+            // The K step of A's rows, then B's rows k0 .. k0 + 63 (as far as K), columns n0 .. n0 +
+            // BN - 1 (as far as N), each copy as above.
+            auto copy_chunk = [&](T* dst, unsigned long long first, int chunk, unsigned long long bytes, bool inside) {
+                const unsigned long long src = (first & ~15ull) + 16ull * chunk;
+                const unsigned long long end = first + bytes;
+                const bool valid = live && inside && src < end;
+                cp_async<16>(dst, reinterpret_cast<const void*>(valid ? src : zero_source),
+                             valid ? static_cast<int>(min(16ull, end - src)) : 0);
+            };
+#pragma unroll 1
+            for (int idx = lane; idx < BM * CHUNKS; idx += 32) {
+                const int row = idx / CHUNKS, chunk = idx % CHUNKS;
+                copy_chunk(stage + row * PITCH + chunk * 8, reinterpret_cast<unsigned long long>(row_start(row) + k0),
+                           chunk, step_bytes, row_inside(row));
+            }
+#pragma unroll 1
+            for (int idx = lane; idx < BK * B_CHUNKS; idx += 32) {
+                const int row = idx / B_CHUNKS, chunk = idx % B_CHUNKS;
+                copy_chunk(stage + A_ELEMS + row * B_PITCH + chunk * 8,
+                           reinterpret_cast<unsigned long long>(B + (k0 + row) * p.ldb + n0), chunk, b_row_bytes,
+                           k0 + row < p.k);
+            }
         }
         cp_async_commit();
     };
@@ -106,11 +144,16 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
     // the lane has one shift, every B row another, so a row is a fixed word offset from the lane's
     // first.
     const int g = lane / 4, t = lane % 4;
-    const int a_shift = shift_of(g), b_shift = shift_of(BM + g);
+    const int a_shift = shift_of(g), b_shift = B_NT ? shift_of(BM + g) : 0;
     // Word offsets of the lane's first pair (elements 2t and 2t + 1 of a K step, t = lane % 4).
     const int a_word = (g * PITCH + a_shift) / 2 + t, b_word = ((BM + g) * PITCH + b_shift) / 2 + t;
     const unsigned a_select = a_shift % 2 ? 0x5432u : 0x3210u, b_select = b_shift % 2 ? 0x5432u : 0x3210u;
     constexpr int kRowWords = PITCH / 2;
+    // NN: the lane's B elements (k 2t and 2t + 1 of each 8, column g of each n-tile) as element
+    // offsets into a stage, each row at its own shift.
+    auto nn_shift = [&](int k) { return static_cast<int>(reinterpret_cast<unsigned long long>(B + k * p.ldb + n0) % 16) / 2; };
+    const int b_even = A_ELEMS + 2 * t * B_PITCH + (B_NT ? 0 : nn_shift(2 * t)) + g;
+    const int b_odd = A_ELEMS + (2 * t + 1) * B_PITCH + (B_NT ? 0 : nn_shift(2 * t + 1)) + g;
 
     float acc[M_TILES][N_TILES][4];
 #pragma unroll
@@ -121,7 +164,9 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
             for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
     // One K step's MMAs from a landed stage.
-    auto multiply = [&](const unsigned* stage) {
+    auto multiply = [&](const T* stage_elems) {
+        const unsigned* stage = reinterpret_cast<const unsigned*>(stage_elems);
+        const unsigned short* halves = reinterpret_cast<const unsigned short*>(stage_elems);
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             unsigned a[M_TILES][4];
@@ -137,8 +182,18 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
 #pragma unroll
             for (int j = 0; j < N_TILES; ++j) {
                 // b0: (k kk + 2t, n g), b1: (k kk + 8 + 2t, n g).
-                const unsigned* row = stage + b_word + j * 8 * kRowWords;
-                const unsigned b[2] = {skinny_pair(row, b_select, kk), skinny_pair(row, b_select, kk + 8)};
+                unsigned b[2];
+                if constexpr (B_NT) {
+                    const unsigned* row = stage + b_word + j * 8 * kRowWords;
+                    b[0] = skinny_pair(row, b_select, kk), b[1] = skinny_pair(row, b_select, kk + 8);
+                } else {
+                    // Pairs along K: rows kk + 2t and kk + 2t + 1 (then 8 rows on) of column g.
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int k = (kk + 8 * h) * B_PITCH + j * 8;
+                        b[h] = __byte_perm(halves[b_even + k], halves[b_odd + k], 0x5410u);
+                    }
+                }
 #pragma unroll
                 for (int i = 0; i < M_TILES; ++i) mma_16816<T>(acc[i][j], a[i], b);
             }
@@ -150,7 +205,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
         issue(it + STAGES - 1);
         cp_async_wait<STAGES - 1>();
         __syncwarp();  // the other lanes' copies of this step are visible
-        multiply(reinterpret_cast<const unsigned*>(ring + (it % STAGES) * STAGE_ELEMS));
+        multiply(ring + (it % STAGES) * STAGE_ELEMS);
     }
     cp_async_wait<0>();
     __syncthreads();  // `sums` is zeroed

@@ -238,9 +238,9 @@ public:
             plan.persistent = true;
         } else if (c.kernel == kGemmSkinny) {
             plan.template_file = "gemm/gemm_skinny.cuh";
-            plan.name_expression = fmt::format("tileops::gemm_skinny_kernel<{}, {}, {}, {}, {}, {}, {}>",
+            plan.name_expression = fmt::format("tileops::gemm_skinny_kernel<{}, {}, {}, {}, {}, {}, {}, {}>",
                                                device_type_name(p_.dtype), device_type_name(*p_.out_dtype), c.block_m,
-                                               c.block_n, c.warps, c.stages, epilogue);
+                                               c.block_n, c.warps, c.stages, epilogue, nt(p_) ? "true" : "false");
             plan.grid[0] = static_cast<unsigned>((p_.n + c.block_n - 1) / c.block_n);
             plan.grid[1] = static_cast<unsigned>((p_.m + c.block_m - 1) / c.block_m);
             plan.grid[2] = static_cast<unsigned>(p_.batch);

@@ -91,9 +91,14 @@ Config GemmConfig::to_config() const {
 unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
     // Saturated, not wrapped: a hostile config's ring must not pass the shared-memory check.
     const auto bytes = [](size_t n) { return static_cast<unsigned>(std::min<size_t>(n, UINT_MAX)); };
-    if (kernel == kGemmSkinny)  // must match gemm_skinny.cuh: rows of block_k + 8 elements, read in place
-        return bytes(static_cast<size_t>(warps) * stages * (block_m + block_n) * (block_k + 8) * s.in_bytes +
+    if (kernel == kGemmSkinny) {  // must match gemm_skinny.cuh: rows read in place, 8 elements of slack each
+        // A stage: A's block_m rows of block_k + 8, then B's block_n such rows (NT) or its block_k
+        // rows of block_n + 8 (NN).
+        const size_t b_elems = s.b_nt ? static_cast<size_t>(block_n) * (block_k + 8) : static_cast<size_t>(block_k) * (block_n + 8);
+        const size_t stage_elems = static_cast<size_t>(block_m) * (block_k + 8) + b_elems;
+        return bytes(static_cast<size_t>(warps) * stages * stage_elems * s.in_bytes +
                      static_cast<size_t>(block_m) * block_n * sizeof(float));
+    }
     const size_t ring = ring_bytes(*this, s);
     if (kernel != kGemmSm90) return bytes(ring);
     const size_t out_boxes = gemm_sm90_stores_with_tma(s, *this) ? tma_out_box_bytes(*this, s) : 0;
@@ -161,7 +166,6 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
                            device.max_shared_memory_per_block_optin);
     if (c.kernel == kGemmSkinny) {
         if (device.sm() < 80) return fmt::format("kernel 2 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
-        if (!s.b_nt) return "kernel 2 (skinny) needs layout nt (B as N x K rows)";
         if (c.vec != 8) return "kernel 2 (skinny) needs vec = 8 (it copies 16-byte chunks of rows at any alignment)";
         if (c.block_m != 16 && c.block_m != 32 && c.block_m != 64)
             return fmt::format("block_m = {} is not 16, 32 or 64", c.block_m);
@@ -259,7 +263,7 @@ GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     // Few rows of A against rows off 16 bytes (an odd K, a padded leading dimension): the other
     // kernels copy A and B into aligned rows first, three times the bytes of a product bound by
     // reading B; the skinny kernel reads them in place.
-    if (!s.rows_aligned && s.b_nt && s.m <= kGemmSkinnyInPlaceMaxM && device.sm() >= 80) return gemm_skinny_heuristic(s);
+    if (!s.rows_aligned && s.m <= kGemmSkinnyInPlaceMaxM && device.sm() >= 80) return gemm_skinny_heuristic(s);
     if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
     // Small M takes TMA tiles too, not the skinny kernel: since A's box holds only M's rows (TMA
     // zero-filled the rest slowly), 64 x 32 tiles run 16 x 4096 x 4096 in 17.0 us against the
@@ -386,10 +390,10 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
         c.block_m = t.bm, c.block_n = t.bn, c.block_k = t.bk, c.warps_m = t.wm, c.warps_n = t.wn, c.stages = t.stages;
         add(c);
     }
-    // The skinny kernel (NT, M <= 64), around its default. Shallow rings win on the
+    // The skinny kernel (M <= 64), around its default. Shallow rings win on the
     // H100 (more blocks per SM: 1 x 4096 x 4096 took 19.2 us with 2 stages, 20.7 with 3; 64- and
     // 128-wide K steps alike, 128 never faster).
-    if (s.b_nt && s.m <= kGemmSkinnyMaxM && device.sm() >= 80)
+    if (s.m <= kGemmSkinnyMaxM && device.sm() >= 80)
         for (int bn : {16, 32, 64})
             for (int warps : {4, 8})
                 for (int stages : {2, 3, 4}) {

@@ -7,7 +7,7 @@
 //            doing the MMAs; one more warpgroup loads with TMA), cluster (1, or 2: block pairs
 //            sharing B tiles through TMA multicast), split_k (blocks sharing a tile's K steps,
 //            for problems with fewer tiles than SMs), group_m, vec (always 8)
-//   kernel 2 (gemm_skinny.cuh, any sm_80+, layout NT, 16-byte aligned rows): block_m (rows of A per
+//   kernel 2 (gemm_skinny.cuh, any sm_80+, either layout, rows read in place at any alignment): block_m (rows of A per
 //            block, 16/32/64), block_n (16/32/64), warps (splitting K), stages; block_k is 64,
 //            group_m 1 and vec 8. For M <= 64, where reading B is the whole cost.
 #pragma once

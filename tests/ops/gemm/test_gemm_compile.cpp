@@ -17,10 +17,11 @@ TEST_CASE("every GEMM config of the search space compiles for sm_80 and sm_90a",
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     test::KernelsByFile kernels;
-    // One problem per layout, and a 16-row one where the skinny kernel (NT, sm_80+) joins; flags
+    // One problem per layout, and 16-row ones where the skinny kernel (sm_80+) joins; flags
     // on, so the epilogue code is compiled too. The sm_80 kernel is compiled for sm_80, the TMA
     // kernel for sm_90a, the skinny kernel for both.
-    for (const auto& [layout, m] : {std::pair{GemmLayout::nn, 4096}, std::pair{GemmLayout::nt, 4096}, std::pair{GemmLayout::nt, 16}}) {
+    for (const auto& [layout, m] : {std::pair{GemmLayout::nn, 4096}, std::pair{GemmLayout::nt, 4096}, std::pair{GemmLayout::nt, 16},
+                                    std::pair{GemmLayout::nn, 16}}) {
         GemmProblem p;
         p.m = m, p.n = 4096, p.k = 4096, p.layout = layout, p.has_c = true, p.beta = 1.0f, p.bias = true;
         p.epilogue = layout == GemmLayout::nt ? GemmEpilogue::gelu : GemmEpilogue::silu;
@@ -49,9 +50,11 @@ TEST_CASE("the skinny kernel's configs compile without spilling for sm_80 and sm
     const std::string arch = GENERATE("sm_80", "sm_90a");
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     test::KernelsByFile kernels;
-    for (int64_t m : {16, 64}) {
+    for (const auto& [layout, m] : {std::pair{GemmLayout::nt, 16}, std::pair{GemmLayout::nt, 64}, std::pair{GemmLayout::nn, 16},
+                                    std::pair{GemmLayout::nn, 64}}) {
         GemmProblem p;
-        p.m = m, p.n = 4096, p.k = 4095, p.layout = GemmLayout::nt, p.has_c = true, p.beta = 1.0f, p.bias = true;
+        p.m = m, p.n = layout == GemmLayout::nt ? 4096 : 4095, p.k = 4095, p.layout = layout, p.has_c = true, p.beta = 1.0f,
+        p.bias = true;
         p.epilogue = GemmEpilogue::silu;
         Gemm op(p);
         const detail::OpModel& model = op.model();

@@ -284,10 +284,12 @@ TEST_CASE("Gemm: every sm_90 config of the search space, split K included, on ra
     }
 }
 
-TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of its search space on ragged problems",
+TEST_CASE("Gemm: the skinny kernel (M up to 64, both layouts) in every config of its search space on ragged problems",
           "[gpu][gemm]") {
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();
+    // Layout NN reads B's rows of N, each row's columns at its own shift (an odd N, padded rows).
+    const GemmLayout layout = GENERATE(GemmLayout::nt, GemmLayout::nn);
     // M below, at and past one block of rows; N and K not multiples of the block (K down to one
     // element). Rows off 16 bytes are read in place, each at its own shift: an odd K (rows of A
     // and B start at every offset in turn), rows padded off 16 bytes, pointers shifted by 2 bytes;
@@ -311,7 +313,7 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of
                             {64, 200, 65, DType::bf16, DType::fp32, GemmEpilogue::none, 1},
                             {2, 70, 1, DType::fp16, DType::fp16, GemmEpilogue::none}};
     for (const Shape& s : shapes) {
-        GemmProblem p = make(s.m, s.n, s.k, GemmLayout::nt, s.in, s.out);
+        GemmProblem p = make(s.m, s.n, s.k, layout, s.in, s.out);
         p.has_c = s.epilogue != GemmEpilogue::none, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.m % 2 == 1;
         p.epilogue = s.epilogue;
         p.alpha = 1.5f;
@@ -326,14 +328,14 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64 and layout NT) in every config of
         CHECK(tried >= 6);
     }
     // Batched (strided), one config.
-    GemmProblem p = make(5, 264, 136, GemmLayout::nt, DType::bf16);
+    GemmProblem p = make(5, 264, 136, layout, DType::bf16);
     p.batch = 3;
     Case c{p};
     c.config = Config{{"kernel", 2}, {"block_m", 16}, {"block_n", 32}, {"block_k", 64}, {"stages", 3},
                       {"group_m", 1},  {"vec", 8},      {"warps", 4}};
     run_case(c);
     // Batched with every stride odd: each batch entry's rows at other shifts.
-    c.p = make(5, 264, 99, GemmLayout::nt, DType::bf16);
+    c.p = make(5, layout == GemmLayout::nt ? 264 : 263, 99, layout, DType::bf16);
     c.p.batch = 3;
     run_case(c);
 }

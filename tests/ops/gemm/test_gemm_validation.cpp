@@ -339,7 +339,7 @@ TEST_CASE("Gemm refuses D over its operands and C read at beta = 0", "[validatio
 
 TEST_CASE("Gemm takes the skinny kernel for few rows of A against rows off 16 bytes, at any K", "[validation][gemm]") {
     // The other kernels would copy rows off 16 bytes into aligned ones first; the skinny kernel
-    // reads them in place, so the heuristic takes it up to 16 rows of A (layout NT) on sm_80 and
+    // reads them in place, so the heuristic takes it up to 16 rows of A (either layout) on sm_80 and
     // sm_90a (at 64 the copies won). Rows that are aligned keep the TMA (or sm_80) kernel, whatever K.
     for (const char* arch : {"sm_80", "sm_90a"}) {
         const DeviceInfo device = DeviceInfo::for_arch(arch);
@@ -369,6 +369,21 @@ TEST_CASE("Gemm takes the skinny kernel for few rows of A against rows off 16 by
     CHECK(skinny_configs >= 6);
     const detail::GemmShape shape{1, 1, 4096, 4095, 2, true, 2, false};
     CHECK(detail::GemmConfig::from(skinny).shared_bytes(shape) == 8 * 2 * (16 + 16) * 72 * 2 + 16 * 16 * 4);
+
+    // Layout NN: an odd N puts B's rows (K x N) off 16 bytes (GPT-2's vocabulary as N); the skinny
+    // kernel reads them in place too, a K step as 64 rows of block_n + 8 elements.
+    GemmProblem odd_n = problem(1, 50257, 768);
+    odd_n.layout = GemmLayout::nn;
+    for (const char* arch : {"sm_80", "sm_90a"})
+        CHECK(Gemm(odd_n).model().heuristic(DeviceInfo::for_arch(arch)).at("kernel") == 2);
+    CHECK_FALSE(Gemm(odd_n).model().invalid_reason(skinny, h100).has_value());
+    odd_n.m = 17;
+    CHECK(Gemm(odd_n).model().heuristic(h100).at("kernel") != 2);
+    GemmProblem aligned_nn = problem(1, 50264, 768);
+    aligned_nn.layout = GemmLayout::nn;
+    CHECK(Gemm(aligned_nn).model().heuristic(h100).at("kernel") != 2);
+    const detail::GemmShape nn_shape{1, 1, 50257, 768, 2, false, 2, false};
+    CHECK(detail::GemmConfig::from(skinny).shared_bytes(nn_shape) == 8 * 2 * (16 * 72 + 64 * 24) * 2 + 16 * 16 * 4);
 }
 
 TEST_CASE("Gemm tiles of 96-224 columns store their whole boxes with TMA where the ring leaves room",
