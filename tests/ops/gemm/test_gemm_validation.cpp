@@ -374,8 +374,12 @@ TEST_CASE("Gemm takes the skinny kernel for few rows of A against rows off 16 by
     // kernel reads them in place too, a K step as 64 rows of block_n + 8 elements.
     GemmProblem odd_n = problem(1, 50257, 768);
     odd_n.layout = GemmLayout::nn;
-    for (const char* arch : {"sm_80", "sm_90a"})
-        CHECK(Gemm(odd_n).model().heuristic(DeviceInfo::for_arch(arch)).at("kernel") == 2);
+    for (const char* arch : {"sm_80", "sm_90a"}) {
+        const Config chosen = Gemm(odd_n).model().heuristic(DeviceInfo::for_arch(arch));
+        CHECK(chosen.at("kernel") == 2);
+        CHECK(chosen.at("block_n") == 32);  // 64-byte pieces of B's rows, not 32
+        CHECK(chosen.at("warps") == 4);
+    }
     CHECK_FALSE(Gemm(odd_n).model().invalid_reason(skinny, h100).has_value());
     odd_n.m = 17;
     CHECK(Gemm(odd_n).model().heuristic(h100).at("kernel") != 2);
