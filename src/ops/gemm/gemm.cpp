@@ -1,6 +1,7 @@
 // GEMM: problem checks, tuning key and kernel choice (GemmModel), operand checks and the launch.
-// Kernels: kernel_templates/gemm/: gemm_sm80.cuh (any sm_80+), gemm_sm90.cuh (sm_90a: TMA + wgmma) and
-// gemm_skinny.cuh (M <= 64, B as N x K, rows of any alignment read in place).
+// Kernels: kernel_templates/gemm/: gemm_sm80.cuh (any sm_80+), gemm_sm90.cuh (sm_90a: TMA + wgmma),
+// gemm_skinny.cuh (M <= 64) and gemm_gemv.cuh (M <= 4, CUDA cores); the last two read rows of any
+// alignment in place.
 // Configs: gemm_config.cpp.
 #include "tileops/gemm.hpp"
 
@@ -165,9 +166,9 @@ public:
         const GemmConfig c = GemmConfig::from(config);
         // The key holds no leading dimensions: 1 x 4096 x 4095 finds 1 x 4096 x 4096's TMA tiles,
         // which would copy A and B first here.
-        if (gemm_heuristic(shape_, device).kernel == kGemmSkinny && c.kernel != kGemmSkinny)
-            return std::string("its kernel would copy A and B into aligned rows first here; the skinny kernel reads "
-                               "these rows (off 16 bytes) in place");
+        if (gemm_reads_in_place(gemm_heuristic(shape_, device).kernel) && !gemm_reads_in_place(c.kernel))
+            return std::string("its kernel would copy A and B into aligned rows first here; the skinny and gemv kernels "
+                               "read these rows (off 16 bytes) in place");
         GemmShape there = shape_;
         const size_t first = tuned_shape.size() == 4 ? 1 : 0;
         if (tuned_shape.size() != 3 + first) return std::nullopt;
@@ -215,7 +216,7 @@ public:
                                               nt(p_) ? "true" : "false");
         const std::string epilogue = fmt::format("{}, {}, {}", p_.has_c ? "true" : "false", p_.bias ? "true" : "false",
                                                  activation_index(p_.epilogue));
-        const char* kernel_prefix = c.kernel == kGemmSm90 ? "gemm_sm90" : c.kernel == kGemmSkinny ? "gemm_skinny" : "gemm_sm80";
+        const char* kernel_prefix = c.kernel == kGemmSm90 ? "gemm_sm90" : "gemm_sm80";
         if (launch_packs(c, width)) {
             // One thread a 16-byte chunk of a copy (blockIdx.y: A or B), the blocks striding over
             // the larger of the two, at most a full GPU's worth.
@@ -236,9 +237,10 @@ public:
             plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(units, device.sm_count / c.cluster) * c.cluster);
             plan.cluster = static_cast<unsigned>(c.cluster);
             plan.persistent = true;
-        } else if (c.kernel == kGemmSkinny) {
-            plan.template_file = "gemm/gemm_skinny.cuh";
-            plan.name_expression = fmt::format("tileops::gemm_skinny_kernel<{}, {}, {}, {}, {}, {}, {}, {}>",
+        } else if (gemm_reads_in_place(c.kernel)) {
+            const bool gemv = c.kernel == kGemmGemv;
+            plan.template_file = gemv ? "gemm/gemm_gemv.cuh" : "gemm/gemm_skinny.cuh";
+            plan.name_expression = fmt::format("tileops::{}_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", gemv ? "gemm_gemv" : "gemm_skinny",
                                                device_type_name(p_.dtype), device_type_name(*p_.out_dtype), c.block_m,
                                                c.block_n, c.warps, c.stages, epilogue, nt(p_) ? "true" : "false");
             plan.grid[0] = static_cast<unsigned>((p_.n + c.block_n - 1) / c.block_n);
@@ -276,8 +278,8 @@ public:
 
 private:
     // Whether a launch copies A and B into aligned rows first: where they are not 16-byte aligned,
-    // but for the skinny kernel, which reads rows in place.
-    static bool launch_packs(const GemmConfig& c, int width) { return packs_operands(width) && c.kernel != kGemmSkinny; }
+    // but for the skinny and gemv kernels, which read rows in place.
+    static bool launch_packs(const GemmConfig& c, int width) { return packs_operands(width) && !gemm_reads_in_place(c.kernel); }
     // The launch's workspace: split K's counters and partial sums, then, for a launch that copies
     // A and B (launch_packs), room for both copies, rows padded to 8 elements, each starting on
     // a 256-byte boundary.
@@ -378,7 +380,7 @@ void GemmModel::launch(const ResolvedLaunch& launch, Inputs inputs, Outputs outp
         if (!input_aligned(args.b))
             pack(args.packs[1], args.b, args.ldb, args.batch_stride_b, b_rows(p), b_cols(p), details.pack_b_offset);
     }
-    if (!details.tma) {  // the sm_80 and skinny kernels
+    if (!details.tma) {  // the sm_80, skinny and gemv kernels
         void* params[] = {&args};
         detail::launch(launch, params, stream, *this);
         return;

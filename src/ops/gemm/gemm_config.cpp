@@ -7,6 +7,7 @@
 
 #include "core/gemm_operands.hpp"
 #include "core/op_model.hpp"
+#include "gemm/gemm_args.cuh"  // kernel_templates/: gemm_gemv_a_columns
 
 namespace tileops::detail {
 namespace {
@@ -62,7 +63,7 @@ GemmConfig GemmConfig::from(const Config& config) {
         c.pingpong = static_cast<int>(config_value(config, "pingpong", op));
         c.cluster = static_cast<int>(config_value(config, "cluster", op));
         c.split_k = static_cast<int>(config_value(config, "split_k", op));
-    } else if (c.kernel == kGemmSkinny) {
+    } else if (gemm_reads_in_place(c.kernel)) {
         c.warps = static_cast<int>(config_value(config, "warps", op));
     } else {
         c.warps_m = static_cast<int>(config_value(config, "warps_m", op));
@@ -79,7 +80,7 @@ Config GemmConfig::to_config() const {
         c["pingpong"] = pingpong;
         c["cluster"] = cluster;
         c["split_k"] = split_k;
-    } else if (kernel == kGemmSkinny) {
+    } else if (gemm_reads_in_place(kernel)) {
         c["warps"] = warps;
     } else {
         c["warps_m"] = warps_m;
@@ -91,6 +92,10 @@ Config GemmConfig::to_config() const {
 unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
     // Saturated, not wrapped: a hostile config's ring must not pass the shared-memory check.
     const auto bytes = [](size_t n) { return static_cast<unsigned>(std::min<size_t>(n, UINT_MAX)); };
+    if (kernel == kGemmGemv) {  // must match gemm_gemv.cuh: NT stages A's rows in 8 classes of k mod 8
+        const size_t a_elems = s.b_nt ? static_cast<size_t>(block_m) * 8 * gemm_gemv_a_columns(s.k) : 0;
+        return bytes(a_elems * s.in_bytes + static_cast<size_t>(std::max(block_m, 0)) * std::max(block_n, 0) * sizeof(float));
+    }
     if (kernel == kGemmSkinny) {  // must match gemm_skinny.cuh: rows read in place, 8 elements of slack each
         // A stage: A's block_m rows of block_k + 8, then B's block_n such rows (NT) or its block_k
         // rows of block_n + 8 (NN).
@@ -149,8 +154,11 @@ double gemm_slot_fill(const GemmConfig& c, const GemmShape& s, const DeviceInfo&
 }
 
 std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmShape& s, const DeviceInfo& device) {
-    if (c.kernel != kGemmSm80 && c.kernel != kGemmSm90 && c.kernel != kGemmSkinny)
-        return fmt::format("kernel = {} is not 0 (sm_80), 1 (sm_90) or 2 (skinny)", c.kernel);
+    if (c.kernel != kGemmSm80 && c.kernel != kGemmSm90 && c.kernel != kGemmSkinny && c.kernel != kGemmGemv)
+        return fmt::format("kernel = {} is not 0 (sm_80), 1 (sm_90), 2 (skinny) or 3 (gemv)", c.kernel);
+    // Checked before the shared memory it sizes.
+    if (c.kernel == kGemmGemv && c.block_m != 1 && c.block_m != 2 && c.block_m != 4)
+        return fmt::format("block_m = {} is not 1, 2 or 4", c.block_m);
     if (c.vec != 1 && c.vec != 2 && c.vec != 4 && c.vec != 8) return fmt::format("vec = {} is not 1, 2, 4 or 8", c.vec);
     if (c.group_m < 1 || c.group_m > 64) return fmt::format("group_m = {} is not in [1, 64]", c.group_m);
     // The TMA kernel's small tiles take deep rings (their stages are small; a ring of 12 KB
@@ -164,7 +172,18 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
     if (shared > static_cast<unsigned>(device.max_shared_memory_per_block_optin))
         return fmt::format("needs {} bytes of shared memory, the device allows {}", shared,
                            device.max_shared_memory_per_block_optin);
-    if (c.kernel == kGemmSkinny) {
+    if (c.kernel == kGemmGemv) {
+        if (device.sm() < 80) return fmt::format("kernel 3 (gemv) is built for sm_80 or newer, the device is {}", device.arch());
+        if (c.vec != 8) return "kernel 3 (gemv) needs vec = 8 (it loads 16-byte chunks of rows at any alignment)";
+        if (c.block_k != 8) return fmt::format("block_k = {} is not 8 (one 16-byte chunk a load)", c.block_k);
+        if (c.warps != 8 && c.warps != 16) return fmt::format("warps = {} is not 8 or 16 (a warp's rows share a shift)", c.warps);
+        if (s.b_nt && (c.block_n < c.warps || c.block_n > 64 || c.block_n % c.warps != 0))
+            return fmt::format("block_n = {} is not a multiple of warps = {} up to 64 (rows of B a block)", c.block_n, c.warps);
+        if (!s.b_nt && c.block_n != 56 && c.block_n != 120 && c.block_n != 248)
+            return fmt::format("block_n = {} is not 56, 120 or 248 (a row's 8, 16 or 32 chunks a warp takes)", c.block_n);
+        if (ceil_div(s.m, c.block_m) > 65535) return fmt::format("M = {} needs more than 65535 blocks of {} rows", s.m, c.block_m);
+        if (s.batch > 65535) return fmt::format("batch = {} is more than 65535 (the grid's z)", s.batch);
+    } else if (c.kernel == kGemmSkinny) {
         if (device.sm() < 80) return fmt::format("kernel 2 (mma.sync) needs sm_80 or newer, the device is {}", device.arch());
         if (c.vec != 8) return "kernel 2 (skinny) needs vec = 8 (it copies 16-byte chunks of rows at any alignment)";
         if (c.block_m != 16 && c.block_m != 32 && c.block_m != 64)
@@ -262,11 +281,29 @@ GemmConfig gemm_skinny_heuristic(const GemmShape& s) {
     return c;
 }
 
+std::optional<GemmConfig> gemm_gemv_heuristic(const GemmShape& s, const DeviceInfo& device) {
+    if (s.m > kGemmGemvMaxM || device.sm() < 80) return std::nullopt;
+    GemmConfig c;
+    c.kernel = kGemmGemv;
+    c.block_m = s.m == 1 ? 1 : s.m == 2 ? 2 : 4, c.block_k = 8, c.group_m = 1, c.vec = 8, c.warps = 8;
+    c.block_n = s.b_nt ? 16 : 248, c.stages = s.b_nt ? 4 : 8;
+    // Narrower blocks where the default leaves SMs without one (NN: 248 -> 120 -> 56 columns; NT:
+    // 16 -> 8 rows of B). Neither kernel splits K over blocks, so a narrow N stays short of SMs.
+    const auto blocks = [&] { return ceil_div(s.n, c.block_n) * ceil_div(s.m, c.block_m) * s.batch; };
+    while (!s.b_nt && c.block_n > 56 && blocks() < device.sm_count) c.block_n = (c.block_n + 8) / 2 - 8;
+    if (s.b_nt && blocks() < device.sm_count) c.block_n = 8;
+    if (gemm_invalid_reason(c, s, device)) return std::nullopt;
+    return c;
+}
+
 GemmConfig gemm_heuristic(const GemmShape& s, const DeviceInfo& device) {
     // Few rows of A against rows off 16 bytes (an odd K, a padded leading dimension): the other
     // kernels copy A and B into aligned rows first, three times the bytes of a product bound by
-    // reading B; the skinny kernel reads them in place.
-    if (!s.rows_aligned && s.m <= kGemmSkinnyInPlaceMaxM && device.sm() >= 80) return gemm_skinny_heuristic(s);
+    // reading B; the gemv kernel (M <= 4) and the skinny kernel read them in place.
+    if (!s.rows_aligned && s.m <= kGemmSkinnyInPlaceMaxM && device.sm() >= 80) {
+        if (auto gemv = gemm_gemv_heuristic(s, device)) return *gemv;
+        return gemm_skinny_heuristic(s);
+    }
     if (device.sm() != 90) return gemm_sm80_heuristic(s, device);
     // Small M takes TMA tiles too, not the skinny kernel: since A's box holds only M's rows (TMA
     // zero-filled the rest slowly), 64 x 32 tiles run 16 x 4096 x 4096 in 17.0 us against the
@@ -407,6 +444,18 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
                     c.block_n = bn, c.warps = warps, c.stages = stages;
                     add(c);
                 }
+    // The gemv kernel (M <= 4): 8 to 64 rows of B a block (NT) or 56 to 248 columns (NN), 8 or 16
+    // warps, 2 to 8 chunks in flight a lane.
+    if (auto base = gemm_gemv_heuristic(s, device)) {
+        const std::vector<int> widths = s.b_nt ? std::vector<int>{8, 16, 32, 64} : std::vector<int>{56, 120, 248};
+        for (int bn : widths)
+            for (int warps : {8, 16})
+                for (int stages : {2, 4, 8}) {
+                    GemmConfig c = *base;
+                    c.block_n = bn, c.warps = warps, c.stages = stages;
+                    add(c);
+                }
+    }
     if (device.sm() == 90) {
         // TMA kernel: block_m, consumers, block_n, stages, pingpong (a stage of 128 x 256 is 48 KB;
         // with pingpong each consumer multiplies whole block_m x block_n tiles, in turn).

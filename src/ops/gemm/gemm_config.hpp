@@ -10,6 +10,10 @@
 //   kernel 2 (gemm_skinny.cuh, any sm_80+, either layout, rows read in place at any alignment): block_m (rows of A per
 //            block, 16/32/64), block_n (16/32/64), warps (splitting K), stages; block_k is 64,
 //            group_m 1 and vec 8. For M <= 64, where reading B is the whole cost.
+//   kernel 3 (gemm_gemv.cuh, any sm_80+, either layout, rows read in place at any alignment, CUDA
+//            cores): block_m (rows of A per block, 1/2/4), block_n (NT: rows of B per block,
+//            8-64; NN: 56/120/248 columns), warps (8 or 16), stages (16-byte chunks a lane loads
+//            before it multiplies); block_k is 8 (one chunk), group_m 1 and vec 8. For M <= 4.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +26,11 @@
 
 namespace tileops::detail {
 
-enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1, kGemmSkinny = 2 };
+enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1, kGemmSkinny = 2, kGemmGemv = 3 };
+// Whether a kernel reads rows off 16 bytes where they are (the others copy them first).
+constexpr bool gemm_reads_in_place(int kernel) { return kernel == kGemmSkinny || kernel == kGemmGemv; }
+// The gemv kernel is searched up to this M.
+constexpr int64_t kGemmGemvMaxM = 4;
 // The skinny kernel is searched up to this M.
 constexpr int64_t kGemmSkinnyMaxM = 64;
 // Up to this M it is the heuristic's choice for rows off 16 bytes (GemmShape::rows_aligned false):
@@ -51,7 +59,7 @@ struct GemmConfig {
     int pingpong = 0;              // kernel 1: the two consumers take whole block_m x block_n tiles in turn
     int cluster = 1;               // kernel 1
     int split_k = 1;               // kernel 1: blocks sharing each tile's K steps (gemm_reduce_splits)
-    int warps = 8;                 // kernel 2: warps of a block, each streaming every warps-th K step
+    int warps = 8;                 // kernels 2 and 3: warps of a block
     int stages = 4;
     int group_m = 8;
     int vec = 8;
@@ -61,7 +69,7 @@ struct GemmConfig {
     // 64-bit: a config from a file may hold warp counts up to 2^20 each (kMaxConfigValue).
     int64_t threads() const {
         return kernel == kGemmSm90     ? (int64_t{consumers} + 1) * 128
-               : kernel == kGemmSkinny ? int64_t{warps} * 32
+               : gemm_reads_in_place(kernel) ? int64_t{warps} * 32
                                        : int64_t{warps_m} * warps_n * 32;
     }
     // Dynamic shared memory of a launch: the operand ring; kernel 1 adds its barriers and, for
@@ -72,6 +80,8 @@ struct GemmConfig {
 
 // The sm_80 kernel's default for a problem (the heuristic on GPUs other than sm_90).
 GemmConfig gemm_sm80_heuristic(const GemmShape& shape, const DeviceInfo& device);
+// The gemv kernel's default (M <= 4, sm_80+), where it can run the problem.
+std::optional<GemmConfig> gemm_gemv_heuristic(const GemmShape& shape, const DeviceInfo& device);
 GemmConfig gemm_heuristic(const GemmShape& shape, const DeviceInfo& device);
 std::vector<GemmConfig> gemm_search_space(const GemmShape& shape, const DeviceInfo& device);
 std::optional<std::string> gemm_invalid_reason(const GemmConfig& config, const GemmShape& shape,

@@ -103,11 +103,11 @@ public:
     }
 
     // The batched GEMM's choice for the average group, without what the grouped schedule lacks:
-    // the skinny kernel and split K (both need the tiles' count on the host).
+    // the skinny and gemv kernels and split K (all need the tiles' count on the host).
     Config heuristic(const DeviceInfo& device) const override {
         if (auto decode = decode_heuristic(device)) return decode->to_config();
         GemmConfig c = gemm_heuristic(shape_, device);
-        if (c.kernel == kGemmSkinny) c = gemm_sm80_heuristic(shape_, device);
+        if (gemm_reads_in_place(c.kernel)) c = gemm_sm80_heuristic(shape_, device);
         c.split_k = 1;
         // The widths the grouped TMA kernel leaves out (see invalid_reason): the next narrower.
         if (c.kernel == kGemmSm90 && grouped_spills(c)) c.cluster = 1;
@@ -129,7 +129,8 @@ public:
         } catch (const std::exception& e) {
             return std::string(e.what());
         }
-        if (c.kernel == kGemmSkinny) return "kernel 2 (skinny) does not run groups";
+        if (gemm_reads_in_place(c.kernel))
+            return fmt::format("kernel {} ({}) does not run groups", c.kernel, c.kernel == kGemmSkinny ? "skinny" : "gemv");
         if (c.split_k != 1) return fmt::format("split_k = {}: groups are not split along K", c.split_k);
         if (c.vec != 8) return fmt::format("vec = {}: A and B rows are 16-byte aligned (vec 8)", c.vec);
         if (c.kernel == kGemmSm90 && grouped_spills(c))

@@ -68,3 +68,28 @@ TEST_CASE("the skinny kernel's configs compile without spilling for sm_80 and sm
         CHECK(report.spill_bytes == 0);
     }
 }
+
+// The gemv kernel keeps a lane's loads in flight (up to 8 chunks) and, in layout NN, 8 sums per
+// row of A (32 at block_m 4) in registers.
+TEST_CASE("the gemv kernel's configs compile without spilling for sm_80 and sm_90a", "[compile][gemm]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    const DeviceInfo device = DeviceInfo::for_arch(arch);
+    test::KernelsByFile kernels;
+    for (const auto& [layout, m] : {std::pair{GemmLayout::nt, 1}, std::pair{GemmLayout::nt, 4}, std::pair{GemmLayout::nn, 1},
+                                    std::pair{GemmLayout::nn, 4}}) {
+        GemmProblem p;
+        p.m = m, p.n = layout == GemmLayout::nt ? 4096 : 50257, p.k = 4095, p.layout = layout, p.has_c = true,
+        p.beta = 1.0f, p.bias = true;
+        p.epilogue = GemmEpilogue::gelu;
+        Gemm op(p);
+        const detail::OpModel& model = op.model();
+        for (const Config& config : model.search_space(device))
+            if (config.at("kernel") == 3) test::add_kernels(kernels, model, config, model.vector_widths(config).front(), device);
+    }
+    REQUIRE(kernels.size() == 1);
+    CHECK(kernels.begin()->second.size() >= 12);  // (a sharded run, the asan preset's, compiles a share)
+    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
+        INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores");
+        CHECK(report.spill_bytes == 0);
+    }
+}

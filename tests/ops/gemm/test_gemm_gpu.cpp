@@ -340,6 +340,58 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64, both layouts) in every config of
     run_case(c);
 }
 
+TEST_CASE("Gemm: the gemv kernel (M up to 4, both layouts) in every config of its search space on ragged problems",
+          "[gpu][gemm]") {
+    TILEOPS_REQUIRE_GPU();
+    Runtime& runtime = shared_runtime();
+    const GemmLayout layout = GENERATE(GemmLayout::nt, GemmLayout::nn);
+    // Each warp reads rows of one shift; the first and last chunk of a row (NT) or of a block's
+    // columns (NN) are read element by element. So: an odd K or N (every shift in turn), rows padded
+    // off 16 bytes, pointers shifted by 2 bytes, K and N of one element, N not a multiple of the
+    // block, M not a multiple of block_m; the poisoned padding must not reach a sum.
+    struct Shape {
+        int64_t m, n, k;
+        DType in, out;
+        GemmEpilogue epilogue;
+        int64_t pad = 0;
+        size_t misalign = 0;
+    };
+    const Shape shapes[] = {{1, 1000, 2000, DType::bf16, DType::bf16, GemmEpilogue::none},
+                            {3, 333, 72, DType::fp16, DType::fp32, GemmEpilogue::gelu},
+                            {4, 4104, 1032, DType::bf16, DType::bf16, GemmEpilogue::silu},
+                            {1, 1000, 1001, DType::bf16, DType::bf16, GemmEpilogue::none},
+                            {2, 333, 127, DType::fp16, DType::fp32, GemmEpilogue::gelu, 3, 2},
+                            {4, 264, 777, DType::bf16, DType::bf16, GemmEpilogue::silu, 0, 2},
+                            {1, 200, 65, DType::bf16, DType::fp32, GemmEpilogue::none, 1},
+                            {2, 70, 1, DType::fp16, DType::fp16, GemmEpilogue::none},
+                            {1, 1, 999, DType::bf16, DType::fp32, GemmEpilogue::none, 5, 2},
+                            {1, 50257, 768, DType::bf16, DType::bf16, GemmEpilogue::none}};
+    for (const Shape& s : shapes) {
+        GemmProblem p = make(s.m, s.n, s.k, layout, s.in, s.out);
+        p.has_c = s.epilogue != GemmEpilogue::none, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.m % 2 == 1;
+        p.epilogue = s.epilogue;
+        p.alpha = 1.5f;
+        int tried = 0;
+        for (const Config& config : Gemm(p).model().search_space(runtime.device())) {
+            if (config.at("kernel") != 3) continue;
+            Case c{p, s.pad, s.misalign};
+            c.config = config;
+            run_case(c);
+            ++tried;
+        }
+        CHECK(tried >= 12);
+    }
+    // Two blocks of rows of A (M = 7, block_m 4), then batched with every stride odd: each batch
+    // entry's rows at other shifts.
+    Case c{make(7, layout == GemmLayout::nt ? 264 : 263, 99, layout, DType::bf16)};
+    c.config = Config{{"kernel", 3}, {"block_m", 4}, {"block_n", layout == GemmLayout::nt ? 16 : 120}, {"block_k", 8},
+                      {"stages", 4}, {"group_m", 1}, {"vec", 8}, {"warps", 8}};
+    run_case(c);
+    c.p = make(2, layout == GemmLayout::nt ? 264 : 263, 99, layout, DType::bf16);
+    c.p.batch = 3;
+    run_case(c);
+}
+
 TEST_CASE("Gemm: every config of the shipped tuning database on a ragged problem of its kind", "[gpu][gemm]") {
     TILEOPS_REQUIRE_GPU();
     Runtime& runtime = shared_runtime();

@@ -337,10 +337,11 @@ TEST_CASE("Gemm refuses D over its operands and C read at beta = 0", "[validatio
     CHECK_THROWS_WITH(Gemm(unread_c), ContainsSubstring("beta = 0"));
 }
 
-TEST_CASE("Gemm takes the skinny kernel for few rows of A against rows off 16 bytes, at any K", "[validation][gemm]") {
-    // The other kernels would copy rows off 16 bytes into aligned ones first; the skinny kernel
-    // reads them in place, so the heuristic takes it up to 16 rows of A (either layout) on sm_80 and
-    // sm_90a (at 64 the copies won). Rows that are aligned keep the TMA (or sm_80) kernel, whatever K.
+TEST_CASE("Gemm reads rows off 16 bytes in place for few rows of A, at any K", "[validation][gemm]") {
+    // The other kernels would copy rows off 16 bytes into aligned ones first; the gemv kernel (up
+    // to 4 rows of A) and the skinny kernel (up to 16) read them in place, so the heuristic takes
+    // them in either layout on sm_80 and sm_90a (at 64 the copies won). Rows that are aligned keep
+    // the TMA (or sm_80) kernel, whatever K.
     for (const char* arch : {"sm_80", "sm_90a"}) {
         const DeviceInfo device = DeviceInfo::for_arch(arch);
         INFO(arch);
@@ -349,43 +350,81 @@ TEST_CASE("Gemm takes the skinny kernel for few rows of A against rows off 16 by
             p.layout = layout, p.lda = ld, p.ldb = ld;
             return Gemm(p).model().heuristic(device).at("kernel");
         };
-        CHECK(heuristic_kernel(1, 4095, 4095, GemmLayout::nt) == 2);    // odd K
+        CHECK(heuristic_kernel(1, 4095, 4095, GemmLayout::nt) == 3);    // odd K
+        CHECK(heuristic_kernel(4, 4095, 4095, GemmLayout::nt) == 3);
+        CHECK(heuristic_kernel(5, 4095, 4095, GemmLayout::nt) == 2);
         CHECK(heuristic_kernel(16, 4095, 4095, GemmLayout::nt) == 2);
         CHECK(heuristic_kernel(16, 4096, 4100, GemmLayout::nt) == 2);   // padded off 16 bytes
-        CHECK(heuristic_kernel(17, 4095, 4095, GemmLayout::nt) != 2);   // the copies win from here
-        CHECK(heuristic_kernel(1, 4100, 4104, GemmLayout::nt) != 2);    // aligned rows, K not a multiple of 8
-        CHECK(heuristic_kernel(1, 4096, 4096, GemmLayout::nt) != 2);
+        CHECK(heuristic_kernel(17, 4095, 4095, GemmLayout::nt) < 2);    // the copies win from here
+        CHECK(heuristic_kernel(1, 4100, 4104, GemmLayout::nt) < 2);     // aligned rows, K not a multiple of 8
+        CHECK(heuristic_kernel(1, 4096, 4096, GemmLayout::nt) < 2);
     }
-    // Every K is valid for it, the search space offers it at K not a multiple of 8, and its rows
-    // carry eight elements of slack for the shift (shared memory).
+    // Every K is valid for them, the search space offers them at K not a multiple of 8, and the
+    // skinny kernel's rows carry eight elements of slack for the shift (shared memory).
     const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
     GemmProblem odd_k = problem(1, 4096, 4095);
     odd_k.layout = GemmLayout::nt;
     const Config skinny{{"kernel", 2}, {"block_m", 16}, {"block_n", 16}, {"block_k", 64}, {"warps", 8},
                         {"stages", 2}, {"group_m", 1},  {"vec", 8}};
     CHECK_FALSE(Gemm(odd_k).model().invalid_reason(skinny, h100).has_value());
-    int skinny_configs = 0;
-    for (const Config& c : Gemm(odd_k).model().search_space(h100)) skinny_configs += c.at("kernel") == 2;
+    int skinny_configs = 0, gemv_configs = 0;
+    for (const Config& c : Gemm(odd_k).model().search_space(h100)) {
+        skinny_configs += c.at("kernel") == 2;
+        gemv_configs += c.at("kernel") == 3;
+    }
     CHECK(skinny_configs >= 6);
+    CHECK(gemv_configs >= 12);
     const detail::GemmShape shape{1, 1, 4096, 4095, 2, true, 2, false};
     CHECK(detail::GemmConfig::from(skinny).shared_bytes(shape) == 8 * 2 * (16 + 16) * 72 * 2 + 16 * 16 * 4);
+    // The gemv kernel stages A's rows (NT) as 8 classes of k mod 8 with zeros around: K + 16 and
+    // more, (4095 + 23) / 8 = 514 positions a class; then block_m x block_n fp32 sums.
+    Config gemv{{"kernel", 3}, {"block_m", 2}, {"block_n", 16}, {"block_k", 8}, {"warps", 8},
+                {"stages", 4}, {"group_m", 1}, {"vec", 8}};
+    CHECK(detail::GemmConfig::from(gemv).shared_bytes(shape) == 2 * 8 * 514 * 2 + 2 * 16 * 4);
+    CHECK_FALSE(Gemm(odd_k).model().invalid_reason(gemv, h100).has_value());
+    const std::pair<const char*, long long> bad_gemv[] = {{"block_m", 3}, {"block_n", 12}, {"block_n", 128},
+                                                          {"warps", 4},   {"block_k", 64}, {"vec", 4}};
+    for (const auto& [key, value] : bad_gemv) {
+        Config bad = gemv;
+        bad[key] = value;
+        INFO(key << " = " << value);
+        CHECK(Gemm(odd_k).model().invalid_reason(bad, h100).has_value());
+    }
+    // A's staged rows must fit in shared memory: 4 rows of K = 30000 do not.
+    GemmProblem long_k = problem(4, 4096, 30001);
+    long_k.layout = GemmLayout::nt;
+    gemv["block_m"] = 4;
+    CHECK_THAT(*Gemm(long_k).model().invalid_reason(gemv, h100), ContainsSubstring("shared memory"));
+    CHECK(Gemm(long_k).model().heuristic(h100).at("kernel") == 2);
 
-    // Layout NN: an odd N puts B's rows (K x N) off 16 bytes (GPT-2's vocabulary as N); the skinny
-    // kernel reads them in place too, a K step as 64 rows of block_n + 8 elements.
+    // Layout NN: an odd N puts B's rows (K x N) off 16 bytes (GPT-2's vocabulary as N); both
+    // kernels read them in place too, the gemv kernel 248 columns a block, each lane one 16-byte
+    // chunk of a row, fewer where the blocks would leave SMs idle.
     GemmProblem odd_n = problem(1, 50257, 768);
     odd_n.layout = GemmLayout::nn;
     for (const char* arch : {"sm_80", "sm_90a"}) {
         const Config chosen = Gemm(odd_n).model().heuristic(DeviceInfo::for_arch(arch));
-        CHECK(chosen.at("kernel") == 2);
-        CHECK(chosen.at("block_n") == 32);  // 64-byte pieces of B's rows, not 32
-        CHECK(chosen.at("warps") == 4);
+        CHECK(chosen.at("kernel") == 3);
+        CHECK(chosen.at("block_n") == 248);
     }
+    GemmProblem narrow_n = problem(1, 4097, 14336);
+    narrow_n.layout = GemmLayout::nn;
+    CHECK(Gemm(narrow_n).model().heuristic(h100).at("block_n") == 56);  // 74 blocks; 248 columns would be 17
+    gemv["block_n"] = 56, gemv["block_m"] = 1;
+    CHECK_FALSE(Gemm(odd_n).model().invalid_reason(gemv, h100).has_value());
+    gemv["block_n"] = 64;
+    CHECK(Gemm(odd_n).model().invalid_reason(gemv, h100).has_value());
     CHECK_FALSE(Gemm(odd_n).model().invalid_reason(skinny, h100).has_value());
+    odd_n.m = 16;
+    CHECK(Gemm(odd_n).model().heuristic(h100).at("kernel") == 2);
+    const Config nn_skinny = Gemm(odd_n).model().heuristic(h100);
+    CHECK(nn_skinny.at("block_n") == 32);  // 64-byte pieces of B's rows, not 32
+    CHECK(nn_skinny.at("warps") == 4);
     odd_n.m = 17;
-    CHECK(Gemm(odd_n).model().heuristic(h100).at("kernel") != 2);
+    CHECK(Gemm(odd_n).model().heuristic(h100).at("kernel") < 2);
     GemmProblem aligned_nn = problem(1, 50264, 768);
     aligned_nn.layout = GemmLayout::nn;
-    CHECK(Gemm(aligned_nn).model().heuristic(h100).at("kernel") != 2);
+    CHECK(Gemm(aligned_nn).model().heuristic(h100).at("kernel") < 2);
     const detail::GemmShape nn_shape{1, 1, 50257, 768, 2, false, 2, false};
     CHECK(detail::GemmConfig::from(skinny).shared_bytes(nn_shape) == 8 * 2 * (16 * 72 + 64 * 24) * 2 + 16 * 16 * 4);
 }
