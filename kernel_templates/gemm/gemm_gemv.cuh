@@ -120,7 +120,9 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
     };
 
     if constexpr (B_NT) {
-        // A's rows into their classes, zeros before k = 0, past K and for rows past M.
+        // A's rows into their classes, zeros before k = 0, past K and for rows past M. Unrolled so
+        // that a thread's loads are in flight at once: B waits for A.
+#pragma unroll 8
         for (int i = static_cast<int>(threadIdx.x); i < BM * 8 * a_columns; i += THREADS) {
             const int m = i / (8 * a_columns), padded = i % (8 * a_columns), k = padded - 8;
             const T value = m < rows_a && k >= 0 && k < p.k ? A[m * p.lda + k] : from_float<T>(0.0f);
