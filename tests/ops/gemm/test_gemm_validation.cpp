@@ -409,7 +409,9 @@ TEST_CASE("Gemm reads rows off 16 bytes in place for few rows of A, at any K", "
     }
     GemmProblem narrow_n = problem(1, 4097, 14336);
     narrow_n.layout = GemmLayout::nn;
-    CHECK(Gemm(narrow_n).model().heuristic(h100).at("block_n") == 56);  // 74 blocks; 248 columns would be 17
+    const Config narrow = Gemm(narrow_n).model().heuristic(h100);
+    CHECK(narrow.at("block_n") == 56);  // 74 blocks; 248 columns would be 17
+    CHECK(narrow.at("warps") == 16);
     gemv["block_n"] = 56, gemv["block_m"] = 1;
     CHECK_FALSE(Gemm(odd_n).model().invalid_reason(gemv, h100).has_value());
     gemv["block_n"] = 64;
