@@ -93,28 +93,31 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_skinny_kernel(const GemmArgs 
         const long long k0 = static_cast<long long>(warp + it * WARPS) * BK;
         const bool live = it < iterations;
         const long long step_bytes = live ? static_cast<long long>(sizeof(T)) * min(static_cast<long long>(BK), p.k - k0) : 0;
-        // Chunk `chunk` of the `bytes` that start at `first`, of a row that exists (`inside`). A
-        // chunk that holds their end copies only the bytes before it: past K the copy is zeros
-        // (what the MMAs need there), and nothing past the matrix is read.
-        auto copy_chunk = [&](T* dst, unsigned long long first, int chunk, unsigned long long bytes, bool inside) {
-            const unsigned long long src = (first & ~15ull) + 16ull * chunk;
-            const unsigned long long end = first + bytes;
-            const bool valid = live && inside && src < end;
-            cp_async<16>(dst, reinterpret_cast<const void*>(valid ? src : zero_source),
-                         valid ? static_cast<int>(min(16ull, end - src)) : 0);
-        };
         // Not unrolled: unrolled, the compiler keeps every copy's source address live across the
         // main loop, and the accumulators spill.
         if constexpr (B_NT) {
 #pragma unroll 1
             for (int idx = lane; idx < ROWS * CHUNKS; idx += 32) {
                 const int row = idx / CHUNKS, chunk = idx % CHUNKS;
-                copy_chunk(stage + row * PITCH + chunk * 8, reinterpret_cast<unsigned long long>(row_start(row) + k0),
-                           chunk, step_bytes, row_inside(row));
+                const unsigned long long first = reinterpret_cast<unsigned long long>(row_start(row) + k0);
+                const unsigned long long src = (first & ~15ull) + 16ull * chunk;
+                const unsigned long long end = first + step_bytes;
+                const bool valid = live && row_inside(row) && src < end;
+                // A chunk that holds the step's end copies only the bytes before it: past K the copy is
+                // zeros (what the MMAs need there), and nothing past the matrix is read.
+                cp_async<16>(stage + row * PITCH + chunk * 8, reinterpret_cast<const void*>(valid ? src : zero_source),
+                             valid ? static_cast<int>(min(16ull, end - src)) : 0);
             }
         } else {
             // The K step of A's rows, then B's rows k0 .. k0 + 63 (as far as K), columns n0 .. n0 +
             // BN - 1 (as far as N), each copy as above.
+            auto copy_chunk = [&](T* dst, unsigned long long first, int chunk, unsigned long long bytes, bool inside) {
+                const unsigned long long src = (first & ~15ull) + 16ull * chunk;
+                const unsigned long long end = first + bytes;
+                const bool valid = live && inside && src < end;
+                cp_async<16>(dst, reinterpret_cast<const void*>(valid ? src : zero_source),
+                             valid ? static_cast<int>(min(16ull, end - src)) : 0);
+            };
 #pragma unroll 1
             for (int idx = lane; idx < BM * CHUNKS; idx += 32) {
                 const int row = idx / CHUNKS, chunk = idx % CHUNKS;
