@@ -12,6 +12,26 @@
 
 using namespace tileops;
 
+namespace {
+
+// Checks that no kernel spills. The test compiles its kernels in a few large NVRTC programs, and
+// ptxas' choices there vary with the company a kernel keeps (a kernel that spilled 4 bytes among
+// 80 others did not alone); the runtime compiles each kernel in a program of its own, so a kernel
+// that spills in the group is compiled again alone, and that is what must not spill.
+void check_no_spills(const test::KernelsByFile& kernels, const std::string& arch) {
+    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
+        if (report.spill_bytes == 0) continue;
+        test::KernelsByFile alone;
+        alone[kernels.begin()->first].insert(name);
+        const int spilled = test::compile_all_with_report(alone, arch).begin()->second.spill_bytes;
+        INFO(arch << " " << name << ": " << spilled << " bytes of spill stores compiled alone (" << report.spill_bytes
+                  << " among the others)");
+        CHECK(spilled == 0);
+    }
+}
+
+}  // namespace
+
 
 TEST_CASE("every GEMM config of the search space compiles for sm_80 and sm_90a", "[compile][gemm]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
@@ -63,10 +83,7 @@ TEST_CASE("the skinny kernel's configs compile without spilling for sm_80 and sm
     }
     REQUIRE(kernels.size() == 1);
     CHECK(kernels.begin()->second.size() >= 12);  // (a sharded run, the asan preset's, compiles a share)
-    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
-        INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores");
-        CHECK(report.spill_bytes == 0);
-    }
+    check_no_spills(kernels, arch);
 }
 
 // The gemv kernel keeps a lane's loads in flight (up to 8 chunks) and, in layout NN, 8 sums per
@@ -88,8 +105,5 @@ TEST_CASE("the gemv kernel's configs compile without spilling for sm_80 and sm_9
     }
     REQUIRE(kernels.size() == 1);
     CHECK(kernels.begin()->second.size() >= 12);  // (a sharded run, the asan preset's, compiles a share)
-    for (const auto& [name, report] : test::compile_all_with_report(kernels, arch)) {
-        INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores");
-        CHECK(report.spill_bytes == 0);
-    }
+    check_no_spills(kernels, arch);
 }
