@@ -244,15 +244,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
     }
     __syncthreads();
 
-    TOut* D = static_cast<TOut*>(p.d) + batch * p.batch_stride_d;
-    const TOut* C = HAS_C ? static_cast<const TOut*>(p.c) + batch * p.batch_stride_c : nullptr;
-    for (int idx = static_cast<int>(threadIdx.x); idx < BM * BN / 2; idx += THREADS) {
-        const int r = idx / (BN / 2), c = (idx % (BN / 2)) * 2;
-        const long long row = m0 + r, col = n0 + c;
-        if (r >= rows_a || col >= p.n) continue;
-        gemm_store_pair<T, TOut, HAS_C, BIAS, ACT>(p, D + row * p.ldd, HAS_C ? C + row * p.ldc : nullptr, col,
-                                                   sums[r * BN + c], sums[r * BN + c + 1]);
-    }
+    gemm_store_block_sums<T, TOut, BM, BN, THREADS, HAS_C, BIAS, ACT>(p, sums, batch, m0, n0);
 }
 
 }  // namespace tileops

@@ -3,6 +3,8 @@
 // both; and the heuristic's config at every width run() may take (the copy kernel that packs
 // unaligned A and B, the TMA kernel storing D from registers). Each GEMM kernel takes 1-3 s to
 // compile, and CI has two cores: the other configs' other widths are the same code paths. Needs no GPU.
+#include <initializer_list>
+
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 
@@ -64,46 +66,43 @@ TEST_CASE("every GEMM config of the search space compiles for sm_80 and sm_90a",
     test::compile_all(kernels, arch);
 }
 
-// The skinny kernel keeps its accumulators, a 64 x 64 tile's 128 a lane included, and each
-// fragment row's shift (gemm_skinny.cuh) in registers.
-TEST_CASE("the skinny kernel's configs compile without spilling for sm_80 and sm_90a", "[compile][gemm]") {
-    const std::string arch = GENERATE("sm_80", "sm_90a");
+// Every config of `kernel` in the search spaces of these problems (C, bias and an activation on),
+// none spilling.
+static void check_kernel_configs_do_not_spill(const std::string& arch, int kernel,
+                                              std::initializer_list<std::pair<GemmLayout, int64_t>> problems,
+                                              int64_t nn_n, GemmEpilogue epilogue) {
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     test::KernelsByFile kernels;
-    for (const auto& [layout, m] : {std::pair{GemmLayout::nt, 16}, std::pair{GemmLayout::nt, 64}, std::pair{GemmLayout::nn, 16},
-                                    std::pair{GemmLayout::nn, 64}}) {
+    for (const auto& [layout, m] : problems) {
         GemmProblem p;
-        p.m = m, p.n = layout == GemmLayout::nt ? 4096 : 4095, p.k = 4095, p.layout = layout, p.has_c = true, p.beta = 1.0f,
-        p.bias = true;
-        p.epilogue = GemmEpilogue::silu;
+        p.m = m, p.n = layout == GemmLayout::nt ? 4096 : nn_n, p.k = 4095, p.layout = layout, p.has_c = true,
+        p.beta = 1.0f, p.bias = true;
+        p.epilogue = epilogue;
         Gemm op(p);
         const detail::OpModel& model = op.model();
         for (const Config& config : model.search_space(device))
-            if (config.at("kernel") == 2) test::add_kernels(kernels, model, config, model.vector_widths(config).front(), device);
+            if (config.at("kernel") == kernel)
+                test::add_kernels(kernels, model, config, model.vector_widths(config).front(), device);
     }
     REQUIRE(kernels.size() == 1);
     CHECK(kernels.begin()->second.size() >= 12);  // (a sharded run, the asan preset's, compiles a share)
     check_no_spills(kernels, arch);
 }
 
+// The skinny kernel keeps its accumulators, a 64 x 64 tile's 128 a lane included, and each
+// fragment row's shift (gemm_skinny.cuh) in registers.
+TEST_CASE("the skinny kernel's configs compile without spilling for sm_80 and sm_90a", "[compile][gemm]") {
+    const std::string arch = GENERATE("sm_80", "sm_90a");
+    check_kernel_configs_do_not_spill(
+        arch, 2, {{GemmLayout::nt, 16}, {GemmLayout::nt, 64}, {GemmLayout::nn, 16}, {GemmLayout::nn, 64}}, 4095,
+        GemmEpilogue::silu);
+}
+
 // The gemv kernel keeps a lane's loads in flight (up to 8 chunks) and, in layout NN, 8 sums per
 // row of A (32 at block_m 4) in registers.
 TEST_CASE("the gemv kernel's configs compile without spilling for sm_80 and sm_90a", "[compile][gemm]") {
     const std::string arch = GENERATE("sm_80", "sm_90a");
-    const DeviceInfo device = DeviceInfo::for_arch(arch);
-    test::KernelsByFile kernels;
-    for (const auto& [layout, m] : {std::pair{GemmLayout::nt, 1}, std::pair{GemmLayout::nt, 4}, std::pair{GemmLayout::nn, 1},
-                                    std::pair{GemmLayout::nn, 4}}) {
-        GemmProblem p;
-        p.m = m, p.n = layout == GemmLayout::nt ? 4096 : 50257, p.k = 4095, p.layout = layout, p.has_c = true,
-        p.beta = 1.0f, p.bias = true;
-        p.epilogue = GemmEpilogue::gelu;
-        Gemm op(p);
-        const detail::OpModel& model = op.model();
-        for (const Config& config : model.search_space(device))
-            if (config.at("kernel") == 3) test::add_kernels(kernels, model, config, model.vector_widths(config).front(), device);
-    }
-    REQUIRE(kernels.size() == 1);
-    CHECK(kernels.begin()->second.size() >= 12);  // (a sharded run, the asan preset's, compiles a share)
-    check_no_spills(kernels, arch);
+    check_kernel_configs_do_not_spill(
+        arch, 3, {{GemmLayout::nt, 1}, {GemmLayout::nt, 4}, {GemmLayout::nn, 1}, {GemmLayout::nn, 4}}, 50257,
+        GemmEpilogue::gelu);
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <vector>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -284,10 +285,45 @@ TEST_CASE("Gemm: every sm_90 config of the search space, split K included, on ra
     }
 }
 
+namespace {
+
+// A ragged problem for the kernels that read rows in place: pad extra elements a row, A and B
+// shifted `misalign` bytes off 16-byte alignment.
+struct InPlaceShape {
+    int64_t m, n, k;
+    DType in, out;
+    GemmEpilogue epilogue;
+    int64_t pad = 0;
+    size_t misalign = 0;
+};
+
+// Runs every config of `kernel` in each shape's search space (C and bias on where the shape has an
+// activation or an odd M, alpha 1.5), at least `at_least` a shape.
+void run_search_space_of(int kernel, GemmLayout layout, const std::vector<InPlaceShape>& shapes, int at_least) {
+    const DeviceInfo& device = shared_runtime().device();
+    for (const InPlaceShape& s : shapes) {
+        GemmProblem p = make(s.m, s.n, s.k, layout, s.in, s.out);
+        p.has_c = s.epilogue != GemmEpilogue::none, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.m % 2 == 1;
+        p.epilogue = s.epilogue;
+        p.alpha = 1.5f;
+        int tried = 0;
+        for (const Config& config : Gemm(p).model().search_space(device)) {
+            if (config.at("kernel") != kernel) continue;
+            Case c{p, s.pad, s.misalign};
+            c.config = config;
+            run_case(c);
+            ++tried;
+        }
+        CHECK(tried >= at_least);
+    }
+}
+
+}  // namespace
+
 TEST_CASE("Gemm: the skinny kernel (M up to 64, both layouts) in every config of its search space on ragged problems",
           "[gpu][gemm]") {
     TILEOPS_REQUIRE_GPU();
-    Runtime& runtime = shared_runtime();
+    shared_runtime();
     // Layout NN reads B's rows of N, each row's columns at its own shift (an odd N, padded rows).
     const GemmLayout layout = GENERATE(GemmLayout::nt, GemmLayout::nn);
     // M below, at and past one block of rows; N and K not multiples of the block (K down to one
@@ -295,38 +331,18 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64, both layouts) in every config of
     // and B start at every offset in turn), rows padded off 16 bytes, pointers shifted by 2 bytes;
     // past K the copies hold the next row's elements (or the poisoned padding), which must not
     // reach the sums.
-    struct Shape {
-        int64_t m, n, k;
-        DType in, out;
-        GemmEpilogue epilogue;
-        int64_t pad = 0;
-        size_t misalign = 0;
-    };
-    const Shape shapes[] = {{1, 1000, 2000, DType::bf16, DType::bf16, GemmEpilogue::none},
-                            {7, 333, 72, DType::fp16, DType::fp32, GemmEpilogue::gelu},
-                            {16, 4104, 1032, DType::bf16, DType::bf16, GemmEpilogue::silu},
-                            {33, 70, 8, DType::bf16, DType::fp32, GemmEpilogue::none},
-                            {64, 1000, 520, DType::fp16, DType::fp16, GemmEpilogue::silu},
-                            {1, 1000, 1001, DType::bf16, DType::bf16, GemmEpilogue::none},
-                            {5, 333, 127, DType::fp16, DType::fp32, GemmEpilogue::gelu, 3, 2},
-                            {16, 264, 777, DType::bf16, DType::bf16, GemmEpilogue::silu, 0, 2},
-                            {64, 200, 65, DType::bf16, DType::fp32, GemmEpilogue::none, 1},
-                            {2, 70, 1, DType::fp16, DType::fp16, GemmEpilogue::none}};
-    for (const Shape& s : shapes) {
-        GemmProblem p = make(s.m, s.n, s.k, layout, s.in, s.out);
-        p.has_c = s.epilogue != GemmEpilogue::none, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.m % 2 == 1;
-        p.epilogue = s.epilogue;
-        p.alpha = 1.5f;
-        int tried = 0;
-        for (const Config& config : Gemm(p).model().search_space(runtime.device())) {
-            if (config.at("kernel") != 2) continue;
-            Case c{p, s.pad, s.misalign};
-            c.config = config;
-            run_case(c);
-            ++tried;
-        }
-        CHECK(tried >= 6);
-    }
+    run_search_space_of(2, layout,
+                        {{1, 1000, 2000, DType::bf16, DType::bf16, GemmEpilogue::none},
+                         {7, 333, 72, DType::fp16, DType::fp32, GemmEpilogue::gelu},
+                         {16, 4104, 1032, DType::bf16, DType::bf16, GemmEpilogue::silu},
+                         {33, 70, 8, DType::bf16, DType::fp32, GemmEpilogue::none},
+                         {64, 1000, 520, DType::fp16, DType::fp16, GemmEpilogue::silu},
+                         {1, 1000, 1001, DType::bf16, DType::bf16, GemmEpilogue::none},
+                         {5, 333, 127, DType::fp16, DType::fp32, GemmEpilogue::gelu, 3, 2},
+                         {16, 264, 777, DType::bf16, DType::bf16, GemmEpilogue::silu, 0, 2},
+                         {64, 200, 65, DType::bf16, DType::fp32, GemmEpilogue::none, 1},
+                         {2, 70, 1, DType::fp16, DType::fp16, GemmEpilogue::none}},
+                        6);
     // Batched (strided), one config.
     GemmProblem p = make(5, 264, 136, layout, DType::bf16);
     p.batch = 3;
@@ -343,44 +359,24 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64, both layouts) in every config of
 TEST_CASE("Gemm: the gemv kernel (M up to 4, both layouts) in every config of its search space on ragged problems",
           "[gpu][gemm]") {
     TILEOPS_REQUIRE_GPU();
-    Runtime& runtime = shared_runtime();
+    shared_runtime();
     const GemmLayout layout = GENERATE(GemmLayout::nt, GemmLayout::nn);
     // Each warp reads rows of one shift; the first and last chunk of a row (NT) or of a block's
     // columns (NN) are read element by element. So: an odd K or N (every shift in turn), rows padded
     // off 16 bytes, pointers shifted by 2 bytes, K and N of one element, N not a multiple of the
     // block, M not a multiple of block_m; the poisoned padding must not reach a sum.
-    struct Shape {
-        int64_t m, n, k;
-        DType in, out;
-        GemmEpilogue epilogue;
-        int64_t pad = 0;
-        size_t misalign = 0;
-    };
-    const Shape shapes[] = {{1, 1000, 2000, DType::bf16, DType::bf16, GemmEpilogue::none},
-                            {3, 333, 72, DType::fp16, DType::fp32, GemmEpilogue::gelu},
-                            {4, 4104, 1032, DType::bf16, DType::bf16, GemmEpilogue::silu},
-                            {1, 1000, 1001, DType::bf16, DType::bf16, GemmEpilogue::none},
-                            {2, 333, 127, DType::fp16, DType::fp32, GemmEpilogue::gelu, 3, 2},
-                            {4, 264, 777, DType::bf16, DType::bf16, GemmEpilogue::silu, 0, 2},
-                            {1, 200, 65, DType::bf16, DType::fp32, GemmEpilogue::none, 1},
-                            {2, 70, 1, DType::fp16, DType::fp16, GemmEpilogue::none},
-                            {1, 1, 999, DType::bf16, DType::fp32, GemmEpilogue::none, 5, 2},
-                            {1, 50257, 768, DType::bf16, DType::bf16, GemmEpilogue::none}};
-    for (const Shape& s : shapes) {
-        GemmProblem p = make(s.m, s.n, s.k, layout, s.in, s.out);
-        p.has_c = s.epilogue != GemmEpilogue::none, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.m % 2 == 1;
-        p.epilogue = s.epilogue;
-        p.alpha = 1.5f;
-        int tried = 0;
-        for (const Config& config : Gemm(p).model().search_space(runtime.device())) {
-            if (config.at("kernel") != 3) continue;
-            Case c{p, s.pad, s.misalign};
-            c.config = config;
-            run_case(c);
-            ++tried;
-        }
-        CHECK(tried >= 12);
-    }
+    run_search_space_of(3, layout,
+                        {{1, 1000, 2000, DType::bf16, DType::bf16, GemmEpilogue::none},
+                         {3, 333, 72, DType::fp16, DType::fp32, GemmEpilogue::gelu},
+                         {4, 4104, 1032, DType::bf16, DType::bf16, GemmEpilogue::silu},
+                         {1, 1000, 1001, DType::bf16, DType::bf16, GemmEpilogue::none},
+                         {2, 333, 127, DType::fp16, DType::fp32, GemmEpilogue::gelu, 3, 2},
+                         {4, 264, 777, DType::bf16, DType::bf16, GemmEpilogue::silu, 0, 2},
+                         {1, 200, 65, DType::bf16, DType::fp32, GemmEpilogue::none, 1},
+                         {2, 70, 1, DType::fp16, DType::fp16, GemmEpilogue::none},
+                         {1, 1, 999, DType::bf16, DType::fp32, GemmEpilogue::none, 5, 2},
+                         {1, 50257, 768, DType::bf16, DType::bf16, GemmEpilogue::none}},
+                        12);
     // Two blocks of rows of A (M = 7, block_m 4), then batched with every stride odd: each batch
     // entry's rows at other shifts.
     Case c{make(7, layout == GemmLayout::nt ? 264 : 263, 99, layout, DType::bf16)};
