@@ -41,23 +41,6 @@
 
 namespace tileops {
 
-// Where the aligned chunk that holds `at` starts, and how many elements into it `at` lies.
-template <typename T>
-__device__ __forceinline__ const T* gemv_aligned_down(const T* at) {
-    return reinterpret_cast<const T*>(reinterpret_cast<unsigned long long>(at) & ~15ull);
-}
-template <typename T>
-__device__ __forceinline__ int gemv_shift(const T* at) {
-    return static_cast<int>(reinterpret_cast<unsigned long long>(at) % 16) / 2;
-}
-
-// Whether the 16 bytes at `chunk` lie inside [begin, end).
-template <typename T>
-__device__ __forceinline__ bool gemv_inside(const T* chunk, unsigned long long begin, unsigned long long end) {
-    const unsigned long long at = reinterpret_cast<unsigned long long>(chunk);
-    return at >= begin && at + 16 <= end;
-}
-
 // The 16-byte aligned chunk at `chunk`: in one load where it lies inside the operand (`whole`),
 // else only its elements [lo, hi), one by one, the others zero (the bits of +0 in fp16 and bf16).
 template <typename T>
@@ -124,10 +107,18 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
     const int a_columns = B_NT ? gemm_gemv_a_columns(p.k) : 0;
     T* a_shared = reinterpret_cast<T*>(gemm_shared);
     float* sums = reinterpret_cast<float*>(gemm_shared + static_cast<size_t>(BM) * 8 * a_columns * sizeof(T));
+    auto aligned_down = [](const T* at) {
+        return reinterpret_cast<const T*>(reinterpret_cast<unsigned long long>(at) & ~15ull);
+    };
+    auto shift_of = [](const T* at) { return static_cast<int>(reinterpret_cast<unsigned long long>(at) % 16) / 2; };
     // This batch entry of B: a chunk inside it is read in one load, whatever rows it touches.
     const unsigned long long b_begin = reinterpret_cast<unsigned long long>(B);
     const unsigned long long b_end = b_begin + sizeof(T) * static_cast<unsigned long long>((B_NT ? p.n : p.k) - 1) * p.ldb +
                                      sizeof(T) * static_cast<unsigned long long>(B_NT ? p.k : p.n);
+    auto inside_b = [&](const T* chunk) {
+        const unsigned long long at = reinterpret_cast<unsigned long long>(chunk);
+        return at >= b_begin && at + 16 <= b_end;
+    };
 
     if constexpr (B_NT) {
         // A's rows into their classes, zeros before k = 0, past K and for rows past M. Unrolled so
@@ -145,7 +136,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
     if constexpr (B_NT) {
         // Every row of this warp starts `shift` elements into its first chunk, so element e of the
         // row's chunk c is k = 8c + e - shift: class (e - shift + 8) % 8, position c + (e >= shift).
-        const int shift = gemv_shift(B + (n0 + warp) * p.ldb);
+        const int shift = shift_of(B + (n0 + warp) * p.ldb);
         const long long chunks = (shift + p.k + 7) / 8;
         int a_offset[8];
 #pragma unroll
@@ -154,7 +145,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
         for (int r = 0; r < BN / WARPS; ++r) {
             const long long n = n0 + warp + static_cast<long long>(r) * WARPS;
             if (n >= p.n) break;
-            const T* row = gemv_aligned_down(B + n * p.ldb);
+            const T* row = aligned_down(B + n * p.ldb);
             float part[BM];
 #pragma unroll
             for (int m = 0; m < BM; ++m) part[m] = 0.0f;
@@ -168,7 +159,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
                     // others (the rows around, padding that may hold NaN) become zeros.
                     const int lo = c == 0 ? shift : 0;
                     const int hi = static_cast<int>(max(0ll, min(8ll, p.k + shift - 8 * c)));
-                    raw[s] = gemv_chunk(row + 8 * c, hi > lo && gemv_inside(row + 8 * c, b_begin, b_end), lo, hi);
+                    raw[s] = gemv_chunk(row + 8 * c, hi > lo && inside_b(row + 8 * c), lo, hi);
                     if (lo > 0 || hi < 8) raw[s] = gemv_keep(raw[s], lo, hi);
                 }
 #pragma unroll
@@ -200,7 +191,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
         const int chunk = lane % LANES, group = lane / LANES;
         // Every row of this warp starts the block's columns `shift` elements into its first
         // chunk: this lane's chunk holds columns first_col .. first_col + 7 in each of them.
-        const int shift = gemv_shift(B + warp * p.ldb + n0);
+        const int shift = shift_of(B + warp * p.ldb + n0);
         const long long first_col = n0 - shift + 8 * chunk;
         const long long end_col = min(n0 + BN, p.n);
         const int lo = static_cast<int>(max(0ll, n0 - first_col));
@@ -220,8 +211,8 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
                     const long long k = first + static_cast<long long>(s) * ROW_STEP;
                     const bool inside = k < p.k;
                     // Elements outside the block's columns only reach sums that are never stored.
-                    const T* at = gemv_aligned_down(B + k * p.ldb + n0) + 8 * chunk;
-                    raw[s] = gemv_chunk(at, inside && gemv_inside(at, b_begin, b_end), lo, inside ? hi : 0);
+                    const T* at = aligned_down(B + k * p.ldb + n0) + 8 * chunk;
+                    raw[s] = gemv_chunk(at, inside && inside_b(at), lo, inside ? hi : 0);
 #pragma unroll
                     for (int m = 0; m < BM; ++m) a[s][m] = inside && m < rows_a ? to_float(A[m * p.lda + k]) : 0.0f;
                 }

@@ -181,10 +181,6 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
             return fmt::format("block_n = {} is not a multiple of warps = {} up to 64 (rows of B a block)", c.block_n, c.warps);
         if (!s.b_nt && c.block_n != 56 && c.block_n != 120 && c.block_n != 248)
             return fmt::format("block_n = {} is not 56, 120 or 248 (a row's 8, 16 or 32 chunks a warp takes)", c.block_n);
-        // 16 warps leave a thread 128 registers: in layout NN 4 rows of A hold 32 sums, and 8 chunks
-        // in flight with their elements of A spill.
-        if (!s.b_nt && c.block_m == 4 && c.warps == 16 && c.stages > 4)
-            return fmt::format("stages = {} with 4 rows of A and 16 warps in layout nn is more than 4 (registers)", c.stages);
         if (ceil_div(s.m, c.block_m) > 65535) return fmt::format("M = {} needs more than 65535 blocks of {} rows", s.m, c.block_m);
         if (s.batch > 65535) return fmt::format("batch = {} is more than 65535 (the grid's z)", s.batch);
     } else if (c.kernel == kGemmSkinny) {
@@ -301,7 +297,6 @@ std::optional<GemmConfig> gemm_gemv_heuristic(const GemmShape& s, const DeviceIn
     const auto blocks = [&] { return ceil_div(s.n, c.block_n) * ceil_div(s.m, c.block_m) * s.batch; };
     if (!s.b_nt && blocks() * 2 < device.sm_count) {
         c.warps = 16;
-        if (c.block_m == 4) c.stages = 4;  // (registers: gemm_invalid_reason)
         while (c.block_n > 56 && blocks() < device.sm_count) c.block_n = (c.block_n + 8) / 2 - 8;
     }
     if (s.b_nt && blocks() < device.sm_count) c.block_n = 8;
