@@ -22,10 +22,6 @@ enum : int { kGemmBatched = 0, kGemmGroupsContiguous = 1, kGemmGroupsMasked = 2 
 // host adds to a grouped launch's.
 constexpr unsigned gemm_groups_table_bytes(int groups) { return static_cast<unsigned>((groups + 1) * 4 + 15) / 16 * 16; }
 
-// The gemv kernel's (gemm/gemm_gemv.cuh) positions a class of k mod 8 of a row of A takes in shared
-// memory in layout NT: k from -8 to K + 7 and more, zeros outside [0, K).
-constexpr int gemm_gemv_a_columns(long long k) { return static_cast<int>((k + 23) / 8); }
-
 // Pointers are to the first batch entry; strides in elements.
 struct GemmArgs {
     const void* a;

@@ -37,9 +37,13 @@
 #pragma once
 
 #include "common/types.cuh"
-#include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_block_sums.cuh"
 
 namespace tileops {
+
+// Positions a class of k mod 8 of a row of A takes in shared memory (NT): k from -8 to K + 7 and
+// more, zeros outside [0, K). (GemmConfig::shared_bytes computes the same.)
+__device__ __forceinline__ int gemm_gemv_a_columns(long long k) { return static_cast<int>((k + 23) / 8); }
 
 // The 16-byte aligned chunk at `chunk`: in one load where it lies inside the operand (`whole`),
 // else only its elements [lo, hi), one by one, the others zero (the bits of +0 in fp16 and bf16).

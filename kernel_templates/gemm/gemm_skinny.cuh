@@ -37,7 +37,7 @@
 
 #include "arch/mma_sm80.cuh"
 #include "common/types.cuh"
-#include "gemm/gemm_epilogue.cuh"
+#include "gemm/gemm_block_sums.cuh"
 
 namespace tileops {
 

@@ -7,7 +7,6 @@
 
 #include "core/gemm_operands.hpp"
 #include "core/op_model.hpp"
-#include "gemm/gemm_args.cuh"  // kernel_templates/: gemm_gemv_a_columns
 
 namespace tileops::detail {
 namespace {
@@ -93,7 +92,8 @@ unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
     // Saturated, not wrapped: a hostile config's ring must not pass the shared-memory check.
     const auto bytes = [](size_t n) { return static_cast<unsigned>(std::min<size_t>(n, UINT_MAX)); };
     if (kernel == kGemmGemv) {  // must match gemm_gemv.cuh: NT stages A's rows in 8 classes of k mod 8
-        const size_t a_elems = s.b_nt ? static_cast<size_t>(block_m) * 8 * gemm_gemv_a_columns(s.k) : 0;
+        const auto a_columns = static_cast<size_t>((s.k + 23) / 8);  // gemm_gemv_a_columns
+        const size_t a_elems = s.b_nt ? static_cast<size_t>(block_m) * 8 * a_columns : 0;
         return bytes(a_elems * s.in_bytes + static_cast<size_t>(std::max(block_m, 0)) * std::max(block_n, 0) * sizeof(float));
     }
     if (kernel == kGemmSkinny) {  // must match gemm_skinny.cuh: rows read in place, 8 elements of slack each
