@@ -290,14 +290,16 @@ std::optional<GemmConfig> gemm_gemv_heuristic(const GemmShape& s, const DeviceIn
     // (1 x 4096 x 4095 21.7 / 22.6, 1 x 14336 x 4095 53.0 / 53.0; 8 in flight 22.8 and 58.1); NN
     // 248 columns, 8 in flight (1 x 50257 x 768 38.4 / 37.7, 2 x 151655 x 896 138.0 / 109.9).
     c.block_n = s.b_nt ? 16 : 248, c.stages = s.b_nt ? 4 : 8;
-    // Neither layout splits K over blocks: where N leaves SMs without a block, narrower blocks (NN:
-    // 248 -> 120 -> 56 columns, 16 warps, each block's rows over more warps; NT: 8 rows of B). NN
-    // 1 x 4096 x 14335: 56 columns, 16 warps 102.5 us, 8 warps 192.3, 248 columns 304.2 (cuBLAS
-    // 65.3); 1 x 32001 x 4096 (130 blocks of 248) is as fast either way (110-113).
+    // Neither layout splits K over blocks: where N leaves SMs without a block, NN spreads a block's
+    // rows over 16 warps, and where it leaves most of them idle, narrows the blocks too (248 -> 120
+    // -> 56 columns); NT takes 8 rows of B a block. NN 1 x 32001 x 4096 (130 blocks of 248):
+    // 16 warps 110.5 us, 8 warps 135.3, 120 columns 111.8 (cuBLAS 152.0); 1 x 4096 x 14335: 56
+    // columns and 16 warps 102.5, 8 warps 192.3, 248 columns 304.2 (cuBLAS 65.3).
     const auto blocks = [&] { return ceil_div(s.n, c.block_n) * ceil_div(s.m, c.block_m) * s.batch; };
-    if (!s.b_nt && blocks() * 2 < device.sm_count) {
+    if (!s.b_nt && blocks() < device.sm_count) {
         c.warps = 16;
-        while (c.block_n > 56 && blocks() < device.sm_count) c.block_n = (c.block_n + 8) / 2 - 8;
+        if (blocks() * 2 < device.sm_count)
+            while (c.block_n > 56 && blocks() < device.sm_count) c.block_n = (c.block_n + 8) / 2 - 8;
     }
     if (s.b_nt && blocks() < device.sm_count) c.block_n = 8;
     if (gemm_invalid_reason(c, s, device)) return std::nullopt;

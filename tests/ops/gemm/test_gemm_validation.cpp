@@ -412,6 +412,12 @@ TEST_CASE("Gemm reads rows off 16 bytes in place for few rows of A, at any K", "
     const Config narrow = Gemm(narrow_n).model().heuristic(h100);
     CHECK(narrow.at("block_n") == 56);  // 74 blocks; 248 columns would be 17
     CHECK(narrow.at("warps") == 16);
+    GemmProblem almost = problem(1, 32001, 4096);  // 130 blocks of 248 columns on 132 SMs
+    almost.layout = GemmLayout::nn;
+    const Config almost_config = Gemm(almost).model().heuristic(h100);
+    CHECK(almost_config.at("block_n") == 248);
+    CHECK(almost_config.at("warps") == 16);
+    CHECK(Gemm(odd_n).model().heuristic(h100).at("warps") == 8);  // 203 blocks
     gemv["block_n"] = 56, gemv["block_m"] = 1;
     CHECK_FALSE(Gemm(odd_n).model().invalid_reason(gemv, h100).has_value());
     gemv["block_n"] = 64;
