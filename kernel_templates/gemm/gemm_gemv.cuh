@@ -27,15 +27,23 @@
 // NN (B is K x N; D[m, :] sums A[m, k] times row k of B): a block owns BN columns, BN + 8 elements
 // of each row (the shift in front) being BN / 8 + 1 chunks, one a lane; a warp holds 32 / (BN / 8
 // + 1) such lane groups, each taking every (WARPS x groups)-th row. A lane keeps the sums of its
-// chunk's 8 columns over its rows; the lanes' sums meet in shared memory.
+// chunk's 8 columns over its rows; the lanes' sums meet in shared memory. A's rows come from
+// shared memory too, a tile of kGemvNnTileRows positions of k at a time as floats, the BM rows of
+// a k side by side: one shared load gives a chunk's multipliers (read from global memory, BM
+// loads a chunk and their registers held across the loads in flight cost more than B's loads).
+//
+// Few columns over a long K (NN): the blocks of a cluster (CLUSTER of them, sm_90) split K and the
+// first adds the others' sums from their shared memory, so that N / BN blocks still fill the SMs.
 //
 // Template parameters: T (__half, __nv_bfloat16), TOut, BM (1, 2 or 4 rows of A a block), BN (NT:
 // rows of B a block, a multiple of WARPS; NN: 56, 120 or 248 columns), WARPS (8 or 16), STAGES
-// (chunks a lane loads before it multiplies), HAS_C, BIAS, ACT, B_NT. Dynamic shared memory (NT):
-// BM x 8 x gemm_gemv_a_columns(K) elements, then BM x BN floats; (NN) BM x BN floats
-// (GemmConfig::shared_bytes).
+// (chunks a lane loads before it multiplies), CLUSTER (NN: blocks splitting K; 1 elsewhere),
+// HAS_C, BIAS, ACT, B_NT. Dynamic shared memory (NT):
+// BM x 8 x gemm_gemv_a_columns(K) elements, then BM x BN floats; (NN) BM x min(K,
+// kGemvNnTileRows) floats, then BM x BN floats (GemmConfig::shared_bytes).
 #pragma once
 
+#include "arch/cluster.cuh"
 #include "common/types.cuh"
 #include "gemm/gemm_block_sums.cuh"
 
@@ -44,6 +52,33 @@ namespace tileops {
 // Positions a class of k mod 8 of a row of A takes in shared memory (NT): k from -8 to K + 7 and
 // more, zeros outside [0, K). (GemmConfig::shared_bytes computes the same.)
 __device__ __forceinline__ int gemm_gemv_a_columns(long long k) { return static_cast<int>((k + 23) / 8); }
+
+// NN stages A a tile of this many positions of k at a time, as floats (GemmConfig::shared_bytes:
+// min(K, this) x BM floats).
+constexpr int kGemvNnTileRows = 1024;
+
+// The float at `local`'s offset in the shared memory of the cluster's block `rank` (sm_90).
+__device__ __forceinline__ float gemv_cluster_load(const float* local, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(shared_address(local)), "r"(rank));
+    float value;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(value) : "r"(remote) : "memory");
+    return value;
+}
+
+// The BM floats of A at one k (NN's tile: the rows of a k side by side), in one shared load.
+template <int BM>
+__device__ __forceinline__ void gemv_a_floats(const float* at, float (&a)[BM]) {
+    if constexpr (BM == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(at);
+        a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
+    } else if constexpr (BM == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(at);
+        a[0] = v.x, a[1] = v.y;
+    } else {
+        a[0] = *at;
+    }
+}
 
 // The 16-byte aligned chunk at `chunk`: in one load where it lies inside the operand (`whole`),
 // else only its elements [lo, hi), one by one, the others zero (the bits of +0 in fp16 and bf16).
@@ -92,25 +127,31 @@ __device__ __forceinline__ void gemv_unpack(const uint4& raw, float (&out)[8]) {
     }
 }
 
-template <typename T, typename TOut, int BM, int BN, int WARPS, int STAGES, bool HAS_C, bool BIAS, int ACT, bool B_NT>
+template <typename T, typename TOut, int BM, int BN, int WARPS, int STAGES, int CLUSTER, bool HAS_C, bool BIAS, int ACT,
+          bool B_NT>
 __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p) {
     constexpr int THREADS = WARPS * 32;
     static_assert(sizeof(T) == 2, "A and B are 16-bit");
     static_assert(WARPS % 8 == 0, "a warp's rows must share their shift (rows 8 apart do)");
     static_assert(B_NT ? BN % WARPS == 0 : (BN + 8) % 8 == 0 && 32 % ((BN + 8) / 8) == 0,
                   "NT: whole rows a warp; NN: a row's chunks split the warp evenly");
+    static_assert(CLUSTER == 1 || (!B_NT && (CLUSTER == 2 || CLUSTER == 4 || CLUSTER == 8)),
+                  "NN only splits K, over a cluster of 2, 4 or 8 blocks");
 
     extern __shared__ __align__(16) unsigned char gemm_shared[];
     const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-    const long long n0 = static_cast<long long>(blockIdx.x) * BN, m0 = static_cast<long long>(blockIdx.y) * BM;
+    const long long n0 = static_cast<long long>(blockIdx.x / CLUSTER) * BN, m0 = static_cast<long long>(blockIdx.y) * BM;
     const long long batch = blockIdx.z;
     const T* A = static_cast<const T*>(p.a) + batch * p.batch_stride_a + m0 * p.lda;
     const T* B = static_cast<const T*>(p.b) + batch * p.batch_stride_b;
     const int rows_a = static_cast<int>(min(static_cast<long long>(BM), p.m - m0));
     // (Shared memory bounds the staged rows of A: their indices fit in an int.)
     const int a_columns = B_NT ? gemm_gemv_a_columns(p.k) : 0;
-    T* a_shared = reinterpret_cast<T*>(gemm_shared);
-    float* sums = reinterpret_cast<float*>(gemm_shared + static_cast<size_t>(BM) * 8 * a_columns * sizeof(T));
+    T* a_shared = reinterpret_cast<T*>(gemm_shared);     // NT
+    float* a_tile = reinterpret_cast<float*>(gemm_shared);  // NN
+    const size_t a_bytes = B_NT ? static_cast<size_t>(BM) * 8 * a_columns * sizeof(T)
+                                : static_cast<size_t>(BM) * min(static_cast<long long>(kGemvNnTileRows), p.k) * sizeof(float);
+    float* sums = reinterpret_cast<float*>(gemm_shared + a_bytes);
     // (Lambdas here: as functions taking B's bounds by value, they cost 32 more registers at 4 rows
     // of A in layout NN, one block an SM instead of two.)
     auto aligned_down = [](const T* at) {
@@ -207,31 +248,53 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
         for (int m = 0; m < BM; ++m)
 #pragma unroll
             for (int e = 0; e < 8; ++e) acc[m][e] = 0.0f;
-        if (hi > lo) {
+        // This block's share of K: all of it, or a cluster's block's slice (a multiple of 64 rows,
+        // so that a warp's rows stay those of its shift).
+        long long k_begin = 0, k_end = p.k;
+        if constexpr (CLUSTER > 1) {
+            const long long slice = (p.k + 64 * CLUSTER - 1) / (64 * CLUSTER) * 64;
+            k_begin = min(p.k, slice * cluster_rank());
+            k_end = min(p.k, k_begin + slice);
+        }
 #pragma unroll 1
-            for (long long first = warp + static_cast<long long>(group) * WARPS; first < p.k; first += ROW_STEP * STAGES) {
+        for (long long tile = k_begin; tile < k_end; tile += kGemvNnTileRows) {
+            // A's rows for this tile's positions of k, as floats, the BM rows of a k side by side.
+            const int tile_rows = static_cast<int>(min(static_cast<long long>(kGemvNnTileRows), k_end - tile));
+            if (tile > k_begin) __syncthreads();  // every warp is done with the previous tile
+            for (int i = static_cast<int>(threadIdx.x); i < BM * tile_rows; i += THREADS) {
+                const int m = i / tile_rows, r = i % tile_rows;
+                a_tile[r * BM + m] = m < rows_a ? to_float(A[m * p.lda + tile + r]) : 0.0f;
+            }
+            __syncthreads();
+            if (hi <= lo) continue;
+            // Rows start at a multiple of ROW_STEP, so warp w's rows are still w mod 8.
+            const long long tile_end = tile + tile_rows;
+#pragma unroll 1
+            for (long long first = tile + warp + static_cast<long long>(group) * WARPS; first < tile_end;
+                 first += ROW_STEP * STAGES) {
                 uint4 raw[STAGES];
-                float a[STAGES][BM];
 #pragma unroll
                 for (int s = 0; s < STAGES; ++s) {
                     const long long k = first + static_cast<long long>(s) * ROW_STEP;
-                    const bool inside = k < p.k;
+                    const bool inside = k < tile_end;
                     // Elements outside the block's columns only reach sums that are never stored.
                     const T* at = aligned_down(B + k * p.ldb + n0) + 8 * chunk;
                     raw[s] = gemv_chunk(at, inside && inside_b(at), lo, inside ? hi : 0);
-#pragma unroll
-                    for (int m = 0; m < BM; ++m) a[s][m] = inside && m < rows_a ? to_float(A[m * p.lda + k]) : 0.0f;
                 }
 #pragma unroll
                 for (int s = 0; s < STAGES; ++s) {
-                    float b[8];
+                    const long long k = first + static_cast<long long>(s) * ROW_STEP;
+                    float a[BM], b[8];
+                    gemv_a_floats<BM>(a_tile + (k < tile_end ? k - tile : 0) * BM, a);
                     gemv_unpack<T>(raw[s], b);
 #pragma unroll
                     for (int m = 0; m < BM; ++m)
 #pragma unroll
-                        for (int e = 0; e < 8; ++e) acc[m][e] = fmaf(a[s][m], b[e], acc[m][e]);
+                        for (int e = 0; e < 8; ++e) acc[m][e] = fmaf(a[m], b[e], acc[m][e]);
                 }
             }
+        }
+        if (hi > lo) {
 #pragma unroll
             for (int m = 0; m < BM; ++m)
 #pragma unroll
@@ -241,6 +304,21 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
     }
     __syncthreads();
 
+    if constexpr (CLUSTER > 1) {
+        // The cluster's first block adds the others' sums to its own and stores them; the others
+        // keep their shared memory alive until it has read them.
+        cluster_sync();
+        const unsigned rank = cluster_rank();
+        if (rank == 0)
+            for (int i = static_cast<int>(threadIdx.x); i < BM * BN; i += THREADS) {
+                float total = sums[i];
+#pragma unroll
+                for (unsigned other = 1; other < CLUSTER; ++other) total += gemv_cluster_load(sums + i, other);
+                sums[i] = total;
+            }
+        cluster_sync();
+        if (rank != 0) return;
+    }
     gemm_store_block_sums<T, TOut, BM, BN, THREADS, HAS_C, BIAS, ACT>(p, sums, batch, m0, n0);
 }
 

@@ -240,10 +240,13 @@ public:
         } else if (gemm_reads_in_place(c.kernel)) {
             const bool gemv = c.kernel == kGemmGemv;
             plan.template_file = gemv ? "gemm/gemm_gemv.cuh" : "gemm/gemm_skinny.cuh";
+            // The gemv kernel's blocks of a cluster split K (sm_90, NN).
+            const std::string stages_and_cluster = gemv ? fmt::format("{}, {}", c.stages, c.cluster) : std::to_string(c.stages);
             plan.name_expression = fmt::format("tileops::{}_kernel<{}, {}, {}, {}, {}, {}, {}, {}>", gemv ? "gemm_gemv" : "gemm_skinny",
                                                device_type_name(p_.dtype), device_type_name(*p_.out_dtype), c.block_m,
-                                               c.block_n, c.warps, c.stages, epilogue, nt(p_) ? "true" : "false");
-            plan.grid[0] = static_cast<unsigned>((p_.n + c.block_n - 1) / c.block_n);
+                                               c.block_n, c.warps, stages_and_cluster, epilogue, nt(p_) ? "true" : "false");
+            plan.grid[0] = static_cast<unsigned>((p_.n + c.block_n - 1) / c.block_n * (gemv ? c.cluster : 1));
+            plan.cluster = static_cast<unsigned>(gemv ? c.cluster : 1);
             plan.grid[1] = static_cast<unsigned>((p_.m + c.block_m - 1) / c.block_m);
             plan.grid[2] = static_cast<unsigned>(p_.batch);
         } else {
@@ -287,7 +290,7 @@ private:
         GemmLaunch details;
         details.tma = c.kernel == kGemmSm90;
         details.block_m = c.block_m, details.block_n = c.block_n, details.split_k = c.split_k;
-        details.paired = c.cluster == 2;
+        details.paired = c.kernel == kGemmSm90 && c.cluster == 2;
         details.split = GemmSplitWorkspace::of(c, shape_);
         details.workspace_bytes = details.split.bytes();
         details.packs = launch_packs(c, width);

@@ -64,6 +64,8 @@ GemmConfig GemmConfig::from(const Config& config) {
         c.split_k = static_cast<int>(config_value(config, "split_k", op));
     } else if (gemm_reads_in_place(c.kernel)) {
         c.warps = static_cast<int>(config_value(config, "warps", op));
+        // The gemv kernel's K split came after its first configs: those without the key split none.
+        if (c.kernel == kGemmGemv && config.count("cluster")) c.cluster = static_cast<int>(config_value(config, "cluster", op));
     } else {
         c.warps_m = static_cast<int>(config_value(config, "warps_m", op));
         c.warps_n = static_cast<int>(config_value(config, "warps_n", op));
@@ -81,6 +83,7 @@ Config GemmConfig::to_config() const {
         c["split_k"] = split_k;
     } else if (gemm_reads_in_place(kernel)) {
         c["warps"] = warps;
+        if (kernel == kGemmGemv) c["cluster"] = cluster;
     } else {
         c["warps_m"] = warps_m;
         c["warps_n"] = warps_n;
@@ -91,10 +94,14 @@ Config GemmConfig::to_config() const {
 unsigned GemmConfig::shared_bytes(const GemmShape& s) const {
     // Saturated, not wrapped: a hostile config's ring must not pass the shared-memory check.
     const auto bytes = [](size_t n) { return static_cast<unsigned>(std::min<size_t>(n, UINT_MAX)); };
-    if (kernel == kGemmGemv) {  // must match gemm_gemv.cuh: NT stages A's rows in 8 classes of k mod 8
+    if (kernel == kGemmGemv) {
+        // Must match gemm_gemv.cuh: NT stages A's rows in 8 classes of k mod 8, NN a tile of up to
+        // kGemvNnTileRows positions of k as floats.
+        const auto rows = static_cast<size_t>(std::max(block_m, 0));
         const auto a_columns = static_cast<size_t>((s.k + 23) / 8);  // gemm_gemv_a_columns
-        const size_t a_elems = s.b_nt ? static_cast<size_t>(block_m) * 8 * a_columns : 0;
-        return bytes(a_elems * s.in_bytes + static_cast<size_t>(std::max(block_m, 0)) * std::max(block_n, 0) * sizeof(float));
+        const size_t a_bytes = s.b_nt ? rows * 8 * a_columns * s.in_bytes
+                                      : rows * static_cast<size_t>(std::min(s.k, kGemmGemvNnTileRows)) * sizeof(float);
+        return bytes(a_bytes + rows * std::max(block_n, 0) * sizeof(float));
     }
     if (kernel == kGemmSkinny) {  // must match gemm_skinny.cuh: rows read in place, 8 elements of slack each
         // A stage: A's block_m rows of block_k + 8, then B's block_n such rows (NT) or its block_k
@@ -181,6 +188,11 @@ std::optional<std::string> gemm_invalid_reason(const GemmConfig& c, const GemmSh
             return fmt::format("block_n = {} is not a multiple of warps = {} up to 64 (rows of B a block)", c.block_n, c.warps);
         if (!s.b_nt && c.block_n != 56 && c.block_n != 120 && c.block_n != 248)
             return fmt::format("block_n = {} is not 56, 120 or 248 (a row's 8, 16 or 32 chunks a warp takes)", c.block_n);
+        if (c.cluster != 1 && c.cluster != 2 && c.cluster != 4 && c.cluster != 8)
+            return fmt::format("cluster = {} is not 1, 2, 4 or 8 (blocks splitting K)", c.cluster);
+        if (c.cluster > 1 && (s.b_nt || device.sm() != 90))
+            return fmt::format("cluster = {} splits K in layout NN on sm_90 only (the problem is {} on {})", c.cluster,
+                               s.b_nt ? "NT" : "NN", device.arch());
         if (ceil_div(s.m, c.block_m) > 65535) return fmt::format("M = {} needs more than 65535 blocks of {} rows", s.m, c.block_m);
         if (s.batch > 65535) return fmt::format("batch = {} is more than 65535 (the grid's z)", s.batch);
     } else if (c.kernel == kGemmSkinny) {
@@ -290,16 +302,22 @@ std::optional<GemmConfig> gemm_gemv_heuristic(const GemmShape& s, const DeviceIn
     // (1 x 4096 x 4095 21.7 / 22.6, 1 x 14336 x 4095 53.0 / 53.0; 8 in flight 22.8 and 58.1); NN
     // 248 columns, 8 in flight (1 x 50257 x 768 38.4 / 37.7, 2 x 151655 x 896 138.0 / 109.9).
     c.block_n = s.b_nt ? 16 : 248, c.stages = s.b_nt ? 4 : 8;
-    // Neither layout splits K over blocks: where N leaves SMs without a block, NN spreads a block's
-    // rows over 16 warps, and where it leaves most of them idle, narrows the blocks too (248 -> 120
-    // -> 56 columns); NT takes 8 rows of B a block. NN 1 x 32001 x 4096 (130 blocks of 248):
-    // 16 warps 110.5 us, 8 warps 135.3, 120 columns 111.8 (cuBLAS 152.0); 1 x 4096 x 14335: 56
-    // columns and 16 warps 102.5, 8 warps 192.3, 248 columns 304.2 (cuBLAS 65.3).
-    const auto blocks = [&] { return ceil_div(s.n, c.block_n) * ceil_div(s.m, c.block_m) * s.batch; };
+    // Where N leaves SMs without a block, NN spreads a block's rows over 16 warps. Where it leaves
+    // most of them idle, sm_90 splits K over up to 8 blocks of a cluster (8 warps each), and older
+    // GPUs take 16 warps; then both narrow the blocks (248 -> 120 -> 56 columns) if SMs are still
+    // idle. NT takes 8 rows of B a block. H100, us (cuBLAS): 1 x 4096 x 14335 (17 blocks of 248)
+    // split over 8 blocks of 8 warps 57.8, of 16 warps 75.8; 120 columns over 4 blocks 81.4; 56
+    // columns unsplit, 16 warps 90.1 (64.5). 3 x 4096 x 14335: 83.8, 112.6, 56 unsplit 123.6
+    // (101.3). 1 x 32001 x 4096 (130 blocks): unsplit, 16 warps 96.7; split in 2, 8 warps 95.1,
+    // 16 warps 105.0 (151.9).
+    const auto blocks = [&] { return ceil_div(s.n, c.block_n) * ceil_div(s.m, c.block_m) * s.batch * c.cluster; };
     if (!s.b_nt && blocks() < device.sm_count) {
-        c.warps = 16;
-        if (blocks() * 2 < device.sm_count)
+        if (blocks() * 2 >= device.sm_count || device.sm() != 90) c.warps = 16;
+        if (blocks() * 2 < device.sm_count) {
+            if (device.sm() == 90)
+                while (c.cluster < 8 && blocks() < device.sm_count) c.cluster *= 2;
             while (c.block_n > 56 && blocks() < device.sm_count) c.block_n = (c.block_n + 8) / 2 - 8;
+        }
     }
     if (s.b_nt && blocks() < device.sm_count) c.block_n = 8;
     if (gemm_invalid_reason(c, s, device)) return std::nullopt;
@@ -455,16 +473,27 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
                     add(c);
                 }
     // The gemv kernel (M <= 4): 8 to 64 rows of B a block (NT) or 56 to 248 columns (NN), 8 or 16
-    // warps, 2 to 8 chunks in flight a lane.
+    // warps, 2 to 8 chunks in flight a lane (NN 4 to 8: at 4 rows of A, ptxas fits NN's 2-chunk
+    // kernels in 64 registers and spills).
     if (auto base = gemm_gemv_heuristic(s, device)) {
         const std::vector<int> widths = s.b_nt ? std::vector<int>{8, 16, 32, 64} : std::vector<int>{56, 120, 248};
+        const std::vector<int> rings = s.b_nt ? std::vector<int>{2, 4, 8} : std::vector<int>{4, 6, 8};
+        // NN on sm_90 splits K over 2, 4 or 8 blocks of a cluster where that makes at most two
+        // blocks an SM, 8 chunks in flight (fewer were never ahead in NN: 4 x 50257 x 768, 8
+        // 51.2 us, 4 54.5; H100).
+        const int max_cluster = !s.b_nt && device.sm() == 90 ? 8 : 1;
         for (int bn : widths)
-            for (int warps : {8, 16})
-                for (int stages : {2, 4, 8}) {
-                    GemmConfig c = *base;
-                    c.block_n = bn, c.warps = warps, c.stages = stages;
-                    add(c);
-                }
+            for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
+                if (cluster > 1 && ceil_div(s.n, bn) * ceil_div(s.m, base->block_m) * s.batch * cluster > 2 * int64_t{device.sm_count})
+                    break;
+                for (int warps : {8, 16})
+                    for (int stages : rings) {
+                        if (cluster > 1 && stages != 8) continue;
+                        GemmConfig c = *base;
+                        c.block_n = bn, c.warps = warps, c.stages = stages, c.cluster = cluster;
+                        add(c);
+                    }
+            }
     }
     if (device.sm() == 90) {
         // TMA kernel: block_m, consumers, block_n, stages, pingpong (a stage of 128 x 256 is 48 KB;

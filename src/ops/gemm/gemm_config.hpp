@@ -31,6 +31,8 @@ enum GemmKernel : int { kGemmSm80 = 0, kGemmSm90 = 1, kGemmSkinny = 2, kGemmGemv
 constexpr bool gemm_reads_in_place(int kernel) { return kernel == kGemmSkinny || kernel == kGemmGemv; }
 // The gemv kernel is searched up to this M.
 constexpr int64_t kGemmGemvMaxM = 4;
+// Positions of k the gemv kernel stages of A at a time in layout NN (kGemvNnTileRows in gemm_gemv.cuh).
+constexpr int64_t kGemmGemvNnTileRows = 1024;
 // The skinny kernel is searched up to this M.
 constexpr int64_t kGemmSkinnyMaxM = 64;
 // Up to this M it is the heuristic's choice for rows off 16 bytes (GemmShape::rows_aligned false):

@@ -1,5 +1,7 @@
 // Gemm refuses bad problems and operands by name, and picks the vector width the operands allow.
 // Needs no GPU: check() runs run()'s argument checks without launching.
+#include <set>
+
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
@@ -407,11 +409,44 @@ TEST_CASE("Gemm reads rows off 16 bytes in place for few rows of A, at any K", "
         CHECK(chosen.at("kernel") == 3);
         CHECK(chosen.at("block_n") == 248);
     }
+    // Few columns over a long K: sm_90 splits K over the 8 blocks of a cluster, 8 warps each (17
+    // blocks of 248 columns, 136 with the split), older GPUs take 16 warps and narrow the blocks
+    // (74 of 56 columns).
     GemmProblem narrow_n = problem(1, 4097, 14336);
     narrow_n.layout = GemmLayout::nn;
     const Config narrow = Gemm(narrow_n).model().heuristic(h100);
-    CHECK(narrow.at("block_n") == 56);  // 74 blocks; 248 columns would be 17
-    CHECK(narrow.at("warps") == 16);
+    CHECK(narrow.at("block_n") == 248);
+    CHECK(narrow.at("cluster") == 8);
+    CHECK(narrow.at("warps") == 8);
+    const Config narrow_sm80 = Gemm(narrow_n).model().heuristic(DeviceInfo::for_arch("sm_80"));
+    CHECK(narrow_sm80.at("warps") == 16);
+    CHECK(narrow_sm80.at("block_n") == 56);
+    CHECK(narrow_sm80.at("cluster") == 1);
+    std::set<long long> clusters;
+    for (const Config& c : Gemm(narrow_n).model().search_space(h100))
+        if (c.at("kernel") == 3) clusters.insert(c.at("cluster"));
+    CHECK(clusters == std::set<long long>{1, 2, 4, 8});
+    for (const Config& c : Gemm(odd_n).model().search_space(h100))  // 203 blocks: no split
+        if (c.at("kernel") == 3) CHECK(c.at("cluster") == 1);
+    for (const Config& c : Gemm(narrow_n).model().search_space(DeviceInfo::for_arch("sm_80")))
+        if (c.at("kernel") == 3) CHECK(c.at("cluster") == 1);
+    // A cluster splits K in layout NN on sm_90 only, over 2, 4 or 8 blocks; a config from before
+    // the key existed splits none. NN stages A 1024 positions of k at a time as floats.
+    Config split = narrow;
+    CHECK_FALSE(Gemm(narrow_n).model().invalid_reason(split, h100).has_value());
+    CHECK_THAT(*Gemm(narrow_n).model().invalid_reason(split, DeviceInfo::for_arch("sm_80")), ContainsSubstring("sm_90"));
+    split["cluster"] = 3;
+    CHECK_THAT(*Gemm(narrow_n).model().invalid_reason(split, h100), ContainsSubstring("cluster = 3"));
+    split["cluster"] = 2;
+    GemmProblem narrow_nt = narrow_n;
+    narrow_nt.layout = GemmLayout::nt;
+    split["block_n"] = 16;
+    CHECK_THAT(*Gemm(narrow_nt).model().invalid_reason(split, h100), ContainsSubstring("NN on sm_90 only"));
+    split.erase("cluster");
+    CHECK(detail::GemmConfig::from(split).cluster == 1);
+    const detail::GemmShape long_nn{1, 1, 4097, 14336, 2, false, 2, false};
+    split["block_n"] = 248;
+    CHECK(detail::GemmConfig::from(split).shared_bytes(long_nn) == 1024 * 4 + 248 * 4);
     GemmProblem almost = problem(1, 32001, 4096);  // 130 blocks of 248 columns on 132 SMs
     almost.layout = GemmLayout::nn;
     const Config almost_config = Gemm(almost).model().heuristic(h100);
