@@ -311,7 +311,7 @@ void run_search_space_of(int kernel, GemmLayout layout, const std::vector<InPlac
         for (const Config& config : Gemm(p).model().search_space(device))
             if (config.at("kernel") == kernel) configs.push_back(config);
         // Compile them all at once first (misses on different keys compile in parallel): a
-        // problem's space holds up to 72 kernels.
+        // problem's space holds up to 36 gemv kernels with the K splits.
         const Gemm op(p);
         std::vector<std::future<detail::ResolvedLaunch>> compiled;
         for (const Config& config : configs)
