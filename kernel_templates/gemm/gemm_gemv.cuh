@@ -66,20 +66,6 @@ __device__ __forceinline__ float gemv_cluster_load(const float* local, unsigned 
     return value;
 }
 
-// The BM floats of A at one k (NN's tile: the rows of a k side by side), in one shared load.
-template <int BM>
-__device__ __forceinline__ void gemv_a_floats(const float* at, float (&a)[BM]) {
-    if constexpr (BM == 4) {
-        const float4 v = *reinterpret_cast<const float4*>(at);
-        a[0] = v.x, a[1] = v.y, a[2] = v.z, a[3] = v.w;
-    } else if constexpr (BM == 2) {
-        const float2 v = *reinterpret_cast<const float2*>(at);
-        a[0] = v.x, a[1] = v.y;
-    } else {
-        a[0] = *at;
-    }
-}
-
 // The 16-byte aligned chunk at `chunk`: in one load where it lies inside the operand (`whole`),
 // else only its elements [lo, hi), one by one, the others zero (the bits of +0 in fp16 and bf16).
 template <typename T>
@@ -285,7 +271,7 @@ __global__ void __launch_bounds__(WARPS * 32) gemm_gemv_kernel(const GemmArgs p)
                 for (int s = 0; s < STAGES; ++s) {
                     const long long k = first + static_cast<long long>(s) * ROW_STEP;
                     float a[BM], b[8];
-                    gemv_a_floats<BM>(a_tile + (k < tile_end ? k - tile : 0) * BM, a);
+                    load_vec<float, BM>(a_tile + (k < tile_end ? k - tile : 0) * BM, a);  // one shared load
                     gemv_unpack<T>(raw[s], b);
 #pragma unroll
                     for (int m = 0; m < BM; ++m)
