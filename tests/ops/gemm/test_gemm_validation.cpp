@@ -361,6 +361,21 @@ TEST_CASE("Gemm reads rows off 16 bytes in place for few rows of A, at any K", "
         CHECK(heuristic_kernel(1, 4100, 4104, GemmLayout::nt) < 2);     // aligned rows, K not a multiple of 8
         CHECK(heuristic_kernel(1, 4096, 4096, GemmLayout::nt) < 2);
     }
+    // Layout NT at 3-4 rows of A: 32 rows of B a block where that leaves every SM two blocks (A's
+    // staging shared by more rows), else 16, and 8 where 16 leave SMs idle.
+    auto nt_rows_a_block = [](int64_t m, int64_t n, const char* arch) {
+        GemmProblem p = problem(m, n, 4095);
+        p.layout = GemmLayout::nt;
+        return Gemm(p).model().heuristic(DeviceInfo::for_arch(arch)).at("block_n");
+    };
+    CHECK(nt_rows_a_block(3, 28672, "sm_90a") == 32);  // 896 blocks on 132 SMs
+    CHECK(nt_rows_a_block(4, 8448, "sm_90a") == 32);   // 264: two an SM
+    CHECK(nt_rows_a_block(4, 8416, "sm_90a") == 16);   // 263
+    CHECK(nt_rows_a_block(3, 4544, "sm_90a") == 16);
+    CHECK(nt_rows_a_block(3, 2048, "sm_90a") == 8);    // 128 blocks of 16 rows
+    CHECK(nt_rows_a_block(1, 28672, "sm_90a") == 16);  // one row of A: 16 rows a block
+    CHECK(nt_rows_a_block(2, 28672, "sm_90a") == 16);
+    CHECK(nt_rows_a_block(3, 28672, "sm_80") == 32);   // 108 SMs
     // Every K is valid for them, the search space offers them at K not a multiple of 8, and the
     // skinny kernel's rows carry eight elements of slack for the shift (shared memory).
     const DeviceInfo h100 = DeviceInfo::for_arch("sm_90a");
