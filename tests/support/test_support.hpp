@@ -115,4 +115,8 @@ SkewedBatches skewed_batches(int batch, int longest, uint32_t seed);
 // the extra environment; returns its exit status.
 int run_self(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env);
 
+// A fake device address for the validation tests: 16-byte aligned, `slot` x 64 GB, so that
+// check(), which never dereferences it, finds the addresses of different slots apart.
+inline void* fake_device_address(int slot) { return reinterpret_cast<void*>(uintptr_t(slot) << 36); }
+
 }  // namespace tileops::test

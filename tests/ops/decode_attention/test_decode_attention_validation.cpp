@@ -14,6 +14,7 @@
 #include "ops/decode_attention/decode_attention_config.hpp"
 #include "ops/registry.hpp"
 #include "support/compile_kernels.hpp"
+#include "support/test_support.hpp"
 #include "tileops/tileops.hpp"
 
 using namespace tileops;
@@ -21,15 +22,14 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// Fake device addresses, 16-byte aligned and 64 GB apart: check() never dereferences them, and
-// its overlap checks find them apart.
-void* const kQ = reinterpret_cast<void*>(uintptr_t{1} << 36);
-void* const kK = reinterpret_cast<void*>(uintptr_t{2} << 36);
-void* const kV = reinterpret_cast<void*>(uintptr_t{3} << 36);
-void* const kLengths = reinterpret_cast<void*>(uintptr_t{4} << 36);
-void* const kPages = reinterpret_cast<void*>(uintptr_t{5} << 36);
-void* const kOut = reinterpret_cast<void*>(uintptr_t{6} << 36);
-void* const kLse = reinterpret_cast<void*>(uintptr_t{7} << 36);
+// Device addresses that check() never dereferences (test::fake_device_address).
+void* const kQ = test::fake_device_address(1);
+void* const kK = test::fake_device_address(2);
+void* const kV = test::fake_device_address(3);
+void* const kLengths = test::fake_device_address(4);
+void* const kPages = test::fake_device_address(5);
+void* const kOut = test::fake_device_address(6);
+void* const kLse = test::fake_device_address(7);
 
 DecodeAttentionProblem gqa() {
     DecodeAttentionProblem p;

@@ -5,6 +5,7 @@
 
 #include "ops/registry.hpp"
 #include "core/op_model.hpp"
+#include "support/test_support.hpp"
 #include "tileops/tileops.hpp"
 
 using namespace tileops;
@@ -12,14 +13,13 @@ using Catch::Matchers::ContainsSubstring;
 
 namespace {
 
-// Fake device addresses, 16-byte aligned and 64 GB apart: check() never dereferences them, and
-// its overlap checks find them apart.
-void* const kQ = reinterpret_cast<void*>(uintptr_t{1} << 36);
-void* const kKv = reinterpret_cast<void*>(uintptr_t{2} << 36);
-void* const kLengths = reinterpret_cast<void*>(uintptr_t{4} << 36);
-void* const kPages = reinterpret_cast<void*>(uintptr_t{5} << 36);
-void* const kOut = reinterpret_cast<void*>(uintptr_t{6} << 36);
-void* const kLse = reinterpret_cast<void*>(uintptr_t{7} << 36);
+// Device addresses that check() never dereferences (test::fake_device_address).
+void* const kQ = test::fake_device_address(1);
+void* const kKv = test::fake_device_address(2);
+void* const kLengths = test::fake_device_address(4);
+void* const kPages = test::fake_device_address(5);
+void* const kOut = test::fake_device_address(6);
+void* const kLse = test::fake_device_address(7);
 
 MlaDecodeProblem deepseek() {
     MlaDecodeProblem p;
