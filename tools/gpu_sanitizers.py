@@ -13,7 +13,7 @@ after that long: a test that takes minutes under a tool then waits for the next 
 --done skips the jobs an earlier summary finished, so a long pass can be split over several runs.
 --shards N runs each [search_space] test as N jobs, each on its share of the configs;
 --search-space-only leaves the families' other tests out; otherwise the search-space tests run
-after all the others.
+after all the others. --name-contains TEXT keeps only the tests whose name holds TEXT.
 The [cli] family is left out: its [gpu] test runs deliberately faulty kernels in the tuning worker.
 """
 import argparse
@@ -105,6 +105,9 @@ def main():
     parser.add_argument("--search-space-only", action="store_true",
                         help="run only the [search_space] tests of the families")
     parser.add_argument("--done", action="append", default=[], help="an earlier summary.json: skip what it finished")
+    parser.add_argument("--name-contains", action="append", default=[],
+                        help="keep only the tests whose name holds this text (repeatable: any of them), e.g. one "
+                             "search-space test after its kernel changed")
     args = parser.parse_args()
     os.makedirs(os.path.join(args.out, "logs"), exist_ok=True)
     finished = set()
@@ -120,6 +123,9 @@ def main():
     search_space = set(test_names(args.tests, "[search_space]"))
     if args.search_space_only:
         names = {family: [n for n in family_names if n in search_space] for family, family_names in names.items()}
+    if args.name_contains:
+        names = {family: [n for n in family_names if any(text in n for text in args.name_contains)]
+                 for family, family_names in names.items()}
     sharded = search_space if args.shards > 1 else set()
     shards = [f"{i}/{args.shards}" for i in range(args.shards)]
     jobs = []  # (tool, family, test name, shard or None)

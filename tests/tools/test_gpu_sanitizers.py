@@ -67,6 +67,13 @@ class GpuSanitizersTest(unittest.TestCase):
         self.assertEqual({r["gpu"] for r in results.values()}, {0, 1})
         self.assertIn("racecheck  rows         6 clean, 1 errors, 1 tests failed", table)
 
+    def test_name_contains_keeps_only_the_tests_it_names(self):
+        kept, _ = self.run_runner(os.path.join(self.dir.name, "kept"), "--name-contains", "row-op")
+        self.assertEqual(sorted(kept), [f"{i}/8" for i in range(8)])
+        none, table = self.run_runner(os.path.join(self.dir.name, "none"), "--name-contains", "gemv")
+        self.assertEqual(none, {})
+        self.assertNotIn("racecheck", table)
+
     def test_start_by_leaves_jobs_for_a_later_run_that_done_skips(self):
         first_out = os.path.join(self.dir.name, "first")
         # Two GPUs, jobs of 1 s, none started after 1.5 s: the first two run to their end (the
