@@ -310,7 +310,7 @@ std::optional<GemmConfig> gemm_gemv_heuristic(const GemmShape& s, const DeviceIn
     // columns unsplit, 16 warps 90.1 (64.5). 3 x 4096 x 14335: 83.8, 112.6, 56 unsplit 123.6
     // (101.3). 1 x 32001 x 4096 (130 blocks): unsplit, 16 warps 96.7; split in 2, 8 warps 95.1,
     // 16 warps 105.0 (151.9).
-    const auto blocks = [&] { return ceil_div(s.n, c.block_n) * ceil_div(s.m, c.block_m) * s.batch * c.cluster; };
+    const auto blocks = [&] { return gemm_tiles(c, s) * c.cluster; };
     if (!s.b_nt && blocks() < device.sm_count) {
         if (blocks() * 2 >= device.sm_count || device.sm() != 90) c.warps = 16;
         if (blocks() * 2 < device.sm_count) {
@@ -493,13 +493,13 @@ std::vector<GemmConfig> gemm_search_space(const GemmShape& s, const DeviceInfo& 
         const int max_cluster = !s.b_nt && device.sm() == 90 ? 8 : 1;
         for (int bn : widths)
             for (int cluster = 1; cluster <= max_cluster; cluster *= 2) {
-                if (cluster > 1 && ceil_div(s.n, bn) * ceil_div(s.m, base->block_m) * s.batch * cluster > 2 * int64_t{device.sm_count})
-                    break;
+                GemmConfig c = *base;
+                c.block_n = bn, c.cluster = cluster;
+                if (cluster > 1 && gemm_tiles(c, s) * cluster > 2 * int64_t{device.sm_count}) break;
                 for (int warps : {8, 16})
                     for (int stages : rings) {
                         if (cluster > 1 && stages != 8) continue;
-                        GemmConfig c = *base;
-                        c.block_n = bn, c.warps = warps, c.stages = stages, c.cluster = cluster;
+                        c.warps = warps, c.stages = stages;
                         add(c);
                     }
             }
