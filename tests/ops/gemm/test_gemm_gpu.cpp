@@ -299,9 +299,11 @@ struct InPlaceShape {
 };
 
 // Runs every config of `kernel` in each shape's search space (C and bias on where the shape has an
-// activation or an odd M, alpha 1.5), at least `at_least` a shape.
+// activation or an odd M, alpha 1.5), at least `at_least` a shape; under TILEOPS_TEST_SHARD only
+// this shard's share of them, at least its share of `at_least`.
 void run_search_space_of(int kernel, GemmLayout layout, const std::vector<InPlaceShape>& shapes, int at_least) {
     const DeviceInfo& device = shared_runtime().device();
+    const test::Shard shard = test::test_shard();
     for (const InPlaceShape& s : shapes) {
         GemmProblem p = make(s.m, s.n, s.k, layout, s.in, s.out);
         p.has_c = s.epilogue != GemmEpilogue::none, p.beta = p.has_c ? 0.5f : 0.0f, p.bias = s.m % 2 == 1;
@@ -310,6 +312,7 @@ void run_search_space_of(int kernel, GemmLayout layout, const std::vector<InPlac
         std::vector<Config> configs;
         for (const Config& config : Gemm(p).model().search_space(device))
             if (config.at("kernel") == kernel) configs.push_back(config);
+        configs = test::this_shard(configs, shard);
         // Compile them all at once first (misses on different keys compile in parallel): a
         // problem's space holds up to 36 gemv kernels with the K splits.
         const Gemm op(p);
@@ -326,14 +329,14 @@ void run_search_space_of(int kernel, GemmLayout layout, const std::vector<InPlac
             run_case(c);
             ++tried;
         }
-        CHECK(tried >= at_least);
+        CHECK(tried >= static_cast<int>(at_least / shard.count));
     }
 }
 
 }  // namespace
 
 TEST_CASE("Gemm: the skinny kernel (M up to 64, both layouts) in every config of its search space on ragged problems",
-          "[gpu][gemm]") {
+          "[gpu][gemm][search_space]") {
     TILEOPS_REQUIRE_GPU();
     shared_runtime();
     // Layout NN reads B's rows of N, each row's columns at its own shift (an odd N, padded rows).
@@ -369,7 +372,7 @@ TEST_CASE("Gemm: the skinny kernel (M up to 64, both layouts) in every config of
 }
 
 TEST_CASE("Gemm: the gemv kernel (M up to 4, both layouts) in every config of its search space on ragged problems",
-          "[gpu][gemm]") {
+          "[gpu][gemm][search_space]") {
     TILEOPS_REQUIRE_GPU();
     shared_runtime();
     const GemmLayout layout = GENERATE(GemmLayout::nt, GemmLayout::nn);
