@@ -1,0 +1,137 @@
+"""bench/sweep_peers.py --recheck-below against a fake bench_problems and a fake torch peer: no GPU or
+torch needed. The scripts run from a copy of bench/ whose torch_rows_peers.py is the fake."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(ROOT, "bench")
+
+# Every run appends "ours N" or "peer N" (N problems) to $SWEEP_LOG. Ours takes 10 us a problem;
+# its first run adds 5 us to softmax problems (a slow process), its second run 1 us to all. The
+# peer takes 11 us; its eager and torch.compile figures differ by run, so that the medians of each
+# are not one run's.
+FAKE_BENCH = """#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+problems = [args[i + 1] for i, a in enumerate(args) if a == "--problem"]
+path = args[args.index("--json") + 1]
+log = os.environ["SWEEP_LOG"]
+run = sum(1 for line in open(log) if line.startswith("ours")) if os.path.exists(log) else 0
+open(log, "a").write(f"ours {len(problems)}\\n")
+def us(p):
+    return 10.0 + (5.0 if run == 0 and p.startswith("softmax") else 0.0) + (1.0 if run == 1 else 0.0)
+json.dump({"device": "Fake GPU", "copy_gbps": 3000.0,
+           "results": [{"problem": p, "median_us": us(p), "fraction_of_copy": 10.0 / us(p), "config": "{x=1}"}
+                       for p in problems]}, open(path, "w"))
+"""
+
+FAKE_PEER = """#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+problems = [args[i + 1] for i, a in enumerate(args) if a == "--problem"]
+path = args[args.index("--json") + 1]
+log = os.environ["SWEEP_LOG"]
+run = sum(1 for line in open(log) if line.startswith("peer")) if os.path.exists(log) else 0
+open(log, "a").write(f"peer {len(problems)}\\n")
+eager, compile_us = [(11.0, 12.0), (13.0, 11.5), (12.0, 30.0)][run % 3]
+json.dump({"device": "Fake GPU", "cases": [{"problem": p, "eager_us": eager, "compile_us": compile_us,
+                                             "best_us": min(eager, compile_us)} for p in problems]}, open(path, "w"))
+"""
+
+
+class SweepRecheckTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.bench = os.path.join(self.dir.name, "bench")
+        shutil.copytree(BENCH, self.bench, ignore=shutil.ignore_patterns("torch_*.py", "__pycache__"))
+        for name, text in (("torch_rows_peers.py", FAKE_PEER), ("bench_problems", FAKE_BENCH)):
+            with open(os.path.join(self.bench, name), "w") as f:
+                f.write(text)
+            os.chmod(os.path.join(self.bench, name), 0o755)
+        self.log = os.path.join(self.dir.name, "runs.log")
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def sweep(self, *extra):
+        out = os.path.join(self.dir.name, "sweep.json")
+        result = subprocess.run([sys.executable, os.path.join(self.bench, "sweep_peers.py"), "--family", "rows",
+                                 "--bench", os.path.join(self.bench, "bench_problems"), "--json", out, *extra],
+                                capture_output=True, text=True, env=dict(os.environ, SWEEP_LOG=self.log))
+        if result.returncode != 0:
+            return result, None
+        with open(out) as f:
+            return result, json.load(f)
+
+    def runs(self):
+        with open(self.log) as f:
+            return f.read().split()
+
+    def test_rechecks_only_the_problems_below_the_bound_in_alternating_rounds(self):
+        result, report = self.sweep("--recheck-below", "1.0", "--recheck-rounds", "3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = {r["problem"]: r for r in report["rows"]}
+        slow = [p for p in rows if p.startswith("softmax")]
+        self.assertTrue(slow)
+        # The first pass: ours 10 us (softmax 15), the peer's faster figure 11 us.
+        for problem, row in rows.items():
+            if problem.startswith("softmax"):
+                self.assertEqual(row["first_pass"], {"us": 15.0, "peer_us": 11.0, "speedup": 11.0 / 15.0})
+                # Ours over the 3 rounds: 11, 10, 10 (runs 1-3); the peer's eager 13, 12, 11 and
+                # torch.compile 11.5, 30, 12: medians 10, 12 and 12, the faster 12.
+                self.assertEqual(row["rounds"], 3)
+                self.assertEqual(row["us"], 10.0)
+                self.assertEqual(row["peer"]["eager_us"], 12.0)
+                self.assertEqual(row["peer"]["compile_us"], 12.0)
+                self.assertEqual(row["peer_us"], 12.0)
+                self.assertAlmostEqual(row["speedup"], 1.2)
+            else:
+                self.assertNotIn("first_pass", row)
+                self.assertAlmostEqual(row["speedup"], 1.1)
+        # The first pass over all problems, then ours and the peer in turn over just the slow ones,
+        # who goes first alternating.
+        runs = self.runs()
+        total = str(len(rows))
+        n = str(len(slow))
+        self.assertEqual(runs, ["ours", total, "peer", total, "ours", n, "peer", n, "peer", n, "ours", n, "ours", n,
+                                "peer", n])
+        self.assertEqual(report["summary"]["below_peer"], 0)
+        self.assertIn("re-timed; first pass 0.73x", result.stdout)
+
+    def test_without_the_option_nothing_is_timed_twice(self):
+        result, report = self.sweep()
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(len(self.runs()), 4)
+        self.assertTrue(all("first_pass" not in r for r in report["rows"]))
+        self.assertGreater(report["summary"]["below_peer"], 0)
+
+    def test_refuses_a_recheck_of_decode_and_zero_rounds(self):
+        result, _ = self.sweep("--recheck-rounds", "0")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--recheck-rounds must be at least 1", result.stderr)
+        result = subprocess.run([sys.executable, os.path.join(self.bench, "sweep_peers.py"), "--family", "decode",
+                                 "--recheck-below", "0.9"], capture_output=True, text=True)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("nothing to re-time", result.stderr)
+
+
+class SweepProblemsTest(unittest.TestCase):
+    def test_every_family_draws_distinct_problems(self):
+        # A problem drawn twice would count twice in the geomean and among the shapes below the peer.
+        script = os.path.join(BENCH, "sweep_peers.py")
+        families = ["rope", "sampling", "embedding", "rows", "gemm_fp8", "quantize", "moe_routing", "gemm", "prefill",
+                    "decode"]
+        for family in families:
+            listed = subprocess.run([sys.executable, script, "--family", family, "--list"], capture_output=True,
+                                    text=True, check=True).stdout.split("\n")
+            problems = [p for p in listed if p]
+            self.assertEqual(len(problems), len(set(problems)), family)
+
+
+if __name__ == "__main__":
+    unittest.main()
