@@ -1,6 +1,7 @@
 // ConfigResolver: the lookup order (memory, user databases, shipped databases of the arch, nearest
 // tuned shape, heuristic), stale and invalid entries falling through and being reported once, and
 // where the user databases come from. CPU only: databases are written into temporary directories.
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <catch2/catch_test_macros.hpp>
@@ -156,6 +158,10 @@ TEST_CASE("config resolver: memory, then user databases, shipped databases of th
         // A key the memory does not hold goes on to the databases.
         CHECK(resolver.choose(only_user2, heuristic.fn(), vec_at_most_8).source == ConfigSource::user_db);
         CHECK(heuristic.calls == 0);
+        // Memory is keyed by the whole key: another template hash does not match it.
+        TuningKey other_hash = k;
+        other_hash.template_hash = "template-hash-other";
+        CHECK(resolver.choose(other_hash, heuristic.fn(), vec_at_most_8).source != ConfigSource::memory);
     }
 
     SECTION("user databases, earlier files first") {
@@ -306,7 +312,9 @@ TEST_CASE("config resolver: stale entries are never used, fall through, and are 
     const std::string user = write_db(dir.path() / "user.json", {stale_template, stale_nvrtc, good, stale_near});
     TuningEntry by_file = tagged(old_nvrtc_by_file, 14);
     by_file.nvrtc_version.clear();  // metadata: 12.4
-    const std::string user_old = write_db(dir.path() / "user-nvrtc-12.4.json", {by_file}, kArch, "12.4");
+    // An entry that names this NVRTC itself is not stale in a file whose metadata names another.
+    const TuningKey own_version = key_of("add", {4096, 64});
+    const std::string user_old = write_db(dir.path() / "user-nvrtc-12.4.json", {by_file, tagged(own_version, 17)}, kArch, "12.4");
     const std::string user_sm80 = write_db(dir.path() / "user-sm80.json", {tagged(other_arch_file, 15)}, "sm_80");
     const fs::path shipped = dir.path() / "shipped";
     const std::string shipped_file =
@@ -333,6 +341,10 @@ TEST_CASE("config resolver: stale entries are never used, fall through, and are 
         const ConfigChoice d = resolver.choose(old_nvrtc_by_file, heuristic.fn(), vec_at_most_8);
         CHECK(d.source == ConfigSource::shipped_db);
         CHECK(tag_of(d) == 24);
+        const ConfigChoice own = resolver.choose(own_version, heuristic.fn(), vec_at_most_8);
+        CHECK(own.source == ConfigSource::user_db);
+        CHECK(tag_of(own) == 17);
+        CHECK(own.origin == user_old);
         const ConfigChoice e = resolver.choose(other_arch_file, heuristic.fn(), vec_at_most_8);
         CHECK(e.source == ConfigSource::shipped_db);
         CHECK(tag_of(e) == 25);
@@ -517,6 +529,7 @@ TEST_CASE("config resolver: entries the validator rejects are skipped for the ne
     const ConfigChoice w = wary.choose(k, heuristic.fn(), throwing);
     CHECK(w.source == ConfigSource::shipped_db);
     CHECK(lines_with(wary.stale_entries(), "validator failed: cannot check tag 2") == 1);
+    CHECK(log.count("cannot check tag 2") == 1);  // a fault of the validator: warned, once
 }
 
 TEST_CASE("config resolver: TILEOPS_TUNING_DB lists the user databases when the options name none", "[resolver]") {
@@ -596,6 +609,49 @@ TEST_CASE("config resolver: a user database that is missing or broken is a FileE
     } catch (const FileError& e) {
         CHECK_THAT(e.what(), ContainsSubstring(broken.string() + ":4:1"));
     }
+}
+
+TEST_CASE("config resolver: each choice is logged at debug with the key, its source and file", "[resolver]") {
+    TempDir dir;
+    const TuningKey k = key_of("rmsnorm", {1024, 4096});
+    const std::string user = write_db(dir.path() / "user.json", {tagged(k, 2)});
+    LogCapture log(spdlog::level::debug);
+    Heuristic heuristic;
+    ConfigResolver resolver(options_with({user}, {(dir.path() / "empty-shipped").string()}));
+    (void)resolver.choose(k, heuristic.fn(), vec_at_most_8);
+    CHECK(log.lines_with({"debug", "rmsnorm 1024x4096 bf16 sm_90a", "user database", user}) == 1);
+}
+
+TEST_CASE("config resolver: many threads choosing and remembering at once get the right configs", "[resolver]") {
+    TempDir dir;
+    std::vector<TuningEntry> entries;
+    for (int i = 0; i < 16; ++i) entries.push_back(tagged(key_of("rmsnorm", {1LL << i, 4096}), i));
+    const std::string user = write_db(dir.path() / "user.json", entries);
+    ResolverOptions options = options_with({user}, {(dir.path() / "empty-shipped").string()});
+    options.max_distance = 0.5;
+    ConfigResolver resolver(options);
+    std::atomic<int> wrong{0}, heuristics{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = 0; i < 200; ++i) {
+                const int row_log2 = (i + t) % 20;
+                if (t == 0 && i % 10 == 0) resolver.remember(tagged(key_of("softmax", {1LL << row_log2}), 100));
+                const ConfigChoice choice = resolver.choose(
+                    key_of("rmsnorm", {1LL << row_log2, 4096}),
+                    [&] {
+                        heuristics.fetch_add(1);
+                        return Config{{"tag", -1}};
+                    },
+                    {});
+                const bool ok = row_log2 < 16 ? choice.source == ConfigSource::user_db && tag_of(choice) == row_log2
+                                              : choice.source == ConfigSource::heuristic;
+                if (!ok) wrong.fetch_add(1);
+            }
+        });
+    for (std::thread& thread : threads) thread.join();
+    CHECK(wrong.load() == 0);
+    CHECK(heuristics.load() > 0);
 }
 
 TEST_CASE("the library logs through its own logger and leaves spdlog's default logger alone", "[tuning][logging]") {

@@ -1,15 +1,14 @@
-// The tuning database (TuningDb) and the config resolver: JSON round trips, lookups (exact,
-// nearest shape), parsing that names the file, line, column, entry and field of what is wrong,
-// hostile input, the validator, upsert and merge semantics, save() from several processes at
-// once (and killed midway), and the resolver's lookup order with stale and invalid entries. No
-// GPU is involved.
+// The tuning database (TuningDb): JSON round trips, lookups (exact, nearest shape), parsing that
+// names the file, line, column, entry and field of what is wrong, hostile input, the validator,
+// upsert and merge semantics, save() from several processes at once (and killed midway). The
+// config resolver that reads these files has its own tests (test_config_resolver.cpp). No GPU is
+// involved.
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -44,7 +43,6 @@
 #include "support/test_support.hpp"
 #include "tileops/error.hpp"
 #include "tileops/tuning_db.hpp"
-#include "tuning/config_choice.hpp"
 #include "util/file_util.hpp"
 #include "util/json_keys.hpp"
 
@@ -59,11 +57,7 @@ using tileops::TuningDb;
 using tileops::TuningEntry;
 using tileops::TuningKey;
 using tileops::test::LogCapture;
-using tileops::test::ScopedEnv;
 using tileops::test::TempDir;
-using tileops::tuning::ConfigResolver;
-using tileops::tuning::ConfigSource;
-using tileops::tuning::ResolverOptions;
 
 namespace {
 
@@ -104,8 +98,6 @@ TuningDb make_db(const std::vector<TuningEntry>& entries, std::string arch = "sm
     for (const TuningEntry& e : entries) db.upsert(e);
     return db;
 }
-
-void write_db(const fs::path& path, const TuningDb& db) { tileops::util::write_file_atomic(path, db.to_json()); }
 
 std::string read_text(const fs::path& path) {
     std::ifstream in(path, std::ios::binary);
@@ -1589,306 +1581,4 @@ TEST_CASE("tuning_db: processes saving into one file at the same moment lose not
     CHECK(result.meta().arch == "sm_90a");
     // No temporary or lock files left next to it.
     for (const auto& file : fs::directory_iterator(dir.path())) CHECK(file.path().filename() == "shared.json");
-}
-
-// ---------------------------------------------------------------------------------------------
-// The config resolver
-
-namespace {
-
-struct ResolverFixture {
-    TempDir tmp;
-    fs::path shipped_dir = tmp.path() / "shipped";
-    ScopedEnv no_env_dbs{"TILEOPS_TUNING_DB", ""};
-    ScopedEnv no_env_distance{"TILEOPS_TUNING_MAX_DISTANCE", ""};
-
-    ResolverFixture() { fs::create_directories(shipped_dir); }
-
-    ResolverOptions options(std::vector<std::string> user_dbs, double max_distance = 1.0) const {
-        ResolverOptions o;
-        o.arch = "sm_90a";
-        o.nvrtc_version = "13.0";
-        o.user_dbs = std::move(user_dbs);
-        o.shipped_dirs = {shipped_dir.string()};
-        o.max_distance = max_distance;
-        return o;
-    }
-    std::string write(const std::string& name, const TuningDb& db) const {
-        const fs::path path = tmp.path() / name;
-        write_db(path, db);
-        return path.string();
-    }
-};
-
-Config heuristic_config() { return Config{{"src", 0}}; }
-
-}  // namespace
-
-TEST_CASE("tuning_db: resolver looks in memory, user, shipped, nearest, then the heuristic", "[tuning_db]") {
-    LogCapture log;
-    ResolverFixture f;
-    const TuningKey key = make_key("rmsnorm", {4096, 4096});
-    const std::string shipped =
-        (f.shipped_dir / "h100.json").string();
-    write_db(shipped, make_db({make_entry(key, 9.0, {{"src", 3}}),
-                               make_entry(make_key("rmsnorm", {65536, 4096}), 9.0, {{"src", 30}})}));
-    const std::string user = f.write("user.json", make_db({make_entry(key, 9.0, {{"src", 2}})}));
-    const std::string other_user = f.write("other.json", make_db({make_entry(make_key("add", {8}), 1.0)}));
-
-    SECTION("memory first") {
-        ConfigResolver resolver(f.options({user}));
-        resolver.remember(make_entry(key, 9.0, {{"src", 1}}));
-        auto choice = resolver.choose(key, heuristic_config, {});
-        CHECK(choice.source == ConfigSource::memory);
-        CHECK(choice.config == Config{{"src", 1}});
-        // Memory is keyed by the whole key: another template hash does not match it.
-        TuningKey other_hash = key;
-        other_hash.template_hash = "h2";
-        CHECK(resolver.choose(other_hash, heuristic_config, {}).source != ConfigSource::memory);
-    }
-    SECTION("then user databases") {
-        ConfigResolver resolver(f.options({user}));
-        auto choice = resolver.choose(key, heuristic_config, {});
-        CHECK(choice.source == ConfigSource::user_db);
-        CHECK(choice.config == Config{{"src", 2}});
-        CHECK(choice.origin == user);
-    }
-    SECTION("then the shipped database of this arch") {
-        ConfigResolver resolver(f.options({other_user}));
-        auto choice = resolver.choose(key, heuristic_config, {});
-        CHECK(choice.source == ConfigSource::shipped_db);
-        CHECK(choice.config == Config{{"src", 3}});
-        CHECK(choice.origin == shipped);
-    }
-    SECTION("then the nearest tuned shape, user databases before shipped ones on a tie") {
-        ConfigResolver resolver(f.options({user}));
-        auto choice = resolver.choose(make_key("rmsnorm", {4096, 5000}), heuristic_config, {});
-        CHECK(choice.source == ConfigSource::nearest);
-        CHECK(choice.config == Config{{"src", 2}});  // user and shipped both hold {4096, 4096}
-        CHECK(choice.origin == user);
-        CHECK_THAT(choice.distance, WithinAbs(std::log2(5000.0 / 4096.0), 1e-12));
-        CHECK_THAT(choice.explanation, ContainsSubstring("rmsnorm 4096x4096 bf16 sm_90a"));
-        // Closer in the shipped database: the shipped entry wins.
-        auto far = resolver.choose(make_key("rmsnorm", {50000, 4096}), heuristic_config, {});
-        CHECK(far.source == ConfigSource::nearest);
-        CHECK(far.config == Config{{"src", 30}});
-        CHECK(far.origin == shipped);
-    }
-    SECTION("then the heuristic") {
-        ConfigResolver resolver(f.options({user}));
-        auto choice = resolver.choose(make_key("rmsnorm", {64, 64}), heuristic_config, {});
-        CHECK(choice.source == ConfigSource::heuristic);
-        CHECK(choice.config == heuristic_config());
-        CHECK(choice.distance == 0);
-    }
-    SECTION("earlier user databases win, also from TILEOPS_TUNING_DB") {
-        const std::string second = f.write("second.json", make_db({make_entry(key, 1.0, {{"src", 22}})}));
-        CHECK(ConfigResolver(f.options({user, second})).choose(key, heuristic_config, {}).config == Config{{"src", 2}});
-        CHECK(ConfigResolver(f.options({second, user})).choose(key, heuristic_config, {}).config == Config{{"src", 22}});
-        ScopedEnv env("TILEOPS_TUNING_DB", second + ":" + user);
-        ConfigResolver from_env(f.options({}));
-        CHECK(from_env.options().user_dbs == std::vector<std::string>{second, user});
-        auto choice = from_env.choose(key, heuristic_config, {});
-        CHECK(choice.source == ConfigSource::user_db);
-        CHECK(choice.origin == second);
-    }
-    SECTION("the choice is logged at debug") {
-        ConfigResolver resolver(f.options({user}));
-        resolver.choose(key, heuristic_config, {});
-        CHECK(log.lines_with({"debug", "rmsnorm 4096x4096 bf16 sm_90a", "user database", user}) == 1);
-    }
-}
-
-TEST_CASE("tuning_db: resolver max distance from options and TILEOPS_TUNING_MAX_DISTANCE", "[tuning_db]") {
-    LogCapture log;
-    ResolverFixture f;
-    const std::string user = f.write("user.json", make_db({make_entry(make_key("rmsnorm", {4096, 4096}), 1.0)}));
-    const TuningKey query = make_key("rmsnorm", {2048, 4096});  // distance 1.0
-
-    CHECK(ConfigResolver(f.options({user}, 1.0)).choose(query, heuristic_config, {}).source == ConfigSource::nearest);
-    CHECK(ConfigResolver(f.options({user}, 0.99)).choose(query, heuristic_config, {}).source == ConfigSource::heuristic);
-    {
-        ScopedEnv env("TILEOPS_TUNING_MAX_DISTANCE", "0.5");
-        ConfigResolver resolver(f.options({user}, -1));
-        CHECK(resolver.options().max_distance == 0.5);
-        CHECK(resolver.choose(query, heuristic_config, {}).source == ConfigSource::heuristic);
-    }
-    {
-        ScopedEnv env("TILEOPS_TUNING_MAX_DISTANCE", "2");
-        CHECK(ConfigResolver(f.options({user}, -1)).choose(query, heuristic_config, {}).source == ConfigSource::nearest);
-    }
-    CHECK(ConfigResolver(f.options({user}, -1)).options().max_distance == 1.0);  // the default
-    for (const char* bad : {"x", "1.5x", "-1", "nan", " "}) {
-        INFO(bad);
-        ScopedEnv env("TILEOPS_TUNING_MAX_DISTANCE", bad);
-        CHECK_THROWS_AS(ConfigResolver(f.options({user}, -1)), InvalidArgument);
-    }
-}
-
-TEST_CASE("tuning_db: stale entries are never used and reported once; the rest of the file is used",
-          "[tuning_db]") {
-    LogCapture log;
-    ResolverFixture f;
-    TuningEntry old_template = make_entry(make_key("rmsnorm", {1024, 1024}, "bf16", "", "sm_90a", "old"), 1.0, {{"src", 1}});
-    TuningEntry old_nvrtc = make_entry(make_key("rmsnorm", {2048, 1024}), 1.0, {{"src", 2}});
-    old_nvrtc.nvrtc_version = "12.8";
-    TuningEntry fresh = make_entry(make_key("rmsnorm", {4096, 1024}), 1.0, {{"src", 3}});
-    fresh.nvrtc_version = "";  // the file's metadata (13.0) says
-    TuningEntry other_arch = make_entry(make_key("rmsnorm", {8192, 1024}, "bf16", "", "sm_90"), 1.0, {{"src", 4}});
-    const std::string mixed = f.write("mixed.json", make_db({old_template, old_nvrtc, fresh, other_arch}, ""));
-
-    // A file whose metadata names another NVRTC: its entries without their own version are stale,
-    // an entry that names this NVRTC is not.
-    TuningEntry by_file = make_entry(make_key("rmsnorm", {1024, 1024}), 1.0, {{"src", 5}});
-    by_file.nvrtc_version = "";
-    TuningEntry own_version = make_entry(make_key("rmsnorm", {16384, 1024}), 1.0, {{"src", 6}});
-    const std::string old_file = f.write("old_nvrtc.json", make_db({by_file, own_version}, "sm_90a", "12.8"));
-    // A user file made for another arch.
-    const std::string a100 =
-        f.write("a100.json", make_db({make_entry(make_key("rmsnorm", {32768, 1024}), 1.0, {{"src", 7}})}, "sm_80"));
-    // Shipped files of other archs are not even loaded.
-    write_db(f.shipped_dir / "sm90.json",
-             make_db({make_entry(make_key("rmsnorm", {65536, 1024}), 1.0, {{"src", 8}})}, "sm_90"));
-    write_db(f.shipped_dir / "sm80.json",
-             make_db({make_entry(make_key("rmsnorm", {65536, 1024}), 1.0, {{"src", 9}})}, "sm_80"));
-
-    ConfigResolver resolver(f.options({mixed, old_file, a100}, 1.5));
-    auto source_of = [&](const TuningKey& key) { return resolver.choose(key, heuristic_config, {}); };
-
-    for (int repeat = 0; repeat < 3; ++repeat) {
-        // The usable entry of the mixed file is used.
-        auto ok = source_of(fresh.key);
-        CHECK(ok.source == ConfigSource::user_db);
-        CHECK(ok.config == Config{{"src", 3}});
-        CHECK(ok.origin == mixed);
-        auto own = source_of(own_version.key);
-        CHECK(own.source == ConfigSource::user_db);
-        CHECK(own.config == Config{{"src", 6}});
-        // {1024,1024}: stale by template (mixed) and by the file's NVRTC (old_nvrtc.json); the
-        // nearest, {2048,1024}, is stale by its NVRTC; {4096,1024} is 2.0 away (max 1.5).
-        CHECK(source_of(make_key("rmsnorm", {1024, 1024})).source == ConfigSource::heuristic);
-        CHECK(source_of(old_nvrtc.key).source != ConfigSource::user_db);
-        CHECK(source_of(make_key("rmsnorm", {8192, 1024})).config != Config{{"src", 4}});  // sm_90 entry
-        CHECK(source_of(make_key("rmsnorm", {32768, 1024})).config != Config{{"src", 7}});  // sm_80 file
-        auto shipped = source_of(make_key("rmsnorm", {65536, 1024}));
-        CHECK(shipped.source != ConfigSource::shipped_db);
-        CHECK(shipped.config != Config{{"src", 8}});
-        CHECK(shipped.config != Config{{"src", 9}});
-    }
-    // {2048,1024} itself is stale; the nearest usable shape is {4096,1024}, 1.0 away.
-    CHECK(source_of(old_nvrtc.key).source == ConfigSource::nearest);
-    CHECK(source_of(old_nvrtc.key).config == Config{{"src", 3}});
-
-    const std::vector<std::string> stale = resolver.stale_entries();
-    INFO(fmt::format("{}", fmt::join(stale, "\n")));
-    auto listed = [&](const std::string& file, const std::string& key, const std::string& why) {
-        size_t n = 0;
-        for (const std::string& line : stale)
-            n += line.find(file) != std::string::npos && line.find(key) != std::string::npos &&
-                 line.find(why) != std::string::npos;
-        return n;
-    };
-    CHECK(listed(mixed, "rmsnorm 1024x1024", "another version of the kernel template") == 1);
-    CHECK(listed(mixed, "rmsnorm 2048x1024", "NVRTC 12.8") == 1);
-    CHECK(listed(old_file, "rmsnorm 1024x1024", "NVRTC 12.8") == 1);
-    CHECK(listed(a100, "rmsnorm 32768x1024", "for sm_80") == 1);
-    CHECK(stale.size() == 4);
-    // Each reported once, however often it was looked at.
-    CHECK(log.lines_with({"warn", mixed, "rmsnorm 1024x1024", "kernel template"}) == 1);
-    CHECK(log.lines_with({"warn", mixed, "rmsnorm 2048x1024", "NVRTC 12.8"}) == 1);
-    CHECK(log.lines_with({"warn", old_file, "rmsnorm 1024x1024", "NVRTC 12.8"}) == 1);
-    CHECK(log.lines_with({"warn", a100, "sm_80"}) == 1);
-}
-
-TEST_CASE("tuning_db: entries the validator rejects are skipped for the next source", "[tuning_db]") {
-    LogCapture log;
-    ResolverFixture f;
-    const TuningKey key = make_key("rmsnorm", {4096, 4096});
-    write_db(f.shipped_dir / "h100.json", make_db({make_entry(key, 9.0, {{"vec", 8}})}));
-    const std::string user = f.write("user.json", make_db({make_entry(key, 1.0, {{"vec", 16}}),
-                                                          make_entry(make_key("rmsnorm", {4096, 2048}), 1.0, {{"vec", 16}})}));
-    auto valid = [](const TuningEntry& e) -> std::optional<std::string> {
-        if (e.config.at("vec") > 8) return fmt::format("vec {} is wider than 16 bytes", e.config.at("vec"));
-        return std::nullopt;
-    };
-    ConfigResolver resolver(f.options({user}));
-    resolver.remember(make_entry(key, 0.5, {{"vec", 32}}));
-    for (int repeat = 0; repeat < 2; ++repeat) {
-        auto choice = resolver.choose(key, heuristic_config, valid);
-        CHECK(choice.source == ConfigSource::shipped_db);
-        CHECK(choice.config == Config{{"vec", 8}});
-        // Nearest skips the invalid {4096, 2048} and takes the valid shipped {4096, 4096}.
-        auto near = resolver.choose(make_key("rmsnorm", {4096, 3000}), heuristic_config, valid);
-        CHECK(near.source == ConfigSource::nearest);
-        CHECK(near.config == Config{{"vec", 8}});
-        // A validator that throws rejects too.
-        auto thrown = resolver.choose(make_key("rmsnorm", {4096, 3000}), heuristic_config,
-                                      [](const TuningEntry&) -> std::optional<std::string> { throw std::runtime_error("boom"); });
-        CHECK(thrown.source == ConfigSource::heuristic);
-    }
-    CHECK(log.lines_with({"warn", "memory", "vec 32 is wider"}) == 1);
-    CHECK(log.lines_with({"warn", user, "rmsnorm 4096x4096", "vec 16 is wider"}) == 1);
-    // 4096x2048 was only a nearest-shape candidate: a config that does not fit another shape is
-    // skipped without a warning. A validator that throws is a fault, warned wherever it happens.
-    CHECK(log.lines_with({"warn", user, "rmsnorm 4096x2048", "vec 16 is wider"}) == 0);
-    CHECK(log.lines_with({"warn", "boom"}) >= 1);
-    // Without the validator the user entry is used.
-    CHECK(resolver.choose(key, heuristic_config, {}).config == Config{{"vec", 32}});
-}
-
-TEST_CASE("tuning_db: a missing user database is an error until it exists", "[tuning_db]") {
-    LogCapture log;
-    ResolverFixture f;
-    const TuningKey key = make_key("rmsnorm", {4096, 4096});
-    const std::string later = (f.tmp.path() / "later.json").string();
-    const std::string there = f.write("there.json", make_db({make_entry(key, 1.0, {{"src", 2}}),
-                                                            make_entry(make_key("add", {8}), 1.0, {{"src", 20}})}));
-    ConfigResolver resolver(f.options({later, there}));
-    CHECK_THAT(error_of([&] { resolver.choose(key, heuristic_config, {}); }), ContainsSubstring(later));
-    CHECK_THROWS_AS(resolver.choose(key, heuristic_config, {}), FileError);
-    write_db(later, make_db({make_entry(key, 1.0, {{"src", 1}})}));
-    auto choice = resolver.choose(key, heuristic_config, {});
-    CHECK(choice.origin == later);
-    CHECK(choice.config == Config{{"src", 1}});
-    CHECK(resolver.choose(make_key("add", {8}), heuristic_config, {}).origin == there);
-}
-
-TEST_CASE("tuning_db: the resolver is safe to call from many threads", "[tuning_db]") {
-    LogCapture log;
-    ResolverFixture f;
-    std::vector<TuningEntry> entries;
-    for (int i = 0; i < 16; ++i) entries.push_back(make_entry(make_key("rmsnorm", {1LL << i, 4096}), 1.0, {{"src", i}}));
-    const std::string user = f.write("user.json", make_db(entries));
-    ConfigResolver resolver(f.options({user}, 0.5));
-    std::atomic<int> wrong{0};
-    std::atomic<int> heuristics{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 8; ++t)
-        threads.emplace_back([&, t] {
-            for (int i = 0; i < 200; ++i) {
-                const int row_log2 = (i + t) % 20;
-                if (t == 0 && i % 10 == 0)
-                    resolver.remember(make_entry(make_key("softmax", {1LL << row_log2}), 1.0, {{"src", 100}}));
-                auto choice = resolver.choose(make_key("rmsnorm", {1LL << row_log2, 4096}), [&] {
-                    heuristics.fetch_add(1);
-                    return heuristic_config();
-                }, {});
-                const bool ok = row_log2 < 16 ? (choice.source == ConfigSource::user_db && choice.config.at("src") == row_log2)
-                                              : choice.source == ConfigSource::heuristic;
-                if (!ok) wrong.fetch_add(1);
-            }
-        });
-    for (std::thread& thread : threads) thread.join();
-    CHECK(wrong.load() == 0);
-    CHECK(heuristics.load() > 0);
-}
-
-TEST_CASE("tuning_db: config sources have names", "[tuning_db]") {
-    using tileops::tuning::to_string;
-    const std::set<std::string> names = {to_string(ConfigSource::memory), to_string(ConfigSource::user_db),
-                                         to_string(ConfigSource::shipped_db), to_string(ConfigSource::nearest),
-                                         to_string(ConfigSource::heuristic)};
-    CHECK(names.size() == 5);
-    CHECK(to_string(ConfigSource::heuristic) == "heuristic");
-    CHECK(to_string(ConfigSource::nearest) == "nearest tuned shape");
 }
