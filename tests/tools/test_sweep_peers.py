@@ -11,37 +11,34 @@ import unittest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(ROOT, "bench")
 
+
+def fake_timer(side, results):
+    """A script that takes bench_problems' arguments, logs "SIDE N" and writes `results`, a JSON
+    expression over `problems` and `run` (how many runs of this side came before)."""
+    return f"""#!/usr/bin/env python3
+import json, os, sys
+args = sys.argv[1:]
+problems = [args[i + 1] for i, a in enumerate(args) if a == "--problem"]
+log = os.environ["SWEEP_LOG"]
+run = sum(1 for line in open(log) if line.startswith("{side}")) if os.path.exists(log) else 0
+open(log, "a").write(f"{side} {{len(problems)}}\\n")
+json.dump({results}, open(args[args.index("--json") + 1], "w"))
+"""
+
+
 # Every run appends "ours N" or "peer N" (N problems) to $SWEEP_LOG. Ours takes 10 us a problem;
 # its first run adds 5 us to softmax problems (a slow process), its second run 1 us to all. The
 # peer takes 11 us; its eager and torch.compile figures differ by run, so that the medians of each
 # are not one run's.
-FAKE_BENCH = """#!/usr/bin/env python3
-import json, os, sys
-args = sys.argv[1:]
-problems = [args[i + 1] for i, a in enumerate(args) if a == "--problem"]
-path = args[args.index("--json") + 1]
-log = os.environ["SWEEP_LOG"]
-run = sum(1 for line in open(log) if line.startswith("ours")) if os.path.exists(log) else 0
-open(log, "a").write(f"ours {len(problems)}\\n")
-def us(p):
-    return 10.0 + (5.0 if run == 0 and p.startswith("softmax") else 0.0) + (1.0 if run == 1 else 0.0)
-json.dump({"device": "Fake GPU", "copy_gbps": 3000.0,
-           "results": [{"problem": p, "median_us": us(p), "fraction_of_copy": 10.0 / us(p), "config": "{x=1}"}
-                       for p in problems]}, open(path, "w"))
-"""
+FAKE_BENCH = fake_timer("ours", """{"device": "Fake GPU", "copy_gbps": 3000.0, "results": [
+    {"problem": p, "median_us": us, "fraction_of_copy": 10.0 / us, "config": "{x=1}"}
+    for p in problems
+    for us in [10.0 + (5.0 if run == 0 and p.startswith("softmax") else 0.0) + (1.0 if run == 1 else 0.0)]]}""")
 
-FAKE_PEER = """#!/usr/bin/env python3
-import json, os, sys
-args = sys.argv[1:]
-problems = [args[i + 1] for i, a in enumerate(args) if a == "--problem"]
-path = args[args.index("--json") + 1]
-log = os.environ["SWEEP_LOG"]
-run = sum(1 for line in open(log) if line.startswith("peer")) if os.path.exists(log) else 0
-open(log, "a").write(f"peer {len(problems)}\\n")
-eager, compile_us = [(11.0, 12.0), (13.0, 11.5), (12.0, 30.0)][run % 3]
-json.dump({"device": "Fake GPU", "cases": [{"problem": p, "eager_us": eager, "compile_us": compile_us,
-                                             "best_us": min(eager, compile_us)} for p in problems]}, open(path, "w"))
-"""
+FAKE_PEER = fake_timer("peer", """{"device": "Fake GPU", "cases": [
+    {"problem": p, "eager_us": eager, "compile_us": compile_us, "best_us": min(eager, compile_us)}
+    for p in problems
+    for eager, compile_us in [[(11.0, 12.0), (13.0, 11.5), (12.0, 30.0)][run % 3]]]}""")
 
 
 class SweepRecheckTest(unittest.TestCase):
