@@ -284,10 +284,10 @@ def problem_flags(problems):
 
 
 def time_ours(args, problems, repeats, path):
-    """{problem: bench_problems' result} of one run over `problems`, and the run's JSON."""
+    """{problem: bench_problems' result} of one run over `problems` (its whole JSON stays in `path`)."""
     subprocess.run([args.bench, *problem_flags(problems), *repeats, "--json", path], check=True, stdout=sys.stderr)
-    ours = json.load(open(path))
-    return dict(zip(problems, ours["results"])), ours
+    with open(path) as f:
+        return dict(zip(problems, json.load(f)["results"]))
 
 
 def time_peer(args, problems, repeats, path):
@@ -316,7 +316,7 @@ def sweep_row(args, text, result, peer_case):
 
 def peer_rows(args, problems, repeats, ours_json, peer_json):
     """Ours through bench_problems, the peer through its torch script, each on every problem."""
-    ours, _ = time_ours(args, problems, repeats, ours_json)
+    ours = time_ours(args, problems, repeats, ours_json)
     peers = time_peer(args, problems, repeats, peer_json)
     rows = []
     for text in problems:
@@ -356,14 +356,14 @@ def recheck(args, rows, repeats, ours_json, peer_json):
     on every problem it times) decides a single run's ratio; the rounds spread it over both sides.
     The first pass stays in each row as `first_pass`."""
     doubtful = [r for r in rows if r["speedup"] < args.recheck_below]
-    if not doubtful or args.recheck_rounds < 1:
+    if not doubtful:
         return
     problems = [r["problem"] for r in doubtful]
     print(f"re-timing {len(problems)} problems below {args.recheck_below}x in {args.recheck_rounds} rounds",
           file=sys.stderr)
     ours_runs, peer_runs = [], []
     for round_index in range(args.recheck_rounds):
-        sides = [lambda: ours_runs.append(time_ours(args, problems, repeats, ours_json)[0]),
+        sides = [lambda: ours_runs.append(time_ours(args, problems, repeats, ours_json)),
                  lambda: peer_runs.append(time_peer(args, problems, repeats, peer_json))]
         for side in sides if round_index % 2 == 0 else sides[::-1]:
             side()
