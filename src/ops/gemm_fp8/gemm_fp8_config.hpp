@@ -30,6 +30,8 @@ struct GemmFp8Config {
     unsigned shared_bytes(const GemmFp8Shape& shape) const;
 };
 
+// Why `device` cannot run the FP8 GEMMs (dense and grouped), or nothing.
+std::optional<std::string> gemm_fp8_unsupported_reason(const DeviceInfo& device);
 GemmFp8Config gemm_fp8_heuristic(const GemmFp8Shape& shape, const DeviceInfo& device);
 std::vector<GemmFp8Config> gemm_fp8_search_space(const GemmFp8Shape& shape, const DeviceInfo& device);
 std::optional<std::string> gemm_fp8_invalid_reason(const GemmFp8Config& config, const GemmFp8Shape& shape,

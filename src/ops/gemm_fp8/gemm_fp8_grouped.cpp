@@ -97,8 +97,7 @@ public:
     }
 
     std::optional<std::string> unsupported_reason(const DeviceInfo& device) const override {
-        if (device.sm() == 90) return std::nullopt;
-        return fmt::format("the FP8 GEMM multiplies with sm_90's FP8 wgmma (H100, H200); {} has none", device.arch());
+        return gemm_fp8_unsupported_reason(device);
     }
     Config heuristic(const DeviceInfo& device) const override { return gemm_fp8_heuristic(shape_, device).to_config(); }
     std::vector<Config> search_space(const DeviceInfo& device) const override {
