@@ -17,9 +17,9 @@ batches of 32 and 128, longest 16k or 64k. Lengths:
 Seeded (--seed). The target (issue: every case with >= 64 MB of KV at >= 85% of copy) is shown
 per case.
 
---problem "decode_attention BxHxKVHxDxQxLONGEST bf16 [page16,kv_fp8] KIND" (repeatable, KIND one of
-the four above, its lengths drawn from --seed and the text) times those problems instead, for
-sweep_peers.py --family decode.
+--problem "decode_attention BxHxKVHxDxQxLONGEST bf16 [page16,kv_fp8] KIND" or "mla_decode
+BxHxQxLONGEST bf16 [page64] KIND" (repeatable, KIND one of the four above, its lengths drawn from
+--seed and the text) times those problems instead, for sweep_peers.py --family decode and mla.
 """
 import argparse
 import json
@@ -99,13 +99,22 @@ def run_case(lens, page, repeats, rng, heads=HEADS, kv_heads=KV_HEADS, head_dim=
     return ms, sum(lens) * 2 * kv_heads * head_dim * k.element_size()
 
 
-def run_mla_case(lens, repeats, rng):
-    q = torch.randn(len(lens), MLA_HEADS, MLA_DIM, device="cuda", dtype=torch.bfloat16)
+def run_mla_case(lens, repeats, rng, heads=MLA_HEADS, q_len=1, page=MLA_PAGE, dtype=torch.bfloat16):
+    """Times one MLA batch (a contiguous latent cache where page is 0); returns (ms, bytes of the
+    cache it holds)."""
+    batch, longest = len(lens), max(lens)
+    q = torch.randn(batch, q_len, heads, MLA_DIM, device="cuda", dtype=dtype)
     lengths = torch.tensor(lens, dtype=torch.int32, device="cuda")
-    table, pages = page_table(lens, MLA_PAGE, rng)
-    kv = cache(pages, MLA_PAGE, MLA_DIM)
-    run = lambda: tj.mla_decode(q, kv, lengths, page_table=table, max_kv_len=max(lens))
-    run()
+    if page:
+        table, pages = page_table(lens, page, rng)
+        kv = cache(pages, page, MLA_DIM, dtype=dtype)
+        run = lambda: tj.mla_decode(q, kv, lengths, page_table=table, max_kv_len=longest)
+    else:
+        kv = torch.empty(batch, longest, MLA_DIM, device="cuda", dtype=dtype)
+        for b in range(batch):
+            kv[b] = cache(longest, MLA_DIM, dtype=dtype)
+        run = lambda: tj.mla_decode(q, kv, lengths, max_kv_len=longest)
+    run()  # compiles, outside the timing
     return time_ms(run, repeats), sum(lens) * MLA_TOKEN_BYTES
 
 
@@ -130,21 +139,34 @@ KINDS = ("uniform", "one_long", "long_tail", "ragged")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+PROBLEM_FORMS = {"decode_attention": "BxHxKVHxDxQxLONGEST", "mla_decode": "BxHxQxLONGEST"}
+
+
 def run_problems(problems, seed, repeats, copy):
-    """Times each "decode_attention SHAPE DTYPE [FLAGS] KIND" problem; its lengths are drawn from
-    the seed and the problem's text, so a problem keeps its batch from run to run."""
+    """Times each "decode_attention SHAPE DTYPE [FLAGS] KIND" or "mla_decode SHAPE DTYPE [pageN]
+    KIND" problem; its lengths are drawn from the seed and the problem's text, so a problem keeps
+    its batch from run to run."""
     rows = []
     for text in problems:
         words = text.split()
-        if words[0] != "decode_attention" or len(words) not in (4, 5) or words[-1] not in KINDS or words[2] not in DTYPES:
-            raise ValueError(f"not 'decode_attention BxHxKVHxDxQxLONGEST bf16|fp16 [FLAGS] KIND': {text!r}")
-        batch, heads, kv_heads, head_dim, q_len, longest = (int(x) for x in words[1].split("x"))
+        form = PROBLEM_FORMS.get(words[0], "") if words else ""
+        dims = words[1].split("x") if len(words) > 1 else []
+        if (not form or len(words) not in (4, 5) or words[-1] not in KINDS or words[2] not in DTYPES
+                or len(dims) != len(form.split("x")) or not all(d.isdigit() and int(d) > 0 for d in dims)):
+            raise ValueError(f"not 'decode_attention {PROBLEM_FORMS['decode_attention']} bf16|fp16 [FLAGS] KIND' or "
+                             f"'mla_decode {PROBLEM_FORMS['mla_decode']} bf16|fp16 [pageN] KIND': {text!r}")
         flags = words[3].split(",") if len(words) == 5 else []
         page = next((int(f[4:]) for f in flags if f.startswith("page")), 0)
         rng = random.Random(f"{seed}:{text}")
+        batch, longest = int(dims[0]), int(dims[-1])
         lens = lengths_of(words[-1], batch, longest, rng)
-        ms, kv_bytes = run_case(lens, page, repeats, rng, heads, kv_heads, head_dim, q_len, DTYPES[words[2]],
-                                "kv_fp8" in flags)
+        if words[0] == "mla_decode":
+            heads, q_len = int(dims[1]), int(dims[2])
+            ms, kv_bytes = run_mla_case(lens, repeats, rng, heads, q_len, page, DTYPES[words[2]])
+        else:
+            heads, kv_heads, head_dim, q_len = (int(d) for d in dims[1:5])
+            ms, kv_bytes = run_case(lens, page, repeats, rng, heads, kv_heads, head_dim, q_len, DTYPES[words[2]],
+                                    "kv_fp8" in flags)
         gbps = kv_bytes / (ms * 1e-3) / 1e9
         rows.append({"problem": text, "lengths": lens, "kv_bytes": kv_bytes, "us": ms * 1e3, "gbps": gbps,
                      "fraction_of_copy": gbps / copy})

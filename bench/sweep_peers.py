@@ -2,8 +2,9 @@
 """A seeded sweep of real-model shapes for a family, ours (bench_problems) against its torch peer
 in the same run, worst ratio first.
 
-    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows|gemm_fp8|quantize|moe_routing [--seed 1]
-                                 [--bench build-gpu/bench/bench_problems] [--json sweep.json] [--list]
+    python3 bench/sweep_peers.py --family rope|sampling|embedding|rows|gemm_fp8|quantize|moe_routing|gemm|prefill
+                                 [--seed 1] [--bench build-gpu/bench/bench_problems] [--json sweep.json] [--list]
+    PYTHONPATH=build-gpu/python python3 bench/sweep_peers.py --family decode|mla [--seed 1] [--json sweep.json]
 
 rope: Llama 3 8B / 70B, Qwen 2.5 7B / 0.5B, Phi-3 mini, Gemma 2 9B, GPT-NeoX 20B (24 of 96 dims
 rotate), GPT-J (interleaved, 64 of 256), at token counts drawn from decode steps to long prefills,
@@ -24,7 +25,10 @@ router top-k, permute and unpermute of Mixtral (8 experts, k 2), Qwen3-30B-A3B (
 DeepSeek-V3 (256, k 8, grouped, biased) at 1 to 16384 tokens (the masked layout drawn at decode
 sizes, fp8 codes drawn for DeepSeek-V3's permute), against the faster of torch eager and
 torch.compile (torch_moe_routing_peers.py; its --skewed mode times the chains on skewed logits).
---list prints a family's problems without running them. --recheck-below X re-times the problems
+mla: MLA decode batches of DeepSeek-V2 / V3, DeepSeek-V2-Lite and Kimi K2 at the heads one GPU
+holds under tensor parallelism (8-128), the lengths, caches and query tokens drawn as for decode,
+against the copy bandwidth (bench_decode_lengths.py). --list prints a family's problems without
+running them. --recheck-below X re-times the problems
 below X times the peer in --recheck-rounds alternating rounds of ours and the peer, each side's
 median kept: a single run's ratio on a problem of a few microseconds is decided by the offset of
 the process that timed it.
@@ -248,19 +252,44 @@ def decode_problems(rng):
     return problems
 
 
+# Query heads a GPU holds of the models that decode through MLA: DeepSeek-V2 / V3 (128) whole and
+# split over 2, 4, 8 or 16 GPUs, DeepSeek-V2-Lite (16), Kimi K2 (64) whole and over 8 GPUs.
+MLA_HEADS = [128, 64, 32, 16, 8]
+
+
+def mla_problems(rng):
+    """200 MLA decode batches: heads as a GPU holds them, a drawn batch, longest sequence and spread
+    of lengths, one or two query tokens (multi-token prediction), a contiguous latent cache or pages
+    of 16 or 64 tokens, bf16 or fp16; at most 16 GB of cache."""
+    def draw():
+        batch, longest = rng.choice(DECODE_BATCHES), rng.choice(DECODE_LONGEST)
+        if batch * longest * 576 * 2 > 16e9:
+            return None
+        page = rng.choice(["", "page16", "page64", "page64"])
+        dtype = rng.choice(["bf16", "bf16", "bf16", "fp16"])
+        q_len = rng.choice([1, 1, 1, 2])
+        return (f"mla_decode {batch}x{rng.choice(MLA_HEADS)}x{q_len}x{longest} {dtype} {page} "
+                f"{rng.choice(DECODE_KINDS)}").replace("  ", " ")
+    problems = []
+    add_distinct(problems, draw, 200)
+    return problems
+
+
 PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems,
             "rows": rows_problems, "gemm_fp8": gemm_fp8_problems, "quantize": quantize_problems,
             "moe_routing": moe_routing_problems, "gemm": gemm_problems, "prefill": prefill_problems,
-            "decode": decode_problems}
+            "decode": decode_problems, "mla": mla_problems}
 # The peer's figure each family compares with.
 PEER = {"rope": ("compile_us", "torch.compile"), "sampling": ("torch_us", "torch"),
         "embedding": ("compile_us", "torch.compile"), "rows": ("best_us", "the faster of torch eager and torch.compile"),
         "gemm_fp8": ("scaled_mm_us", "torch._scaled_mm"), "quantize": ("compile_us", "torch.compile"),
         "moe_routing": ("best_us", "the faster of torch eager and torch.compile"),
         "gemm": ("cublas_us", "cuBLAS (torch F.linear)"), "prefill": ("cudnn_us", "SDPA cuDNN"),
-        "decode": ("copy_us", "a copy of the same bytes")}
+        "decode": ("copy_us", "a copy of the same bytes"), "mla": ("copy_us", "a copy of the same bytes")}
 # Each family's target as the issue states it: the least speed-up on any shape.
-TARGET = {"gemm": 0.95, "prefill": 0.9, "decode": 0.85}
+TARGET = {"gemm": 0.95, "prefill": 0.9, "decode": 0.85, "mla": 0.85}
+# Families timed against the copy bandwidth of the same run (bench_decode_lengths.py), not a peer.
+COPY_PEERED = {"decode", "mla"}
 
 
 def tflops(family, problem, us):
@@ -382,8 +411,9 @@ def recheck(args, rows, repeats, ours_json, peer_json):
 
 
 def decode_rows(args, problems, repeats, ours_json, _):
-    """Decode through the Python bindings (bench_decode_lengths.py draws each batch's lengths); the
-    peer is a copy of the bytes of KV the batch holds at the copy bandwidth of the same run."""
+    """Decode and MLA decode through the Python bindings (bench_decode_lengths.py draws each batch's
+    lengths); the peer is a copy of the bytes of KV the batch holds at the copy bandwidth of the
+    same run."""
     script = os.path.join(HERE, "bench_decode_lengths.py")
     subprocess.run([sys.executable, script, *problem_flags(problems), *repeats, "--seed", str(args.seed), "--json",
                     ours_json], check=True,
@@ -406,11 +436,12 @@ def main():
     parser.add_argument("--list", action="store_true", help="print the problems and stop")
     parser.add_argument("--recheck-below", type=float, default=0.0,
                         help="re-time the problems below this speed-up, ours and the peer in alternating rounds, "
-                             "and report each side's median (0: off; not for decode)")
+                             "and report each side's median (0: off; not for decode and mla)")
     parser.add_argument("--recheck-rounds", type=int, default=5, help="rounds of --recheck-below (default 5)")
     args = parser.parse_args()
-    if args.recheck_below > 0 and args.family == "decode":
-        parser.error("--recheck-below: decode's peer is the copy bandwidth of the same run, there is nothing to re-time")
+    if args.recheck_below > 0 and args.family in COPY_PEERED:
+        parser.error(f"--recheck-below: {args.family}'s peer is the copy bandwidth of the same run, there is nothing "
+                     "to re-time")
     if args.recheck_rounds < 1:
         parser.error("--recheck-rounds must be at least 1")
     rng = random.Random(args.seed)
@@ -420,7 +451,7 @@ def main():
         return
     ours_json, peer_json = args.json + ".ours.tmp", args.json + ".peer.tmp"
     repeats = ["--repeats", str(args.repeats)]
-    rows = (decode_rows if args.family == "decode" else peer_rows)(args, problems, repeats, ours_json, peer_json)
+    rows = (decode_rows if args.family in COPY_PEERED else peer_rows)(args, problems, repeats, ours_json, peer_json)
     ours = json.load(open(ours_json))
     if args.recheck_below > 0:
         recheck(args, rows, repeats, ours_json, peer_json)
@@ -446,15 +477,15 @@ def main():
         if versus:
             stats["versus_" + alone[:-3]] = summary(versus, name)
             print_summary(stats["versus_" + alone[:-3]])
-    if args.family == "decode":  # the issue's target: every batch of >= 64 MB of KV at >= 85% of copy
+    if args.family in COPY_PEERED:  # the issue's target: every batch of >= 64 MB of KV at >= 85% of copy
         big = [r for r in rows if r["kv_bytes"] >= 64e6]
         stats["at_least_64mb"] = {"problems": len(big), "below_85_percent": sum(r["speedup"] < 0.85 for r in big)}
         print(f"batches of >= 64 MB of KV: {len(big)}, {stats['at_least_64mb']['below_85_percent']} below 85% of copy")
     if args.plot:
-        if args.family == "decode":  # the batches the target is about, as a fraction of copy
+        if args.family in COPY_PEERED:  # the batches the target is about, as a fraction of copy
             big = [r for r in rows if r["kv_bytes"] >= 64e6]
-            written = plot(big, args.plot, f"decode: {len(big)} of {len(rows)} model shapes with >= 64 MB of KV, "
-                           f"{ours['device']}, seed {args.seed}", "fraction of copy bandwidth", TARGET["decode"])
+            written = plot(big, args.plot, f"{args.family}: {len(big)} of {len(rows)} model shapes with >= 64 MB of "
+                           f"KV, {ours['device']}, seed {args.seed}", "fraction of copy bandwidth", TARGET[args.family])
         else:
             written = plot(rows, args.plot, f"{args.family}: {len(rows)} model shapes, {ours['device']}, seed {args.seed}",
                            f"speed-up over {peer_name}", TARGET.get(args.family))

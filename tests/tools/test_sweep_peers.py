@@ -2,6 +2,7 @@
 torch needed. The scripts run from a copy of bench/ whose torch_rows_peers.py is the fake."""
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -121,13 +122,30 @@ class SweepProblemsTest(unittest.TestCase):
     def test_every_family_draws_distinct_problems(self):
         # A problem drawn twice would count twice in the geomean and among the shapes below the peer.
         script = os.path.join(BENCH, "sweep_peers.py")
-        families = ["rope", "sampling", "embedding", "rows", "gemm_fp8", "quantize", "moe_routing", "gemm", "prefill",
-                    "decode"]
+        listed = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True, check=True).stdout
+        families = listed[listed.index("{") + 1:listed.index("}")].split(",")
+        self.assertGreaterEqual(len(families), 11)
         for family in families:
             listed = subprocess.run([sys.executable, script, "--family", family, "--list"], capture_output=True,
                                     text=True, check=True).stdout.split("\n")
             problems = [p for p in listed if p]
             self.assertEqual(len(problems), len(set(problems)), family)
+
+    @unittest.skipUnless(os.environ.get("TILEOPS_TUNE_EXE"), "needs TILEOPS_TUNE_EXE (set by ctest)")
+    def test_every_family_draws_problems_the_ops_accept(self):
+        # A problem the op refuses would stop a sweep on the GPU; tileops-tune explain checks
+        # them all here (for sm_90a, where every op runs).
+        sys.path.insert(0, BENCH)
+        import heuristic_check
+        import sweep_peers
+        with tempfile.TemporaryDirectory() as dir:
+            for family, draw in sorted(sweep_peers.PROBLEMS.items()):
+                path = os.path.join(dir, family + ".json")
+                with open(path, "w") as f:
+                    json.dump({"problems": [heuristic_check.parse(text) for text in draw(random.Random(1))]}, f)
+                explained = subprocess.run([os.environ["TILEOPS_TUNE_EXE"], "explain", "--arch", "sm_90a", "--workload",
+                                            path], capture_output=True, text=True)
+                self.assertEqual(explained.returncode, 0, f"{family}: {explained.stderr}")
 
 
 if __name__ == "__main__":
