@@ -39,3 +39,22 @@ EXTRA_ATTENTION = {
     "llama-3.2-3b": model(3072, 8192, 128256, 24, 8, 128),
 }
 ATTENTION_MODELS = {**MODELS, **EXTRA_ATTENTION}
+
+MoE = namedtuple("MoE", "experts top_k hidden intermediate")
+
+# Mixture-of-experts layers (routed experts: count, experts a token takes, hidden size, one
+# expert's intermediate size), for the grouped GEMM sweep.
+MOE_MODELS = {
+    "mixtral-8x7b": MoE(8, 2, 4096, 14336), "mixtral-8x22b": MoE(8, 2, 6144, 16384),
+    "qwen3-30b-a3b": MoE(128, 8, 2048, 768), "qwen3-235b-a22b": MoE(128, 8, 4096, 1536),
+    "qwen2-57b-a14b": MoE(64, 8, 3584, 2560), "qwen1.5-moe-a2.7b": MoE(60, 4, 2048, 1408),
+    "deepseek-v2": MoE(160, 6, 5120, 1536), "deepseek-v2-lite": MoE(64, 6, 2048, 1408),
+    "deepseek-v3": MoE(256, 8, 7168, 2048), "kimi-k2": MoE(384, 8, 7168, 2048),
+    "dbrx": MoE(16, 4, 6144, 10752), "olmoe-1b-7b": MoE(64, 8, 2048, 1024),
+    "phi-3.5-moe": MoE(16, 2, 4096, 6400), "grok-1": MoE(8, 2, 6144, 32768),
+    "jamba-v0.1": MoE(16, 2, 4096, 14336), "arctic": MoE(128, 2, 7168, 4864),
+    "llama-4-scout": MoE(16, 1, 5120, 8192), "llama-4-maverick": MoE(128, 1, 5120, 8192),
+    "gpt-oss-120b": MoE(128, 4, 2880, 2880), "gpt-oss-20b": MoE(32, 4, 2880, 2880),
+    "glm-4.5": MoE(160, 8, 5120, 1536), "glm-4.5-air": MoE(128, 8, 4096, 1408),
+    "granite-3.0-3b-a800m": MoE(40, 8, 1536, 512), "jetmoe-8b": MoE(8, 2, 2048, 5632),
+}

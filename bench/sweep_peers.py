@@ -4,7 +4,7 @@ in the same run, worst ratio first.
 
     python3 bench/sweep_peers.py --family rope|sampling|embedding|rows|gemm_fp8|quantize|moe_routing|gemm|prefill
                                  [--seed 1] [--bench build-gpu/bench/bench_problems] [--json sweep.json] [--list]
-    PYTHONPATH=build-gpu/python python3 bench/sweep_peers.py --family decode|mla [--seed 1] [--json sweep.json]
+    PYTHONPATH=build-gpu/python python3 bench/sweep_peers.py --family decode|mla|gemm_grouped [--seed 1] [--json F]
 
 rope: Llama 3 8B / 70B, Qwen 2.5 7B / 0.5B, Phi-3 mini, Gemma 2 9B, GPT-NeoX 20B (24 of 96 dims
 rotate), GPT-J (interleaved, 64 of 256), at token counts drawn from decode steps to long prefills,
@@ -27,7 +27,9 @@ sizes, fp8 codes drawn for DeepSeek-V3's permute), against the faster of torch e
 torch.compile (torch_moe_routing_peers.py; its --skewed mode times the chains on skewed logits).
 mla: MLA decode batches of DeepSeek-V2 / V3, DeepSeek-V2-Lite and Kimi K2 at the heads one GPU
 holds under tensor parallelism (8-128), the lengths, caches and query tokens drawn as for decode,
-against the copy bandwidth (bench_decode_lengths.py). --list prints a family's problems without
+against the copy bandwidth (bench_decode_lengths.py). gemm_grouped: the experts' gate+up or down
+projection of 24 mixture-of-experts models as one GPU holds them, at 16-16384 tokens with uneven
+loads, against torch._grouped_mm (bench_gemm_grouped.py --problem). --list prints a family's problems without
 running them. --recheck-below X re-times the problems
 below X times the peer in --recheck-rounds alternating rounds of ours and the peer, each side's
 median kept: a single run's ratio on a problem of a few microseconds is decided by the offset of
@@ -40,7 +42,7 @@ import random
 import subprocess
 import sys
 
-from model_configs import ATTENTION_MODELS, MODELS
+from model_configs import ATTENTION_MODELS, MODELS, MOE_MODELS
 from sweep_report import plot, print_summary, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -150,8 +152,8 @@ def quantize_problems(rng):
 
 
 # (experts, k, hidden, top-k flags) of Mixtral, Qwen3-30B-A3B and DeepSeek-V3.
-MOE_MODELS = [(8, 2, 4096, "softmax,renorm"), (128, 8, 2048, "softmax,renorm"),
-              (256, 8, 7168, "sigmoid,renorm,group8,topk_group4,bias")]
+ROUTING_MODELS = [(8, 2, 4096, "softmax,renorm"), (128, 8, 2048, "softmax,renorm"),
+                  (256, 8, 7168, "sigmoid,renorm,group8,topk_group4,bias")]
 MOE_TOKENS = [1, 16, 64, 512, 4096, 16384]
 
 
@@ -159,7 +161,7 @@ def moe_routing_problems(rng):
     """Each model's three ops at every token count; decode sizes drawn masked (capacity = tokens:
     no drops), DeepSeek-V3's permute drawn with fp8 codes."""
     problems = []
-    for experts, k, hidden, flags in MOE_MODELS:
+    for experts, k, hidden, flags in ROUTING_MODELS:
         for tokens in MOE_TOKENS:
             problems.append(f"moe_topk {tokens}x{experts}x{k} bf16 {flags}")
             masked = tokens <= 64 and rng.random() < 0.5
@@ -275,25 +277,53 @@ def mla_problems(rng):
     return problems
 
 
+GROUPED_TOKENS = [16, 64, 128, 512, 1000, 2048, 4096, 8192, 16384]  # tokens one step routes
+
+
+def gemm_grouped_problems(rng):
+    """Nine contiguous grouped GEMMs a mixture-of-experts model (24 of them): the gate+up or the
+    down projection of its experts at a drawn token count, as one GPU holds them: every expert
+    whole, the intermediate split over 2, 4 or 8 GPUs (tensor parallelism), or, from 64 experts, an
+    eighth of the experts with an eighth of the rows (expert parallelism); bf16, at most 16 GB of
+    weights."""
+    problems = []
+    for m in MOE_MODELS.values():
+        def draw():
+            split = rng.choice(["tp1", "tp2", "tp4", "tp8"] + (["ep8"] if m.experts >= 64 else []))
+            experts, intermediate, rows = m.experts, m.intermediate, rng.choice(GROUPED_TOKENS) * m.top_k
+            if split == "ep8":
+                experts, rows = experts // 8, max(rows // 8, 1)
+            else:
+                intermediate //= int(split[2:])
+            n, k = (2 * intermediate, m.hidden) if rng.random() < 0.5 else (m.hidden, intermediate)
+            if experts * n * k * 2 > 16e9:
+                return None
+            return f"gemm_grouped {experts}x{rows}x{n}x{k} bf16"
+        add_distinct(problems, draw, 9)
+    return problems
+
+
 PROBLEMS = {"rope": rope_problems, "sampling": sampling_problems, "embedding": embedding_problems,
             "rows": rows_problems, "gemm_fp8": gemm_fp8_problems, "quantize": quantize_problems,
             "moe_routing": moe_routing_problems, "gemm": gemm_problems, "prefill": prefill_problems,
-            "decode": decode_problems, "mla": mla_problems}
+            "decode": decode_problems, "mla": mla_problems, "gemm_grouped": gemm_grouped_problems}
 # The peer's figure each family compares with.
 PEER = {"rope": ("compile_us", "torch.compile"), "sampling": ("torch_us", "torch"),
         "embedding": ("compile_us", "torch.compile"), "rows": ("best_us", "the faster of torch eager and torch.compile"),
         "gemm_fp8": ("scaled_mm_us", "torch._scaled_mm"), "quantize": ("compile_us", "torch.compile"),
         "moe_routing": ("best_us", "the faster of torch eager and torch.compile"),
         "gemm": ("cublas_us", "cuBLAS (torch F.linear)"), "prefill": ("cudnn_us", "SDPA cuDNN"),
-        "decode": ("copy_us", "a copy of the same bytes"), "mla": ("copy_us", "a copy of the same bytes")}
+        "decode": ("copy_us", "a copy of the same bytes"), "mla": ("copy_us", "a copy of the same bytes"),
+        "gemm_grouped": ("grouped_mm_us", "torch._grouped_mm")}
 # Each family's target as the issue states it: the least speed-up on any shape.
-TARGET = {"gemm": 0.95, "prefill": 0.9, "decode": 0.85, "mla": 0.85}
+TARGET = {"gemm": 0.95, "prefill": 0.9, "decode": 0.85, "mla": 0.85, "gemm_grouped": 0.95}
 # Families timed against the copy bandwidth of the same run (bench_decode_lengths.py), not a peer.
 COPY_PEERED = {"decode", "mla"}
 
 
 def tflops(family, problem, us):
-    """Tensor-core throughput of a GEMM (M x N x K) or prefill problem (causal halves it), else None."""
+    """Tensor-core throughput of a GEMM (M x N x K; grouped: all groups' rows x N x K) or prefill
+    problem (causal halves it), else None."""
     words = problem.split()
     dims = [int(x) for x in words[1].split("x")]
     if family.startswith("gemm"):
@@ -424,6 +454,30 @@ def decode_rows(args, problems, repeats, ours_json, _):
              "tflops": None} for r in ours["results"]]
 
 
+def grouped_rows(args, problems, repeats, ours_json, _):
+    """Ours and torch._grouped_mm in one process through the Python bindings
+    (bench_gemm_grouped.py --problem), both on the same uneven expert loads."""
+    script = os.path.join(HERE, "bench_gemm_grouped.py")
+    subprocess.run([sys.executable, script, *problem_flags(problems), *repeats, "--seed", str(args.seed), "--json",
+                    ours_json], check=True, stdout=sys.stderr)
+    with open(ours_json) as f:
+        ours = json.load(f)
+    rows = []
+    for r in ours["results"]:
+        if r.get("grouped_mm_us") is None:
+            print(f"{r['problem']}: the peer failed: {r.get('error', '')}")
+            continue
+        rows.append({"problem": r["problem"], "us": r["us"], "peer_us": r["grouped_mm_us"],
+                     "speedup": r["grouped_mm_us"] / r["us"], "fraction_of_copy": None, "tflops": r["tflops"],
+                     "max_rows": r["max_rows"], "active": r["active"]})
+    return rows
+
+
+# Families whose figures come from one script of theirs (ours and the peer, or the copy bandwidth,
+# in the same process) rather than bench_problems and a peer script.
+ROW_SOURCES = {"decode": decode_rows, "mla": decode_rows, "gemm_grouped": grouped_rows}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--family", required=True, choices=sorted(PROBLEMS))
@@ -436,12 +490,12 @@ def main():
     parser.add_argument("--list", action="store_true", help="print the problems and stop")
     parser.add_argument("--recheck-below", type=float, default=0.0,
                         help="re-time the problems below this speed-up, ours and the peer in alternating rounds, "
-                             "and report each side's median (0: off; not for decode and mla)")
+                             "and report each side's median (0: off; not for decode, mla and gemm_grouped)")
     parser.add_argument("--recheck-rounds", type=int, default=5, help="rounds of --recheck-below (default 5)")
     args = parser.parse_args()
-    if args.recheck_below > 0 and args.family in COPY_PEERED:
-        parser.error(f"--recheck-below: {args.family}'s peer is the copy bandwidth of the same run, there is nothing "
-                     "to re-time")
+    if args.recheck_below > 0 and args.family in ROW_SOURCES:
+        parser.error(f"--recheck-below: {args.family} is timed in one process with its peer, there is nothing to "
+                     "re-time")
     if args.recheck_rounds < 1:
         parser.error("--recheck-rounds must be at least 1")
     rng = random.Random(args.seed)
@@ -451,13 +505,14 @@ def main():
         return
     ours_json, peer_json = args.json + ".ours.tmp", args.json + ".peer.tmp"
     repeats = ["--repeats", str(args.repeats)]
-    rows = (decode_rows if args.family in COPY_PEERED else peer_rows)(args, problems, repeats, ours_json, peer_json)
+    rows = ROW_SOURCES.get(args.family, peer_rows)(args, problems, repeats, ours_json, peer_json)
     ours = json.load(open(ours_json))
     if args.recheck_below > 0:
         recheck(args, rows, repeats, ours_json, peer_json)
     rows.sort(key=lambda r: r["speedup"])
     peer_name = PEER[args.family][1]
-    print(f"{ours['device']}, copy {ours['copy_gbps']:.0f} GB/s; seed {args.seed}; peer {peer_name}, same run")
+    copy = f", copy {ours['copy_gbps']:.0f} GB/s" if "copy_gbps" in ours else ""
+    print(f"{ours['device']}{copy}; seed {args.seed}; peer {peer_name}, same run")
     # Tensor-core families are measured in TFLOP/s, the others against the copy bandwidth.
     compute = rows and rows[0]["tflops"] is not None
     print(f"| problem | ours us | {peer_name} us | speed-up | {'TFLOP/s' if compute else '% of copy'} |\n|---|---|---|---|---|")
