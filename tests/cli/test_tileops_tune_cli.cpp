@@ -907,6 +907,37 @@ TEST_CASE("tileops-tune: an H200 takes the H200's shipped entry where it has one
     }
 }
 
+TEST_CASE("tileops-tune: explain says how much device memory the op allocates", "[cli]") {
+    TILEOPS_REQUIRE_TUNE_EXE();
+    auto explained = [](const char* op, const char* shape, const char* flags) {
+        return explain_one({"--arch", "sm_90a", "--op", op, "--shape", shape, "--dtype", "bf16", "--flags", flags});
+    };
+    // A row op: none.
+    const json rows = explained("rmsnorm", "64x4096", "residual");
+    CHECK(rows.at("workspace_bytes") == 0);
+    CHECK(rows.at("workspace_bytes_max") == 0);
+    // A decode batch: partial results of its splits (fp32 rows of the head dim) and counters.
+    const json decode = explained("decode_attention", "256x32x8x128x1x32768", "page16");
+    const size_t partials = size_t{256} * 32 * 128 * 4;
+    CHECK(decode.at("workspace_bytes").get<size_t>() >= partials);
+    CHECK(decode.at("workspace_bytes_max") == decode.at("workspace_bytes"));
+    // A GEMM with an odd K copies A's and B's rows, padded to 4096 elements, whatever the pointers;
+    // with an even K only operands off 16 bytes need those copies.
+    const size_t copies = size_t{4096 + 4096} * 4096 * 2;
+    const json odd_k = explained("gemm", "4096x4096x4095", "nt");
+    CHECK(odd_k.at("workspace_bytes") == copies);
+    const json even_k = explained("gemm", "4096x4096x4096", "nt");
+    CHECK(even_k.at("workspace_bytes") == 0);
+    CHECK(even_k.at("workspace_bytes_max") == copies);
+    const ToolResult text =
+        run_tool({"explain", "--arch", "sm_90a", "--op", "gemm", "--shape", "4096x4096x4096", "--flags", "nt"});
+    CHECK_THAT(text.out, ContainsSubstring("; no workspace, 67.1 MB with operands off 16 bytes)"));
+    const ToolResult decode_text = run_tool({"explain", "--arch", "sm_90a", "--op", "decode_attention", "--shape",
+                                             "256x32x8x128x1x32768", "--flags", "page16"});
+    CHECK_THAT(decode_text.out, ContainsSubstring("; a workspace of "));
+    CHECK_THAT(decode_text.out, ContainsSubstring(" MB)"));
+}
+
 TEST_CASE("tileops-tune: explain names the user database, the nearest tuned shape or the heuristic", "[cli]") {
     TILEOPS_REQUIRE_TUNE_EXE();
     TempDir dir;
