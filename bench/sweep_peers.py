@@ -41,6 +41,7 @@ import os
 import random
 import subprocess
 import sys
+from statistics import median
 
 from model_configs import ATTENTION_MODELS, MODELS, MOE_MODELS
 from sweep_report import plot, print_summary, summary
@@ -373,26 +374,24 @@ def sweep_row(args, text, result, peer_case):
             "config": result.get("config", ""), "peer": peer_case}
 
 
-def peer_rows(args, problems, repeats, ours_json, peer_json):
-    """Ours through bench_problems, the peer through its torch script, each on every problem."""
-    ours = time_ours(args, problems, repeats, ours_json)
-    peers = time_peer(args, problems, repeats, peer_json)
+def report_rows(args, timed):
+    """The rows of (problem, our result, the peer's case) triples; a problem the peer cannot run
+    (its case says why) is named and left out."""
     rows = []
-    for text in problems:
-        if text not in peers:
-            continue
-        row = sweep_row(args, text, ours[text], peers[text])
-        if row is None:  # the peer cannot run it (says why in its JSON)
-            print(f"{text}: the peer failed: {peers[text].get('error', '')}")
+    for text, result, peer_case in timed:
+        row = sweep_row(args, text, result, peer_case)
+        if row is None:
+            print(f"{text}: the peer failed: {peer_case.get('error', '')}")
             continue
         rows.append(row)
     return rows
 
 
-def median(values):
-    values = sorted(values)
-    middle = len(values) // 2
-    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+def peer_rows(args, problems, repeats, ours_json, peer_json):
+    """Ours through bench_problems, the peer through its torch script, each on every problem."""
+    ours = time_ours(args, problems, repeats, ours_json)
+    peers = time_peer(args, problems, repeats, peer_json)
+    return report_rows(args, [(text, ours[text], peers[text]) for text in problems if text in peers])
 
 
 def median_case(cases):
@@ -461,16 +460,8 @@ def grouped_rows(args, problems, repeats, ours_json, _):
     subprocess.run([sys.executable, script, *problem_flags(problems), *repeats, "--seed", str(args.seed), "--json",
                     ours_json], check=True, stdout=sys.stderr)
     with open(ours_json) as f:
-        ours = json.load(f)
-    rows = []
-    for r in ours["results"]:
-        if r.get("grouped_mm_us") is None:
-            print(f"{r['problem']}: the peer failed: {r.get('error', '')}")
-            continue
-        rows.append({"problem": r["problem"], "us": r["us"], "peer_us": r["grouped_mm_us"],
-                     "speedup": r["grouped_mm_us"] / r["us"], "fraction_of_copy": None, "tflops": r["tflops"],
-                     "max_rows": r["max_rows"], "active": r["active"]})
-    return rows
+        results = json.load(f)["results"]
+    return report_rows(args, [(r["problem"], {"median_us": r["us"], "fraction_of_copy": None}, r) for r in results])
 
 
 # Families whose figures come from one script of theirs (ours and the peer, or the copy bandwidth,

@@ -58,7 +58,8 @@ class SweepRecheckTest(unittest.TestCase):
 
     def sweep(self, *extra):
         out = os.path.join(self.dir.name, "sweep.json")
-        result = subprocess.run([sys.executable, os.path.join(self.bench, "sweep_peers.py"), "--family", "rows",
+        family = [] if "--family" in extra else ["--family", "rows"]
+        result = subprocess.run([sys.executable, os.path.join(self.bench, "sweep_peers.py"), *family,
                                  "--bench", os.path.join(self.bench, "bench_problems"), "--json", out, *extra],
                                 capture_output=True, text=True, env=dict(os.environ, SWEEP_LOG=self.log))
         if result.returncode != 0:
@@ -107,6 +108,25 @@ class SweepRecheckTest(unittest.TestCase):
         self.assertEqual(len(self.runs()), 4)
         self.assertTrue(all("first_pass" not in r for r in report["rows"]))
         self.assertGreater(report["summary"]["below_peer"], 0)
+
+    def test_grouped_rows_come_from_one_script_and_skip_what_the_peer_refused(self):
+        # Ours 10 us a problem; torch._grouped_mm 12 us, refusing the problems of 8 experts.
+        with open(os.path.join(self.bench, "bench_gemm_grouped.py"), "w") as f:
+            f.write(fake_timer("grouped", """{"device": "Fake GPU", "results": [
+    {"problem": p, "us": 10.0, "max_rows": 1, "active": 1,
+     "grouped_mm_us": None if p.split()[1].startswith("8x") else 12.0, "error": "refused"}
+    for p in problems]}"""))
+        result, report = self.sweep("--family", "gemm_grouped")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.runs()[0], "grouped")
+        rows = report["rows"]
+        self.assertTrue(rows)
+        self.assertTrue(all(not r["problem"].split()[1].startswith("8x") for r in rows))
+        self.assertIn("the peer failed: refused", result.stdout)
+        for row in rows:
+            self.assertAlmostEqual(row["speedup"], 1.2)
+            _, m, n, k = (int(d) for d in row["problem"].split()[1].split("x"))
+            self.assertAlmostEqual(row["tflops"], 2.0 * m * n * k / 10.0 / 1e6)
 
     def test_refuses_a_recheck_of_decode_and_zero_rounds(self):
         result, _ = self.sweep("--recheck-rounds", "0")
