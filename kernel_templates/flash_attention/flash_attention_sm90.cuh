@@ -30,7 +30,8 @@
 // Template parameters: T (__half, __nv_bfloat16), HEAD_DIM (of Q and K) and HEAD_DIM_V (of V and
 // O): multiples of 16 up to 256, BN (keys per tile: 64
 // or 128), STAGES (K/V buffers in the ring), CONSUMERS (2, or 3 at head dims up to 64, where the MMAs
-// per tile are cheap next to the softmax), Q_BUFFERS (1 or 2: the host picks 2 where they fit),
+// per tile are cheap next to the softmax, or 1 without ping-pong: 64-row work tiles, two blocks an
+// SM), Q_BUFFERS (1 or 2: the host picks 2 where they fit),
 // PINGPONG, CAUSAL, WINDOW. Shared memory:
 // flash_sm90_shared_bytes below (host: ops/flash_attention_config.cpp computes the same).
 #pragma once
@@ -575,7 +576,7 @@ __device__ __forceinline__ void flash_sm90_consume(const FlashAttentionArgs& p, 
 
 template <typename T, int HEAD_DIM, int HEAD_DIM_V, int BN, int STAGES, int CONSUMERS, int Q_BUFFERS, bool PINGPONG,
           bool CAUSAL, bool WINDOW>
-__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     flash_attention_sm90_kernel(const __grid_constant__ TensorMap map_q, const __grid_constant__ TensorMap map_k,
                                 const __grid_constant__ TensorMap map_v, const FlashAttentionArgs p,
                                 const FlashPackedRows rows) {
@@ -583,8 +584,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     static_assert(HEAD_DIM_V % 16 == 0 && HEAD_DIM_V >= 16 && HEAD_DIM_V <= 256, "V head dims: multiples of 16 up to 256");
     static_assert(BN == 64 || BN == 128, "key tiles of 64 or 128");
     static_assert(STAGES >= 2, "K/V tiles are double-buffered at least");
-    static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM <= 64 && HEAD_DIM_V <= 64),
-                  "two consumers, or three at head dims up to 64");
+    static_assert(CONSUMERS == 2 || (CONSUMERS == 3 && HEAD_DIM <= 64 && HEAD_DIM_V <= 64) ||
+                      (CONSUMERS == 1 && !PINGPONG && HEAD_DIM_V <= 192),
+                  "two consumers, three at head dims up to 64, or one (no ping-pong) at value head dims up to 192");
     static_assert(Q_BUFFERS == 1 || Q_BUFFERS == 2, "one or two Q buffers");
     using Layout = FlashSm90Layout<T, HEAD_DIM, HEAD_DIM_V, BN, STAGES, CONSUMERS, Q_BUFFERS>;
     constexpr int BM = 64 * CONSUMERS;
@@ -633,11 +635,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     // launched with (the launch bound's per-thread cap x threads), so 128 x producer + consumers
     // x 128 x consumer must not exceed it (a claim beyond it waits forever). Value head dims past
     // 192 need 240 in the consumers (up to 128 output accumulators); the producer then has 24 (its
-    // work queue spills about 124 bytes). Three consumers (head dims up to 64) get 160 each.
+    // work queue spills about 124 bytes). Three consumers (head dims up to 64) get 160 each. One
+    // consumer keeps the two consumers' 232 with the producer at 24, so that two blocks share an
+    // SM (128 registers a thread at launch): two independent 64-row work tiles where one block
+    // would run a 128-row tile whose consumers share each key tile.
     constexpr bool kWideV = HEAD_DIM_V > 192;
-    constexpr int kProducerRegisters = CONSUMERS == 3 ? 32 : kWideV ? 24 : 40;
+    constexpr int kProducerRegisters = CONSUMERS == 3 ? 32 : kWideV || CONSUMERS == 1 ? 24 : 40;
     constexpr int kConsumerRegisters = CONSUMERS == 3 ? 160 : kWideV ? 240 : 232;
-    constexpr int kLaunchRegisters = CONSUMERS == 3 ? 128 : 168;
+    constexpr int kLaunchRegisters = CONSUMERS == 2 ? 168 : 128;
     static_assert(128 * kProducerRegisters + 128 * CONSUMERS * kConsumerRegisters <= kLaunchRegisters * 128 * (CONSUMERS + 1),
                   "register budget");
     if (warpgroup == 0) {

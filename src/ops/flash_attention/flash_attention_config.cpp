@@ -9,7 +9,8 @@
 namespace tileops::detail {
 namespace {
 
-// The sm_90 kernel: 64 query rows per consumer warpgroup, plus a producer warpgroup.
+// The sm_90 kernel: 64 query rows per consumer warpgroup, plus a producer warpgroup. One consumer
+// (64 rows) runs two blocks an SM.
 int sm90_warps(int block_m) { return block_m / 16 + 4; }
 
 // Shared memory holds rows of a head dim in whole 128-byte lines (64 elements): the sm_90 kernel's
@@ -106,7 +107,7 @@ std::vector<Config> flash_search_space(const FlashShape& s, const DeviceInfo& de
     };
     // On sm_90 the TMA kernel takes every problem and the sm_80 kernel is only slower: not searched.
     if (device.sm() == 90) {
-        for (int block_m : {128, 192})
+        for (int block_m : {64, 128, 192})
             for (int block_n : {64, 128})
                 for (int stages : {2, 3})
                     for (int pingpong : {0, 1})
@@ -129,8 +130,11 @@ std::optional<std::string> flash_invalid_reason(const FlashShape& s, const Confi
     }
     if (c.kernel == kFlashSm90) {
         if (device.sm() != 90) return fmt::format("kernel 1 (TMA, wgmma) needs sm_90, the device is {}", device.arch());
-        if (c.block_m != 128 && !(c.block_m == 192 && small_head(s)))
-            return fmt::format("kernel 1: block_m = {} is not 128 (or 192 at head dims up to 64)", c.block_m);
+        if (c.block_m != 128 && !(c.block_m == 192 && small_head(s)) && c.block_m != 64)
+            return fmt::format("kernel 1: block_m = {} is not 64, 128 (or 192 at head dims up to 64)", c.block_m);
+        if (c.block_m == 64 && (c.pingpong != 0 || s.head_dim_v > 192))
+            return fmt::format("kernel 1: block_m = 64 (one consumer) takes no ping-pong and value head dims up to 192, "
+                               "not pingpong = {} at {}", c.pingpong, s.head_dim_v);
         if (c.warps != sm90_warps(c.block_m))
             return fmt::format("kernel 1 runs {} query rows with {} warps, not {}", c.block_m, sm90_warps(c.block_m), c.warps);
         if (c.block_n != 64 && c.block_n != 128) return fmt::format("kernel 1: block_n = {} is not 64 or 128", c.block_n);

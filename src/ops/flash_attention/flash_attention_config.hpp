@@ -3,10 +3,11 @@
 //
 // Tunables: kernel (1: sm_90a TMA + wgmma, flash_attention_sm90.cuh; 0: any sm_80+, cp.async +
 // mma.sync, flash_attention_sm80.cuh), block_m (query rows per block; the sm_90 kernel's: 64 per
-// consumer warpgroup, 128 or, at head dim 64, 192), block_n (keys per tile), warps (the sm_90
-// kernel's: a producer warpgroup and block_m / 64 consumer warpgroups), stages (K/V tiles in the shared-memory ring) and, for the sm_90 kernel, pingpong
-// (1: the two consumer warpgroups take turns on the tensor cores, each one's softmax hidden behind
-// the other's MMAs).
+// consumer warpgroup, 128 or, at head dim 64, 192; 64, one consumer, runs two blocks an SM),
+// block_n (keys per tile), warps (the sm_90 kernel's: a producer warpgroup and block_m / 64
+// consumer warpgroups), stages (K/V tiles in the shared-memory ring) and, for the sm_90 kernel,
+// pingpong (1: the consumer warpgroups take turns on the tensor cores, each one's softmax hidden
+// behind the other's MMAs).
 #pragma once
 
 #include <cstddef>

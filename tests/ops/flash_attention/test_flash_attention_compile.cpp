@@ -36,7 +36,7 @@ TEST_CASE("every FlashAttention config of the search space compiles for sm_80 an
 // consumers' accumulators stay in registers and the P V MMAs (one over the whole 64-column boxes,
 // one over the rest) are not serialized. Past a value head dim of 192 the consumers take 240
 // registers and leave the producer 24: its work queue spills (124 bytes, the head dim 256
-// kernel's since it was written), off the MMAs' path.
+// kernel's since it was written), off the MMAs' path. The same for the one-consumer kernel.
 TEST_CASE("the sm_90a FlashAttention kernel of every head dim keeps its accumulators in registers", "[compile][flash]") {
     const DeviceInfo device = DeviceInfo::for_arch("sm_90a");
     test::KernelsByFile kernels;
@@ -47,6 +47,10 @@ TEST_CASE("the sm_90a FlashAttention kernel of every head dim keeps its accumula
         p.batch = 4, p.num_heads = 16, p.head_dim = head_dim, p.head_dim_v = head_dim_v, p.seqlen_q = 4096;
         FlashAttention op(p);
         test::add_kernels(kernels, op.model(), op.model().heuristic(device), 1, device);
+        // One consumer (two blocks an SM, 232 registers a consumer thread), where it runs.
+        const Config one{{"kernel", 1}, {"block_m", 64}, {"block_n", head_dim > 192 ? 64 : 128},
+                         {"warps", 8},  {"stages", 2},   {"pingpong", 0}};
+        if (!op.model().invalid_reason(one, device)) test::add_kernels(kernels, op.model(), one, 1, device);
     }
     for (const auto& [name, report] : test::compile_all_with_report(kernels, "sm_90a")) {
         INFO(name << ": " << report.spill_bytes << " bytes of spill stores");

@@ -146,10 +146,28 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK_FALSE(model.invalid_reason(tma, h100).has_value());
     CHECK_THAT(*model.invalid_reason(tma, a100), ContainsSubstring("needs sm_90"));
     Config odd = tma;
-    odd["block_m"] = 64;
-    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 64 is not 128 (or 192 at head dims up to 64)"));
+    odd["block_m"] = 96;
+    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 96 is not 64, 128 (or 192 at head dims up to 64)"));
+    // One consumer (64 rows, 8 warps): no ping-pong, value head dims up to 192; two blocks an SM.
+    const Config one{{"kernel", 1}, {"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"stages", 2}, {"pingpong", 0}};
+    CHECK_FALSE(model.invalid_reason(one, h100).has_value());
+    Config one_pingpong = one;
+    one_pingpong["pingpong"] = 1;
+    CHECK_THAT(*model.invalid_reason(one_pingpong, h100), ContainsSubstring("takes no ping-pong"));
+    const FlashAttention dv256(with([](auto& p) { p.head_dim = 256; }));
+    Config one_64 = one;
+    one_64["block_n"] = 64;
+    CHECK_THAT(*dv256.model().invalid_reason(one_64, h100), ContainsSubstring("value head dims up to 192"));
+    const detail::LaunchPlan one_plan = model.plan(one, 1, h100);
+    CHECK(one_plan.block[0] == 256);
+    CHECK(one_plan.grid[0] == 264);  // 16 x 16 x 2 work tiles of 64 rows, two blocks an SM
+    CHECK(one_plan.name_expression ==
+          "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 128, 2, 1, 2, false, true, true>");
+    bool searched = false;
+    for (const Config& config : model.search_space(h100)) searched |= config.at("block_m") == 64;
+    CHECK(searched);
     odd["block_m"] = 192;
-    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 192 is not 128"));
+    CHECK_THAT(*model.invalid_reason(odd, h100), ContainsSubstring("block_m = 192 is not 64, 128"));
     odd["warps"] = 16;
     const FlashAttention d64(with([](auto& p) { p.head_dim = 64; }));
     CHECK_FALSE(d64.model().invalid_reason(odd, h100).has_value());
