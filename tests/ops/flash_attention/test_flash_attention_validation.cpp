@@ -178,9 +178,14 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK(d64_causal.model().heuristic(h100).at("stages") == 3);
     const FlashAttention d64_causal_4k(with([](auto& p) { p.head_dim = 64, p.causal = true, p.seqlen_q = 4096; }));
     CHECK(d64_causal_4k.model().heuristic(h100).at("block_m") == 192);
-    // Not causal: 128-row tiles up to 256 tokens (200 rows fill two tiles of 128 better than two of 192).
-    const FlashAttention d64_200(with([](auto& p) { p.head_dim = 64, p.seqlen_q = 200, p.seqlen_k = 200; }));
-    CHECK(d64_200.model().heuristic(h100).at("block_m") == 128);
+    // Not causal, up to 512 tokens: 64-row tiles with one consumer, two blocks an SM; then 128 or 192.
+    const FlashAttention d64_512(with([](auto& p) { p.head_dim = 64, p.seqlen_q = 512, p.seqlen_k = 512; }));
+    CHECK(d64_512.model().heuristic(h100) == Config{{"kernel", 1}, {"block_m", 64}, {"block_n", 128}, {"warps", 8},
+                                                    {"stages", 2}, {"pingpong", 0}});
+    const FlashAttention d64_777(with([](auto& p) { p.head_dim = 64, p.seqlen_q = 777, p.seqlen_k = 777; }));
+    CHECK(d64_777.model().heuristic(h100).at("block_m") == 192);
+    const FlashAttention d128_256(with([](auto& p) { p.seqlen_q = 256, p.seqlen_k = 256; }));
+    CHECK(d128_256.model().heuristic(h100).at("block_m") == 128);
     odd["warps"] = 12;
     CHECK_THAT(*d64.model().invalid_reason(odd, h100), ContainsSubstring("runs 192 query rows with 16 warps, not 12"));
     Config big{{"kernel", 0}, {"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"stages", 3}};
