@@ -176,11 +176,10 @@ public:
         }
         const int64_t q_tiles = (p_.seqlen_q + c.block_m - 1) / c.block_m;
         if (c.kernel == kFlashSm90) {
-            // Persistent: one block per SM at most (two with one consumer, as many as fit), each
-            // taking the next work tile as it finishes one.
-            const int64_t blocks_per_sm = c.block_m == 64 ? 2 : 1;
-            plan.grid[0] = static_cast<unsigned>(
-                std::min<int64_t>(q_tiles * p_.num_heads * p_.batch, blocks_per_sm * device.sm_count));
+            // Persistent: as many blocks as the SMs hold at once, each taking the next work tile
+            // as it finishes one (blocks launched past that would find the work gone).
+            plan.grid[0] = static_cast<unsigned>(std::min<int64_t>(
+                q_tiles * p_.num_heads * p_.batch, int64_t{c.blocks_per_sm(shape_, device)} * device.sm_count));
             plan.persistent = true;
         } else {
             plan.grid[0] = static_cast<unsigned>(q_tiles);

@@ -82,6 +82,15 @@ int FlashConfig::q_buffers(const FlashShape& s) const {
     return sm90_shared_bytes(s, 2) <= kSm90SharedBytes ? 2 : 1;
 }
 
+int FlashConfig::blocks_per_sm(const FlashShape& s, const DeviceInfo& device) const {
+    if (kernel != kFlashSm90 || block_m != 64) return 1;
+    // An SM's shared memory is what one block may opt into plus the 1 KB the driver reserves per
+    // block; each resident block takes its own share and that reserve.
+    constexpr size_t kReservedPerBlock = 1024;
+    const size_t per_sm = static_cast<size_t>(std::max(device.max_shared_memory_per_block_optin, 0)) + kReservedPerBlock;
+    return 2 * (shared_bytes(s) + kReservedPerBlock) <= per_sm ? 2 : 1;
+}
+
 Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {
     if (device.sm() != 90) return flash_sm80_heuristic(s).to_config();
     FlashConfig c;

@@ -45,6 +45,9 @@ struct FlashConfig {
     int threads() const { return warps * 32; }
     size_t shared_bytes(const FlashShape& shape) const;
     int q_buffers(const FlashShape& shape) const;  // sm_90 kernel: Q tiles in shared memory (1 or 2)
+    // sm_90 kernel: the persistent blocks an SM runs: two with one consumer where their shared
+    // memory fits beside each other (the launch bounds give them the registers), else one.
+    int blocks_per_sm(const FlashShape& shape, const DeviceInfo& device) const;
 
 private:
     size_t sm90_shared_bytes(const FlashShape& shape, int q_tiles) const;

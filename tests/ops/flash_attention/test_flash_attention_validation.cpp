@@ -160,7 +160,13 @@ TEST_CASE("FlashAttention configs: the kernel per arch, shared memory, the tunin
     CHECK_THAT(*dv256.model().invalid_reason(one_64, h100), ContainsSubstring("value head dims up to 192"));
     const detail::LaunchPlan one_plan = model.plan(one, 1, h100);
     CHECK(one_plan.block[0] == 256);
-    CHECK(one_plan.grid[0] == 264);  // 16 x 16 x 2 work tiles of 64 rows, two blocks an SM
+    // Head dim 128 with 128-key tiles: about 160 KB of shared memory, so one block an SM.
+    CHECK(one_plan.grid[0] == 132);
+    // Head dim 64: two blocks an SM fit, 16 x 16 x 2 work tiles of 64 rows over 264 blocks.
+    const FlashAttention d64_one(with([](auto& p) { p.head_dim = 64; }));
+    CHECK(d64_one.model().plan(one, 1, h100).grid[0] == 264);
+    const FlashAttention d64_few(with([](auto& p) { p.head_dim = 64, p.seqlen_q = 64, p.batch = 1; }));
+    CHECK(d64_few.model().plan(one, 1, h100).grid[0] == 16);  // one work tile a head
     CHECK(one_plan.name_expression ==
           "tileops::flash_attention_sm90_kernel<__nv_bfloat16, 128, 128, 128, 2, 1, 2, false, true, true>");
     bool searched = false;
