@@ -450,7 +450,29 @@ def decode_rows(args, problems, repeats, ours_json, _):
     ours = json.load(open(ours_json))
     return [{"problem": r["problem"], "us": r["us"], "peer_us": r["kv_bytes"] / ours["copy_gbps"] / 1e3,
              "speedup": r["fraction_of_copy"], "fraction_of_copy": r["fraction_of_copy"], "kv_bytes": r["kv_bytes"],
-             "tflops": None} for r in ours["results"]]
+             "tflops": mla_tflops(r["problem"], r["lengths"], r["us"])} for r in ours["results"]]
+
+
+# MLA's latent keys: 576 dims scored, the first 512 of them the values.
+MLA_SCORE_DIMS, MLA_VALUE_DIMS = 576, 512
+# Query heads from which MLA decode is bound by the tensor cores, not by the bytes (a cached token
+# costs 1152 bytes and heads x 2 x 1088 flops: 128 heads are 242 flops a byte, near an H100's or
+# H200's balance; docs/perf/mla_decode.md). The copy target is about the batches below it.
+MLA_TENSOR_BOUND_HEADS = 128
+
+
+def mla_tflops(problem, lengths, us):
+    """Tensor-core throughput of an MLA decode batch ("mla_decode BxHxQxLONGEST ..."): every query
+    token of every head scores and sums the keys its sequence holds; None for other problems."""
+    words = problem.split()
+    if words[0] != "mla_decode":
+        return None
+    _, heads, q_len, _ = (int(x) for x in words[1].split("x"))
+    return 2.0 * heads * q_len * sum(lengths) * (MLA_SCORE_DIMS + MLA_VALUE_DIMS) / us / 1e6
+
+
+def mla_heads(problem):
+    return int(problem.split()[1].split("x")[1])
 
 
 def grouped_rows(args, problems, repeats, ours_json, _):
@@ -527,6 +549,17 @@ def main():
         big = [r for r in rows if r["kv_bytes"] >= 64e6]
         stats["at_least_64mb"] = {"problems": len(big), "below_85_percent": sum(r["speedup"] < 0.85 for r in big)}
         print(f"batches of >= 64 MB of KV: {len(big)}, {stats['at_least_64mb']['below_85_percent']} below 85% of copy")
+        if args.family == "mla":  # the copy target is about the bandwidth-bound batches; the rest in TFLOP/s
+            bound = [r for r in big if mla_heads(r["problem"]) < MLA_TENSOR_BOUND_HEADS]
+            tensor = sorted(r["tflops"] for r in big if mla_heads(r["problem"]) >= MLA_TENSOR_BOUND_HEADS)
+            stats["at_least_64mb"].update(
+                bandwidth_bound=len(bound), bandwidth_bound_below_85_percent=sum(r["speedup"] < 0.85 for r in bound),
+                tensor_bound=len(tensor), tensor_bound_median_tflops=median(tensor) if tensor else None)
+            print(f"  below {MLA_TENSOR_BOUND_HEADS} heads: {len(bound)}, "
+                  f"{stats['at_least_64mb']['bandwidth_bound_below_85_percent']} below 85% of copy")
+            if tensor:
+                print(f"  {MLA_TENSOR_BOUND_HEADS}+ heads (bound by the tensor cores): {len(tensor)}, "
+                      f"{tensor[0]:.0f}-{tensor[-1]:.0f} TFLOP/s, median {median(tensor):.0f}")
     if args.plot:
         if args.family in COPY_PEERED:  # the batches the target is about, as a fraction of copy
             big = [r for r in rows if r["kv_bytes"] >= 64e6]

@@ -128,6 +128,29 @@ class SweepRecheckTest(unittest.TestCase):
             _, m, n, k = (int(d) for d in row["problem"].split()[1].split("x"))
             self.assertAlmostEqual(row["tflops"], 2.0 * m * n * k / 10.0 / 1e6)
 
+    def test_mla_rows_count_tensor_throughput_and_split_the_copy_target_by_heads(self):
+        # Every sequence holds 1000 tokens (1152 bytes each); each batch takes 100 us.
+        with open(os.path.join(self.bench, "bench_decode_lengths.py"), "w") as f:
+            f.write(fake_timer("mla", """{"device": "Fake GPU", "copy_gbps": 3000.0, "results": [
+    {"problem": p, "lengths": [1000] * b, "kv_bytes": 1152 * 1000 * b, "us": 100.0,
+     "fraction_of_copy": 1152 * 1000 * b / 100e-6 / 3000e9}
+    for p in problems for b in [int(p.split()[1].split("x")[0])]]}"""))
+        result, report = self.sweep("--family", "mla")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = report["rows"]
+        for row in rows:
+            batch, heads, q_len, _ = (int(d) for d in row["problem"].split()[1].split("x"))
+            self.assertAlmostEqual(row["tflops"], 2.0 * heads * q_len * 1000 * batch * (576 + 512) / 100.0 / 1e6)
+        big = [r for r in rows if r["kv_bytes"] >= 64e6]
+        heads = [int(r["problem"].split()[1].split("x")[1]) for r in big]
+        stats = report["summary"]["at_least_64mb"]
+        self.assertEqual(stats["problems"], len(big))
+        self.assertEqual(stats["bandwidth_bound"], sum(h < 128 for h in heads))
+        self.assertEqual(stats["tensor_bound"], sum(h >= 128 for h in heads))
+        self.assertGreater(stats["bandwidth_bound"], 0)
+        self.assertGreater(stats["tensor_bound"], 0)
+        self.assertIn("bound by the tensor cores", result.stdout)
+
     def test_refuses_a_recheck_of_decode_and_zero_rounds(self):
         result, _ = self.sweep("--recheck-rounds", "0")
         self.assertEqual(result.returncode, 2)
