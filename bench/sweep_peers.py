@@ -322,9 +322,18 @@ TARGET = {"gemm": 0.95, "prefill": 0.9, "decode": 0.85, "mla": 0.85, "gemm_group
 COPY_PEERED = {"decode", "mla"}
 
 
-def tflops(family, problem, us):
-    """Tensor-core throughput of a GEMM (M x N x K; grouped: all groups' rows x N x K) or prefill
-    problem (causal halves it), else None."""
+# MLA's latent keys: 576 dims scored, the first 512 of them the values.
+MLA_SCORE_DIMS, MLA_VALUE_DIMS = 576, 512
+# Query heads from which MLA decode is bound by the tensor cores, not by the bytes (a cached token
+# costs 1152 bytes and heads x 2 x 1088 flops: 128 heads are 242 flops a byte, near an H100's or
+# H200's balance; docs/perf/mla_decode.md). The copy target is about the batches below it.
+MLA_TENSOR_BOUND_HEADS = 128
+
+
+def tflops(family, problem, us, lengths=None):
+    """Tensor-core throughput of a GEMM (M x N x K; grouped: all groups' rows x N x K), prefill
+    problem (causal halves it) or MLA decode batch (every query token of every head scores and sums
+    the keys its sequence holds: needs the batch's `lengths`), else None."""
     words = problem.split()
     dims = [int(x) for x in words[1].split("x")]
     if family.startswith("gemm"):
@@ -336,6 +345,9 @@ def tflops(family, problem, us):
         head_dim_v = next((int(f[2:]) for f in flags if f.startswith("dv")), head_dim)
         flops = 2.0 * batch * heads * seqlen_q * seqlen_k * (head_dim + head_dim_v) * (0.5 if "causal" in flags else 1.0)
         return flops / us / 1e6
+    if family == "mla" and lengths is not None:
+        _, heads, q_len, _ = dims
+        return 2.0 * heads * q_len * sum(lengths) * (MLA_SCORE_DIMS + MLA_VALUE_DIMS) / us / 1e6
     return None
 
 
@@ -450,25 +462,7 @@ def decode_rows(args, problems, repeats, ours_json, _):
     ours = json.load(open(ours_json))
     return [{"problem": r["problem"], "us": r["us"], "peer_us": r["kv_bytes"] / ours["copy_gbps"] / 1e3,
              "speedup": r["fraction_of_copy"], "fraction_of_copy": r["fraction_of_copy"], "kv_bytes": r["kv_bytes"],
-             "tflops": mla_tflops(r["problem"], r["lengths"], r["us"])} for r in ours["results"]]
-
-
-# MLA's latent keys: 576 dims scored, the first 512 of them the values.
-MLA_SCORE_DIMS, MLA_VALUE_DIMS = 576, 512
-# Query heads from which MLA decode is bound by the tensor cores, not by the bytes (a cached token
-# costs 1152 bytes and heads x 2 x 1088 flops: 128 heads are 242 flops a byte, near an H100's or
-# H200's balance; docs/perf/mla_decode.md). The copy target is about the batches below it.
-MLA_TENSOR_BOUND_HEADS = 128
-
-
-def mla_tflops(problem, lengths, us):
-    """Tensor-core throughput of an MLA decode batch ("mla_decode BxHxQxLONGEST ..."): every query
-    token of every head scores and sums the keys its sequence holds; None for other problems."""
-    words = problem.split()
-    if words[0] != "mla_decode":
-        return None
-    _, heads, q_len, _ = (int(x) for x in words[1].split("x"))
-    return 2.0 * heads * q_len * sum(lengths) * (MLA_SCORE_DIMS + MLA_VALUE_DIMS) / us / 1e6
+             "tflops": tflops(args.family, r["problem"], r["us"], r["lengths"])} for r in ours["results"]]
 
 
 def mla_heads(problem):
@@ -545,8 +539,9 @@ def main():
         if versus:
             stats["versus_" + alone[:-3]] = summary(versus, name)
             print_summary(stats["versus_" + alone[:-3]])
-    if args.family in COPY_PEERED:  # the issue's target: every batch of >= 64 MB of KV at >= 85% of copy
-        big = [r for r in rows if r["kv_bytes"] >= 64e6]
+    # Copy-peered families: the issue's target is about the batches of >= 64 MB of KV.
+    big = [r for r in rows if r["kv_bytes"] >= 64e6] if args.family in COPY_PEERED else []
+    if args.family in COPY_PEERED:  # every batch of >= 64 MB of KV at >= 85% of copy
         stats["at_least_64mb"] = {"problems": len(big), "below_85_percent": sum(r["speedup"] < 0.85 for r in big)}
         print(f"batches of >= 64 MB of KV: {len(big)}, {stats['at_least_64mb']['below_85_percent']} below 85% of copy")
         if args.family == "mla":  # the copy target is about the bandwidth-bound batches; the rest in TFLOP/s
@@ -562,7 +557,6 @@ def main():
                       f"{tensor[0]:.0f}-{tensor[-1]:.0f} TFLOP/s, median {median(tensor):.0f}")
     if args.plot:
         if args.family in COPY_PEERED:  # the batches the target is about, as a fraction of copy
-            big = [r for r in rows if r["kv_bytes"] >= 64e6]
             written = plot(big, args.plot, f"{args.family}: {len(big)} of {len(rows)} model shapes with >= 64 MB of "
                            f"KV, {ours['device']}, seed {args.seed}", "fraction of copy bandwidth", TARGET[args.family])
         else:
