@@ -95,23 +95,23 @@ Config flash_heuristic(const FlashShape& s, const DeviceInfo& device) {
     if (device.sm() != 90) return flash_sm80_heuristic(s).to_config();
     FlashConfig c;
     c.kernel = kFlashSm90;
-    // Head dim 64: three consumers hide the softmax better, except on short sequences, where
-    // 192-row tiles waste more on the diagonal and past the end (H100, 1k causal: 128 rows and
-    // three stages took 127 us, 192 rows 136-147; H200, held-out tune, 8 x 71/1 x 200 tokens not
-    // causal: 128 rows 39.2 us, 192 rows 48.5).
-    const bool short_d64 = small_head(s) && s.seqlen_q <= (s.causal ? 1024 : 256);
-    c.block_m = small_head(s) && !short_d64 ? 192 : 128;
-    c.warps = sm90_warps(c.block_m);
-    c.block_n = wide_head(s) ? 64 : 128;
-    c.stages = short_d64 ? 3 : 2;
-    c.pingpong = 1;
     // Head dim 64, not causal, up to 512 queries: two 64-row blocks an SM with one consumer each
     // beat one 128-row block with two, whose prologue and epilogue the few key tiles do not hide
     // (H100, us, 128-row / 64-row: 64 x 20 heads x 128 tokens 32.9 / 31.0, x 256 79.8 / 74.4;
     // 32 x 8 x 300 31.9 / 30.7; 16 x 12 x 512 44.9 / 41.2). Longer, causal or wider heads lose.
     if (small_head(s) && !s.causal && s.seqlen_q <= 512) {
         c.block_m = 64, c.warps = sm90_warps(64), c.block_n = 128, c.stages = 2, c.pingpong = 0;
+        return c.to_config();
     }
+    // Head dim 64: three consumers hide the softmax better, except on short causal sequences,
+    // where 192-row tiles waste more on the diagonal and past the end (H100, 1k causal: 128 rows
+    // and three stages took 127 us, 192 rows 136-147).
+    const bool short_causal_d64 = small_head(s) && s.causal && s.seqlen_q <= 1024;
+    c.block_m = small_head(s) && !short_causal_d64 ? 192 : 128;
+    c.warps = sm90_warps(c.block_m);
+    c.block_n = wide_head(s) ? 64 : 128;
+    c.stages = short_causal_d64 ? 3 : 2;
+    c.pingpong = 1;
     return c.to_config();
 }
 

@@ -134,14 +134,14 @@ std::optional<std::string> gemm_fp8_invalid_reason(const GemmFp8Config& c, const
     return std::nullopt;
 }
 
-// As the 16-bit GEMM's heuristic: where the tiles of the widest config leave SMs idle, the most
-// blocks that fit in one wave (small M is bound by how many SMs stream B); else the fewest
-// modelled cycles (waves x tile area / efficiency). Tiles taller than M needs are skipped.
 std::optional<std::string> gemm_fp8_unsupported_reason(const DeviceInfo& device) {
     if (device.sm() == 90) return std::nullopt;
     return fmt::format("the FP8 GEMM multiplies with sm_90's FP8 wgmma (H100, H200); {} has none", device.arch());
 }
 
+// As the 16-bit GEMM's heuristic: where the tiles of the widest config leave SMs idle, the most
+// blocks that fit in one wave (small M is bound by how many SMs stream B); else the fewest
+// modelled cycles (waves x tile area / efficiency). Tiles taller than M needs are skipped.
 GemmFp8Config gemm_fp8_heuristic(const GemmFp8Shape& s, const DeviceInfo& device) {
     const int64_t sm_count = device.sm_count;
     GemmFp8Config widest;
