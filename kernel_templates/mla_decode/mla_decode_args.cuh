@@ -11,7 +11,8 @@ struct MlaDecodeArgs {
     const int* page_table;       // [batch, page_table_stride] (paged)
     void* out;                   // [batch, q_len, num_heads, 512] with strides
     float* lse;                  // [batch, q_len, num_heads] or null
-    float* workspace;            // splits: partial outputs [chunks][row blocks][BLOCK_M][512], then their lse
+    float* workspace;            // splits: partial outputs [chunks][row blocks][BLOCK_M][512], their lse,
+                                 // then (balanced) each sequence's chunks [batch] (mla_sequence_chunks)
     long long q_batch_stride, q_token_stride, q_head_stride;
     long long kv_outer_stride, kv_token_stride;  // outer: between sequences, or pages when paged
     long long page_table_stride;

@@ -19,7 +19,8 @@
 // as many as its keys fill (common/kv_chunks.cuh), so a
 // long sequence among short ones is spread over the SMs. Each CTA of a split sequence writes its
 // normalized partial output and natural-log lse to the workspace, by chunk number, and a
-// follow-up kernel (mla_merge_kernel, one block per row) merges them.
+// follow-up kernel (mla_merge_kernel, one block per row) merges them; the first chunk's CTA
+// notes where a sequence's chunks are (mla_sequence_chunks), so the merge does not search for them.
 #pragma once
 
 #include "arch/mma_sm80.cuh"
@@ -67,11 +68,23 @@ __device__ __forceinline__ long long mla_keys_bound(const MlaDecodeArgs& p, int 
     return len < 0 ? 0 : len > p.max_kv_len ? p.max_kv_len : len;
 }
 
+// Balanced launches: each sequence's chunks, {number of its first, how many}, which its first
+// chunk's CTA of row block 0 writes after the partial results, so that the merge kernel reads them
+// instead of searching the lengths again in each of its (row, sequence) blocks.
+__device__ __forceinline__ int2* mla_sequence_chunks(const MlaDecodeArgs& p, long long partial_rows) {
+    return reinterpret_cast<int2*>(p.workspace + partial_rows * (kMlaValueDim + 1));
+}
+
 // The CTA's sequence and split (see the top of this file). Called by the whole CTA.
-template <int BLOCK_N>
+template <int BLOCK_M, int BLOCK_N>
 __device__ KvChunk mla_work(const MlaDecodeArgs& p) {
     if (!p.balanced) return kv_chunk_fixed();
-    return kv_chunk_of_cta<BLOCK_N>(kMlaMaxSplits, [&](int b) { return mla_keys_bound(p, b); });
+    const KvChunk work = kv_chunk_of_cta<BLOCK_N>(kMlaMaxSplits, [&](int b) { return mla_keys_bound(p, b); });
+    if (work.active && work.split == 0 && blockIdx.x == 0 && threadIdx.x == 0) {
+        const long long partial_rows = static_cast<long long>(gridDim.x) * gridDim.y * gridDim.z * BLOCK_M;
+        mla_sequence_chunks(p, partial_rows)[work.batch] = make_int2(static_cast<int>(work.first_chunk), work.num_splits);
+    }
+    return work;
 }
 
 // Keys of row `row` (past the problem's rows: as many as the block's last row).
@@ -261,20 +274,19 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(const MlaDecodeArgs p) {
     __shared__ float weights[kMlaMaxSplits];
     __shared__ float merged_lse;
     const int row = blockIdx.x, batch = blockIdx.y;
-    KvChunk sequence{batch, 0, p.num_splits, static_cast<long long>(batch) * p.num_splits, true};
-    if (p.balanced) {
-        const long long target = static_cast<long long>(gridDim.y) * (p.num_splits - 1);  // as kv_chunk_of_cta
-        sequence = kv_chunk_search<BLOCK_N>(-1, batch, gridDim.y, target, kMlaMaxSplits,
-                                            [&](int b) { return mla_keys_bound(p, b); });
-    }
-    const int splits = sequence.num_splits;
-    if (splits == 1) return;
     const int total_rows = p.q_len * p.num_heads;
     const int row_blocks = (total_rows + BLOCK_M - 1) / BLOCK_M;
-    // Partial rows are [chunks][row blocks][BLOCK_M]: this row's of split 0, and the step between splits.
-    const long long first = (sequence.first_chunk * row_blocks + row / BLOCK_M) * BLOCK_M + row % BLOCK_M;
-    const long long split_rows = static_cast<long long>(row_blocks) * BLOCK_M;
     const long long partial_rows = static_cast<long long>(p.num_splits) * row_blocks * gridDim.y * BLOCK_M;
+    long long first_chunk = static_cast<long long>(batch) * p.num_splits;
+    int splits = p.num_splits;
+    if (p.balanced) {
+        const int2 chunks = __ldcg(mla_sequence_chunks(p, partial_rows) + batch);
+        first_chunk = chunks.x, splits = chunks.y;
+    }
+    if (splits == 1) return;
+    // Partial rows are [chunks][row blocks][BLOCK_M]: this row's of split 0, and the step between splits.
+    const long long first = (first_chunk * row_blocks + row / BLOCK_M) * BLOCK_M + row % BLOCK_M;
+    const long long split_rows = static_cast<long long>(row_blocks) * BLOCK_M;
     const float* lse = p.workspace + partial_rows * kMlaValueDim;
     for (int s = threadIdx.x; s < splits; s += 128) weights[s] = __ldcg(lse + first + s * split_rows);
     __syncthreads();

@@ -339,7 +339,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_seesaw_kernel(const MlaDeco
     float* row_sums = scale1 + kSeesawRows;                             // [2][64]: each warpgroup's
     unsigned long long* landed = reinterpret_cast<unsigned long long*>(row_sums + 2 * kSeesawRows);  // [buffer][low, high]
 
-    const KvChunk work = mla_work<kSeesawKeys>(p);
+    const KvChunk work = mla_work<kSeesawRows, kSeesawKeys>(p);
     if (!work.active) return;
     const int row0 = work.column * kSeesawRows, batch = work.batch;
     // The warpgroup, read from lane 0 so that the compiler knows it is the same for the whole warp

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(BLOCK_M / 16 * 64, 1) mla_decode_sm80_kernel(c
     float4* exchange = reinterpret_cast<float4*>(ring + STAGES * BLOCK_N * kMlaRowElems);
     unsigned char* key_ok = reinterpret_cast<unsigned char*>(exchange + WARPS * kBlocksN * 32);
 
-    const KvChunk work = mla_work<BLOCK_N>(p);
+    const KvChunk work = mla_work<BLOCK_M, BLOCK_N>(p);
     if (!work.active) return;
     const int row0 = work.column * BLOCK_M, batch = work.batch;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(256, 1) mla_decode_sm90_kernel(const MlaDecode
     float4* exchange = reinterpret_cast<float4*>(ring + STAGES * kTileBytes);
     unsigned char* key_ok = reinterpret_cast<unsigned char*>(exchange + 8 * kBlocksN * 32);
 
-    const KvChunk work = mla_work<BLOCK_N>(p);
+    const KvChunk work = mla_work<BLOCK_M, BLOCK_N>(p);
     if (!work.active) return;
     const int row0 = work.column * BLOCK_M, batch = work.batch;
     // The warp index read from lane 0, so that the compiler knows it is warp-uniform: a branch on

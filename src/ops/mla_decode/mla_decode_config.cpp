@@ -160,7 +160,9 @@ size_t mla_workspace_bytes(const MlaShape& s, const MlaLaunch& l) {
     if (l.split_ctas <= 1) return 0;
     const size_t slots = static_cast<size_t>(s.batch * l.row_blocks);
     const size_t partial_rows = slots * static_cast<size_t>(l.split_ctas) * l.block_m;
-    return partial_rows * (MlaDecode::kLatentDim + 1) * sizeof(float);  // partial outputs, then their lse
+    // Partial outputs, their lse, then (balanced) where each sequence's chunks are: two ints.
+    const size_t sequence_chunks = l.balanced ? static_cast<size_t>(s.batch) * 2 * sizeof(int) : 0;
+    return partial_rows * (MlaDecode::kLatentDim + 1) * sizeof(float) + sequence_chunks;
 }
 
 }  // namespace tileops::detail
