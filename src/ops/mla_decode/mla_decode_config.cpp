@@ -21,9 +21,11 @@ constexpr size_t kSwizzledRowBytes = MlaDecode::kKeyDim * 2;
 constexpr size_t kSeesawSharedBytes = 1024 + 64 * 512 * 2 + 2 * 64 * 576 * 2 + 2 * 64 * 64 * 2 + 5 * 64 * 4 + 4 * 8;
 // A split shorter than this spends more on its merge than it saves.
 constexpr long long kMinTokensPerSplit = 256;
-constexpr long long kMaxSplits = 64;
 // The merge kernel holds a weight per split in shared memory (kMlaMaxSplits in mla_decode_common.cuh).
+// The heuristic may use them all: one sequence of 8-32 heads is one block, and only about 130
+// splits of it fill the SMs (64, the cap when the merge ran in the main kernel, left half idle).
 constexpr long long kMaxConfigSplits = 256;
+constexpr long long kMaxSplits = kMaxConfigSplits;
 
 long long max_useful_splits(const MlaShape& s) {
     return std::clamp((s.max_kv_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit, 1LL, kMaxSplits);

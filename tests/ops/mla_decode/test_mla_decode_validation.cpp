@@ -139,6 +139,10 @@ TEST_CASE("MlaDecode configs: heuristic valid, splits only where the GPU is not 
     CHECK(MlaDecode(deepseek()).model().invalid_reason(MlaDecode(deepseek()).model().heuristic(h100), a100).value_or("").find(
               "needs sm_90a") != std::string::npos);
     CHECK(MlaDecode(with([](auto& q) { q.batch = 1, q.num_heads = 16; })).model().heuristic(h100).at("splits") > 8);
+    // One long sequence is split until a wave fills the SMs, past the 64 splits the merge once allowed.
+    const MlaDecode one_long(with([](auto& q) { q.batch = 1, q.num_heads = 32, q.max_kv_len = 65536, q.max_pages_per_seq = 1024; }));
+    CHECK(one_long.model().heuristic(h100).at("splits") >= 113);
+    CHECK(one_long.model().heuristic(h100).at("splits") <= 256);
     MlaDecode op(deepseek());
     Config bad = op.model().heuristic(h100);
     bad["block_m"] = 48;
