@@ -54,14 +54,8 @@ std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, 
             util::encode_value(spec.dtype, static_cast<float>(spec.real_value), &host[i * element]);
         return host;
     }
-    const long long modulus = spec.fill_value > 0 ? spec.fill_value : 1;
     for (size_t i = 0; i < n; ++i) {
-        // 7919 is prime, so i -> i * 7919 mod a modulus it does not divide is a permutation.
-        long long value = spec.fill_value;
-        if (spec.fill == detail::OperandFill::scrambled_index)
-            value = static_cast<long long>((i * 7919u + 13u) % static_cast<size_t>(modulus));
-        else if (spec.fill == detail::OperandFill::multiples)
-            value = static_cast<long long>(i) * spec.fill_value;
+        const long long value = index_fill(spec, i, n);
         const int32_t index = static_cast<int32_t>(value);
         if (spec.dtype == DType::int32) std::memcpy(&host[i * element], &index, sizeof index);
         else util::encode_value(spec.dtype, static_cast<float>(value), &host[i * element]);
@@ -70,6 +64,27 @@ std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, 
 }
 
 }  // namespace
+
+long long index_fill(const detail::OperandSpec& spec, size_t i, size_t n) {
+    switch (spec.fill) {
+        case detail::OperandFill::scrambled_index: {
+            // 7919 is prime, so i -> i * 7919 mod a modulus it does not divide is a permutation.
+            const size_t modulus = spec.fill_value > 0 ? static_cast<size_t>(spec.fill_value) : 1;
+            return static_cast<long long>((i * 7919u + 13u) % modulus);
+        }
+        case detail::OperandFill::multiples:
+            return static_cast<long long>(i) * spec.fill_value;
+        case detail::OperandFill::even_offsets:
+            // Whole quotient and remainder apart, so that i times the total never overflows.
+            if (n <= 1) return 0;
+            {
+                const auto parts = static_cast<long long>(n - 1), index = static_cast<long long>(i);
+                return spec.fill_value / parts * index + spec.fill_value % parts * index / parts;
+            }
+        default:
+            return spec.fill_value;
+    }
+}
 
 OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed, LengthSpread spread)
     : specs_(model.operands()) {

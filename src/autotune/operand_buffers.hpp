@@ -13,6 +13,10 @@
 
 namespace tileops::tuning {
 
+// Element i of the n elements of an index operand that `spec` fills with one of the index fills
+// (constant, scrambled_index, multiples, even_offsets; see detail::OperandFill).
+long long index_fill(const detail::OperandSpec& spec, size_t i, size_t n);
+
 class OperandBuffers {
 public:
     OperandBuffers(const detail::OpModel& model, uint64_t seed, LengthSpread spread = LengthSpread::uniform);

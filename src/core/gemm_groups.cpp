@@ -60,8 +60,10 @@ CUtensorMap GemmGroups::d_map(const GemmArgs& args, DType dtype) const {
 
 OperandSpec GemmGroups::rows_operand() const {
     OperandSpec spec{"group_rows", DType::int32, 0, rows_count(), rows_count(), false};
-    spec.fill = masked ? OperandFill::constant : OperandFill::multiples;
-    spec.fill_value = masked ? rows : rows / groups;
+    // Contiguous: every row in a group, the groups as even as the rows allow (49152 rows in 160
+    // groups: 307 or 308 each), so that a tuned candidate writes the whole output.
+    spec.fill = masked ? OperandFill::constant : OperandFill::even_offsets;
+    spec.fill_value = rows;
     return spec;
 }
 

@@ -60,11 +60,13 @@ struct LaunchPlan {
 
 // How tools fill an input operand: random values in [-2, 2] (never all zeros), or, for int32
 // index operands, every element `fill_value`, a scrambled index in [0, fill_value) (e.g. a page
-// table) or element i = i * fill_value (e.g. offsets of sequences of equal length); a batch's
+// table), element i = i * fill_value (e.g. offsets of sequences of equal length), or the offsets
+// of parts as even as integers allow that add up to `fill_value` (element i of n is
+// i * fill_value / (n - 1), rounded down: a mixture-of-experts layer's group offsets); a batch's
 // sequence lengths, at most `fill_value`: every one at it unless the tuner is asked for another
 // spread (autotune/length_spread.hpp); for float parameters, every element `real_value` (e.g. a
 // temperature).
-enum class OperandFill { random, constant, scrambled_index, multiples, constant_real, sequence_lengths };
+enum class OperandFill { random, constant, scrambled_index, multiples, even_offsets, constant_real, sequence_lengths };
 
 // One operand of run(), in order: inputs first, then outputs.
 struct OperandSpec {

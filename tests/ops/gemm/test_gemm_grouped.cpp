@@ -8,6 +8,7 @@
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 
+#include "autotune/operand_buffers.hpp"
 #include "core/op_model.hpp"
 #include "ops/registry.hpp"
 #include "support/compile_kernels.hpp"
@@ -90,6 +91,31 @@ TEST_CASE("GemmGrouped tuning keys and the CLI's problem syntax", "[validation][
     CHECK(dynamic_cast<const GemmGrouped&>(*masked).problem().layout == GemmLayout::nn);
     CHECK_THROWS_WITH(detail::make_op({"gemm_grouped", {16, 16, 16}, "bf16", ""}), ContainsSubstring("GxRxNxK"));
     CHECK_THROWS_WITH(detail::make_op({"gemm_grouped", {2, 16, 16, 16}, "bf16", "bias"}), ContainsSubstring("flag 'bias'"));
+}
+
+// The tuner and benchmarks fill the group offsets from the operand's spec: every row must fall in
+// a group, or the rows past the last group stay unwritten and every candidate fails the tuner's
+// output check (49152 rows in 160 groups used to leave 32 rows out).
+TEST_CASE("GemmGrouped's group offsets for tuning cover every row", "[validation][gemm_grouped]") {
+    const auto [groups, rows] = GENERATE(table<int64_t, int64_t>({{160, 49152}, {384, 131072}, {8, 4096}, {3, 2}, {1, 7}}));
+    auto op = detail::make_op({"gemm_grouped", {groups, rows, 256, 128}, "bf16", ""});
+    const auto operands = op->model().operands();
+    REQUIRE(operands.size() == 4);
+    const detail::OperandSpec& offsets = operands[2];
+    REQUIRE(offsets.name == "group_rows");
+    REQUIRE(offsets.cols == groups + 1);
+    const auto n = static_cast<size_t>(offsets.cols);
+    CHECK(tuning::index_fill(offsets, 0, n) == 0);
+    CHECK(tuning::index_fill(offsets, n - 1, n) == rows);
+    for (size_t g = 0; g + 1 < n; ++g) {
+        const long long group_rows = tuning::index_fill(offsets, g + 1, n) - tuning::index_fill(offsets, g, n);
+        CHECK(group_rows >= rows / groups);
+        CHECK(group_rows <= rows / groups + 1);
+    }
+    auto masked = detail::make_op({"gemm_grouped", {4, 16, 256, 128}, "bf16", "masked"});
+    const detail::OperandSpec counts = masked->model().operands()[2];
+    CHECK(counts.cols == 4);
+    CHECK(tuning::index_fill(counts, 3, 4) == 16);
 }
 
 TEST_CASE("GemmGrouped configs: no skinny kernel, no split K; heuristics valid", "[validation][gemm_grouped]") {
