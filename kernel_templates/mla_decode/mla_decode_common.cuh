@@ -70,7 +70,8 @@ __device__ __forceinline__ long long mla_keys_bound(const MlaDecodeArgs& p, int 
 
 // Balanced launches: each sequence's chunks, {number of its first, how many}, which its first
 // chunk's CTA of row block 0 writes after the partial results, so that the merge kernel reads them
-// instead of searching the lengths again in each of its (row, sequence) blocks.
+// instead of searching the lengths again in each of its (row, sequence) blocks. (8-byte aligned:
+// partial_rows is a multiple of BLOCK_M, at least 16.)
 __device__ __forceinline__ int2* mla_sequence_chunks(const MlaDecodeArgs& p, long long partial_rows) {
     return reinterpret_cast<int2*>(p.workspace + partial_rows * (kMlaValueDim + 1));
 }

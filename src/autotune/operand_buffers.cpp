@@ -74,13 +74,12 @@ long long index_fill(const detail::OperandSpec& spec, size_t i, size_t n) {
         }
         case detail::OperandFill::multiples:
             return static_cast<long long>(i) * spec.fill_value;
-        case detail::OperandFill::even_offsets:
-            // Whole quotient and remainder apart, so that i times the total never overflows.
+        case detail::OperandFill::even_offsets: {
             if (n <= 1) return 0;
-            {
-                const auto parts = static_cast<long long>(n - 1), index = static_cast<long long>(i);
-                return spec.fill_value / parts * index + spec.fill_value % parts * index / parts;
-            }
+            // Whole quotient and remainder apart, so that i times the total never overflows.
+            const auto parts = static_cast<long long>(n - 1), index = static_cast<long long>(i);
+            return spec.fill_value / parts * index + spec.fill_value % parts * index / parts;
+        }
         default:
             return spec.fill_value;
     }

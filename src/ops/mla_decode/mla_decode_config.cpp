@@ -25,10 +25,9 @@ constexpr long long kMinTokensPerSplit = 256;
 // The heuristic may use them all: one sequence of 8-32 heads is one block, and only about 130
 // splits of it fill the SMs (64, the cap when the merge ran in the main kernel, left half idle).
 constexpr long long kMaxConfigSplits = 256;
-constexpr long long kMaxSplits = kMaxConfigSplits;
 
 long long max_useful_splits(const MlaShape& s) {
-    return std::clamp((s.max_kv_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit, 1LL, kMaxSplits);
+    return std::clamp((s.max_kv_len + kMinTokensPerSplit - 1) / kMinTokensPerSplit, 1LL, kMaxConfigSplits);
 }
 
 bool one_of(long long value, std::initializer_list<long long> allowed) {
