@@ -268,9 +268,9 @@ __device__ __forceinline__ void mla_store_rows(const MlaDecodeArgs& p, const flo
 
 // The merge of split partial results: block (row, batch) of 128 threads, each thread 4 of the
 // row's 512 columns; the weights of the splits from their lse through shared memory. Grid:
-// (q_len * num_heads, batch). BLOCK_M and BLOCK_N are the main kernel's (the workspace's row
-// blocks, the chunks' granule). A sequence in one chunk was written by the main kernel.
-template <typename T, int BLOCK_M, int BLOCK_N>
+// (q_len * num_heads, batch). BLOCK_M is the main kernel's (the workspace's row blocks). A
+// sequence in one chunk was written by the main kernel.
+template <typename T, int BLOCK_M>
 __global__ void __launch_bounds__(128) mla_merge_kernel(const MlaDecodeArgs p) {
     __shared__ float weights[kMlaMaxSplits];
     __shared__ float merged_lse;

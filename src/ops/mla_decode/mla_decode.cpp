@@ -64,7 +64,7 @@ public:
         plan.block[0] = static_cast<unsigned>(l.threads);
         plan.shared_bytes = static_cast<unsigned>(l.shared_bytes);
         if (l.split_ctas > 1) {  // the merge: a block of 128 threads per (row, sequence)
-            plan.after.name_expression = fmt::format("tileops::mla_merge_kernel<{}, {}, {}>", type, l.block_m, l.block_n);
+            plan.after.name_expression = fmt::format("tileops::mla_merge_kernel<{}, {}>", type, l.block_m);
             plan.after.grid[0] = static_cast<unsigned>(p_.q_len * p_.num_heads);
             plan.after.grid[1] = static_cast<unsigned>(p_.batch);
             plan.after.block[0] = 128;
