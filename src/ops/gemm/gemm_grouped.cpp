@@ -111,6 +111,9 @@ public:
         c.split_k = 1;
         // The widths the grouped TMA kernel leaves out (see invalid_reason): the next narrower.
         if (c.kernel == kGemmSm90 && grouped_spills(c)) c.cluster = 1;
+        if (c.kernel == kGemmSm90) {
+            if (auto few_hundred = few_hundred_rows_heuristic(device)) c = *few_hundred;
+        }
         if (invalid_reason(c.to_config(), device)) c = gemm_sm80_heuristic(shape_, device);
         return c.to_config();
     }
@@ -202,6 +205,21 @@ private:
             if ((p_.n + block_n - 1) / block_n * std::min<int64_t>(p_.groups, 8) >= device.sm_count) break;
         }
         return chosen;
+    }
+    // Groups of a few hundred rows (prefill over many experts: DeepSeek, Kimi K2, Qwen3-MoE at a
+    // few thousand tokens): 128 x 128 tiles whose two consumers take whole tiles in turn, so one's
+    // epilogue hides under the other's main loop. The batched GEMM's choice for the average group
+    // (64 x 256 with one consumer, or 128 x 256) ran 5-60% slower there (H100, docs/perf/gemm_grouped.md);
+    // from about 512 rows a group the wider 128 x 256 tiles win again.
+    std::optional<GemmConfig> few_hundred_rows_heuristic(const DeviceInfo& device) const {
+        const int64_t rows = groups_.typical_rows();
+        if (device.sm() != 90 || groups_.masked || rows <= 128 || rows >= 448) return std::nullopt;
+        GemmConfig c;
+        c.kernel = kGemmSm90, c.block_m = 128, c.block_n = 128, c.block_k = 64, c.consumers = 2, c.pingpong = 1;
+        c.cluster = 1, c.group_m = 8, c.stages = 6;
+        while (c.stages > 2 && invalid_reason(c.to_config(), device)) --c.stages;
+        if (invalid_reason(c.to_config(), device)) return std::nullopt;
+        return c;
     }
     // The 16-bit TMA kernel's block pairs of 160- and 224-column tiles (D stored from registers,
     // 80 or 112 accumulators a thread) spill a few bytes once the schedule's tile bounds are live

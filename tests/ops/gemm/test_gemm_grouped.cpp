@@ -3,6 +3,7 @@
 // of the search space compiling with NVRTC (sm_80 kernel for sm_80, TMA kernel for sm_90a, without
 // spills).
 #include <limits>
+#include <tuple>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -150,6 +151,26 @@ TEST_CASE("GemmGrouped's decode heuristic: narrow 64-row tiles that a one-token 
         CHECK(config.at("block_m") == 64);
         CHECK(config.at("block_n") == block_n);
     }
+}
+
+TEST_CASE("GemmGrouped's prefill heuristic: ping-pong 128 x 128 tiles for groups of a few hundred rows",
+          "[validation][gemm_grouped]") {
+    const DeviceInfo device = DeviceInfo::for_arch("sm_90a");
+    // DeepSeek-V2's down projection at 49152 routed rows (307 a group) and Kimi K2's (341);
+    // 128 rows a group and 1024 keep the batched GEMM's choice.
+    for (const auto& [groups, rows, pingpong] :
+         {std::tuple{160, 49152, true}, std::tuple{384, 131072, true}, std::tuple{160, 24576, true},
+          std::tuple{64, 8192, false}, std::tuple{128, 131072, false}}) {
+        const Config config = GemmGrouped(problem(groups, rows, 5120, 768)).model().heuristic(device);
+        INFO(groups << " groups, " << rows << " rows");
+        CHECK((config.at("pingpong") == 1) == pingpong);
+        if (pingpong) {
+            CHECK(config.at("block_m") == 128);
+            CHECK(config.at("block_n") == 128);
+        }
+    }
+    // Not on sm_80, whose kernel has no ping-pong.
+    CHECK(GemmGrouped(problem(160, 49152, 5120, 768)).model().heuristic(DeviceInfo::for_arch("sm_80")).at("kernel") == 0);
 }
 
 TEST_CASE("every GemmGrouped config of the search space compiles for sm_80 and sm_90a", "[compile][gemm_grouped]") {
