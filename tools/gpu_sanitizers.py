@@ -61,11 +61,37 @@ def gpu_count():
     return max(1, len([line for line in out.splitlines() if line.startswith("GPU ")]))
 
 
+HAZARD = re.compile(r"Error: Potential (\w+) hazard")
+ACCESS_SITE = re.compile(r"(?:Write|Read) Thread \(.*\) at .* in (\S+:\d+)")
+
+
+def hazard_sites(log):
+    """How many of the shown racecheck hazards each pair of source lines has, as
+    "RAW a.cuh:264 -> a.cuh:453" (the two accesses in the tool's order): thousands of reports
+    that share one pair are one hand-off to look at."""
+    sites = {}
+    kind, accesses = None, []
+    for line in log.splitlines():
+        hazard = HAZARD.search(line)
+        if hazard:
+            kind, accesses = hazard.group(1), []
+            continue
+        access = ACCESS_SITE.search(line)
+        if kind and access:
+            accesses.append(access.group(1))
+            if len(accesses) == 2:
+                key = f"{kind} {accesses[0]} -> {accesses[1]}"
+                sites[key] = sites.get(key, 0) + 1
+                kind = None
+    return sites
+
+
 def summarize(log, returncode, timed_out):
     errors = re.findall(r"ERROR SUMMARY: (\d+) error", log)
-    hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazard", log)
+    # "100 hazards displayed (27648 errors, 0 warnings)": the tool shows at most 100; count them all.
+    hazards = re.findall(r"RACECHECK SUMMARY: (\d+) hazards? displayed(?: \((\d+) errors?)?", log)
     tests = re.findall(r"test cases: .*|All tests passed.*", log)
-    reported = sum(int(n) for n in errors) + sum(int(n) for n in hazards)
+    reported = sum(int(n) for n in errors) + sum(int(total or shown) for shown, total in hazards)
     # The tool's own warnings, once each: "overflow of tracked cuda::barrier structures" means
     # it lost track of mbarriers and what it reports (or a fault it causes) cannot be trusted.
     warnings = sorted(set(re.findall(r"=+ Warning: (.*)", log)))
@@ -79,7 +105,11 @@ def summarize(log, returncode, timed_out):
         state = "tests failed"
     else:
         state = "clean"
-    return {"state": state, "reported": reported, "tests": tests[-1] if tests else "", "warnings": warnings}
+    result = {"state": state, "reported": reported, "tests": tests[-1] if tests else "", "warnings": warnings}
+    sites = hazard_sites(log)
+    if sites:
+        result["hazard_sites"] = sites
+    return result
 
 
 def main():
