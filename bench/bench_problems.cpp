@@ -6,7 +6,9 @@
 //
 // --config '{"kernel": 1, "warps": 4, ...}' runs the problems after it with that config instead of
 // the one the runtime picks (an A/B of two configs without a database); --config '{}' goes back
-// to the runtime's choice.
+// to the runtime's choice. --lengths one_long|long_tail|ragged|uniform likewise draws the problems
+// after it with that spread of sequence lengths (decode) or rows a group (grouped GEMM), as
+// `tileops-tune tune --lengths` does.
 //
 // Timing as the tuner times (CUDA events, L2 flushed before each run, median of the repeats);
 // bytes are the fewest the op must move (each operand read or written once).
@@ -60,17 +62,24 @@ Config parse_config(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::vector<std::pair<std::string, Config>> problems;  // (problem, forced config or {})
+    struct Problem {
+        std::string text;
+        Config forced;  // {}: the runtime's choice
+        tuning::LengthSpread lengths;
+    };
+    std::vector<Problem> problems;
     std::string json_path;
     Config forced;
+    tuning::LengthSpread lengths = tuning::LengthSpread::uniform;
     int repeats = 50;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
         if (arg == "--problem" && i + 1 < argc) {
-            problems.emplace_back(argv[++i], forced);
-        } else if (arg == "--config" && i + 1 < argc) {
+            problems.push_back({argv[++i], forced, lengths});
+        } else if ((arg == "--config" || arg == "--lengths") && i + 1 < argc) {
             try {
-                forced = parse_config(argv[++i]);
+                if (arg == "--config") forced = parse_config(argv[++i]);
+                else lengths = tuning::parse_length_spread(argv[++i]);
             } catch (const std::exception& e) {
                 std::fprintf(stderr, "bench_problems: %s\n", e.what());
                 return 2;
@@ -80,8 +89,8 @@ int main(int argc, char** argv) {
         } else if (arg == "--repeats" && i + 1 < argc) {
             repeats = std::max(1, std::atoi(argv[++i]));
         } else {
-            std::fprintf(stderr, "usage: bench_problems [--config JSON] --problem \"OP SHAPE DTYPE [FLAGS]\"... "
-                                 "[--json out.json] [--repeats N]\n");
+            std::fprintf(stderr, "usage: bench_problems [--config JSON] [--lengths SPREAD] --problem \"OP SHAPE DTYPE "
+                                 "[FLAGS]\"... [--json out.json] [--repeats N]\n");
             return 2;
         }
     }
@@ -92,9 +101,9 @@ int main(int argc, char** argv) {
         bench::print_device(rt.device(), copy_gbps);
         nlohmann::json out = {{"device", rt.device().name}, {"copy_gbps", copy_gbps}, {"results", nlohmann::json::array()}};
         fmt::print("{:<48} {:>10} {:>10} {:>9}  {}\n", "problem", "us", "GB/s", "of copy", "config");
-        for (const auto& [text, config_forced] : problems) {
+        for (const auto& [text, config_forced, spread] : problems) {
             const auto op = detail::make_op(parse_problem(text));
-            tuning::OperandBuffers buffers(op->model(), 1);
+            tuning::OperandBuffers buffers(op->model(), 1, spread);
             std::function<void()> run = [&] { op->run(rt, buffers.inputs(), buffers.outputs()); };
             std::string config;
             if (config_forced.empty()) {
@@ -112,9 +121,10 @@ int main(int argc, char** argv) {
             }
             const double ms = bench::time_ms(run, timer, repeats);
             const double gbps = buffers.bytes_moved() / (ms * 1e-3) / 1e9;
-            fmt::print("{:<48} {:>10.2f} {:>10.0f} {:>8.1f}%  {}\n", op->describe(), ms * 1e3, gbps, 100 * gbps / copy_gbps,
-                       config);
-            out["results"].push_back({{"problem", op->describe()}, {"median_us", ms * 1e3}, {"gbps", gbps},
+            std::string problem = op->describe();
+            if (spread != tuning::LengthSpread::uniform) problem += " " + tuning::length_spread_name(spread);
+            fmt::print("{:<48} {:>10.2f} {:>10.0f} {:>8.1f}%  {}\n", problem, ms * 1e3, gbps, 100 * gbps / copy_gbps, config);
+            out["results"].push_back({{"problem", problem}, {"median_us", ms * 1e3}, {"gbps", gbps},
                                       {"fraction_of_copy", gbps / copy_gbps}, {"config", config}});
         }
         if (!json_path.empty()) std::ofstream(json_path) << out.dump(2) << "\n";

@@ -54,4 +54,39 @@ std::vector<int32_t> spread_lengths(LengthSpread spread, long long batch, long l
     return lengths;
 }
 
+std::vector<int64_t> spread_group_offsets(LengthSpread spread, long long groups, long long rows, uint64_t seed) {
+    const auto count = static_cast<size_t>(std::max(groups, 0LL));
+    rows = std::max(rows, 0LL);
+    std::vector<int64_t> offsets(count + 1, 0);
+    if (count == 0) return offsets;
+    if (spread == LengthSpread::uniform) {
+        // Group g ends at (g + 1) * rows / groups rounded down, as OperandFill::even_offsets fills.
+        for (size_t g = 1; g <= count; ++g) {
+            const auto i = static_cast<long long>(g);
+            offsets[g] = rows / groups * i + rows % groups * i / groups;
+        }
+        return offsets;
+    }
+    const std::vector<int32_t> weights = spread_lengths(spread, groups, 4096, seed);
+    double total = 0;
+    for (int32_t w : weights) total += w;
+    // Each group's share rounded down, then the rows left over one each to the groups that lost
+    // the most to rounding (the largest remainders), so the shares add up to rows exactly.
+    std::vector<int64_t> share(count);
+    std::vector<std::pair<double, size_t>> remainders(count);
+    int64_t given = 0;
+    for (size_t g = 0; g < count; ++g) {
+        const double exact = static_cast<double>(rows) * weights[g] / total;
+        share[g] = std::min<int64_t>(static_cast<int64_t>(exact), rows - given);
+        given += share[g];
+        remainders[g] = {exact - static_cast<double>(share[g]), g};
+    }
+    std::sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+    });
+    for (size_t i = 0; given < rows; i = (i + 1) % count, ++given) ++share[remainders[i].second];
+    for (size_t g = 0; g < count; ++g) offsets[g + 1] = offsets[g] + share[g];
+    return offsets;
+}
+
 }  // namespace tileops::tuning

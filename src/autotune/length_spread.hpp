@@ -1,8 +1,9 @@
-// How the tuner fills a batch's sequence lengths (decode attention, MLA decode). A tuning key
-// names only the longest length, and by default every sequence is timed at it; a serving batch
-// rarely looks like that, and the chunks the kernels cut it into (common/kv_chunks.cuh) are then
-// shorter, which can favour another config. `tileops-tune tune --lengths` times candidates on a
-// seeded spread instead, the same four that bench/bench_decode_lengths.py draws.
+// How the tuner fills a batch's sequence lengths (decode attention, MLA decode) and a grouped
+// GEMM's rows a group. A tuning key names only the longest length (the total rows), and by
+// default every sequence is timed at it (every group gets an even share); a serving batch rarely
+// looks like that, and the chunks the kernels cut it into (common/kv_chunks.cuh) or the groups'
+// partial tiles then differ, which can favour another config. `tileops-tune tune --lengths` times
+// candidates on a seeded spread instead, the same four that bench/bench_decode_lengths.py draws.
 #pragma once
 
 #include <cstdint>
@@ -25,5 +26,10 @@ std::string length_spread_name(LengthSpread spread);
 
 // `batch` lengths in [1, longest] (0 where longest is 0), one of them `longest`, drawn from `seed`.
 std::vector<int32_t> spread_lengths(LengthSpread spread, long long batch, long long longest, uint64_t seed);
+
+// The offsets (groups + 1, from 0 to rows) of `groups` groups that share `rows` in proportion to
+// lengths the spread draws up to 4096 (uniform: as even as integers allow; one_long: one hot
+// expert; long_tail and ragged: uneven loads), drawn from `seed`.
+std::vector<int64_t> spread_group_offsets(LengthSpread spread, long long groups, long long rows, uint64_t seed);
 
 }  // namespace tileops::tuning

@@ -1,6 +1,7 @@
 #include "autotune/operand_buffers.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <random>
 
@@ -28,13 +29,15 @@ uint64_t mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
+// `values`: an index operand's values as the spread drew them (sequence lengths, or a grouped
+// GEMM's uneven group offsets); empty where the fill alone decides them.
 std::vector<uint8_t> input_bytes(const detail::OperandSpec& spec, size_t bytes, std::mt19937_64& rng,
-                                 const std::vector<int32_t>& lengths) {
+                                 const std::vector<int32_t>& values) {
     std::vector<uint8_t> host(bytes);
     const size_t element = dtype_size(spec.dtype);
     const size_t n = bytes / element;
-    if (spec.fill == detail::OperandFill::sequence_lengths && spec.dtype == DType::int32) {
-        std::memcpy(host.data(), lengths.data(), std::min(bytes, lengths.size() * sizeof(int32_t)));
+    if (!values.empty() && spec.dtype == DType::int32) {
+        std::memcpy(host.data(), values.data(), std::min(bytes, values.size() * sizeof(int32_t)));
         return host;
     }
     if (spec.fill == detail::OperandFill::random) {
@@ -90,9 +93,14 @@ OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed, Leng
     std::mt19937_64 rng(seed);
     // The sequence lengths first (their own draw, so the other operands do not depend on the
     // spread), and the share of the full cache they hold.
-    std::vector<int32_t> lengths;
+    std::vector<int32_t> lengths, group_offsets;
     double held_share = 1.0;
     for (const auto& spec : specs_) {
+        if (spec.fill == detail::OperandFill::even_offsets && spread != LengthSpread::uniform && spec.cols >= 1 &&
+            spec.fill_value <= INT32_MAX) {
+            for (int64_t offset : spread_group_offsets(spread, spec.cols - 1, spec.fill_value, seed ^ 0x5eedf00dULL))
+                group_offsets.push_back(static_cast<int32_t>(offset));
+        }
         if (spec.fill != detail::OperandFill::sequence_lengths) continue;
         lengths = spread_lengths(spread, spec.cols, spec.fill_value, seed ^ 0x5eedf00dULL);
         double held = 0;
@@ -115,7 +123,11 @@ OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed, Leng
             const bool repeats = spec.fill == detail::OperandFill::random || spec.fill == detail::OperandFill::constant_real;
             const size_t element = dtype_size(spec.dtype);
             const size_t drawn = repeats ? std::min(bytes, kPatternBytes / element * element) : bytes;
-            std::vector<uint8_t> host = input_bytes(spec, drawn, rng, lengths);
+            const std::vector<int32_t> no_values;
+            const std::vector<int32_t>& values = spec.fill == detail::OperandFill::sequence_lengths ? lengths
+                                                 : spec.fill == detail::OperandFill::even_offsets  ? group_offsets
+                                                                                                    : no_values;
+            std::vector<uint8_t> host = input_bytes(spec, drawn, rng, values);
             for (size_t offset = 0; offset < bytes; offset += drawn)
                 buffers_.back().upload(host.data(), std::min(drawn, bytes - offset), offset);
             inputs_.emplace_back(buffers_.back().data());

@@ -1,6 +1,7 @@
 // Device buffers for every operand of an op, inputs filled with random values (never zeros; past
-// 64 MB an operand repeats its first 64 MB) or as OperandSpec says (sequence lengths as `spread`
-// draws them), outputs poisoned; for the autotuner and benchmarks.
+// 64 MB an operand repeats its first 64 MB) or as OperandSpec says (sequence lengths and a
+// grouped GEMM's rows a group as `spread` draws them), outputs poisoned; for the autotuner and
+// benchmarks.
 #pragma once
 
 #include <cstdint>

@@ -62,7 +62,8 @@ struct LaunchPlan {
 // index operands, every element `fill_value`, a scrambled index in [0, fill_value) (e.g. a page
 // table), element i = i * fill_value (e.g. offsets of sequences of equal length), or the offsets
 // of parts as even as integers allow that add up to `fill_value` (element i of n is
-// i * fill_value / (n - 1), rounded down: a mixture-of-experts layer's group offsets); a batch's
+// i * fill_value / (n - 1), rounded down: a mixture-of-experts layer's group offsets, uneven
+// where the tuner is asked for a spread); a batch's
 // sequence lengths, at most `fill_value`: every one at it unless the tuner is asked for another
 // spread (autotune/length_spread.hpp); for float parameters, every element `real_value` (e.g. a
 // temperature).

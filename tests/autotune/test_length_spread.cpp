@@ -1,5 +1,6 @@
-// The sequence lengths `tileops-tune tune --lengths` times decode batches on: in range, the longest
-// always present, reproducible from the seed, and shaped as each spread says.
+// The sequence lengths `tileops-tune tune --lengths` times decode batches on, and the group offsets
+// it times grouped GEMMs on: in range, the longest always present (the rows all shared out),
+// reproducible from the seed, and shaped as each spread says.
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -9,6 +10,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include "autotune/length_spread.hpp"
+#include "autotune/operand_buffers.hpp"
 #include "core/op_model.hpp"
 #include "tileops/tileops.hpp"
 
@@ -78,4 +80,43 @@ TEST_CASE("Decode ops mark their lengths and the caches read as far as the lengt
     const auto mla = MlaDecode(m).model().operands();
     CHECK(mla[2].fill == detail::OperandFill::sequence_lengths);
     CHECK(mla[1].read_by_lengths);
+}
+
+TEST_CASE("Group offsets share every row out, evenly or as the spread draws them", "[autotune]") {
+    const long long groups = 160, rows = 49152;
+    // Uniform: the even split the tuner uses without --lengths (detail::OperandFill::even_offsets).
+    const std::vector<int64_t> even = tuning::spread_group_offsets(LengthSpread::uniform, groups, rows, 1);
+    detail::OperandSpec spec{"group_rows", DType::int32, 0, groups + 1, groups + 1, false};
+    spec.fill = detail::OperandFill::even_offsets;
+    spec.fill_value = rows;
+    REQUIRE(even.size() == static_cast<size_t>(groups + 1));
+    for (size_t g = 0; g < even.size(); ++g) CHECK(even[g] == tuning::index_fill(spec, g, even.size()));
+
+    for (LengthSpread s : {LengthSpread::one_long, LengthSpread::long_tail, LengthSpread::ragged}) {
+        INFO(tuning::length_spread_name(s));
+        const std::vector<int64_t> offsets = tuning::spread_group_offsets(s, groups, rows, 7);
+        REQUIRE(offsets.size() == static_cast<size_t>(groups + 1));
+        CHECK(offsets.front() == 0);
+        CHECK(offsets.back() == rows);
+        int64_t largest = 0;
+        for (size_t g = 0; g + 1 < offsets.size(); ++g) {
+            CHECK(offsets[g + 1] >= offsets[g]);
+            largest = std::max(largest, offsets[g + 1] - offsets[g]);
+        }
+        CHECK(largest >= 2 * rows / groups);  // uneven: the hottest group holds twice its share or more
+        CHECK(tuning::spread_group_offsets(s, groups, rows, 7) == offsets);
+        CHECK(tuning::spread_group_offsets(s, groups, rows, 8) != offsets);
+    }
+    // One hot expert: it holds the longest draw (4096) against 1-256 for each other.
+    const std::vector<int64_t> hot = tuning::spread_group_offsets(LengthSpread::one_long, 8, 16384, 3);
+    int64_t hottest = 0;
+    for (size_t g = 0; g + 1 < hot.size(); ++g) hottest = std::max(hottest, hot[g + 1] - hot[g]);
+    CHECK(hottest > 16384 / 2);
+
+    // Edges: no groups, no rows, fewer rows than groups (every row still in a group).
+    CHECK(tuning::spread_group_offsets(LengthSpread::ragged, 0, 100, 1) == std::vector<int64_t>{0});
+    CHECK(tuning::spread_group_offsets(LengthSpread::ragged, 3, 0, 1) == std::vector<int64_t>(4, 0));
+    const std::vector<int64_t> few = tuning::spread_group_offsets(LengthSpread::long_tail, 64, 5, 2);
+    CHECK(few.back() == 5);
+    CHECK(std::is_sorted(few.begin(), few.end()));
 }

@@ -1213,6 +1213,11 @@ TEST_CASE("tileops-tune: tune refuses bad --devices, --candidate-timeout and --l
         CHECK(result.status == 2);
         CHECK_THAT(result.err, ContainsSubstring(why));
     }
+    // A masked grouped GEMM's counts are each expert's capacity, not a spread of rows.
+    const ToolResult masked = run_tool({"tune", "--op", "gemm_grouped", "--shape", "8x16x4096x1024", "--flags", "masked",
+                                        "--lengths", "ragged", "--db", (dir.path() / "tuned.json").string()});
+    CHECK(masked.status == 2);
+    CHECK_THAT(masked.err, ContainsSubstring("has no sequence lengths or group offsets"));
     CHECK_FALSE(fs::exists(dir.path() / "tuned.json"));
 }
 

@@ -232,12 +232,14 @@ std::vector<std::optional<tuning::ConfigChoice>> runtime_choices(const std::vect
     return choices;
 }
 
-// Whether the problem's op reads a batch's sequence lengths (what --lengths draws).
-bool has_sequence_lengths(const detail::ProblemSpec& spec) {
+// Whether the problem's op reads a batch's sequence lengths or a grouped GEMM's group offsets
+// (what --lengths draws).
+bool has_lengths(const detail::ProblemSpec& spec) {
     const auto op = detail::make_op(spec);
     const auto operands = op->model().operands();
-    return std::any_of(operands.begin(), operands.end(),
-                       [](const detail::OperandSpec& o) { return o.fill == detail::OperandFill::sequence_lengths; });
+    return std::any_of(operands.begin(), operands.end(), [](const detail::OperandSpec& o) {
+        return o.fill == detail::OperandFill::sequence_lengths || o.fill == detail::OperandFill::even_offsets;
+    });
 }
 
 }  // namespace
@@ -253,8 +255,9 @@ int cmd_tune(int argc, char** argv) {
                 "max-candidates", "at most this many configs per problem (0: all)",
                 cxxopts::value<int>()->default_value("0"))("random", "sample the search space randomly instead of exhaustively")(
                 "seed", "random seed", cxxopts::value<uint64_t>()->default_value("1"))(
-                "lengths", "decode batches' sequence lengths while timing: uniform (every one at the longest), "
-                           "one_long, long_tail or ragged (seeded; see the README)",
+                "lengths", "decode batches' sequence lengths, or contiguous grouped GEMMs' rows a group, while "
+                           "timing: uniform (every one at the longest; even groups), one_long, long_tail or ragged "
+                           "(seeded; see the README)",
                 cxxopts::value<std::string>()->default_value("uniform"))(
                 "repeats", "timed runs per candidate", cxxopts::value<int>()->default_value("20"))(
                 "device", "GPU ordinal", cxxopts::value<int>()->default_value("0"))(
@@ -273,9 +276,10 @@ int cmd_tune(int argc, char** argv) {
             const tuning::LengthSpread lengths = tuning::parse_length_spread(args["lengths"].as<std::string>());
             if (lengths != tuning::LengthSpread::uniform)
                 for (size_t p = 0; p < problems.size(); ++p)
-                    if (!has_sequence_lengths(problems[p]))
-                        throw InvalidArgument(fmt::format("--lengths {}: problem {} ({}) has no sequence lengths (only "
-                                                          "decode_attention and mla_decode do)",
+                    if (!has_lengths(problems[p]))
+                        throw InvalidArgument(fmt::format("--lengths {}: problem {} ({}) has no sequence lengths or group "
+                                                          "offsets (decode_attention, mla_decode and contiguous "
+                                                          "gemm_grouped / gemm_fp8_grouped have)",
                                                           tuning::length_spread_name(lengths), p + 1, describe(problems[p])));
             const std::string db_path = args["db"].as<std::string>();
             const std::optional<TuningDb> existing = open_target_db(db_path);
