@@ -209,7 +209,7 @@ private:
     // Groups of a few hundred rows (prefill over many experts: DeepSeek, Kimi K2, Qwen3-MoE at a
     // few thousand tokens): 128 x 128 tiles whose two consumers take whole tiles in turn, so one's
     // epilogue hides under the other's main loop. The batched GEMM's choice for the average group
-    // (64 x 256 with one consumer, or 128 x 256) ran 5-60% slower there (H100, docs/perf/gemm_grouped.md);
+    // (64 x 256 with one consumer, or 128 x 256) ran 16-59% slower there (H100, docs/perf/gemm_grouped.md);
     // from about 512 rows a group the wider 128 x 256 tiles win again.
     std::optional<GemmConfig> few_hundred_rows_heuristic(const DeviceInfo& device) const {
         const int64_t rows = groups_.typical_rows();
