@@ -54,17 +54,18 @@ std::vector<int32_t> spread_lengths(LengthSpread spread, long long batch, long l
     return lengths;
 }
 
+long long even_offset(long long total, long long parts, long long index) {
+    // Whole quotient and remainder apart, so that index times the total never overflows.
+    return total / parts * index + total % parts * index / parts;
+}
+
 std::vector<int64_t> spread_group_offsets(LengthSpread spread, long long groups, long long rows, uint64_t seed) {
     const auto count = static_cast<size_t>(std::max(groups, 0LL));
     rows = std::max(rows, 0LL);
     std::vector<int64_t> offsets(count + 1, 0);
     if (count == 0) return offsets;
     if (spread == LengthSpread::uniform) {
-        // Group g ends at (g + 1) * rows / groups rounded down, as OperandFill::even_offsets fills.
-        for (size_t g = 1; g <= count; ++g) {
-            const auto i = static_cast<long long>(g);
-            offsets[g] = rows / groups * i + rows % groups * i / groups;
-        }
+        for (size_t g = 1; g <= count; ++g) offsets[g] = even_offset(rows, groups, static_cast<long long>(g));
         return offsets;
     }
     const std::vector<int32_t> weights = spread_lengths(spread, groups, 4096, seed);

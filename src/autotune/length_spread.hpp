@@ -27,6 +27,10 @@ std::string length_spread_name(LengthSpread spread);
 // `batch` lengths in [1, longest] (0 where longest is 0), one of them `longest`, drawn from `seed`.
 std::vector<int32_t> spread_lengths(LengthSpread spread, long long batch, long long longest, uint64_t seed);
 
+// Where part `index` of `parts` (> 0) as even as integers allow begins, when they add up to
+// `total`: index * total / parts rounded down.
+long long even_offset(long long total, long long parts, long long index);
+
 // The offsets (groups + 1, from 0 to rows) of `groups` groups that share `rows` in proportion to
 // lengths the spread draws up to 4096 (uniform: as even as integers allow; one_long: one hot
 // expert; long_tail and ragged: uneven loads), drawn from `seed`.

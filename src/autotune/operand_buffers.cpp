@@ -77,12 +77,8 @@ long long index_fill(const detail::OperandSpec& spec, size_t i, size_t n) {
         }
         case detail::OperandFill::multiples:
             return static_cast<long long>(i) * spec.fill_value;
-        case detail::OperandFill::even_offsets: {
-            if (n <= 1) return 0;
-            // Whole quotient and remainder apart, so that i times the total never overflows.
-            const auto parts = static_cast<long long>(n - 1), index = static_cast<long long>(i);
-            return spec.fill_value / parts * index + spec.fill_value % parts * index / parts;
-        }
+        case detail::OperandFill::even_offsets:
+            return n <= 1 ? 0 : even_offset(spec.fill_value, static_cast<long long>(n - 1), static_cast<long long>(i));
         default:
             return spec.fill_value;
     }
@@ -91,25 +87,29 @@ long long index_fill(const detail::OperandSpec& spec, size_t i, size_t n) {
 OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed, LengthSpread spread)
     : specs_(model.operands()) {
     std::mt19937_64 rng(seed);
-    // The sequence lengths first (their own draw, so the other operands do not depend on the
-    // spread), and the share of the full cache they hold.
-    std::vector<int32_t> lengths, group_offsets;
+    // The operands the spread decides first (their own draw, so the other operands do not depend
+    // on the spread): sequence lengths, with the share of the full cache they hold, and a grouped
+    // GEMM's uneven group offsets (even ones are index_fill's).
+    const uint64_t spread_seed = seed ^ 0x5eedf00dULL;
+    std::vector<std::vector<int32_t>> spread_values(specs_.size());
     double held_share = 1.0;
-    for (const auto& spec : specs_) {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+        const detail::OperandSpec& spec = specs_[i];
         if (spec.fill == detail::OperandFill::even_offsets && spread != LengthSpread::uniform && spec.cols >= 1 &&
             spec.fill_value <= INT32_MAX) {
-            for (int64_t offset : spread_group_offsets(spread, spec.cols - 1, spec.fill_value, seed ^ 0x5eedf00dULL))
-                group_offsets.push_back(static_cast<int32_t>(offset));
+            for (int64_t offset : spread_group_offsets(spread, spec.cols - 1, spec.fill_value, spread_seed))
+                spread_values[i].push_back(static_cast<int32_t>(offset));
         }
         if (spec.fill != detail::OperandFill::sequence_lengths) continue;
-        lengths = spread_lengths(spread, spec.cols, spec.fill_value, seed ^ 0x5eedf00dULL);
+        spread_values[i] = spread_lengths(spread, spec.cols, spec.fill_value, spread_seed);
         double held = 0;
-        for (int32_t len : lengths) held += len;
+        for (int32_t len : spread_values[i]) held += len;
         const double full = static_cast<double>(spec.cols) * static_cast<double>(spec.fill_value);
         held_share = full > 0 ? held / full : 1.0;
     }
     buffers_.reserve(specs_.size());
-    for (const auto& spec : specs_) {
+    for (size_t i = 0; i < specs_.size(); ++i) {
+        const detail::OperandSpec& spec = specs_[i];
         const size_t bytes = extent_bytes(spec);
         buffers_.emplace_back(bytes);
         bytes_moved_ += spec.bytes() * (spec.read_by_lengths ? held_share : 1.0);
@@ -123,11 +123,7 @@ OperandBuffers::OperandBuffers(const detail::OpModel& model, uint64_t seed, Leng
             const bool repeats = spec.fill == detail::OperandFill::random || spec.fill == detail::OperandFill::constant_real;
             const size_t element = dtype_size(spec.dtype);
             const size_t drawn = repeats ? std::min(bytes, kPatternBytes / element * element) : bytes;
-            const std::vector<int32_t> no_values;
-            const std::vector<int32_t>& values = spec.fill == detail::OperandFill::sequence_lengths ? lengths
-                                                 : spec.fill == detail::OperandFill::even_offsets  ? group_offsets
-                                                                                                    : no_values;
-            std::vector<uint8_t> host = input_bytes(spec, drawn, rng, values);
+            std::vector<uint8_t> host = input_bytes(spec, drawn, rng, spread_values[i]);
             for (size_t offset = 0; offset < bytes; offset += drawn)
                 buffers_.back().upload(host.data(), std::min(drawn, bytes - offset), offset);
             inputs_.emplace_back(buffers_.back().data());

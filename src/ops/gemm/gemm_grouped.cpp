@@ -199,8 +199,7 @@ private:
             GemmConfig c;
             c.kernel = kGemmSm90, c.block_m = 64, c.consumers = 1, c.block_n = block_n, c.block_k = 64, c.group_m = 8;
             c.stages = kGemmSm90MaxStages;
-            while (c.stages > 2 && invalid_reason(c.to_config(), device)) --c.stages;
-            if (invalid_reason(c.to_config(), device)) continue;
+            if (!fit_stages(c, device)) continue;
             chosen = c;
             if ((p_.n + block_n - 1) / block_n * std::min<int64_t>(p_.groups, 8) >= device.sm_count) break;
         }
@@ -217,9 +216,14 @@ private:
         GemmConfig c;
         c.kernel = kGemmSm90, c.block_m = 128, c.block_n = 128, c.block_k = 64, c.consumers = 2, c.pingpong = 1;
         c.cluster = 1, c.group_m = 8, c.stages = 6;
-        while (c.stages > 2 && invalid_reason(c.to_config(), device)) --c.stages;
-        if (invalid_reason(c.to_config(), device)) return std::nullopt;
+        if (!fit_stages(c, device)) return std::nullopt;
         return c;
+    }
+    // Drops stages from c's ring (down to 2) until the grouped kernel takes it (shared memory,
+    // the groups' table included, is what a deeper ring runs out of); false if none does.
+    bool fit_stages(GemmConfig& c, const DeviceInfo& device) const {
+        while (c.stages > 2 && invalid_reason(c.to_config(), device)) --c.stages;
+        return !invalid_reason(c.to_config(), device);
     }
     // The 16-bit TMA kernel's block pairs of 160- and 224-column tiles (D stored from registers,
     // 80 or 112 accumulators a thread) spill a few bytes once the schedule's tile bounds are live
