@@ -66,6 +66,25 @@ __host__ __device__ constexpr bool gemm_sm90_tma_store() {
 // warp writes at once fall in different banks and TMA reads the box with the same 128B swizzle.
 __device__ __forceinline__ int gemm_out_offset(int r, int c) { return r * 64 + (((c / 8) ^ (r % 8)) * 8) + c % 8; }
 
+// Rows [0, rows) of a 64 x 64 output box, from its buffer (gemm_out_offset's layout) to D[row0, col0]
+// onwards, 16 bytes a thread (t < 128, the consumer's threads): a grouped GEMM's box that reaches
+// past its group's last row, where TMA would store the next group's rows too. The box lies within
+// D's columns and D's rows are 16-byte aligned, as for TMA. From registers in pairs of 4 bytes
+// instead (half of each 32-byte sector written), skewed loads ran up to 18% slower (H100,
+// `bench_problems --lengths long_tail`: 256 x 16384 x 7168 x 1024 1753 -> 1430 us).
+template <typename TOut>
+__device__ __forceinline__ void gemm_store_box_rows(const TOut* buffer, TOut* D, long long ldd, long long row0,
+                                                    long long col0, int rows, int t) {
+    static_assert(sizeof(TOut) == 2, "a box row is 128 bytes, 8 chunks of 16");
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int chunk = t + 128 * i, r = chunk / 8, c = chunk % 8;
+        if (r < rows)
+            *reinterpret_cast<uint4*>(D + (row0 + r) * ldd + col0 + c * 8) =
+                *reinterpret_cast<const uint4*>(buffer + r * 64 + (c ^ (r % 8)) * 8);
+    }
+}
+
 // Two values as one 32-bit register of two 16-bit elements (the first in the low half).
 template <typename TOut>
 __device__ __forceinline__ unsigned gemm_pack_pair(const float (&v)[2]) {
@@ -250,14 +269,17 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
 #pragma unroll
             for (int box = 0; box < kAtoms * (BN / 64); ++box) {
                 const int atom = box / (BN / 64), col0 = (box % (BN / 64)) * 64;
+                // TMA clips at the matrix's edge, not at a group's: a box reaching past the group's
+                // rows (into the next group's) stores its group's rows itself, one past them nothing.
+                int group_rows = 64;
                 if constexpr (GROUPS != kGemmBatched) {
-                    // TMA clips at the matrix's edge, not at a group's: a box reaching past the
-                    // group's rows (into the next group's) is stored from registers, one past
-                    // them not at all.
                     if (row0 + atom * 64 >= at.row_end) continue;
                     if (row0 + atom * 64 + 64 > at.row_end) {
-                        store_from_registers(atom, col0, col0 + 64);
-                        continue;
+                        if (n0 + col0 + 64 > p.n) {
+                            store_from_registers(atom, col0, col0 + 64);
+                            continue;
+                        }
+                        group_rows = static_cast<int>(at.row_end - row0 - atom * 64);
                     }
                 }
                 TOut* buffer = out_tiles + (consumer * 2 + out_slot) * 64 * 64;
@@ -291,6 +313,11 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
                 }
                 fence_proxy_async();
                 named_barrier_sync(1 + consumer, 128);
+                if (group_rows < 64) {
+                    // No TMA store reads this buffer: the next box may take it again.
+                    gemm_store_box_rows(buffer, D, p.ldd, row0 + atom * 64, n0 + col0, group_rows, t);
+                    continue;
+                }
                 if (t == 0) {
                     tma_store_3d(map_d, buffer, static_cast<int>(n0) + col0, static_cast<int>(row0) + atom * 64, at.ad_batch);
                     tma_store_commit();
