@@ -275,7 +275,7 @@ __device__ __forceinline__ void gemm_sm90_consume(const GemmArgs& p, const Tenso
                 if constexpr (GROUPS != kGemmBatched) {
                     if (row0 + atom * 64 >= at.row_end) continue;
                     if (row0 + atom * 64 + 64 > at.row_end) {
-                        if (n0 + col0 + 64 > p.n) {
+                        if (n0 + col0 + 64 > p.n) {  // past D's last column too: guarded stores
                             store_from_registers(atom, col0, col0 + 64);
                             continue;
                         }
