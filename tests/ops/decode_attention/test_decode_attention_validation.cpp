@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include <set>
 #include <string>
+#include <vector>
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
@@ -478,9 +480,11 @@ TEST_CASE("DecodeAttention takes every head dim that is a multiple of 16 up to 2
 namespace {
 
 // Every kernel of the search spaces of the problems below that `template_file` holds, compiled for
-// `arch`: none may spill. One test case an arch and file: together they take 8-9 minutes of two
-// cores, which as one case neared CTest's time limit.
-void check_decode_kernels_compile_without_spills(const std::string& arch, const std::string& template_file) {
+// `arch`: none may spill. The kernels of one arch and file are cut in three parts (the names at
+// positions part.index, + part.count, ...), a test case each: all of a file for sm_80 took more
+// than CTest's 15-minute limit on a slow two-core machine.
+void check_decode_kernels_compile_without_spills(const std::string& arch, const std::string& template_file,
+                                                 test::Shard part) {
     const DeviceInfo device = DeviceInfo::for_arch(arch);
     test::KernelsByFile kernels;
     std::map<std::string, size_t> counted_static_bytes;  // main kernel -> the least the host counts for it
@@ -515,7 +519,10 @@ void check_decode_kernels_compile_without_spills(const std::string& arch, const 
     }
     CHECK(kernels.size() == 2);  // CUDA-core and tensor-core kernels (files)
     REQUIRE(kernels.count(template_file) == 1);
-    const test::KernelsByFile of_file{{template_file, kernels.at(template_file)}};
+    const std::set<std::string>& names = kernels.at(template_file);
+    const std::vector<std::string> in_part = test::this_shard(std::vector<std::string>(names.begin(), names.end()), part);
+    REQUIRE_FALSE(in_part.empty());
+    const test::KernelsByFile of_file{{template_file, std::set<std::string>(in_part.begin(), in_part.end())}};
     for (const auto& [name, report] : test::compile_all_with_report(of_file, arch)) {
         INFO(arch << " " << name << ": " << report.spill_bytes << " bytes of spill stores, " << report.static_shared_bytes
                   << " bytes of static shared memory");
@@ -534,24 +541,64 @@ constexpr const char* kTensorCoreKernels = "decode_attention/decode_attention_mm
 
 }  // namespace
 
-TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling",
+TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling (part 1 of 3)",
           "[compile][decode]") {
-    check_decode_kernels_compile_without_spills("sm_80", kCudaCoreKernels);
+    check_decode_kernels_compile_without_spills("sm_80", kCudaCoreKernels, {0, 3});
 }
 
-TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling",
+TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling (part 2 of 3)",
           "[compile][decode]") {
-    check_decode_kernels_compile_without_spills("sm_90a", kCudaCoreKernels);
+    check_decode_kernels_compile_without_spills("sm_80", kCudaCoreKernels, {1, 3});
 }
 
-TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling",
+TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling (part 3 of 3)",
           "[compile][decode]") {
-    check_decode_kernels_compile_without_spills("sm_80", kTensorCoreKernels);
+    check_decode_kernels_compile_without_spills("sm_80", kCudaCoreKernels, {2, 3});
 }
 
-TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling",
+TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling (part 1 of 3)",
           "[compile][decode]") {
-    check_decode_kernels_compile_without_spills("sm_90a", kTensorCoreKernels);
+    check_decode_kernels_compile_without_spills("sm_90a", kCudaCoreKernels, {0, 3});
+}
+
+TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling (part 2 of 3)",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_90a", kCudaCoreKernels, {1, 3});
+}
+
+TEST_CASE("every CUDA-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling (part 3 of 3)",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_90a", kCudaCoreKernels, {2, 3});
+}
+
+TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling (part 1 of 3)",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_80", kTensorCoreKernels, {0, 3});
+}
+
+TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling (part 2 of 3)",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_80", kTensorCoreKernels, {1, 3});
+}
+
+TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_80 without spilling (part 3 of 3)",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_80", kTensorCoreKernels, {2, 3});
+}
+
+TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling (part 1 of 3)",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_90a", kTensorCoreKernels, {0, 3});
+}
+
+TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling (part 2 of 3)",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_90a", kTensorCoreKernels, {1, 3});
+}
+
+TEST_CASE("every tensor-core DecodeAttention kernel of the search spaces compiles for sm_90a without spilling (part 3 of 3)",
+          "[compile][decode]") {
+    check_decode_kernels_compile_without_spills("sm_90a", kTensorCoreKernels, {2, 3});
 }
 
 TEST_CASE("decode_attention problems parse from tileops-tune's text form", "[decode]") {
